@@ -1,0 +1,440 @@
+"""The :class:`DiaMatrix` pytree: SciPy's DIA layout with static offsets."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+from jax import Array
+from jax.experimental import sparse as jsparse
+
+from ._convert import dense_to_dia, dia_to_dense, in_bounds_slots, nonzero_offsets
+from ._matmul import dia_matmul, dia_rmatmul
+from ._xla import diagonal_bounds
+
+#: dtypes a DiaMatrix can hold. Integer and bool matrices are rejected: convert them with
+#: ``.astype`` first (the products, gradients and kernels are defined for inexact types).
+SUPPORTED_DTYPES = tuple(
+    np.dtype(d)
+    for d in (jnp.bfloat16, np.float16, np.float32, np.float64, np.complex64, np.complex128)
+)
+
+_TRACED_OFFSETS_HELP = (
+    "offsets must be static Python ints, but a traced JAX array was given (inside jit, "
+    "vmap, grad, cond or scan). Pass offsets as a tuple of Python ints (close over them, or "
+    "mark them static with jax.jit(..., static_argnames=...)), or pass the DiaMatrix itself "
+    "through the transformation: its offsets travel as static pytree aux data."
+)
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def as_offsets(offsets: Any, name: str = "offsets") -> tuple[int, ...]:
+    """Validates static offsets and returns them as a tuple of Python ints (unsorted)."""
+    if isinstance(offsets, jax.core.Tracer):
+        raise TypeError(f"{name}: {_TRACED_OFFSETS_HELP}")
+    if isinstance(offsets, (np.ndarray, jax.Array)):
+        array = np.asarray(offsets)
+        if array.ndim > 1:
+            raise ValueError(f"{name} must be 1-D, got an array of shape {array.shape}")
+        if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
+            raise TypeError(f"{name} must hold integers, got an array of dtype {array.dtype}")
+        return tuple(int(k) for k in array.reshape(-1))
+    if is_int(offsets):
+        return (int(offsets),)
+    if isinstance(offsets, (str, bytes)) or not isinstance(offsets, Sequence):
+        raise TypeError(
+            f"{name} must be an int or a sequence of ints, got {type(offsets).__name__}: "
+            f"{offsets!r}"
+        )
+    result = []
+    for k in offsets:
+        if isinstance(k, jax.core.Tracer):
+            raise TypeError(f"{name}: {_TRACED_OFFSETS_HELP}")
+        if isinstance(k, (np.ndarray, jax.Array)) and np.ndim(k) == 0:
+            k = np.asarray(k).item()
+        if not is_int(k):
+            raise TypeError(f"{name} must be integers, got {type(k).__name__}: {k!r}")
+        result.append(int(k))
+    return tuple(result)
+
+
+def as_shape(shape: Any) -> tuple[int, int]:
+    """Validates a matrix shape ``(m, n)`` of non-negative ints."""
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or len(shape) != 2:
+        raise ValueError(f"shape must be a pair (m, n) of non-negative ints, got {shape!r}")
+    if not all(is_int(s) for s in shape):
+        raise TypeError(f"shape must be a pair (m, n) of non-negative ints, got {shape!r}")
+    m, n = (int(s) for s in shape)
+    if m < 0 or n < 0:
+        raise ValueError(f"shape must be a pair (m, n) of non-negative ints, got {shape!r}")
+    return m, n
+
+
+def check_dtype(dtype: Any, what: str = "data") -> np.dtype:
+    """Returns ``dtype`` if a DiaMatrix can hold it, else raises a TypeError saying why."""
+    dtype = np.dtype(dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(d.name for d in SUPPORTED_DTYPES)
+        hint = (
+            " Convert integer or bool matrices first, e.g. S.astype(np.float64)."
+            if dtype == np.bool_ or np.issubdtype(dtype, np.integer)
+            else ""
+        )
+        raise TypeError(f"{what} has dtype {dtype.name}; a DiaMatrix holds one of {names}.{hint}")
+    return dtype
+
+
+def _as_data(data: Any) -> Array:
+    if isinstance(data, (jax.Array, jax.core.Tracer)):
+        array = data
+    else:
+        host = np.asarray(data)
+        if host.dtype.kind not in "biufcV" or host.dtype == object:
+            raise TypeError(
+                f"data must be a numeric array of shape (..., n_diags, width), got "
+                f"{type(data).__name__} of dtype {host.dtype}"
+            )
+        check_dtype(host.dtype)
+        array = jnp.asarray(host)
+    check_dtype(array.dtype)
+    if array.ndim < 2:
+        raise ValueError(
+            f"data must have shape (..., n_diags, width) (rank >= 2), got shape {array.shape}"
+        )
+    return array
+
+
+@jax.tree_util.register_pytree_node_class
+class DiaMatrix:
+    """A sparse matrix in DIA (diagonal) format, laid out exactly as SciPy's ``dia_array``.
+
+    ``data[..., k, j]`` holds ``A[j - offsets[k], j]``: a column of ``data`` is a column
+    of the matrix. Slots whose row ``j - offsets[k]`` lies outside ``[0, m)`` are padding:
+    no jaxdia operation reads them.
+
+    A ``DiaMatrix`` is a pytree whose only leaf is ``data``; ``offsets`` and ``shape``
+    are static aux data, so it passes through ``jit``, ``vmap``, ``grad``, ``lax.cond``
+    and ``lax.scan`` with its offsets known at trace time. Leading dimensions of
+    ``data`` are a batch of matrices sharing the offsets (what ``vmap`` produces).
+
+    The constructor canonicalizes: offsets are sorted ascending (``data`` rows permuted
+    to match); ``data`` is padded with zeros or truncated to width ``n`` (as SciPy reads
+    it); offsets entirely outside the matrix (``k <= -m`` or ``k >= n``) hold no entry
+    and are dropped. Matrices are immutable.
+
+    Args:
+      data: array-like of shape ``(..., n_diags, width)`` of a floating or complex dtype.
+      offsets: the diagonals' offsets: an int, a sequence of ints, or a 1-D integer
+        array. They must be static (concrete), and distinct.
+      shape: ``(m, n)``.
+
+    Raises:
+      ValueError: on duplicate offsets, ``data`` of rank < 2, ``n_diags != len(offsets)``
+        or a malformed shape.
+      TypeError: on non-integer or traced offsets, or data of an unsupported dtype.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.DiaMatrix(jnp.array([[1., 2., 3.], [4., 5., 6.]]), (1, 0), (3, 3))
+      >>> A.offsets
+      (0, 1)
+      >>> A.todense()
+      Array([[4., 2., 0.],
+             [0., 5., 3.],
+             [0., 0., 6.]], dtype=float32)
+    """
+
+    __slots__ = ("data", "offsets", "shape")
+    data: Array
+    offsets: tuple[int, ...]
+    shape: tuple[int, int]
+
+    # ``np.ndarray @ A`` must defer to ``A.__rmatmul__`` instead of densifying A.
+    __array_ufunc__ = None
+
+    def __init__(self, data: Any, offsets: Any, shape: Any):
+        shape = as_shape(shape)
+        offsets = as_offsets(offsets)
+        data = _as_data(data)
+        if data.shape[-2] != len(offsets):
+            raise ValueError(
+                f"data has {data.shape[-2]} diagonals (shape {data.shape}) but "
+                f"{len(offsets)} offsets were given: {offsets}"
+            )
+        if len(set(offsets)) != len(offsets):
+            raise ValueError(f"offset array contains duplicate values: {offsets}")
+        m, n = shape
+        order = sorted(range(len(offsets)), key=offsets.__getitem__)
+        kept = [i for i in order if -m < offsets[i] < n]
+        if kept != list(range(len(offsets))):
+            data = data[..., np.asarray(kept, dtype=np.int64), :]
+        width = data.shape[-1]
+        if width < n:
+            data = jnp.pad(data, [(0, 0)] * (data.ndim - 1) + [(0, n - width)])
+        elif width > n:
+            data = data[..., :n]
+        self._set(data, tuple(offsets[i] for i in kept), shape)
+
+    def _set(self, data, offsets, shape) -> None:
+        object.__setattr__(self, "data", data)
+        object.__setattr__(self, "offsets", offsets)
+        object.__setattr__(self, "shape", shape)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("DiaMatrix is immutable; its methods return new matrices")
+
+    # -- pytree ----------------------------------------------------------------------------
+
+    def tree_flatten(self):
+        return (self.data,), (self.offsets, self.shape)
+
+    @classmethod
+    def tree_unflatten(cls, aux_data, children):
+        # JAX unflattens with tracers, None or placeholder objects: do not validate here.
+        matrix = object.__new__(cls)
+        matrix._set(children[0], *aux_data)
+        return matrix
+
+    # -- properties ------------------------------------------------------------------------
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of ``data``."""
+        return np.dtype(self.data.dtype)
+
+    @property
+    def ndim(self) -> int:
+        """Always 2: a batch of matrices is still a matrix with leading batch dims."""
+        return 2
+
+    @property
+    def n_diags(self) -> int:
+        """The number of stored diagonals, ``len(offsets)``."""
+        return len(self.offsets)
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """The leading batch dimensions of ``data`` (``()`` for a single matrix)."""
+        return tuple(self.data.shape[:-2])
+
+    @property
+    def nnz(self) -> int:
+        """Stored in-bounds slots per matrix, as SciPy's ``dia_array.nnz`` counts them.
+
+        Explicit zeros count; padding slots do not.
+        """
+        return int(sum(max(0, stop - start) for start, stop in self._bounds()))
+
+    def _bounds(self):
+        return [diagonal_bounds(k, self.shape) for k in self.offsets]
+
+    def __repr__(self) -> str:
+        batch = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
+        return (
+            f"DiaMatrix(shape={self.shape}, dtype={self.dtype.name}, "
+            f"offsets={self.offsets}{batch})"
+        )
+
+    # -- conversions -----------------------------------------------------------------------
+
+    @classmethod
+    def from_scipy(cls, matrix: Any) -> DiaMatrix:
+        """Converts any ``scipy.sparse`` matrix or array, losslessly.
+
+        A ``dia_array``/``dia_matrix`` keeps its offsets and data (explicit zeros too);
+        other formats go through SciPy's ``todia()`` (duplicate COO entries are summed).
+        float64 input becomes float32 unless ``jax_enable_x64`` is on (JAX's usual rule).
+
+        Example:
+          >>> import scipy.sparse as sp
+          >>> S = sp.diags_array([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(4, 4))
+          >>> A = DiaMatrix.from_scipy(S)
+          >>> A
+          DiaMatrix(shape=(4, 4), dtype=float32, offsets=(-1, 0, 1))
+        """
+        if not sp.issparse(matrix):
+            raise TypeError(
+                f"from_scipy expects a scipy.sparse matrix or array, got {type(matrix).__name__}"
+            )
+        if matrix.ndim != 2:
+            raise ValueError(f"from_scipy expects a 2-D sparse matrix, got shape {matrix.shape}")
+        check_dtype(matrix.dtype, "the scipy matrix")
+        if matrix.format != "dia":
+            matrix = matrix.todia()
+        return cls(matrix.data, matrix.offsets, matrix.shape)
+
+    def to_scipy(self) -> sp.dia_array:
+        """Returns a ``scipy.sparse.dia_array`` with the same offsets and data.
+
+        For a ``dia_matrix``, wrap it: ``scipy.sparse.dia_matrix(A.to_scipy())``. SciPy has
+        no 16-bit float types: bfloat16 and float16 matrices come back as float32.
+
+        Example:
+          >>> import numpy as np
+          >>> A = DiaMatrix(np.ones((1, 3), np.float32), 0, (3, 3))
+          >>> A.to_scipy().toarray()
+          array([[1., 0., 0.],
+                 [0., 1., 0.],
+                 [0., 0., 1.]], dtype=float32)
+        """
+        if self.batch_shape:
+            raise ValueError(
+                f"to_scipy converts one matrix; this one has batch shape {self.batch_shape}. "
+                "Convert each matrix, e.g. DiaMatrix(A.data[i], A.offsets, A.shape).to_scipy()."
+            )
+        data = np.asarray(self.data)
+        if data.dtype.itemsize == 2 and data.dtype.kind != "c":
+            data = data.astype(np.float32)
+        return sp.dia_array((data, np.asarray(self.offsets, dtype=np.int32)), shape=self.shape)
+
+    @classmethod
+    def from_dense(cls, dense: Any, offsets: Any = None) -> DiaMatrix:
+        """Builds a DiaMatrix from a dense ``(..., m, n)`` array.
+
+        Args:
+          dense: the matrix (or a batch of matrices).
+          offsets: the diagonals to keep. If None, every diagonal holding a nonzero (in
+            any batch member) is kept, which needs a concrete ``dense``; under ``jit`` pass
+            offsets explicitly. Elements on diagonals not listed are dropped.
+
+        Example:
+          >>> import numpy as np
+          >>> A = DiaMatrix.from_dense(np.array([[1., 2.], [0., 3.]]))
+          >>> A.offsets
+          (0, 1)
+        """
+        if offsets is None:
+            if isinstance(dense, jax.core.Tracer):
+                raise ValueError(
+                    "from_dense(M) finds the nonzero diagonals of a concrete M; under jit/vmap "
+                    "M is traced, so pass the offsets explicitly: from_dense(M, offsets=...)."
+                )
+            host = np.asarray(dense)
+            if host.ndim < 2:
+                raise ValueError(f"dense must have shape (..., m, n), got shape {host.shape}")
+            offsets = nonzero_offsets(host)
+        else:
+            offsets = as_offsets(offsets)
+        array = dense if isinstance(dense, (jax.Array, jax.core.Tracer)) else np.asarray(dense)
+        if array.ndim < 2:
+            raise ValueError(f"dense must have shape (..., m, n), got shape {array.shape}")
+        check_dtype(array.dtype, "dense")
+        m, n = array.shape[-2:]
+        if len(set(offsets)) != len(offsets):
+            raise ValueError(f"offset array contains duplicate values: {offsets}")
+        offsets = tuple(sorted(k for k in offsets if -m < k < n))
+        return cls(dense_to_dia(jnp.asarray(array), offsets), offsets, (m, n))
+
+    def todense(self) -> Array:
+        """The dense ``(..., m, n)`` JAX array (batch dims kept)."""
+        return dia_to_dense(self.data, self.offsets, self.shape)
+
+    toarray = todense
+
+    def to_bcoo(self) -> jsparse.BCOO:
+        """A ``jax.experimental.sparse.BCOO`` holding every in-bounds slot (zeros too).
+
+        Batched matrices give a BCOO with ``n_batch = len(batch_shape)``.
+        """
+        diag, row, col = in_bounds_slots(self.offsets, self.shape)
+        values = self.data[..., diag, col]
+        indices = np.stack([row, col], axis=1).astype(np.int32)
+        indices = jnp.broadcast_to(indices, (*self.batch_shape, *indices.shape))
+        return jsparse.BCOO((values, indices), shape=(*self.batch_shape, *self.shape))
+
+    @classmethod
+    def from_bcoo(cls, matrix: jsparse.BCOO, offsets: Any = None) -> DiaMatrix:
+        """Converts an unbatched 2-D ``BCOO`` (duplicate entries are summed).
+
+        Args:
+          matrix: the BCOO matrix (``n_batch == n_dense == 0``).
+          offsets: the diagonals to store. If None they are read from the (then
+            necessarily concrete) indices, and every entry is kept. With explicit offsets
+            under ``jit``, entries on other diagonals cannot be checked and are dropped.
+        """
+        if not isinstance(matrix, jsparse.BCOO):
+            raise TypeError(f"from_bcoo expects a BCOO, got {type(matrix).__name__}")
+        if matrix.n_batch or matrix.n_dense or matrix.ndim != 2:
+            raise ValueError(
+                "from_bcoo supports unbatched 2-D BCOO matrices (n_batch == n_dense == 0), "
+                f"got shape {matrix.shape}, n_batch={matrix.n_batch}, n_dense={matrix.n_dense}"
+            )
+        m, n = matrix.shape
+        indices = matrix.indices
+        concrete = not isinstance(indices, jax.core.Tracer)
+        if concrete:
+            host = np.asarray(indices)
+            valid = (host[:, 0] < m) & (host[:, 1] < n)  # BCOO pads with out-of-range indices
+            found = set((host[valid, 1] - host[valid, 0]).tolist())
+        if offsets is None:
+            if not concrete:
+                raise ValueError(
+                    "from_bcoo needs concrete indices to find the offsets; under jit pass "
+                    "offsets=... explicitly."
+                )
+            offsets = tuple(sorted(found))
+        else:
+            offsets = tuple(sorted(as_offsets(offsets)))
+            if concrete and not found <= set(offsets):
+                raise ValueError(
+                    f"the BCOO matrix has entries on diagonals {sorted(found - set(offsets))} "
+                    f"that are not among offsets={offsets}"
+                )
+        offsets = tuple(k for k in offsets if -m < k < n)
+        rows, cols = indices[:, 0], indices[:, 1]
+        table = jnp.asarray(offsets, dtype=indices.dtype)
+        slot = jnp.searchsorted(table, cols - rows)
+        on_diagonal = (rows < m) & (cols < n) & (table[jnp.minimum(slot, len(offsets) - 1)] == cols - rows)
+        values = jnp.where(on_diagonal, matrix.data, 0)
+        data = jnp.zeros((len(offsets), n), matrix.dtype)
+        data = data.at[jnp.where(on_diagonal, slot, 0), jnp.where(on_diagonal, cols, 0)].add(values)
+        return cls(data, offsets, (m, n))
+
+    # -- products --------------------------------------------------------------------------
+
+    def __matmul__(self, other: Any) -> Array:
+        if isinstance(other, DiaMatrix):
+            return NotImplemented
+        return dia_matmul(self.data, self.offsets, self.shape, other)
+
+    def __rmatmul__(self, other: Any) -> Array:
+        return dia_rmatmul(self.data, self.offsets, self.shape, other)
+
+    def dot(self, other: Any) -> Array:
+        """``A @ other`` (SciPy's spelling)."""
+        return self @ other
+
+
+def matmul(A: DiaMatrix, X: Any, *, implementation: str | None = None) -> Array:
+    """``A @ X`` with a choice of implementation.
+
+    Follows ``jnp.matmul``'s rules with ``A`` as an array of shape
+    ``A.batch_shape + A.shape``: a 1-D ``X`` of length ``n`` is a vector, an N-D ``X`` is
+    a stack of ``(n, c)`` matrices whose batch dims broadcast with ``A.batch_shape``.
+    dtypes promote with JAX's rules; bfloat16/float16 products accumulate in float32.
+
+    Args:
+      A: the sparse matrix.
+      X: the dense right-hand side.
+      implementation: None picks the best for the platform (Pallas kernels on GPU/TPU,
+        XLA on CPU); ``"xla"`` or ``"pallas"`` force one, and a forced choice that
+        cannot run on the platform raises when the computation is lowered.
+
+    Example:
+      >>> import numpy as np, jaxdia
+      >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
+      >>> jaxdia.matmul(A, np.ones(3), implementation="xla")
+      Array([-1.,  0., -1.], dtype=float32)
+    """
+    if not isinstance(A, DiaMatrix):
+        raise TypeError(f"matmul expects a DiaMatrix as A, got {type(A).__name__}")
+    return dia_matmul(A.data, A.offsets, A.shape, X, implementation=implementation)
+

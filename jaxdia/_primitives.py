@@ -1,0 +1,213 @@
+"""The two bilinear JAX primitives behind every DIA product.
+
+* ``dia_spmm(data, x; offsets, shape, transpose)``: ``A @ x``, or ``A^T @ x`` reading the
+  same ``data`` (plain transpose, no conjugation).
+* ``dia_sddmm(g, x; offsets, shape)``: ``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]``
+  in bounds, 0 in padding slots: the cotangent of ``data``.
+
+Each is linear in each argument, and the transpose of one is the other, so
+``ad.defbilinear`` gives JVP and transpose rules that close under any order of
+differentiation (see DESIGN.md §3 for the designs that did not). Batching rules fold a
+batch of ``x`` alone into columns and otherwise give the operands a leading batch axis
+(the primitives accept batch dims of equal rank that broadcast). Lowering is chosen per
+platform: the Pallas kernels (``_pallas_triton`` on cuda/rocm, ``_pallas_tpu`` on tpu,
+imported only when lowering for those platforms) where they support the dtype, else the
+XLA implementation of ``_xla``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import partial
+
+import numpy as np
+from jax import numpy as jnp
+from jax._src import dispatch
+from jax.extend.core import Primitive
+from jax.interpreters import ad, batching, mlir
+from jax.core import ShapedArray
+
+from ._xla import sddmm_xla, spmm_xla
+
+IMPLEMENTATIONS = (None, "xla", "pallas")
+
+_XLA_IMPLS = {"spmm": spmm_xla, "sddmm": sddmm_xla}
+
+# Platform -> module holding Pallas kernels named like the primitives ("spmm", "sddmm")
+# and a ``supports(dtype)`` predicate.
+_KERNEL_MODULES = {
+    "cuda": "jaxdia._pallas_triton",
+    "rocm": "jaxdia._pallas_triton",
+    "tpu": "jaxdia._pallas_tpu",
+}
+
+spmm_p = Primitive("dia_spmm")
+sddmm_p = Primitive("dia_sddmm")
+
+
+def spmm(data, x, *, offsets, shape, transpose=False, implementation=None):
+    """``A @ x`` (``transpose=False``) or ``A^T @ x`` through the ``dia_spmm`` primitive."""
+    return spmm_p.bind(
+        data, x, offsets=offsets, shape=shape, transpose=transpose, implementation=implementation
+    )
+
+
+def sddmm(g, x, *, offsets, shape, implementation=None):
+    """The data cotangent ``D`` through the ``dia_sddmm`` primitive."""
+    return sddmm_p.bind(g, x, offsets=offsets, shape=shape, implementation=implementation)
+
+
+# -- abstract evaluation -------------------------------------------------------------------
+
+
+def _batch_shape(a, b, what):
+    if len(a.shape) != len(b.shape):
+        raise ValueError(f"{what}: operand ranks differ: {a.shape} and {b.shape}")
+    try:
+        return tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    except ValueError:
+        raise ValueError(
+            f"{what}: batch dims do not broadcast: {a.shape} and {b.shape}"
+        ) from None
+
+
+def _spmm_abstract_eval(data, x, *, offsets, shape, transpose, implementation):
+    m, n = shape
+    if data.shape[-2:] != (len(offsets), n):
+        raise ValueError(f"dia_spmm: data shape {data.shape} does not match {offsets}, {shape}")
+    if x.shape[-2] != (m if transpose else n):
+        raise ValueError(f"dia_spmm: x shape {x.shape} does not match {shape} (transpose={transpose})")
+    if data.dtype != x.dtype:
+        raise TypeError(f"dia_spmm: dtypes differ: {data.dtype} and {x.dtype}")
+    batch = _batch_shape(data, x, "dia_spmm")
+    return ShapedArray((*batch, n if transpose else m, x.shape[-1]), x.dtype)
+
+
+def _sddmm_abstract_eval(g, x, *, offsets, shape, implementation):
+    m, n = shape
+    if g.shape[-2] != m or x.shape[-2] != n or g.shape[-1] != x.shape[-1]:
+        raise ValueError(f"dia_sddmm: g {g.shape} and x {x.shape} do not match {shape}")
+    if g.dtype != x.dtype:
+        raise TypeError(f"dia_sddmm: dtypes differ: {g.dtype} and {x.dtype}")
+    batch = _batch_shape(g, x, "dia_sddmm")
+    return ShapedArray((*batch, len(offsets), n), x.dtype)
+
+
+spmm_p.def_abstract_eval(_spmm_abstract_eval)
+sddmm_p.def_abstract_eval(_sddmm_abstract_eval)
+spmm_p.def_impl(partial(dispatch.apply_primitive, spmm_p))
+sddmm_p.def_impl(partial(dispatch.apply_primitive, sddmm_p))
+
+
+# -- differentiation: bilinear, each primitive transposes to the other -----------------------
+
+
+def _unbroadcast(value, aval):
+    """Sums ``value`` over the batch dims that the operand ``aval`` broadcast."""
+    axes = tuple(
+        i for i, (have, want) in enumerate(zip(value.shape, aval.shape)) if want == 1 and have != 1
+    )
+    return value.sum(axis=axes, keepdims=True) if axes else value
+
+
+def _spmm_transpose_data(ct, data, x, *, offsets, shape, transpose, implementation):
+    g, y = (x, ct) if transpose else (ct, x)
+    d = sddmm(g, y, offsets=offsets, shape=shape, implementation=implementation)
+    return _unbroadcast(d, data.aval)
+
+
+def _spmm_transpose_x(ct, data, x, *, offsets, shape, transpose, implementation):
+    y = spmm(
+        data, ct, offsets=offsets, shape=shape, transpose=not transpose,
+        implementation=implementation,
+    )
+    return _unbroadcast(y, x.aval)
+
+
+def _sddmm_transpose_g(ct, g, x, *, offsets, shape, implementation):
+    y = spmm(ct, x, offsets=offsets, shape=shape, transpose=False, implementation=implementation)
+    return _unbroadcast(y, g.aval)
+
+
+def _sddmm_transpose_x(ct, g, x, *, offsets, shape, implementation):
+    y = spmm(ct, g, offsets=offsets, shape=shape, transpose=True, implementation=implementation)
+    return _unbroadcast(y, x.aval)
+
+
+ad.defbilinear(spmm_p, _spmm_transpose_data, _spmm_transpose_x)
+ad.defbilinear(sddmm_p, _sddmm_transpose_g, _sddmm_transpose_x)
+
+
+# -- batching ------------------------------------------------------------------------------
+
+
+def _leading_batch(args, dims):
+    """Moves each mapped axis to the front; unmapped operands get a size-1 front axis."""
+    return [
+        jnp.expand_dims(a, 0) if d is None else jnp.moveaxis(a, d, 0)
+        for a, d in zip(args, dims)
+    ]
+
+
+def _spmm_batch(args, dims, **params):
+    data, x = args
+    data_dim, x_dim = dims
+    if data_dim is None:
+        # A batch of right-hand sides alone is just more columns.
+        x = jnp.moveaxis(x, x_dim, -2)
+        batch_size, columns = x.shape[-2:]
+        x = x.reshape(*x.shape[:-2], batch_size * columns)
+        y = spmm_p.bind(data, x, **params)
+        return y.reshape(*y.shape[:-1], batch_size, columns), y.ndim - 1
+    return spmm_p.bind(*_leading_batch(args, dims), **params), 0
+
+
+def _sddmm_batch(args, dims, **params):
+    return sddmm_p.bind(*_leading_batch(args, dims), **params), 0
+
+
+batching.primitive_batchers[spmm_p] = _spmm_batch
+batching.primitive_batchers[sddmm_p] = _sddmm_batch
+
+
+# -- lowering ------------------------------------------------------------------------------
+
+
+def choose_implementation(name: str, platform: str | None, dtype, implementation):
+    """The function that computes primitive ``name`` on ``platform`` for ``dtype``.
+
+    Raises:
+      ValueError: when ``implementation="pallas"`` was forced where no kernel runs.
+    """
+    if implementation == "xla":
+        return _XLA_IMPLS[name]
+    kernel = None
+    module_name = _KERNEL_MODULES.get(platform or "")
+    if module_name is not None:
+        module = importlib.import_module(module_name)
+        if module.supports(dtype):
+            kernel = getattr(module, name, None)
+    if kernel is not None:
+        return kernel
+    if implementation == "pallas":
+        raise ValueError(
+            f"implementation='pallas' was requested, but there is no Pallas {name} kernel for "
+            f"dtype {np.dtype(dtype).name} on platform {platform or 'cpu'!r} (Pallas kernels "
+            "run on cuda/rocm, and on tpu for float32/bfloat16 products). Use "
+            "implementation=None to pick the best available, or 'xla'."
+        )
+    return _XLA_IMPLS[name]
+
+
+def _lowering_rule(name, platform):
+    def rule(ctx, *args, implementation, **params):
+        fn = choose_implementation(name, platform, ctx.avals_in[0].dtype, implementation)
+        return mlir.lower_fun(partial(fn, **params), multiple_results=False)(ctx, *args)
+
+    return rule
+
+
+for _name, _prim in (("spmm", spmm_p), ("sddmm", sddmm_p)):
+    mlir.register_lowering(_prim, _lowering_rule(_name, None))
+    for _platform in _KERNEL_MODULES:
+        mlir.register_lowering(_prim, _lowering_rule(_name, _platform), platform=_platform)
