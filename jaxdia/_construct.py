@@ -7,7 +7,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from ._matrix import DiaMatrix, as_offsets, as_shape, check_dtype, is_int
+from ._dtypes import check_dtype
+from ._matrix import DiaMatrix, as_offsets, as_shape, is_int
 
 
 def _default_dtype(dtype: Any) -> np.dtype:
@@ -88,8 +89,8 @@ def diags(diagonals: Any, offsets: Any = 0, shape: Any = None, dtype: Any = None
 def eye(m: int, n: int | None = None, k: int = 0, dtype: Any = None) -> DiaMatrix:
     """The ``(m, n)`` matrix with ones on diagonal ``k``, like ``scipy.sparse.eye_array``.
 
-    A ``k`` outside the matrix gives a matrix with no stored diagonal (SciPy stores an
-    empty one). ``dtype`` defaults to JAX's default float dtype (float32 unless x64 is
+    As in SciPy, ``k`` may lie just outside the matrix (``k == n`` or ``k == -m``: no
+    stored diagonal), and farther out raises ValueError. ``dtype`` defaults to JAX's default float dtype (float32 unless x64 is
     on; SciPy's default is float64).
 
     Example:
@@ -98,12 +99,7 @@ def eye(m: int, n: int | None = None, k: int = 0, dtype: Any = None) -> DiaMatri
       Array([[0., 1., 0.],
              [0., 0., 1.]], dtype=float32)
     """
-    m, n = as_shape((m, m if n is None else n))
     if not is_int(k):
         raise TypeError(f"k must be an int, got {type(k).__name__}: {k!r}")
-    k = int(k)
-    dtype = check_dtype(jnp.result_type(float) if dtype is None else dtype, "dtype")
-    if not -m < k < n:
-        return DiaMatrix(jnp.zeros((0, n), dtype), (), (m, n))
-    return DiaMatrix(jnp.ones((1, n), dtype), (k,), (m, n))
-
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    return diags([jnp.ones(1, check_dtype(dtype, "dtype"))], [k], (m, m if n is None else n))

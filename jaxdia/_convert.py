@@ -54,6 +54,6 @@ def dense_to_dia(dense: Array, offsets: tuple[int, ...]) -> Array:
 
 def nonzero_offsets(dense: np.ndarray) -> tuple[int, ...]:
     """Offsets of the diagonals holding a nonzero in a concrete ``(..., m, n)`` array."""
-    mask = np.asarray(dense != 0).reshape(-1, *dense.shape[-2:]).any(axis=0)
-    rows, cols = np.nonzero(mask)
+    mask = np.asarray(dense != 0)
+    rows, cols = np.nonzero(mask.any(axis=tuple(range(mask.ndim - 2))))
     return tuple(int(k) for k in np.unique(cols - rows))

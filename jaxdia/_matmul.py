@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from ._dtypes import is_numeric
 from ._primitives import IMPLEMENTATIONS, spmm
 
 
@@ -26,7 +27,7 @@ def check_implementation(implementation: Any) -> None:
 def _as_operand(x: Any, name: str) -> Array:
     if not isinstance(x, (jax.Array, jax.core.Tracer)):
         host = np.asarray(x)
-        if host.dtype.kind not in "biufc":
+        if not is_numeric(host.dtype):
             raise TypeError(
                 f"{name} must be a numeric array, got {type(x).__name__}"
                 + (f" of dtype {host.dtype}" if host.dtype != object else "")

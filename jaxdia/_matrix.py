@@ -12,16 +12,10 @@ import scipy.sparse as sp
 from jax import Array
 from jax.experimental import sparse as jsparse
 
+from ._dtypes import check_dtype, is_numeric
 from ._convert import dense_to_dia, dia_to_dense, in_bounds_slots, nonzero_offsets
 from ._matmul import dia_matmul, dia_rmatmul
 from ._xla import diagonal_bounds
-
-#: dtypes a DiaMatrix can hold. Integer and bool matrices are rejected: convert them with
-#: ``.astype`` first (the products, gradients and kernels are defined for inexact types).
-SUPPORTED_DTYPES = tuple(
-    np.dtype(d)
-    for d in (jnp.bfloat16, np.float16, np.float32, np.float64, np.complex64, np.complex128)
-)
 
 _TRACED_OFFSETS_HELP = (
     "offsets must be static Python ints, but a traced JAX array was given (inside jit, "
@@ -65,6 +59,12 @@ def as_offsets(offsets: Any, name: str = "offsets") -> tuple[int, ...]:
     return tuple(result)
 
 
+def holds_entries(offset: int, shape: tuple[int, int]) -> bool:
+    """Whether diagonal ``offset`` has at least one slot inside an ``shape`` matrix."""
+    start, stop = diagonal_bounds(offset, shape)
+    return start < stop
+
+
 def as_shape(shape: Any) -> tuple[int, int]:
     """Validates a matrix shape ``(m, n)`` of non-negative ints."""
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or len(shape) != 2:
@@ -77,26 +77,12 @@ def as_shape(shape: Any) -> tuple[int, int]:
     return m, n
 
 
-def check_dtype(dtype: Any, what: str = "data") -> np.dtype:
-    """Returns ``dtype`` if a DiaMatrix can hold it, else raises a TypeError saying why."""
-    dtype = np.dtype(dtype)
-    if dtype not in SUPPORTED_DTYPES:
-        names = ", ".join(d.name for d in SUPPORTED_DTYPES)
-        hint = (
-            " Convert integer or bool matrices first, e.g. S.astype(np.float64)."
-            if dtype == np.bool_ or np.issubdtype(dtype, np.integer)
-            else ""
-        )
-        raise TypeError(f"{what} has dtype {dtype.name}; a DiaMatrix holds one of {names}.{hint}")
-    return dtype
-
-
 def _as_data(data: Any) -> Array:
     if isinstance(data, (jax.Array, jax.core.Tracer)):
         array = data
     else:
         host = np.asarray(data)
-        if host.dtype.kind not in "biufcV" or host.dtype == object:
+        if not is_numeric(host.dtype):
             raise TypeError(
                 f"data must be a numeric array of shape (..., n_diags, width), got "
                 f"{type(data).__name__} of dtype {host.dtype}"
@@ -126,8 +112,9 @@ class DiaMatrix:
 
     The constructor canonicalizes: offsets are sorted ascending (``data`` rows permuted
     to match); ``data`` is padded with zeros or truncated to width ``n`` (as SciPy reads
-    it); offsets entirely outside the matrix (``k <= -m`` or ``k >= n``) hold no entry
-    and are dropped. Matrices are immutable.
+    it); offsets of diagonals with no slot inside the matrix (``k <= -m`` or ``k >= n``,
+    or any offset when ``m`` or ``n`` is 0) hold no entry and are dropped. Matrices
+    are immutable.
 
     Args:
       data: array-like of shape ``(..., n_diags, width)`` of a floating or complex dtype.
@@ -171,12 +158,11 @@ class DiaMatrix:
             )
         if len(set(offsets)) != len(offsets):
             raise ValueError(f"offset array contains duplicate values: {offsets}")
-        m, n = shape
         order = sorted(range(len(offsets)), key=offsets.__getitem__)
-        kept = [i for i in order if -m < offsets[i] < n]
+        kept = [i for i in order if holds_entries(offsets[i], shape)]
         if kept != list(range(len(offsets))):
             data = data[..., np.asarray(kept, dtype=np.int64), :]
-        width = data.shape[-1]
+        width, n = data.shape[-1], shape[1]
         if width < n:
             data = jnp.pad(data, [(0, 0)] * (data.ndim - 1) + [(0, n - width)])
         elif width > n:
@@ -330,7 +316,7 @@ class DiaMatrix:
         m, n = array.shape[-2:]
         if len(set(offsets)) != len(offsets):
             raise ValueError(f"offset array contains duplicate values: {offsets}")
-        offsets = tuple(sorted(k for k in offsets if -m < k < n))
+        offsets = tuple(sorted(k for k in offsets if holds_entries(k, (m, n))))
         return cls(dense_to_dia(jnp.asarray(array), offsets), offsets, (m, n))
 
     def todense(self) -> Array:
@@ -388,7 +374,7 @@ class DiaMatrix:
                     f"the BCOO matrix has entries on diagonals {sorted(found - set(offsets))} "
                     f"that are not among offsets={offsets}"
                 )
-        offsets = tuple(k for k in offsets if -m < k < n)
+        offsets = tuple(k for k in offsets if holds_entries(k, (m, n)))
         rows, cols = indices[:, 0], indices[:, 1]
         table = jnp.asarray(offsets, dtype=indices.dtype)
         slot = jnp.searchsorted(table, cols - rows)

@@ -25,7 +25,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from ._convert import in_bounds_slots
-from ._matrix import DiaMatrix
+from ._matrix import DiaMatrix, holds_entries
 
 __all__ = ["batch_shapes", "dia_matrices", "dtypes", "offsets", "random_values", "shapes"]
 
@@ -63,7 +63,7 @@ def offsets(
     """
     m, n = shape
     low, high = (-m - 2, n + 2) if out_of_range else (-m + 1, n - 1)
-    if high < low:
+    if high < low or not (out_of_range or m and n):
         return st.just(())
     extremes = [k for k in (-m + 1, 0, n - 1) if low <= k <= high]
     element = st.one_of(st.sampled_from(extremes), st.integers(low, high)) if extremes else (
@@ -122,7 +122,7 @@ def dia_matrices(
     data = random_values(rng, (*batch_shape, len(diagonal_offsets), shape[1]), dtype)
     if padding != "random":
         mask = np.ones(data.shape[-2:], bool)
-        inside = [k for k, o in enumerate(diagonal_offsets) if -shape[0] < o < shape[1]]
+        inside = [k for k, o in enumerate(diagonal_offsets) if holds_entries(o, shape)]
         diag, _, col = in_bounds_slots(tuple(diagonal_offsets[k] for k in inside), shape)
         mask[np.asarray(inside, np.int64)[diag], col] = False
         data[..., mask] = np.nan if padding == "nan" else 0

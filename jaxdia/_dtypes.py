@@ -1,0 +1,35 @@
+"""The dtypes jaxdia accepts, and the checks that say so."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+
+#: dtypes a DiaMatrix can hold. Integer and bool matrices are rejected: convert them with
+#: ``.astype`` first (the products, gradients and kernels are defined for inexact types).
+SUPPORTED_DTYPES = tuple(
+    np.dtype(d)
+    for d in (jnp.bfloat16, np.float16, np.float32, np.float64, np.complex64, np.complex128)
+)
+
+
+def is_numeric(dtype: Any) -> bool:
+    """Whether ``dtype`` is a bool, integer, floating (bfloat16 included) or complex type."""
+    dtype = np.dtype(dtype)
+    return dtype == np.bool_ or bool(jnp.issubdtype(dtype, jnp.number))
+
+
+def check_dtype(dtype: Any, what: str = "data") -> np.dtype:
+    """Returns ``dtype`` if a DiaMatrix can hold it, else raises a TypeError saying why."""
+    dtype = np.dtype(dtype)
+    if dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(d.name for d in SUPPORTED_DTYPES)
+        hint = (
+            " Convert integer or bool matrices first, e.g. S.astype(np.float64)."
+            if dtype == np.bool_ or np.issubdtype(dtype, np.integer)
+            else ""
+        )
+        raise TypeError(f"{what} has dtype {dtype.name}; a DiaMatrix holds one of {names}.{hint}")
+    return dtype

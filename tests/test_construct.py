@@ -1,0 +1,106 @@
+"""jaxdia.diags and jaxdia.eye against scipy.sparse.diags_array and eye_array."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jaxdia
+from jaxdia.testing import offsets, shapes
+
+
+@st.composite
+def diags_arguments(draw):
+    shape = draw(shapes(max_side=8, min_side=1))
+    drawn = draw(offsets(shape, max_diags=4))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    m, n = shape
+    diagonals = []
+    for k in drawn:
+        length = min(m + k, n - k, min(m, n))
+        size = draw(st.sampled_from([1, length, length + 2]))  # broadcast, exact, truncated
+        diagonals.append(rng.standard_normal(size))
+    return diagonals, list(drawn), shape
+
+
+@given(diags_arguments())
+def test_diags_matches_scipy(arguments):
+    diagonals, drawn, shape = arguments
+    if drawn:
+        expected = sp.diags_array(diagonals, offsets=drawn, shape=shape, dtype=None).toarray()
+    else:  # SciPy refuses an empty list of diagonals; jaxdia gives the zero matrix
+        expected = np.zeros(shape)
+    A = jaxdia.diags(diagonals, offsets=drawn, shape=shape)
+    assert A.dtype == np.float64
+    np.testing.assert_array_equal(A.todense(), expected)
+
+
+def test_diags_shape_inference_and_scalar_offset():
+    np.testing.assert_array_equal(
+        jaxdia.diags([1.0, 2.0, 3.0], 1).todense(),
+        sp.diags_array([1.0, 2.0, 3.0], offsets=1).toarray(),
+    )
+    diagonals = [[1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0], [1.0, 2.0]]
+    np.testing.assert_array_equal(
+        jaxdia.diags(diagonals, offsets=[0, -1, 2]).todense(),
+        sp.diags_array(diagonals, offsets=[0, -1, 2]).toarray(),
+    )
+
+
+def test_diags_dtypes():
+    assert jaxdia.diags([1, 2], 0).dtype == jnp.result_type(float)  # integers become float
+    assert jaxdia.diags([1j, 2], 0).dtype == np.complex128
+    assert jaxdia.diags([1.0, 2.0], 0, dtype=jnp.bfloat16).dtype == jnp.bfloat16
+    with pytest.raises(TypeError, match="int32"):
+        jaxdia.diags([1.0], 0, dtype=np.int32)
+
+
+def test_diags_under_jit_and_grad():
+    f = jax.jit(lambda d: jaxdia.diags([d, 2 * d], offsets=[0, 1], shape=(3, 3)).todense())
+    np.testing.assert_array_equal(
+        f(jnp.arange(1.0, 4.0)), sp.diags_array([[1.0, 2, 3], [2.0, 4]], offsets=[0, 1]).toarray()
+    )
+    grad = jax.grad(lambda d: jaxdia.diags([d], offsets=[1], shape=(3, 3)).todense().sum())
+    np.testing.assert_array_equal(grad(jnp.ones(5)), [1, 1, 0, 0, 0])
+
+
+@pytest.mark.parametrize(
+    "diagonals, kwargs, match",
+    [
+        ([[1.0], [2.0]], {"offsets": 0}, "Different number of diagonals and offsets"),
+        ([[1.0], [2.0]], {"offsets": [0]}, "Different number of diagonals and offsets"),
+        ([[1.0]], {"offsets": [5], "shape": (3, 3)}, r"Offset 5 \(index 0\) out of bounds"),
+        ([[1.0, 2.0]], {"offsets": [0], "shape": (3, 3)}, "does not agree with array size"),
+        ([[1.0], [2.0]], {"offsets": [0, 0], "shape": (3, 3)}, "duplicate"),
+    ],
+)
+def test_diags_errors_like_scipy(diagonals, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        sp.diags_array(diagonals, **kwargs)
+    with pytest.raises(ValueError, match=match):
+        jaxdia.diags(diagonals, **kwargs)
+
+
+@given(st.integers(0, 6), st.integers(0, 6), st.integers(-7, 7))
+def test_eye_matches_scipy(m, n, k):
+    if not -m <= k <= n:
+        with pytest.raises(ValueError, match="out of bounds"):
+            sp.eye_array(m, n, k=k)
+        with pytest.raises(ValueError, match="out of bounds"):
+            jaxdia.eye(m, n, k=k)
+        return
+    A = jaxdia.eye(m, n, k=k, dtype=np.float64)
+    np.testing.assert_array_equal(A.todense(), sp.eye_array(m, n, k=k).toarray())
+    assert A.nnz == np.count_nonzero(sp.eye_array(m, n, k=k).toarray())
+
+
+def test_eye_defaults_and_errors():
+    A = jaxdia.eye(3)
+    assert A.shape == (3, 3) and A.offsets == (0,) and A.dtype == jnp.result_type(float)
+    with pytest.raises(TypeError, match="k must be an int"):
+        jaxdia.eye(3, k=0.5)
+    with pytest.raises(ValueError, match="non-negative"):
+        jaxdia.eye(-1)

@@ -1,0 +1,332 @@
+"""DiaMatrix: canonical form, properties, conversions, pytree behaviour, validation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given
+from hypothesis import strategies as st
+from jax import lax
+from jax.experimental import sparse as jsparse
+
+import jaxdia
+from jaxdia.testing import dia_matrices, dtypes, offsets, shapes
+
+from .helpers import dense_f64
+
+
+def in_bounds_mask(A):
+    """True at every in-bounds slot of A.data (NumPy oracle)."""
+    m, n = A.shape
+    cols = np.arange(n)
+    rows = cols[None, :] - np.asarray(A.offsets, dtype=np.int64).reshape(-1, 1)
+    return (rows >= 0) & (rows < m)
+
+
+def assert_same_matrix(A, B):
+    """Equal offsets, shape, and equal in-bounds data (padding ignored)."""
+    assert A.offsets == B.offsets and A.shape == B.shape
+    mask = in_bounds_mask(A)
+    np.testing.assert_array_equal(np.asarray(A.data)[..., mask], np.asarray(B.data)[..., mask])
+
+
+# -- canonical form ---------------------------------------------------------------------------
+
+
+def test_offsets_sorted_and_data_permuted():
+    data = np.arange(12.0).reshape(3, 4)
+    A = jaxdia.DiaMatrix(data, (2, -1, 0), (4, 4))
+    assert A.offsets == (-1, 0, 2)
+    np.testing.assert_array_equal(A.data, data[[1, 2, 0]])
+    np.testing.assert_array_equal(A.todense(), sp.dia_array((data, [2, -1, 0]), shape=(4, 4)).toarray())
+
+
+@pytest.mark.parametrize("width", [2, 5, 9])
+def test_width_padded_or_truncated_as_scipy_reads_it(width):
+    data = np.arange(1.0, 2 * width + 1).reshape(2, width)
+    A = jaxdia.DiaMatrix(data, (0, 1), (5, 5))
+    assert A.data.shape == (2, 5)
+    np.testing.assert_array_equal(A.todense(), sp.dia_array((data, [0, 1]), shape=(5, 5)).toarray())
+
+
+def test_offsets_outside_matrix_are_dropped():
+    data = np.ones((4, 3))
+    A = jaxdia.DiaMatrix(data, (-4, 3, 0, -2), (4, 3))
+    assert A.offsets == (-2, 0)
+    assert A.data.shape == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "offsets, expected",
+    [
+        (np.array([1, 0]), (0, 1)),
+        ([np.int64(1), np.int32(0)], (0, 1)),
+        (np.int16(1), (1,)),
+        (1, (1,)),
+        (jnp.array([0, 1]), (0, 1)),
+    ],
+)
+def test_offsets_accepted_forms(offsets, expected):
+    A = jaxdia.DiaMatrix(np.ones((len(expected), 3)), offsets, (3, 3))
+    assert A.offsets == expected
+    assert all(type(k) is int for k in A.offsets)
+
+
+@given(dia_matrices(batch_shape=None))
+def test_properties(A):
+    assert A.ndim == 2
+    assert A.dtype == A.data.dtype
+    assert A.n_diags == len(A.offsets) == A.data.shape[-2]
+    assert A.data.shape == (*A.batch_shape, A.n_diags, A.shape[1])
+    assert list(A.offsets) == sorted(set(A.offsets))
+    if not A.batch_shape:
+        assert A.nnz == A.to_scipy().nnz
+    assert repr(A).startswith(f"DiaMatrix(shape={A.shape}, dtype={A.dtype.name}")
+
+
+# -- conversions ------------------------------------------------------------------------------
+
+
+@given(dia_matrices(padding="zero"))
+def test_scipy_round_trip_is_lossless(A):
+    S = A.to_scipy()
+    assert isinstance(S, sp.dia_array)
+    B = jaxdia.DiaMatrix.from_scipy(S)
+    if A.dtype.itemsize == 2:  # SciPy has no 16-bit floats
+        assert S.dtype == np.float32
+        B = jaxdia.DiaMatrix(B.data.astype(A.dtype), B.offsets, B.shape)
+    assert B.dtype == A.dtype
+    assert_same_matrix(A, B)
+    np.testing.assert_array_equal(S.toarray(), dense_f64(A).astype(S.dtype))
+
+
+@pytest.mark.parametrize("fmt", ["csr", "csc", "coo", "lil", "dok", "bsr", "dia"])
+@pytest.mark.parametrize("matrix", [False, True])
+def test_from_scipy_every_format(fmt, matrix):
+    S = sp.random_array((9, 7), density=0.3, format=fmt, rng=1, dtype=np.float64)
+    if matrix:  # the spmatrix flavour of the same format
+        S = getattr(sp, f"{fmt}_matrix")(S)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    np.testing.assert_array_equal(A.todense(), S.toarray())
+    assert A.dtype == np.float64
+
+
+def test_from_scipy_keeps_explicit_zero_diagonals():
+    S = sp.dia_matrix((np.array([[1.0, 2, 3], [0, 0, 0]]), [0, 1]), shape=(3, 3))
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    assert A.offsets == (0, 1)
+    assert A.nnz == S.nnz == 5
+    back = sp.dia_matrix(A.to_scipy())
+    assert isinstance(back, sp.dia_matrix)
+    np.testing.assert_array_equal(back.offsets, S.offsets)
+    np.testing.assert_array_equal(back.data, S.data)
+
+
+def test_from_scipy_sums_duplicate_coo_entries():
+    S = sp.coo_array((np.array([1.0, 2.0]), (np.array([0, 0]), np.array([1, 1]))), shape=(2, 2))
+    np.testing.assert_array_equal(jaxdia.DiaMatrix.from_scipy(S).todense(), [[0, 3], [0, 0]])
+
+
+def test_from_scipy_float64_without_x64_follows_jax_rule():
+    S = sp.eye_array(3, format="dia")
+    with jax.enable_x64(False):
+        A = jaxdia.DiaMatrix.from_scipy(S)
+        assert A.dtype == np.float32
+    np.testing.assert_array_equal(A.todense(), S.toarray())
+
+
+@given(dia_matrices(batch_shape=None))
+def test_todense_matches_numpy_oracle(A):
+    np.testing.assert_array_equal(np.asarray(A.todense()).astype(dense_f64(A).dtype), dense_f64(A))
+
+
+@given(shapes(max_side=9), dtypes(), st.integers(0, 2**32 - 1))
+def test_from_dense_round_trip(shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    M = rng.standard_normal(shape) * (rng.random(shape) < 0.3)
+    M = M.astype(dtype)
+    A = jaxdia.DiaMatrix.from_dense(M)
+    expected = sorted({j - i for i, j in zip(*np.nonzero(M))})
+    assert list(A.offsets) == expected
+    np.testing.assert_array_equal(A.todense(), M)
+
+
+def test_from_dense_batched_uses_union_of_offsets():
+    M = np.zeros((2, 3, 3))
+    M[0, 0, 1] = 1.0
+    M[1, 2, 0] = 2.0
+    A = jaxdia.DiaMatrix.from_dense(M)
+    assert A.offsets == (-2, 1) and A.batch_shape == (2,)
+    np.testing.assert_array_equal(A.todense(), M)
+
+
+def test_from_dense_under_jit_needs_offsets():
+    M = jnp.asarray(np.triu(np.ones((4, 4))))
+    f = jax.jit(lambda M: jaxdia.DiaMatrix.from_dense(M, offsets=(0, 1, 2, 3)).todense())
+    np.testing.assert_array_equal(f(M), M)
+    with pytest.raises(ValueError, match="pass the offsets explicitly"):
+        jax.jit(lambda M: jaxdia.DiaMatrix.from_dense(M))(M)
+
+
+def test_from_dense_explicit_offsets_drop_other_diagonals():
+    M = np.arange(1.0, 10.0).reshape(3, 3)
+    A = jaxdia.DiaMatrix.from_dense(M, offsets=[0, 5])
+    assert A.offsets == (0,)
+    np.testing.assert_array_equal(A.todense(), np.diag(np.diag(M)))
+
+
+@given(dia_matrices(padding="nan"))
+def test_bcoo_round_trip(A):
+    B = A.to_bcoo()
+    assert isinstance(B, jsparse.BCOO)
+    assert B.nse == A.nnz
+    np.testing.assert_array_equal(B.todense(), A.todense())
+    assert_same_matrix(jaxdia.DiaMatrix.from_bcoo(B), jaxdia.DiaMatrix.from_bcoo(B, A.offsets))
+    np.testing.assert_array_equal(jaxdia.DiaMatrix.from_bcoo(B, A.offsets).todense(), A.todense())
+
+
+def test_bcoo_batched_and_jit():
+    A = jaxdia.DiaMatrix(np.arange(12.0).reshape(2, 2, 3), (0, 1), (3, 3))
+    np.testing.assert_array_equal(A.to_bcoo().todense(), A.todense())
+    B = jsparse.BCOO.fromdense(np.asarray(A.todense()[0]))
+    f = jax.jit(lambda B: jaxdia.DiaMatrix.from_bcoo(B, offsets=(0, 1)).todense())
+    np.testing.assert_array_equal(f(B), A.todense()[0])
+    with pytest.raises(ValueError, match="offsets"):
+        jax.jit(lambda B: jaxdia.DiaMatrix.from_bcoo(B).todense())(B)
+    with pytest.raises(ValueError, match=r"diagonals \[1\]"):
+        jaxdia.DiaMatrix.from_bcoo(B, offsets=(0,))
+
+
+def test_dtypes_supported_and_rejected():
+    for dtype in (jnp.bfloat16, np.float16, np.float32, np.float64, np.complex64, np.complex128):
+        assert jaxdia.DiaMatrix(np.ones((1, 2), dtype), 0, (2, 2)).dtype == dtype
+    for dtype in (np.int32, np.int64, np.bool_, np.uint8):
+        with pytest.raises(TypeError, match=r"astype\(np.float64\)"):
+            jaxdia.DiaMatrix(np.ones((1, 2), dtype), 0, (2, 2))
+    with pytest.raises(TypeError, match="int64"):
+        jaxdia.DiaMatrix.from_scipy(sp.eye_array(2, dtype=np.int64))
+
+
+# -- pytree -----------------------------------------------------------------------------------
+
+
+def laplacian(n, scale=1.0):
+    return jaxdia.diags([scale, -2.0 * scale, scale], offsets=[-1, 0, 1], shape=(n, n))
+
+
+def test_pytree_flatten_unflatten():
+    A = laplacian(4)
+    leaves, treedef = jax.tree.flatten(A)
+    assert len(leaves) == 1 and leaves[0] is A.data
+    B = jax.tree.unflatten(treedef, leaves)
+    assert isinstance(B, jaxdia.DiaMatrix) and B.offsets == A.offsets and B.shape == A.shape
+    doubled = jax.tree.map(lambda d: 2 * d, A)
+    np.testing.assert_array_equal(doubled.todense(), 2 * A.todense())
+
+
+def test_jit_argument_and_result_no_recompile():
+    traces = []
+
+    @jax.jit
+    def f(A):
+        traces.append(1)
+        return jax.tree.map(lambda d: d + 1, A)
+
+    A = laplacian(5)
+    out = f(A)
+    assert isinstance(out, jaxdia.DiaMatrix) and out.offsets == A.offsets
+    np.testing.assert_array_equal(out.data, A.data + 1)
+    f(laplacian(5, scale=3.0))  # same offsets and shape: cached
+    f(jaxdia.DiaMatrix(np.ones((3, 5)), np.array([1, -1, 0]), (5, 5)))  # equal after canonical
+    assert len(traces) == 1
+    f(jaxdia.diags([1.0, 1.0], offsets=[0, 2], shape=(5, 5)))  # other offsets: retrace
+    assert len(traces) == 2
+
+
+def test_vmap_over_batched_data():
+    A = jaxdia.DiaMatrix(np.arange(24.0).reshape(4, 2, 3), (0, 1), (3, 3))
+    assert A.batch_shape == (4,)
+    dense = jax.vmap(lambda A: A.todense())(A)
+    np.testing.assert_array_equal(dense, A.todense())
+    out = jax.vmap(lambda s: jax.tree.map(lambda d: s * d, laplacian(3)))(jnp.arange(4.0))
+    assert isinstance(out, jaxdia.DiaMatrix) and out.batch_shape == (4,)
+    np.testing.assert_array_equal(out.todense()[2], 2 * laplacian(3).todense())
+
+
+def test_cond_scan_while_loop():
+    A, B = laplacian(4), laplacian(4, scale=2.0)
+    pick = jax.jit(lambda p, A, B: lax.cond(p, lambda: A, lambda: B))
+    np.testing.assert_array_equal(pick(False, A, B).todense(), B.todense())
+
+    def step(carry, _):
+        return jax.tree.map(lambda d: 2 * d, carry), carry.data.sum()
+
+    final, sums = lax.scan(step, A, length=3)
+    np.testing.assert_array_equal(final.todense(), 8 * A.todense())
+    np.testing.assert_allclose(sums, A.data.sum() * np.array([1, 2, 4]))
+
+    looped = lax.while_loop(
+        lambda c: c[0] < 3, lambda c: (c[0] + 1, jax.tree.map(lambda d: d + 1, c[1])), (0, A)
+    )[1]
+    np.testing.assert_array_equal(looped.data, A.data + 3)
+
+
+def test_immutable():
+    A = laplacian(3)
+    with pytest.raises(AttributeError, match="immutable"):
+        A.offsets = (0,)
+
+
+# -- validation -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data, offsets, shape, error, match",
+    [
+        (np.ones((2, 3)), (0, 0), (3, 3), ValueError, "offset array contains duplicate values"),
+        (np.ones(3), (0,), (3, 3), ValueError, r"rank >= 2"),
+        (np.ones((2, 3)), (0,), (3, 3), ValueError, "2 diagonals .* but 1 offsets"),
+        (np.ones((1, 3)), (0.5,), (3, 3), TypeError, "offsets must be integers, got float"),
+        (np.ones((1, 3)), (True,), (3, 3), TypeError, "offsets must be integers, got bool"),
+        (np.ones((1, 3)), ("0",), (3, 3), TypeError, "offsets must be integers, got str"),
+        (np.ones((1, 3)), None, (3, 3), TypeError, "offsets must be an int or a sequence"),
+        (np.ones((1, 3)), "0", (3, 3), TypeError, "offsets must be an int or a sequence"),
+        (np.ones((1, 3)), np.array([0.0]), (3, 3), TypeError, "dtype float64"),
+        (np.ones((1, 3)), np.array([[0]]), (3, 3), ValueError, "1-D"),
+        (np.ones((1, 3)), (0,), (3, -1), ValueError, "non-negative"),
+        (np.ones((1, 3)), (0,), (3.0, 3), TypeError, "non-negative ints"),
+        (np.ones((1, 3)), (0,), (3,), ValueError, "pair"),
+        (np.ones((1, 3)), (0,), 3, ValueError, "pair"),
+        ([["a", "b"]], (0,), (2, 2), TypeError, "numeric"),
+        (np.empty((1, 2), object), (0,), (2, 2), TypeError, "numeric"),
+    ],
+)
+def test_validation_errors(data, offsets, shape, error, match):
+    with pytest.raises(error, match=match):
+        jaxdia.DiaMatrix(data, offsets, shape)
+
+
+def test_traced_offsets_error_explains_static():
+    with pytest.raises(TypeError, match="static Python ints.*pytree aux data"):
+        jax.jit(lambda k: jaxdia.DiaMatrix(jnp.ones((1, 3)), k, (3, 3)))(jnp.array([0]))
+    with pytest.raises(TypeError, match="static Python ints"):
+        jax.jit(lambda k: jaxdia.DiaMatrix(jnp.ones((1, 3)), [k], (3, 3)))(0)
+
+
+def test_conversion_errors():
+    with pytest.raises(TypeError, match="scipy.sparse"):
+        jaxdia.DiaMatrix.from_scipy(np.eye(3))
+    with pytest.raises(ValueError, match="batch shape"):
+        jaxdia.DiaMatrix(np.ones((2, 1, 3)), 0, (3, 3)).to_scipy()
+    with pytest.raises(ValueError, match=r"\(\.\.\., m, n\)"):
+        jaxdia.DiaMatrix.from_dense(np.ones(3))
+    with pytest.raises(TypeError, match="BCOO"):
+        jaxdia.DiaMatrix.from_bcoo(sp.eye_array(2))
+
+
+@given(shapes(), st.data())
+def test_offsets_strategy_in_range(shape, data):
+    drawn = data.draw(offsets(shape))
+    assert len(set(drawn)) == len(drawn)
+    assert all(-shape[0] < k < shape[1] for k in drawn)
