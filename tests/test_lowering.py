@@ -1,0 +1,202 @@
+"""Cross-platform lowering: the Pallas kernels lower for cuda/rocm and tpu without hardware.
+
+A kernel that lowers is not proven correct on the device (``tests/test_pallas.py`` checks
+correctness in interpret mode), but one that does not lower certainly fails there. The
+lowered StableHLO text names the kernel's custom call: Triton's (``__gpu$xla.gpu.triton``
+up to jaxlib 0.10.2, ``triton_kernel_call_ffi`` after), or Mosaic TPU's
+``tpu_custom_call``.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdia
+from jaxdia import _pallas_tpu, _pallas_triton
+
+TRITON_CALLS = ("__gpu$xla.gpu.triton", "triton_kernel_call")
+TPU_CALL = "tpu_custom_call"
+MOSAIC_GPU_CALL = "mosaic_gpu"
+ALL_CALLS = (*TRITON_CALLS, TPU_CALL, MOSAIC_GPU_CALL)
+
+
+def lowered_text(fn, *args, platform: str) -> str:
+    """StableHLO text of ``jax.jit(fn)(*args)`` lowered for ``platform``.
+
+    The one place that lowers for a platform this machine lacks: if a JAX version needs
+    more for that (e.g. an abstract GPU device for cuda), it goes here.
+    """
+    traced = jax.jit(fn).trace(*args)
+    return traced.lower(lowering_platforms=(platform,)).as_text()
+
+
+def has_triton_call(text: str) -> bool:
+    return any(call in text for call in TRITON_CALLS)
+
+
+def has_any_kernel_call(text: str) -> bool:
+    return any(call in text for call in ALL_CALLS)
+
+
+def _spd(shape=(6, 9), offsets=(-5, -1, 0, 2, 8), dtype=np.float32, batch=()):
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((*batch, len(offsets), shape[1])).astype(dtype)
+    return jaxdia.DiaMatrix(data, offsets, shape)
+
+
+# -- the kernels, called directly --------------------------------------------------------
+
+
+@pytest.mark.parametrize("platform", ["cuda", "rocm"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, jnp.bfloat16, np.float16,
+                                   np.complex64, np.complex128])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_triton_spmm_lowers(platform, dtype, transpose):
+    shape, offsets = (6, 9), (-5, -1, 0, 2, 8)
+    data = jnp.ones((2, len(offsets), shape[1]), dtype)
+    x = jnp.ones((1, shape[0] if transpose else shape[1], 3), dtype)
+
+    def f(data, x):
+        return _pallas_triton.spmm(data, x, offsets=offsets, shape=shape, transpose=transpose)
+
+    text = lowered_text(f, data, x, platform=platform)
+    assert has_triton_call(text) and MOSAIC_GPU_CALL not in text
+
+
+@pytest.mark.parametrize("platform", ["cuda", "rocm"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, jnp.bfloat16, np.complex64])
+def test_triton_sddmm_lowers(platform, dtype):
+    shape, offsets = (6, 9), (-5, -1, 0, 2, 8)
+    g = jnp.ones((2, shape[0], 20), dtype)
+    x = jnp.ones((1, shape[1], 20), dtype)
+    blocks = _pallas_triton.BlockSizes(rows=8, cols=8)  # three steps of the column loop
+
+    def f(g, x):
+        return _pallas_triton.sddmm(g, x, offsets=offsets, shape=shape, block_sizes=blocks)
+
+    assert has_triton_call(lowered_text(f, g, x, platform=platform))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("n_cols", [1, 10])
+def test_tpu_spmm_lowers(dtype, transpose, n_cols):
+    shape, offsets = (300, 500), (-299, -130, -1, 0, 1, 129, 499)
+    data = jnp.ones((2, len(offsets), shape[1]), dtype)
+    x = jnp.ones((1, shape[0] if transpose else shape[1], n_cols), dtype)
+    blocks = _pallas_tpu.BlockSizes(rows=128, cols=8)
+
+    def f(data, x):
+        return _pallas_tpu.spmm(
+            data, x, offsets=offsets, shape=shape, transpose=transpose, block_sizes=blocks
+        )
+
+    assert TPU_CALL in lowered_text(f, data, x, platform="tpu")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, jnp.bfloat16])
+@pytest.mark.parametrize("n_cols", [1, 20])
+def test_tpu_sddmm_lowers(dtype, n_cols):
+    shape, offsets = (300, 500), (-299, -130, -1, 0, 1, 129, 499)
+    g = jnp.ones((2, shape[0], n_cols), dtype)
+    x = jnp.ones((1, shape[1], n_cols), dtype)
+    blocks = _pallas_tpu.BlockSizes(rows=128, cols=8)
+
+    def f(g, x):
+        return _pallas_tpu.sddmm(g, x, offsets=offsets, shape=shape, block_sizes=blocks)
+
+    assert TPU_CALL in lowered_text(f, g, x, platform="tpu")
+
+
+def test_large_grid_lowers():
+    """Row blocks beyond CUDA's 65535 limit on grid y/z, and 64-bit addressing."""
+    n = 2**27  # 131072 blocks of 1024 rows; 27 diagonals of float32 exceed 2**32 bytes
+    offsets = tuple(range(-13, 14))
+    data = jax.ShapeDtypeStruct((len(offsets), n), jnp.float32)
+    x = jax.ShapeDtypeStruct((n, 1), jnp.float32)
+
+    def f(data, x):
+        return _pallas_triton.spmm(data, x, offsets=offsets, shape=(n, n))
+
+    assert has_triton_call(lowered_text(f, data, x, platform="cuda"))
+
+
+# -- A @ X through the primitives --------------------------------------------------------
+
+PLATFORM_CALLS = {"cuda": has_triton_call, "tpu": lambda text: TPU_CALL in text}
+
+
+def _products():
+    """(name, function, args) of A @ X and the transformations that reach the kernels."""
+    A = _spd()
+    X = jnp.ones((A.shape[1], 2), jnp.float32)
+    Ab = _spd(batch=(3,))
+
+    def matmul(A, X):
+        return A @ X
+
+    def loss_data(data, X):
+        return (jaxdia.DiaMatrix(data, A.offsets, A.shape) @ X).sum()
+
+    def loss_x(A, X):
+        return (A @ X).sum()
+
+    return [
+        ("matmul", matmul, (A, X)),
+        ("grad_data", jax.grad(loss_data), (A.data, X)),
+        ("grad_x", jax.grad(loss_x, argnums=1), (A, X)),
+        ("vmap_data", jax.vmap(matmul, in_axes=(0, None)), (Ab, X)),
+    ]
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+@pytest.mark.parametrize("name, fn, args", _products(), ids=[p[0] for p in _products()])
+def test_matmul_lowers_to_kernel(platform, name, fn, args):
+    text = lowered_text(fn, *args, platform=platform)
+    assert PLATFORM_CALLS[platform](text), name
+
+
+@pytest.mark.parametrize("name, fn, args", _products(), ids=[p[0] for p in _products()])
+def test_cpu_uses_no_kernel(name, fn, args):
+    assert not has_any_kernel_call(lowered_text(fn, *args, platform="cpu")), name
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+def test_grad_data_uses_sddmm_kernel(platform):
+    """The data cotangent runs the SDDMM kernel (the product's output is not needed)."""
+    A = _spd()
+    X = jnp.ones((A.shape[1], 2), jnp.float32)
+    text = lowered_text(
+        jax.grad(lambda d: (jaxdia.DiaMatrix(d, A.offsets, A.shape) @ X).sum()),
+        A.data,
+        platform=platform,
+    )
+    assert PLATFORM_CALLS[platform](text) and "jaxdia_sddmm" in text
+    assert "jaxdia_spmm" not in text
+
+
+def test_float64_on_tpu_falls_back_to_xla():
+    A = _spd(dtype=np.float64)
+    X = jnp.ones((A.shape[1], 2), jnp.float64)
+    text = lowered_text(lambda A, X: A @ X, A, X, platform="tpu")
+    assert TPU_CALL not in text
+    assert has_triton_call(lowered_text(lambda A, X: A @ X, A, X, platform="cuda"))
+
+
+def test_forced_xla_on_cuda_has_no_kernel():
+    A = _spd()
+    X = jnp.ones((A.shape[1], 2), jnp.float32)
+    text = lowered_text(
+        lambda A, X: jaxdia.matmul(A, X, implementation="xla"), A, X, platform="cuda"
+    )
+    assert not has_any_kernel_call(text)
+
+
+def test_forced_pallas_on_cpu_raises():
+    A = _spd()
+    X = jnp.ones((A.shape[1], 2), jnp.float32)
+    with pytest.raises(ValueError, match="pallas"):
+        lowered_text(
+            lambda A, X: jaxdia.matmul(A, X, implementation="pallas"), A, X, platform="cpu"
+        )

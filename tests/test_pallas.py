@@ -1,0 +1,274 @@
+"""The Pallas kernels, run in interpret mode on CPU, against SciPy and ``jaxdia._xla``.
+
+Interpret mode compiles once per shape, so the Hypothesis tests keep sizes small
+(sides <= 40, up to 5 columns) and example counts modest. Every drawn case puts NaN in
+all padding slots of ``data``: a kernel that reads padding as an entry fails.
+"""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxdia import _pallas_tpu, _pallas_triton, _xla
+from jaxdia.testing import offsets as offsets_strategy
+
+from .helpers import tolerance
+
+TRITON_DTYPES = [np.float32, np.float64, jnp.bfloat16, np.float16, np.complex64, np.complex128]
+TPU_DTYPES = [np.float32, jnp.bfloat16]
+
+
+def _random(rng, shape, dtype):
+    values = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        values = values + 1j * rng.standard_normal(shape)
+    return values.astype(dtype)
+
+
+def _padding_mask(offsets, shape, batch=()):
+    """True in the slots of ``data`` that lie outside the matrix."""
+    m, n = shape
+    j = np.arange(n)
+    mask = np.array([(j - o < 0) | (j - o >= m) for o in offsets], bool).reshape(len(offsets), n)
+    return np.broadcast_to(mask, (*batch, len(offsets), n))
+
+
+def _wide(array):
+    array = np.asarray(array)
+    return array.astype(np.complex128 if array.dtype.kind == "c" else np.float64)
+
+
+def _spmm_oracle(data, x, offsets, shape, transpose):
+    """SciPy, matrix by matrix over the broadcast batch, in double precision.
+
+    Returns the product and the same product of absolute values (the error scale).
+    """
+    data, x = _wide(data), _wide(x)
+    batch = np.broadcast_shapes(data.shape[:-2], x.shape[:-2])
+    data = np.broadcast_to(data, (*batch, *data.shape[-2:]))
+    x = np.broadcast_to(x, (*batch, *x.shape[-2:]))
+    out_rows = shape[1] if transpose else shape[0]
+    y = np.zeros((*batch, out_rows, x.shape[-1]), data.dtype)
+    scale = np.zeros(y.shape)
+    for b in np.ndindex(*batch):
+        A = sp.dia_array((data[b], offsets), shape=shape).tocsr()
+        if transpose:
+            A = A.T
+        y[b] = A @ x[b]
+        scale[b] = abs(A) @ abs(x[b])
+    return y, scale
+
+
+def _sddmm_oracle(g, x, offsets, shape):
+    """``D[k, j] = sum_c g[j - o_k, c] x[j, c]`` by explicit loops, and its error scale."""
+    g, x = _wide(g), _wide(x)
+    batch = np.broadcast_shapes(g.shape[:-2], x.shape[:-2])
+    m, n = shape
+    d = np.zeros((*batch, len(offsets), n), g.dtype)
+    scale = np.zeros(d.shape)
+    for k, o in enumerate(offsets):
+        for j in range(max(0, o), min(n, m + o)):
+            d[..., k, j] = (g[..., j - o, :] * x[..., j, :]).sum(-1)
+            scale[..., k, j] = (abs(g[..., j - o, :]) * abs(x[..., j, :])).sum(-1)
+    return d, scale
+
+
+def _assert_close(actual, expected, scale, dtype):
+    actual = np.asarray(actual)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    assert actual.dtype == np.dtype(dtype), (actual.dtype, dtype)
+    error = abs(actual.astype(np.complex128) - expected)
+    bound = tolerance(dtype) * (scale + 1.0)
+    assert np.all(error <= bound), f"max error {error.max()} (bound {bound.min()})"
+
+
+@st.composite
+def _cases(draw, dtypes, max_side=40, max_cols=5):
+    """A product case: shape, sorted offsets, batch shapes that broadcast, dtype, seed."""
+    m = draw(st.integers(1, max_side))
+    n = draw(st.integers(1, max_side))
+    offsets = tuple(sorted(draw(offsets_strategy((m, n)))))
+    n_cols = draw(st.integers(1, max_cols))
+    sizes = draw(st.lists(st.integers(2, 3), max_size=2))
+    first = tuple(draw(st.sampled_from([s, 1])) for s in sizes)
+    second = tuple(draw(st.sampled_from([s, 1])) for s in sizes)
+    dtype = draw(st.sampled_from(dtypes))
+    seed = draw(st.integers(0, 2**32 - 1))
+    return (m, n), offsets, n_cols, first, second, np.dtype(dtype), seed
+
+
+def _spmm_inputs(case, transpose):
+    shape, offsets, n_cols, data_batch, x_batch, dtype, seed = case
+    rng = np.random.default_rng(seed)
+    data = _random(rng, (*data_batch, len(offsets), shape[1]), dtype)
+    data[_padding_mask(offsets, shape, data_batch)] = np.nan
+    x = _random(rng, (*x_batch, shape[0] if transpose else shape[1], n_cols), dtype)
+    return data, x
+
+
+def _check_spmm(spmm, case, transpose, **kwargs):
+    shape, offsets, dtype = case[0], case[1], case[5]
+    data, x = _spmm_inputs(case, transpose)
+    y = spmm(data, x, offsets=offsets, shape=shape, transpose=transpose, interpret=True, **kwargs)
+    expected, scale = _spmm_oracle(data, x, offsets, shape, transpose)
+    _assert_close(y, expected, scale, dtype)
+    reference = _xla.spmm_xla(data, x, offsets=offsets, shape=shape, transpose=transpose)
+    _assert_close(y, _wide(reference), scale, dtype)
+
+
+def _check_sddmm(sddmm, case, **kwargs):
+    shape, offsets, n_cols, g_batch, x_batch, dtype, seed = case
+    rng = np.random.default_rng(seed)
+    g = _random(rng, (*g_batch, shape[0], n_cols), dtype)
+    x = _random(rng, (*x_batch, shape[1], n_cols), dtype)
+    d = sddmm(g, x, offsets=offsets, shape=shape, interpret=True, **kwargs)
+    expected, scale = _sddmm_oracle(g, x, offsets, shape)
+    _assert_close(d, expected, scale, dtype)
+    reference = _xla.sddmm_xla(g, x, offsets=offsets, shape=shape)
+    _assert_close(d, _wide(reference), scale, dtype)
+    padding = _padding_mask(offsets, shape, d.shape[:-2])
+    assert np.all(np.asarray(d)[padding] == 0)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@settings(max_examples=10)
+@given(case=_cases(TRITON_DTYPES))
+def test_triton_spmm(case, transpose):
+    _check_spmm(_pallas_triton.spmm, case, transpose)
+
+
+@settings(max_examples=10)
+@given(case=_cases(TRITON_DTYPES))
+def test_triton_sddmm(case):
+    _check_sddmm(_pallas_triton.sddmm, case)
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@settings(max_examples=10)
+@given(case=_cases(TPU_DTYPES))
+def test_tpu_spmm(case, transpose):
+    _check_spmm(_pallas_tpu.spmm, case, transpose)
+
+
+@settings(max_examples=10)
+@given(case=_cases(TPU_DTYPES))
+def test_tpu_sddmm(case):
+    _check_sddmm(_pallas_tpu.sddmm, case)
+
+
+# Explicit cases: several blocks of rows and columns (small blocks), far offsets, dtypes.
+_WIDE = ((13, 37), (-12, -5, -1, 0, 2, 36), 5, (2,), (1,), np.dtype(np.float32), 1)
+_TALL = ((37, 13), (-36, -3, 0, 1, 12), 3, (), (), np.dtype(np.complex64), 2)
+
+
+@pytest.mark.parametrize("case", [_WIDE, _TALL], ids=["wide", "tall"])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_triton_spmm_small_blocks(case, transpose):
+    blocks = _pallas_triton.BlockSizes(rows=4, cols=2, num_warps=2)
+    _check_spmm(_pallas_triton.spmm, case, transpose, block_sizes=blocks)
+
+
+@pytest.mark.parametrize("case", [_WIDE, _TALL], ids=["wide", "tall"])
+def test_triton_sddmm_small_blocks(case):
+    _check_sddmm(_pallas_triton.sddmm, case, block_sizes=_pallas_triton.BlockSizes(4, 2))
+
+
+_TPU_TALL = ((300, 200), (-299, -130, -128, -1, 0, 1, 128, 199), 10, (2,), (1,), np.float32, 3)
+_TPU_WIDE = ((200, 300), (-199, -2, 0, 129, 256, 299), 2, (), (), jnp.bfloat16, 4)
+# The SDDMM sums 20 columns in three blocks of 8 (the last one ragged).
+_TPU_SDDMM = ((200, 300), (-199, -2, 0, 129, 256, 299), 20, (1, 2), (3, 1), np.float32, 5)
+
+
+@pytest.mark.parametrize("case", [_TPU_TALL, _TPU_WIDE], ids=["tall", "wide"])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_tpu_spmm_several_blocks(case, transpose):
+    """Several row blocks of 128, offsets beyond one block, 10 columns in blocks of 8."""
+    case = (*case[:5], np.dtype(case[5]), case[6])
+    blocks = _pallas_tpu.BlockSizes(rows=128, cols=8)
+    _check_spmm(_pallas_tpu.spmm, case, transpose, block_sizes=blocks)
+
+
+@pytest.mark.parametrize("case", [_TPU_TALL, _TPU_SDDMM], ids=["tall", "wide"])
+def test_tpu_sddmm_several_blocks(case):
+    case = (*case[:5], np.dtype(case[5]), case[6])
+    _check_sddmm(_pallas_tpu.sddmm, case, block_sizes=_pallas_tpu.BlockSizes(rows=128, cols=8))
+
+
+@pytest.mark.parametrize(
+    "shape, offsets, data_batch, x_batch, n_cols",
+    [
+        ((0, 4), (), (), (), 2),
+        ((4, 0), (), (), (), 2),
+        ((3, 4), (), (), (), 2),
+        ((3, 4), (-1, 2), (), (), 0),
+        ((3, 4), (-1, 2), (0,), (1,), 2),
+    ],
+)
+@pytest.mark.parametrize(
+    "spmm", [_pallas_triton.spmm, _pallas_tpu.spmm], ids=["triton", "tpu"]
+)
+@pytest.mark.parametrize("transpose", [False, True])
+def test_spmm_empty(spmm, shape, offsets, data_batch, x_batch, n_cols, transpose):
+    m, n = shape
+    data = np.ones((*data_batch, len(offsets), n), np.float32)
+    x = np.ones((*x_batch, m if transpose else n, n_cols), np.float32)
+    y = spmm(data, x, offsets=offsets, shape=shape, transpose=transpose, interpret=True)
+    expected = _xla.spmm_xla(data, x, offsets=offsets, shape=shape, transpose=transpose)
+    assert y.shape == expected.shape and y.dtype == np.float32
+    assert np.all(np.asarray(y) == 0)
+
+
+@pytest.mark.parametrize(
+    "shape, offsets, n_cols",
+    [((0, 4), (), 2), ((4, 0), (), 2), ((3, 4), (), 2), ((3, 4), (-1, 2), 0), ((0, 4), (1,), 1)],
+)
+@pytest.mark.parametrize(
+    "sddmm", [_pallas_triton.sddmm, _pallas_tpu.sddmm], ids=["triton", "tpu"]
+)
+def test_sddmm_empty(sddmm, shape, offsets, n_cols):
+    m, n = shape
+    g = np.ones((m, n_cols), np.float32)
+    x = np.ones((n, n_cols), np.float32)
+    d = sddmm(g, x, offsets=offsets, shape=shape, interpret=True)
+    assert d.shape == (len(offsets), n) and d.dtype == np.float32
+    assert np.all(np.asarray(d) == 0)
+
+
+def test_supports():
+    assert all(_pallas_triton.supports(d) for d in TRITON_DTYPES)
+    assert all(_pallas_tpu.supports(d) for d in TPU_DTYPES)
+    for dtype in (np.int32, np.bool_):
+        assert not _pallas_triton.supports(dtype)
+        assert not _pallas_tpu.supports(dtype)
+    for dtype in (np.float64, np.float16, np.complex64):
+        assert not _pallas_tpu.supports(dtype)
+    with pytest.raises(TypeError, match="float32 and bfloat16"):
+        _pallas_tpu.spmm(np.ones((1, 3)), np.ones((3, 1)), offsets=(0,), shape=(3, 3))
+    with pytest.raises(TypeError, match="float32 and bfloat16"):
+        _pallas_tpu.sddmm(np.ones((3, 1)), np.ones((3, 1)), offsets=(0,), shape=(3, 3))
+
+
+def test_block_sizes():
+    with pytest.raises(ValueError, match="power of 2"):
+        _pallas_triton.BlockSizes(rows=12, cols=2)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        _pallas_tpu.BlockSizes(rows=100, cols=8)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        _pallas_tpu.BlockSizes(rows=128, cols=4)
+    # The heuristics stay within their documented ranges.
+    for n_cols in (1, 3, 8, 100):
+        for dtype in TRITON_DTYPES:
+            sizes = _pallas_triton.BlockSizes.default((10**6, 10**6), n_cols, dtype)
+            assert 16 <= sizes.rows <= 1024 and min(n_cols, 16) <= sizes.cols <= 16
+            sizes = _pallas_triton.BlockSizes.default((10**6, 10**6), n_cols, dtype, op="sddmm")
+            assert 16 <= sizes.rows <= 1024 and min(n_cols, 8) <= sizes.cols <= 8
+        for op in ("spmm", "spmm_t", "sddmm"):
+            sizes = _pallas_tpu.BlockSizes.default(
+                (10**6, 10**6), n_cols, np.float32, offsets=(-1000, -1, 0, 1, 1000), op=op
+            )
+            assert 128 <= sizes.rows <= 2048 and 8 <= sizes.cols <= 64
+    assert _pallas_triton.BlockSizes.default((5, 3), 1, np.float32).rows == 8
+    assert _pallas_tpu.BlockSizes.default((5, 3), 1, np.float32).rows == 128
