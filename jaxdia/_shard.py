@@ -1,0 +1,401 @@
+"""Row-sharded DIA products on a device mesh: :func:`shard` and :class:`ShardedDiaMatrix`.
+
+A square ``n x n`` matrix is split into ``P`` blocks of ``L = ceil(n / P)`` consecutive
+rows, one per device along one mesh axis (``n`` is padded to ``N = P * L`` with zero rows
+and columns). Row ``i`` of ``A @ x`` needs ``x`` at columns ``i + offsets[k]``, so a
+device holding rows ``[p L, p L + L)`` needs its own slice of ``x`` plus a *halo*: the
+``lower = max(0, -min(offsets))`` rows before it and the ``upper = max(0, max(offsets))``
+rows after it. Each product fetches exactly those rows from its neighbours with
+``jax.lax.ppermute`` inside ``jax.shard_map`` (a halo wider than a shard is fetched from
+as many neighbours as it spans), never all of ``x``: each device receives
+``(lower + upper) * columns`` elements per product, whatever the number of devices.
+
+Each device stores the columns of ``data`` (SciPy's layout: a data column is a matrix
+column) that its halo-extended slice of ``x`` covers, ``[p L - lower, p L + L + upper)``.
+With them its block of rows is the rectangular ``L x (lower + L + upper)`` DIA matrix
+with offsets ``offsets + lower`` (all >= 0), so the local product is the ordinary
+``dia_spmm`` primitive (the Pallas kernels on GPU/TPU) and inherits its JVP, transpose
+and batching rules; ``ppermute`` transposes to the reverse permutation, so ``grad``,
+``linear_transpose`` and the Krylov solvers work through the sharded product too.
+When each halo comes from one neighbour (``lower, upper <= L``), the product with the
+device's own rows of ``x`` is computed without waiting for the halos, which only add
+terms to the first ``lower`` and last ``upper`` rows: XLA's scheduler may overlap that
+product with the exchange.
+
+Padding slots of ``data`` (outside the matrix) and the rows and columns added to reach
+``N`` are stored as zeros when the matrix is sharded. Sharded vectors have length ``N``;
+their padding rows must be zero (``shard_vector`` writes zeros, and products write zeros
+there), which keeps padded vectors exact under any Krylov iteration.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+
+from ._matrix import DiaMatrix
+from ._primitives import spmm
+from ._xla import diagonal_bounds
+
+
+def _halo_widths(offsets: tuple[int, ...]) -> tuple[int, int]:
+    """``(lower, upper)``: the rows a device needs from before and after its own."""
+    return max(0, -min(offsets, default=0)), max(0, max(offsets, default=0))
+
+
+def _halos(block: Array, lower: int, upper: int, axis_name: Any, shards: int, dim: int):
+    """The ``lower`` rows before ``block`` and the ``upper`` rows after it, as lists of pieces.
+
+    Runs inside ``shard_map``: ``block`` is this device's slice along dimension ``dim``
+    of an array sharded over ``axis_name`` in ``shards`` equal blocks. Rows from beyond
+    the first or last shard are zeros (``ppermute`` fills devices that receive nothing
+    with zeros). A halo wider than a block spans several neighbours: one ``ppermute`` per
+    neighbour, each sending only the rows the receiver needs. Joined in order,
+    ``[*before, block, *after]`` are the rows ``[p L - lower, p L + L + upper)``.
+    """
+    rows = block.shape[dim]
+
+    def fetch(piece, hop):
+        pairs = [(s, s + hop) for s in range(max(0, -hop), min(shards, shards - hop))]
+        return lax.ppermute(piece, axis_name, pairs) if pairs else jnp.zeros_like(piece)
+
+    before, after = [], []
+    # Rows [p L - lower, p L): the last rows of shard p - hops first, down to shard p - 1.
+    for hop in range(-(-lower // rows) if lower else 0, 0, -1):
+        need = min(rows, lower - (hop - 1) * rows)
+        before.append(fetch(lax.slice_in_dim(block, rows - need, rows, axis=dim), hop))
+    # Rows [p L + L, p L + L + upper): the first rows of shard p + 1, p + 2, ...
+    for hop in range(1, (-(-upper // rows) if upper else 0) + 1):
+        need = min(rows, upper - (hop - 1) * rows)
+        after.append(fetch(lax.slice_in_dim(block, 0, need, axis=dim), -hop))
+    return before, after
+
+
+def _check_mesh_axis(mesh: Any, axis: Any) -> int:
+    """Returns the size of mesh axis ``axis``, or raises saying what is wrong."""
+    if not isinstance(mesh, Mesh):
+        raise TypeError(
+            f"mesh must be a jax.sharding.Mesh (e.g. jax.make_mesh((8,), ('rows',))), got "
+            f"{type(mesh).__name__}"
+        )
+    if axis not in mesh.axis_names:
+        raise ValueError(
+            f"axis must be one of the mesh's axis names {mesh.axis_names}, got {axis!r}"
+        )
+    return int(mesh.shape[axis])
+
+
+def _place(x: Array, sharding: NamedSharding) -> Array:
+    """``x`` laid out as ``sharding`` says, eagerly or under a transformation.
+
+    Eagerly that is a transfer (``device_put``). Traced, ``device_put`` does not constrain
+    the layout on ``Auto`` mesh axes and ignores ``vmap``'s batch axis, so it is
+    ``with_sharding_constraint`` there and ``reshard`` on ``Explicit`` axes (where the
+    former only asserts).
+    """
+    if not isinstance(x, jax.core.Tracer):
+        return jax.device_put(x, sharding)
+    types = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_types))
+    named = [name for name in sharding.spec if name is not None]
+    if named:  # e.g. P("rows"): follow that axis's type
+        explicit = all(types[name] == AxisType.Explicit for name in named)
+    else:  # P(): replicated, which an Explicit axis anywhere must be told with reshard
+        explicit = any(kind == AxisType.Explicit for kind in types.values())
+    if explicit:
+        return jax.sharding.reshard(x, sharding)
+    return lax.with_sharding_constraint(x, sharding)
+
+
+@jax.tree_util.register_pytree_node_class
+class ShardedDiaMatrix:
+    """A square DIA matrix whose rows are split over one axis of a device mesh.
+
+    Build it with :func:`shard`. ``S @ x`` multiplies a sharded vector (or ``(N, c)``
+    block of columns) of length ``N = padded_size``, exchanging only the halo rows with
+    the neighbouring devices; the result is sharded the same way. Use
+    :meth:`shard_vector` to place a length-``n`` vector and :meth:`unshard_vector` to get
+    one back. ``S`` has ``shape == (n, n)`` and ``@``, so it can be passed directly to
+    ``jax.scipy.sparse.linalg.cg`` (and ``gmres``/``bicgstab``) with sharded vectors.
+
+    It is a pytree whose only leaf, ``windows``, holds each device's columns of ``data``
+    (shape ``(P, n_diags, lower + L + upper)``, sharded over the mesh axis); ``offsets``,
+    ``shape``, ``mesh`` and ``axis`` are static aux data. To differentiate with respect to
+    the matrix entries, differentiate through :func:`shard` (it is linear in ``A.data``).
+
+    Attributes:
+      offsets: the sorted offsets of the diagonals.
+      shape: ``(n, n)``, the logical shape.
+      mesh: the device mesh.
+      axis: the name of the mesh axis the rows are split over.
+      windows: the stored per-device data.
+    """
+
+    __slots__ = ("windows", "offsets", "shape", "mesh", "axis")
+    windows: Array
+    offsets: tuple[int, ...]
+    shape: tuple[int, int]
+    mesh: Mesh
+    axis: Any
+
+    # ``np.ndarray @ S`` must not try to convert S.
+    __array_ufunc__ = None
+
+    def __init__(self, windows, offsets, shape, mesh, axis):
+        # Internal: use ``shard``. Values are not validated here (pytree unflattening).
+        for name, value in zip(self.__slots__, (windows, offsets, shape, mesh, axis)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("ShardedDiaMatrix is immutable")
+
+    def tree_flatten(self):
+        return (self.windows,), (self.offsets, self.shape, self.mesh, self.axis)
+
+    @classmethod
+    def tree_unflatten(cls, aux_data, children):
+        return cls(children[0], *aux_data)
+
+    # -- layout ----------------------------------------------------------------------------
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of the stored data."""
+        return np.dtype(self.windows.dtype)
+
+    @property
+    def shards(self) -> int:
+        """``P``, the number of devices along the mesh axis."""
+        return int(self.mesh.shape[self.axis])
+
+    @property
+    def rows_per_shard(self) -> int:
+        """``L = ceil(n / P)`` (at least 1): the rows each device holds."""
+        return max(1, -(-self.shape[0] // self.shards))
+
+    @property
+    def padded_size(self) -> int:
+        """``N = P * L``: the length of sharded vectors (``n`` padded with zero rows)."""
+        return self.shards * self.rows_per_shard
+
+    @property
+    def halo(self) -> tuple[int, int]:
+        """``(lower, upper)``: rows each product fetches from previous and next devices."""
+        return _halo_widths(self.offsets)
+
+    @property
+    def vector_sharding(self) -> NamedSharding:
+        """The sharding of vectors and ``(N, c)`` blocks: rows split over ``axis``."""
+        return NamedSharding(self.mesh, PartitionSpec(self.axis))
+
+    def __repr__(self) -> str:
+        return (
+            f"ShardedDiaMatrix(shape={self.shape}, dtype={self.dtype.name}, "
+            f"offsets={self.offsets}, axis={self.axis!r}, shards={self.shards}, "
+            f"halo={self.halo})"
+        )
+
+    # -- vectors ---------------------------------------------------------------------------
+
+    def shard_vector(self, x: Any) -> Array:
+        """Pads a length-``n`` vector (or ``(n, c)`` block) to ``N`` rows and shards it.
+
+        Example:
+          >>> import jax, jaxdia
+          >>> mesh = jax.make_mesh((1,), ("rows",))
+          >>> S = jaxdia.shard(jaxdia.eye(3), mesh, "rows")
+          >>> S.shard_vector(jax.numpy.ones(3)).shape
+          (3,)
+        """
+        x = jnp.asarray(x)
+        n = self.shape[0]
+        if x.ndim not in (1, 2) or x.shape[0] != n:
+            raise ValueError(
+                f"shard_vector expects a vector of shape ({n},) or a block ({n}, c), got "
+                f"shape {x.shape}"
+            )
+        pad = [(0, self.padded_size - n)] + [(0, 0)] * (x.ndim - 1)
+        return _place(jnp.pad(x, pad), self.vector_sharding)
+
+    def unshard_vector(self, y: Any) -> Array:
+        """The first ``n`` rows of a sharded vector, replicated on the mesh (a gather).
+
+        Meant for results, not for loops: it moves the whole vector to every device.
+        """
+        y = jnp.asarray(y)
+        if y.ndim not in (1, 2) or y.shape[0] != self.padded_size:
+            raise ValueError(
+                f"unshard_vector expects a sharded vector of shape ({self.padded_size},) or "
+                f"({self.padded_size}, c), got shape {y.shape}"
+            )
+        replicated = _place(y, NamedSharding(self.mesh, PartitionSpec()))
+        return replicated[: self.shape[0]]
+
+    # -- products --------------------------------------------------------------------------
+
+    def __matmul__(self, x: Any) -> Array:
+        if isinstance(x, (DiaMatrix, ShardedDiaMatrix)):
+            return NotImplemented
+        if not isinstance(x, (jax.Array, jax.core.Tracer)):
+            x = jnp.asarray(x)
+        N, n = self.padded_size, self.shape[0]
+        if x.ndim not in (1, 2) or x.shape[0] != N:
+            hint = (
+                f" (a length-{n} vector must be padded and sharded first: S.shard_vector(x))"
+                if x.ndim in (1, 2) and x.shape[0] == n
+                else ""
+            )
+            raise ValueError(
+                f"S @ x: S of shape {self.shape} sharded over {self.shards} devices multiplies "
+                f"vectors of shape ({N},) or blocks ({N}, c), got shape {x.shape}{hint}"
+            )
+        dtype = jnp.result_type(self.windows.dtype, x.dtype)
+        x = _place(x.astype(dtype), self.vector_sharding)
+        y = _sharded_product(
+            self.windows.astype(dtype), x.reshape(N, -1),
+            offsets=self.offsets, rows=self.rows_per_shard, mesh=self.mesh, axis=self.axis,
+        )
+        return y if x.ndim == 2 else y[:, 0]
+
+    def dot(self, x: Any) -> Array:
+        """``S @ x`` (SciPy's spelling)."""
+        return self @ x
+
+    def to_dia(self) -> DiaMatrix:
+        """The unsharded :class:`DiaMatrix`, replicated on the mesh (padding slots are zeros).
+
+        Meant for inspection and tests: it moves the whole matrix to every device.
+        """
+        lower = self.halo[0]
+        L = self.rows_per_shard
+        windows = _place(self.windows, NamedSharding(self.mesh, PartitionSpec()))
+        own = windows[:, :, lower : lower + L]  # (P, n_diags, L): each device's own columns
+        data = jnp.moveaxis(own, 0, 1).reshape(len(self.offsets), self.padded_size)
+        return DiaMatrix(data[:, : self.shape[1]], self.offsets, self.shape)
+
+
+@jax.jit(static_argnames=("offsets", "rows", "mesh", "axis"))
+def _sharded_product(windows, x, *, offsets, rows, mesh, axis):
+    """``y = A x`` for ``x`` of shape ``(N, c)`` sharded over ``axis``."""
+    lower, upper = _halo_widths(offsets)
+    shards = int(mesh.shape[axis])
+    local_offsets = tuple(k + lower for k in offsets)
+    local_shape = (rows, lower + rows + upper)
+
+    def local(window, block):
+        window = window[0]
+        before, after = _halos(block, lower, upper, axis, shards, dim=0)
+        if lower > rows or upper > rows:  # a halo spans several neighbours: join, multiply
+            extended = jnp.concatenate([*before, block, *after])
+            return spmm(window, extended, offsets=local_offsets, shape=local_shape)
+        # The product with this device's own rows of x (zeros in the halo) waits for no
+        # communication, so XLA may run it while the halos are in flight; the halos'
+        # terms, which reach only the first ``lower`` and last ``upper`` rows, are added
+        # after, each from a small DIA block of ``window``.
+        halo = lower + upper
+        y = spmm(window, jnp.pad(block, [(lower, upper), (0, 0)]), offsets=local_offsets,
+                 shape=local_shape)
+        if lower:
+            x_top = jnp.pad(before[0], [(0, halo), (0, 0)])
+            top = spmm(window[:, : lower + halo], x_top, offsets=local_offsets,
+                       shape=(lower, lower + halo))
+            y = y.at[:lower].add(top)
+        if upper:
+            x_bottom = jnp.pad(after[0], [(halo, 0), (0, 0)])
+            bottom = spmm(window[:, rows - upper :], x_bottom, offsets=local_offsets,
+                          shape=(upper, upper + halo))
+            y = y.at[rows - upper :].add(bottom)
+        return y
+
+    spec = PartitionSpec(axis)
+    # check_vma=False: the dia_spmm primitive does not track varying mesh axes; every
+    # operand and result here is varying over ``axis`` anyway.
+    return jax.shard_map(
+        local, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False
+    )(windows, x)
+
+
+@jax.jit(static_argnames=("offsets", "shape", "rows", "mesh", "axis"))
+def _windows(data, *, offsets, shape, rows, mesh, axis):
+    """Each device's columns ``[p L - lower, p L + L + upper)`` of ``data`` (N columns)."""
+    lower, upper = _halo_widths(offsets)
+    shards = int(mesh.shape[axis])
+    bounds = np.array([diagonal_bounds(k, shape) for k in offsets], np.int64).reshape(-1, 2)
+
+    def local(block):
+        # Zero every slot outside the matrix (SciPy's padding and the padded columns), so
+        # that the rectangular local matrices read zeros there.
+        index = jnp.int32 if rows * shards < 2**31 else jnp.int64
+        column = lax.axis_index(axis).astype(index) * rows + lax.broadcasted_iota(
+            index, block.shape, 1
+        )
+        inside = (column >= bounds[:, :1]) & (column < bounds[:, 1:])
+        block = jnp.where(inside, block, jnp.zeros((), block.dtype))
+        before, after = _halos(block, lower, upper, axis, shards, dim=1)
+        return jnp.concatenate([*before, block, *after], axis=1)[None]
+
+    return jax.shard_map(
+        local, mesh=mesh, in_specs=PartitionSpec(None, axis), out_specs=PartitionSpec(axis),
+        check_vma=False,
+    )(data)
+
+
+def shard(A: DiaMatrix, mesh: Mesh, axis: Any) -> ShardedDiaMatrix:
+    """Splits the rows of a square DiaMatrix over one axis of a device mesh.
+
+    Each device keeps ``ceil(n / P)`` rows (``P`` devices along ``axis``; ``n`` is padded
+    with zero rows and columns up to a multiple of ``P``) and the columns of ``data``
+    those rows reach. Other mesh axes, if any, hold replicas. Differentiable and usable
+    under ``jit`` (with ``A.data`` traced); the offsets are static.
+
+    Args:
+      A: a square, unbatched DiaMatrix.
+      mesh: the device mesh (``jax.make_mesh``). Products work with ``Auto`` and
+        ``Explicit`` axis types (with ``Explicit`` ones, JAX requires jitted functions
+        that take unsharded inputs to run inside ``jax.set_mesh(mesh)``). JAX's Krylov
+        solvers (``cg``, ``gmres``, ``bicgstab``) need an ``Auto`` axis: their ``vdot``
+        of two sharded vectors raises ``ShardingTypeError`` on an ``Explicit`` one. Make
+        the mesh with ``axis_types=(jax.sharding.AxisType.Auto,)`` for them.
+      axis: the name of the mesh axis to split the rows over.
+
+    Returns:
+      A :class:`ShardedDiaMatrix`. Halos wider than a shard are supported (they are
+      fetched from several neighbours), at the cost of one collective per neighbour.
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix or ``mesh`` is not a Mesh.
+      ValueError: if ``A`` is not square, is batched, or ``axis`` is not a mesh axis.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxdia
+      >>> mesh = jax.make_mesh((1,), ("rows",))
+      >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(4, 4))
+      >>> S = jaxdia.shard(A, mesh, "rows")
+      >>> S.halo, S.padded_size
+      ((1, 1), 4)
+      >>> S.unshard_vector(S @ S.shard_vector(jnp.arange(4.0)))
+      Array([ 1.,  0.,  0., -4.], dtype=float32)
+    """
+    if not isinstance(A, DiaMatrix):
+        raise TypeError(f"shard expects a DiaMatrix as A, got {type(A).__name__}")
+    shards = _check_mesh_axis(mesh, axis)
+    m, n = A.shape
+    if m != n:
+        raise ValueError(
+            f"shard supports square matrices (x and A @ x then share one row layout), got "
+            f"A of shape {A.shape}"
+        )
+    if A.batch_shape:
+        raise ValueError(
+            f"shard supports one matrix, got A with batch shape {A.batch_shape}; shard each "
+            "matrix separately"
+        )
+    rows = max(1, -(-n // shards))
+    data = jnp.pad(A.data, [(0, 0), (0, rows * shards - n)])
+    data = _place(data, NamedSharding(mesh, PartitionSpec(None, axis)))
+    windows = _windows(data, offsets=A.offsets, shape=A.shape, rows=rows, mesh=mesh, axis=axis)
+    return ShardedDiaMatrix(windows, A.offsets, A.shape, mesh, axis)

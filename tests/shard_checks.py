@@ -1,0 +1,429 @@
+"""Checks of the sharded DIA product on 8 fake CPU devices, run in their own process.
+
+JAX fixes its device count when it initializes, and the rest of the test suite runs on
+one device, so ``tests/test_shard.py`` runs this script in a subprocess with
+``XLA_FLAGS=--xla_force_host_platform_device_count=8``. Each check prints ``PASS <name>``
+or ``FAIL <name>`` and a traceback; the exit code is the number of failures.
+
+Run one by hand: ``python tests/shard_checks.py [name ...]``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+import traceback
+
+os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+).strip()
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+import scipy.sparse.linalg as spla  # noqa: E402
+from jax.scipy.sparse import linalg as jla  # noqa: E402
+from jax.sharding import AxisType, PartitionSpec  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import jaxdia  # noqa: E402
+
+CHECKS = {}
+
+
+def check(fn):
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+def auto_mesh(devices=8, name="rows"):
+    return jax.make_mesh((devices,), (name,), axis_types=(AxisType.Auto,),
+                         devices=jax.devices()[:devices])
+
+
+def random_matrix(rng, n, offsets, dtype=np.float64):
+    data = rng.standard_normal((len(offsets), n))
+    if np.dtype(dtype).kind == "c":
+        data = data + 1j * rng.standard_normal((len(offsets), n))
+    # Garbage in SciPy's padding slots: the sharded product must never read it.
+    for k, offset in enumerate(offsets):
+        data[k, : max(0, offset)] = np.nan
+        data[k, min(n, n + offset) :] = np.nan
+    return jaxdia.DiaMatrix(data.astype(dtype), offsets, (n, n))
+
+
+def scipy_of(A):
+    data = np.nan_to_num(np.asarray(A.data), nan=0.0)
+    return sp.dia_array((data, A.offsets), shape=A.shape)
+
+
+def poisson_2d(side, dtype=np.float64):
+    """The 5-point Laplacian on a side x side grid (SPD), as a DiaMatrix."""
+    one = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(side, side))
+    eye = sp.eye_array(side)
+    S = (sp.kron(eye, one) + sp.kron(one, eye)).todia()
+    return jaxdia.DiaMatrix.from_scipy(S.astype(dtype))
+
+
+_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2, "s16": 2, "f32": 4, "s32": 4,
+             "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8, "c128": 16}
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\w+)\[([\d,]*)\]\S* ([\w-]+)\((.*?)\)")
+COLLECTIVES = ("collective-permute", "all-gather", "all-reduce", "all-to-all", "reduce-scatter")
+
+
+def collective_traffic(hlo: str) -> dict[str, dict[str, int]]:
+    """Per kind of collective in compiled HLO text: count, and bytes per device.
+
+    Reads ``jax.jit(f).lower(...).compile().as_text()``: every instruction's result size
+    is recorded by name, then the operands of each collective are looked up. ``sent`` is
+    the operands' size (what each device contributes), ``received`` the result's (for an
+    all-gather, less the device's own block). Written for CPU HLO, whose collectives are
+    synchronous (GPU HLO splits them into ``-start``/``-done`` pairs with tuple results).
+    """
+    sizes: dict[str, int] = {}
+    totals: dict[str, dict[str, int]] = {}
+    for line in hlo.splitlines():
+        match = _INSTRUCTION.match(line)
+        if not match:
+            continue
+        name, dtype, dims, kind, operands = match.groups()
+        size = _ITEMSIZE.get(dtype, 0) * int(np.prod([int(d) for d in dims.split(",") if d]))
+        sizes[name] = size
+        if kind in COLLECTIVES:
+            sent = sum(sizes.get(op, 0) for op in re.findall(r"%([\w.-]+)", operands))
+            entry = totals.setdefault(kind, {"count": 0, "sent": 0, "received": 0})
+            entry["count"] += 1
+            entry["sent"] += sent
+            entry["received"] += size - sent if kind == "all-gather" else size
+    return totals
+
+
+def collective_bytes(hlo: str) -> dict[str, int]:
+    """Bytes each device sends, per kind of collective (see ``collective_traffic``)."""
+    return {kind: entry["sent"] for kind, entry in collective_traffic(hlo).items()}
+
+
+def close(actual, expected, tol=1e-12):
+    np.testing.assert_allclose(np.asarray(actual), np.asarray(expected), rtol=tol, atol=tol)
+
+
+# -- products -------------------------------------------------------------------------------
+
+
+@check
+def products_match_scipy():
+    """Random sizes (divisible or not), offsets (halos wider than a shard too), devices."""
+    rng = np.random.default_rng(0)
+    fixed = [
+        (8, 64, (-3, 0, 2)),  # divisible, halo within a shard
+        (8, 37, (-1, 0, 1)),  # padded to 40 rows
+        (8, 20, (-9, 0, 5, 19)),  # halos of 3 and 7 shards (3 rows each)
+        (8, 5, (-4, 1)),  # fewer rows than devices
+        (3, 10, ()),  # no diagonals
+    ]
+    for case in range(len(fixed) + 6):
+        if case < len(fixed):
+            devices, n, offsets = fixed[case]
+        else:
+            devices = int(rng.choice([1, 2, 3, 4, 8]))
+            n = int(rng.integers(1, 70))
+            pool = np.arange(-n + 1, n)
+            size = min(len(pool), int(rng.integers(1, 5)))
+            offsets = tuple(sorted(rng.choice(pool, size=size, replace=False).tolist()))
+        A = random_matrix(rng, n, offsets)
+        mesh = auto_mesh(devices)
+        x, X = rng.standard_normal(n), rng.standard_normal((n, 3))
+
+        @jax.jit  # one compilation per case: this check is about values
+        def run(A, x, X):
+            S = jaxdia.shard(A, mesh, "rows")
+            y = S @ S.shard_vector(x)
+            return y, S.unshard_vector(y), S.unshard_vector(S @ S.shard_vector(X)), S.to_dia()
+
+        y, y_n, Y_n, back = run(A, x, X)
+        assert y.shape == (devices * max(1, -(-n // devices)),), (case, y.shape)
+        close(y_n, scipy_of(A) @ x)
+        assert not np.any(np.asarray(y)[n:]), case  # padding rows of the result stay zero
+        close(Y_n, scipy_of(A) @ X)
+        close(back.todense(), scipy_of(A).toarray())
+
+
+@check
+def unpadded_vector_gets_a_hint():
+    S = jaxdia.shard(jaxdia.eye(37), auto_mesh(), "rows")
+    assert S.padded_size == 40
+    try:
+        S @ np.ones(37)
+    except ValueError as error:
+        assert "S.shard_vector(x)" in str(error), error
+    else:
+        raise AssertionError("a length-n vector was accepted where N rows are needed")
+
+
+@check
+def dtypes_and_promotion():
+    rng = np.random.default_rng(1)
+    mesh = auto_mesh()
+    for dtype, tol in ((np.float32, 1e-5), (np.complex128, 1e-12), (np.complex64, 1e-5)):
+        A = random_matrix(rng, 40, (-5, 0, 3), dtype)
+        S = jaxdia.shard(A, mesh, "rows")
+        assert S.dtype == dtype
+        x = rng.standard_normal(40).astype(dtype)
+        y = S @ S.shard_vector(x)
+        assert y.dtype == dtype, (dtype, y.dtype)
+        close(S.unshard_vector(y), scipy_of(A) @ x.astype(np.complex128), tol)
+    A = random_matrix(rng, 40, (-1, 0, 1), np.float32)
+    S = jaxdia.shard(A, mesh, "rows")
+    y = S @ S.shard_vector(np.ones(40, np.float64))
+    assert y.dtype == np.float64, y.dtype
+
+
+@check
+def matches_unsharded_product():
+    rng = np.random.default_rng(2)
+    A = random_matrix(rng, 100, (-10, -1, 0, 1, 10))
+    S = jaxdia.shard(A, auto_mesh(), "rows")
+    x = rng.standard_normal(100)
+    close(S.unshard_vector(S @ S.shard_vector(x)), A @ x)
+
+
+@check
+def result_stays_sharded():
+    rng = np.random.default_rng(3)
+    A = random_matrix(rng, 64, (-2, 0, 2))
+    S = jaxdia.shard(A, auto_mesh(), "rows")
+    y = jax.jit(lambda S, v: S @ (S @ v))(S, S.shard_vector(rng.standard_normal(64)))
+    assert y.sharding.spec == PartitionSpec("rows"), y.sharding
+    assert S.windows.sharding.spec[0] == "rows", S.windows.sharding
+
+
+@check
+def from_a_global_array():
+    """Data built shard by shard (as on several hosts) is never gathered on one device."""
+    rng = np.random.default_rng(12)
+    mesh = auto_mesh()
+    n, offsets = 64, (-8, 0, 8)
+    host = rng.standard_normal((3, n))
+    data = jax.make_array_from_callback(
+        host.shape, jax.NamedSharding(mesh, PartitionSpec(None, "rows")), lambda i: host[i])
+    S = jaxdia.shard(jaxdia.DiaMatrix(data, offsets, (n, n)), mesh, "rows")
+    x = rng.standard_normal(n)
+    xs = jax.make_array_from_callback((n,), S.vector_sharding, lambda i: x[i])
+    close(S.unshard_vector(S @ xs), sp.dia_array((host, offsets), shape=(n, n)) @ x)
+    build = jax.jit(lambda d: jaxdia.shard(jaxdia.DiaMatrix(d, offsets, (n, n)), mesh, "rows"))
+    hlo = build.lower(data).compile().as_text()
+    assert set(collective_bytes(hlo)) == {"collective-permute"}, collective_bytes(hlo)
+
+
+@check
+def multi_axis_mesh():
+    """Rows split over one axis of a 4 x 2 mesh; the other axis holds replicas."""
+    rng = np.random.default_rng(4)
+    mesh = jax.make_mesh((4, 2), ("rows", "model"), axis_types=(AxisType.Auto,) * 2)
+    A = random_matrix(rng, 30, (-3, 0, 1))
+    for axis in ("rows", "model"):
+        S = jaxdia.shard(A, mesh, axis)
+        x = rng.standard_normal(30)
+        close(S.unshard_vector(jax.jit(S.__matmul__)(S.shard_vector(x))), scipy_of(A) @ x)
+
+
+@check
+def explicit_mesh():
+    """JAX's default (Explicit) axis types: eager, and jit inside ``jax.set_mesh``."""
+    rng = np.random.default_rng(5)
+    mesh = jax.make_mesh((8,), ("rows",), devices=jax.devices())
+    A = random_matrix(rng, 50, (-7, 0, 7))
+    x = rng.standard_normal(50)
+    S = jaxdia.shard(A, mesh, "rows")
+    close(S.unshard_vector(S @ S.shard_vector(x)), scipy_of(A) @ x)
+    with jax.set_mesh(mesh):
+        f = jax.jit(lambda d, v: S.unshard_vector(
+            jaxdia.shard(jaxdia.DiaMatrix(d, A.offsets, A.shape), mesh, "rows")
+            @ S.shard_vector(v)))
+        close(f(A.data, x), scipy_of(A) @ x)
+
+
+@check
+def jit_cache_hits():
+    rng = np.random.default_rng(6)
+    mesh = auto_mesh()
+    traces = []
+
+    @jax.jit
+    def f(S, v):
+        traces.append(1)
+        return S @ v
+
+    S1 = jaxdia.shard(random_matrix(rng, 64, (-1, 0, 1)), mesh, "rows")
+    S2 = jaxdia.shard(random_matrix(rng, 64, (-1, 0, 1)), mesh, "rows")
+    v = S1.shard_vector(np.ones(64))
+    f(S1, v)
+    f(S2, v)
+    assert len(traces) == 1, traces
+
+
+@check
+def vmap_over_vectors():
+    rng = np.random.default_rng(7)
+    A = random_matrix(rng, 48, (-4, 0, 2))
+    S = jaxdia.shard(A, auto_mesh(), "rows")
+    X = rng.standard_normal((5, 48))
+    Y = jax.vmap(lambda v: S @ v)(jnp.stack([S.shard_vector(x) for x in X]))
+    close(np.asarray(Y)[:, :48], X @ scipy_of(A).T.toarray())
+
+
+# -- communication ---------------------------------------------------------------------------
+
+
+@check
+def hlo_has_halo_exchange_and_no_all_gather():
+    rng = np.random.default_rng(8)
+    for n, offsets, columns in ((4096, (-64, -1, 0, 1, 64), 1), (1000, (-3, 0, 5), 4)):
+        A = random_matrix(rng, n, offsets)
+        S = jaxdia.shard(A, auto_mesh(), "rows")
+        x = S.shard_vector(rng.standard_normal((n, columns)))
+        hlo = jax.jit(lambda S, v: S @ v).lower(S, x).compile().as_text()
+        totals = collective_bytes(hlo)
+        assert "all-gather" not in hlo, "the product all-gathers"
+        assert set(totals) == {"collective-permute"}, totals
+        lower, upper = S.halo
+        # Each device sends exactly its halo rows: (lower + upper) * columns elements.
+        assert totals["collective-permute"] == (lower + upper) * columns * 8, (totals, S.halo)
+
+
+@check
+def hlo_of_grad_and_cg_has_no_all_gather():
+    A = poisson_2d(16)
+    S = jaxdia.shard(A, auto_mesh(), "rows")
+    b = S.shard_vector(np.ones(256))
+    solve = jax.jit(lambda S, b: jla.cg(S, b, tol=1e-10, maxiter=500)[0])
+    hlo = solve.lower(S, b).compile().as_text()
+    assert "collective-permute" in hlo and "all-gather" not in hlo
+    loss = jax.jit(jax.grad(lambda S, b: jnp.sum(jnp.sin(S @ b)), argnums=(0, 1)))
+    hlo = loss.lower(S, b).compile().as_text()
+    assert "collective-permute" in hlo and "all-gather" not in hlo
+
+
+@check
+def lowers_for_gpu_and_tpu():
+    """Inside shard_map the local product is dia_spmm: the Pallas kernels on GPU and TPU."""
+    A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(256, 256), dtype=np.float32)
+    S = jaxdia.shard(A, auto_mesh(), "rows")
+    x = S.shard_vector(np.ones(256, np.float32))
+    traced = jax.jit(lambda S, v: S @ v).trace(S, x)
+    for platform, calls in (("cuda", ("__gpu$xla.gpu.triton", "triton_kernel_call")),
+                            ("tpu", ("tpu_custom_call",))):
+        text = traced.lower(lowering_platforms=(platform,)).as_text()
+        assert any(call in text for call in calls), platform
+        assert "collective_permute" in text and "all_gather" not in text, platform
+
+
+# -- solvers and gradients -------------------------------------------------------------------
+
+
+@check
+def cg_poisson_matches_unsharded_and_scipy():
+    for side in (16, 15):  # 256 rows (divisible by 8) and 225 rows (padded to 232)
+        A = poisson_2d(side)
+        n = side * side
+        S = jaxdia.shard(A, auto_mesh(), "rows")
+        rhs = np.random.default_rng(side).standard_normal(n)
+        x_sharded, _ = jax.jit(lambda S, b: jla.cg(S, b, tol=1e-12, maxiter=1000))(
+            S, S.shard_vector(rhs)
+        )
+        assert x_sharded.sharding.spec == PartitionSpec("rows"), x_sharded.sharding
+        assert not np.any(np.asarray(x_sharded)[n:])
+        x_plain, _ = jax.jit(lambda A, b: jla.cg(A, b, tol=1e-12, maxiter=1000))(A, rhs)
+        close(S.unshard_vector(x_sharded), x_plain, 1e-9)
+        close(S.unshard_vector(x_sharded), spla.spsolve(scipy_of(A).tocsc(), rhs), 1e-9)
+
+
+@check
+def gmres_and_bicgstab():
+    rng = np.random.default_rng(9)
+    A = jaxdia.DiaMatrix(np.asarray(poisson_2d(8).data), (-8, -1, 0, 1, 8), (64, 64))
+    data = np.asarray(A.data).copy()
+    data[3] += 0.3 * rng.standard_normal(64)  # nonsymmetric
+    A = jaxdia.DiaMatrix(data, A.offsets, A.shape)
+    S = jaxdia.shard(A, auto_mesh(), "rows")
+    rhs = rng.standard_normal(64)
+    expected = spla.spsolve(scipy_of(A).tocsc(), rhs)
+    for solver in (jla.gmres, jla.bicgstab):
+        x, _ = jax.jit(lambda S, b: solver(S, b, tol=1e-12, atol=0.0, maxiter=500))(
+            S, S.shard_vector(rhs))
+        close(S.unshard_vector(x), expected, 1e-8)
+
+
+@check
+def grad_wrt_data_and_rhs():
+    rng = np.random.default_rng(10)
+    mesh = auto_mesh()
+    A = random_matrix(rng, 45, (-9, -1, 0, 2))
+    data = jnp.asarray(np.nan_to_num(np.asarray(A.data)))
+    x = rng.standard_normal(45)
+
+    def sharded(d, v):
+        S = jaxdia.shard(jaxdia.DiaMatrix(d, A.offsets, A.shape), mesh, "rows")
+        return jnp.sum(jnp.sin(S.unshard_vector(S @ S.shard_vector(v))))
+
+    def plain(d, v):
+        return jnp.sum(jnp.sin(jaxdia.DiaMatrix(d, A.offsets, A.shape) @ v))
+
+    got = jax.jit(jax.grad(sharded, argnums=(0, 1)))(data, x)
+    want = jax.grad(plain, argnums=(0, 1))(data, x)
+    for g, w in zip(got, want):
+        close(g, w)
+    # Forward mode and transposition agree too.
+    S = jaxdia.shard(A, mesh, "rows")
+    v = S.shard_vector(x)
+    _, tangent = jax.jvp(lambda v: S @ v, (v,), (v,))
+    close(tangent, S @ v)
+    (transposed,) = jax.linear_transpose(lambda v: S @ v, v)(v)
+    close(S.unshard_vector(transposed), scipy_of(A).T @ np.asarray(v)[:45])
+
+
+@check
+def grad_through_cg():
+    """d/d(data) and d/d(b) of a loss of cg's solution, sharded vs unsharded."""
+    side = 8
+    A = poisson_2d(side)
+    mesh = auto_mesh()
+    rhs = np.random.default_rng(11).standard_normal(side * side)
+
+    def sharded(d, b):
+        S = jaxdia.shard(jaxdia.DiaMatrix(d, A.offsets, A.shape), mesh, "rows")
+        x, _ = jla.cg(S, S.shard_vector(b), tol=1e-13, maxiter=500)
+        return jnp.sum(S.unshard_vector(x) ** 2)
+
+    def plain(d, b):
+        x, _ = jla.cg(jaxdia.DiaMatrix(d, A.offsets, A.shape), b, tol=1e-13, maxiter=500)
+        return jnp.sum(x**2)
+
+    got = jax.jit(jax.grad(sharded, argnums=(0, 1)))(A.data, rhs)
+    want = jax.jit(jax.grad(plain, argnums=(0, 1)))(A.data, rhs)
+    for g, w in zip(got, want):
+        close(g, w, 1e-8)
+
+
+def main(names):
+    failures = 0
+    for name in names or CHECKS:
+        start = time.perf_counter()
+        try:
+            CHECKS[name]()
+        except Exception:  # report every check, then fail
+            failures += 1
+            print(f"FAIL {name}", flush=True)
+            traceback.print_exc(file=sys.stdout)
+        else:
+            print(f"PASS {name} ({time.perf_counter() - start:.1f} s)", flush=True)
+    return failures
+
+
+if __name__ == "__main__":
+    assert len(jax.devices()) == 8, jax.devices()
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,114 @@
+"""Tests of :func:`jaxdia.shard`: multi-device checks in a subprocess, argument checks here.
+
+The checks that need several devices live in ``shard_checks.py`` and run in one
+subprocess with 8 fake CPU devices (JAX fixes the device count when it initializes; this
+process keeps one device for the rest of the suite). Each check is reported as its own
+test. What needs one device only (argument errors, the 1-device case) runs in-process.
+"""
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import jaxdia
+
+SCRIPT = Path(__file__).with_name("shard_checks.py")
+
+
+def _check_names() -> list[str]:
+    """The functions ``shard_checks.py`` registers with its ``@check`` decorator."""
+    tree = ast.parse(SCRIPT.read_text())
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef)
+        and any(isinstance(d, ast.Name) and d.id == "check" for d in node.decorator_list)
+    ]
+
+
+@pytest.fixture(scope="module")
+def check_results() -> dict[str, str]:
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+               JAX_PLATFORMS="cpu")
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=900
+    )
+    results = {}
+    for match in re.finditer(r"^(PASS|FAIL) (\w+)", run.stdout, re.M):
+        results[match.group(2)] = match.group(1)
+    results["_output"] = run.stdout + run.stderr
+    results["_returncode"] = run.returncode
+    return results
+
+
+@pytest.mark.parametrize("name", _check_names())
+def test_on_8_devices(check_results, name):
+    status = check_results.get(name)
+    if status != "PASS":
+        pytest.fail(f"{name}: {status or 'did not run'}\n{check_results['_output'][-6000:]}")
+
+
+def test_checks_process_succeeds(check_results):
+    assert check_results["_returncode"] == 0, check_results["_output"][-6000:]
+
+
+# -- in-process: one device --------------------------------------------------------------
+
+
+@pytest.fixture
+def mesh():
+    return jax.make_mesh((1,), ("rows",))
+
+
+def test_one_device_matches_scipy(mesh):
+    S = sp.diags_array([1.0, -2.0, 3.0], offsets=[-2, 0, 1], shape=(7, 7))
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    sharded = jaxdia.shard(A, mesh, "rows")
+    assert sharded.halo == (2, 1) and sharded.padded_size == 7 and sharded.shards == 1
+    x = np.arange(7.0)
+    np.testing.assert_allclose(sharded.unshard_vector(sharded @ sharded.shard_vector(x)), S @ x)
+    assert "halo=(2, 1)" in repr(sharded)
+
+
+def test_pytree_roundtrip(mesh):
+    sharded = jaxdia.shard(jaxdia.eye(4), mesh, "rows")
+    leaves, tree = jax.tree_util.tree_flatten(sharded)
+    assert len(leaves) == 1
+    again = jax.tree_util.tree_unflatten(tree, leaves)
+    assert again.offsets == sharded.offsets and again.mesh == sharded.mesh
+
+
+def test_rejects_bad_arguments(mesh):
+    square = jaxdia.eye(4)
+    with pytest.raises(TypeError, match="DiaMatrix as A"):
+        jaxdia.shard(np.eye(4), mesh, "rows")
+    with pytest.raises(TypeError, match="jax.sharding.Mesh"):
+        jaxdia.shard(square, "rows", "rows")
+    with pytest.raises(ValueError, match=r"axis must be one of .*'cols'"):
+        jaxdia.shard(square, mesh, "cols")
+    with pytest.raises(ValueError, match=r"square matrices.*\(3, 4\)"):
+        jaxdia.shard(jaxdia.DiaMatrix(np.ones((1, 4)), 0, (3, 4)), mesh, "rows")
+    with pytest.raises(ValueError, match=r"batch shape \(2,\)"):
+        jaxdia.shard(jaxdia.DiaMatrix(np.ones((2, 1, 4)), 0, (4, 4)), mesh, "rows")
+
+
+def test_rejects_bad_vectors():
+    mesh = jax.make_mesh((1,), ("rows",))
+    sharded = jaxdia.shard(jaxdia.eye(4), mesh, "rows")
+    with pytest.raises(ValueError, match=r"shape \(4,\) or a block \(4, c\), got shape \(5,\)"):
+        sharded.shard_vector(np.ones(5))
+    with pytest.raises(ValueError, match=r"vectors of shape \(4,\).*got shape \(3,\)"):
+        sharded @ np.ones(3)
+    with pytest.raises(ValueError, match=r"got shape \(4, 1, 1\)"):
+        sharded @ np.ones((4, 1, 1))
+    with pytest.raises(ValueError, match=r"unshard_vector expects .*got shape \(2,\)"):
+        sharded.unshard_vector(np.ones(2))
+
