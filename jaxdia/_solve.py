@@ -1,0 +1,305 @@
+"""Linear solves with a :class:`DiaMatrix`: a Jacobi preconditioner and banded direct solves.
+
+Iterative solves need nothing from this module: ``jax.scipy.sparse.linalg.cg``,
+``gmres`` and ``bicgstab`` accept a DiaMatrix as the operator (they call ``A @ x``),
+and :func:`jacobi` builds the preconditioner ``M`` they take.
+
+:func:`solve_banded` is the direct solver: ``jax.lax.linalg.tridiagonal_solve`` for
+tridiagonal matrices, a banded LU with partial pivoting in ``lax.scan`` otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+
+from ._matrix import DiaMatrix
+from ._primitives import spmm
+from ._xla import diagonal_bounds
+
+
+def _check_square(A: Any, function: str) -> None:
+    if not isinstance(A, DiaMatrix):
+        raise TypeError(f"{function}: A must be a jaxdia.DiaMatrix, got {type(A).__name__}")
+    m, n = A.shape
+    if m != n:
+        raise ValueError(f"{function}: A must be square, got shape {A.shape}")
+
+
+def _main_diagonal(A: DiaMatrix) -> Array:
+    """The main diagonal of a square ``A``, shape ``(*batch_shape, n)`` (zeros if unstored)."""
+    if 0 not in A.offsets:
+        return jnp.zeros((*A.batch_shape, A.shape[1]), A.dtype)
+    return A.data[..., A.offsets.index(0), :]
+
+
+def _scale(inverse_diagonal: Array, v: Array) -> Array:
+    return inverse_diagonal * v
+
+
+def jacobi(A: DiaMatrix) -> jax.tree_util.Partial:
+    """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)`` of a square ``A``.
+
+    Pass it as ``M`` to ``jax.scipy.sparse.linalg.cg``, ``gmres`` or ``bicgstab``. The
+    result is a ``jax.tree_util.Partial``: callable, and a pytree, so it can be an
+    argument of a jitted function. ``M`` applies to vectors of shape ``(n,)`` (or
+    ``(*batch_shape, n)`` for a batched ``A``).
+
+    For ``cg`` the preconditioner must be Hermitian positive definite, which the Jacobi
+    preconditioner of a Hermitian positive definite ``A`` is.
+
+    Args:
+      A: a square DiaMatrix, possibly batched.
+
+    Returns:
+      ``M``, with ``M(v) == v / diag(A)``.
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix.
+      ValueError: if ``A`` is not square, or (when ``A.data`` is concrete) its diagonal
+        holds a zero. Under ``jit``/``vmap`` the diagonal cannot be checked and a zero
+        entry gives ``inf`` in ``M(v)``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jax.scipy.sparse.linalg as jsl
+      >>> import jaxdia
+      >>> n = 50
+      >>> A = jaxdia.diags([-1.0, 2.5, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+      >>> b = jnp.ones(n)
+      >>> x, _ = jsl.cg(A, b, M=jaxdia.jacobi(A), tol=1e-6)
+      >>> bool(jnp.linalg.norm(A @ x - b) < 1e-4 * jnp.linalg.norm(b))
+      True
+    """
+    _check_square(A, "jacobi")
+    diagonal = _main_diagonal(A)
+    if not isinstance(diagonal, jax.core.Tracer):
+        host = np.asarray(diagonal)
+        zeros = np.argwhere(host == 0)
+        if zeros.size:
+            where = ", ".join(
+                str(int(z[0]) if len(z) == 1 else tuple(int(i) for i in z)) for z in zeros[:5]
+            )
+            more = f" and {len(zeros) - 5} more" if len(zeros) > 5 else ""
+            stored = "" if 0 in A.offsets else " (A stores no main diagonal)"
+            raise ValueError(
+                f"jacobi: A's diagonal must be nonzero, but it is 0 at index {where}{more}"
+                f"{stored}; the Jacobi preconditioner 1/diag(A) does not exist."
+            )
+    return jax.tree_util.Partial(_scale, 1 / diagonal)
+
+
+# -- banded direct solves ------------------------------------------------------------------
+
+
+def _pad_last(x: Array, before: int, after: int) -> Array:
+    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(before, after)])
+
+
+def _transposed(data: Array, offsets: tuple[int, ...], n: int):
+    """``(data, offsets)`` of ``A^T`` for a square ``A``; its padding slots hold zeros."""
+    transposed = DiaMatrix(data, offsets, (n, n)).T
+    return transposed.data, transposed.offsets
+
+
+def _row_band(data: Array, offsets: tuple[int, ...], n: int, lower: int, upper: int) -> Array:
+    """``R[r, c] = A[r, r - lower + c]`` for ``c`` in ``[0, lower + upper]``, shape
+    ``(n, lower + upper + 1)``; entries outside the matrix are zero (padding is not read)."""
+    columns = [jnp.zeros((n,), data.dtype)] * (lower + upper + 1)
+    transposed, transposed_offsets = _transposed(data, offsets, n)
+    # The row of A^T's diagonal t, read at column r, is A^T[r - t, r] == A[r, r - t].
+    for index, offset in enumerate(transposed_offsets):
+        columns[lower - offset] = transposed[index]
+    return jnp.stack(columns, axis=-1)
+
+
+def _banded_lu_solve(
+    data: Array, b: Array, offsets: tuple[int, ...], n: int, lower: int, upper: int
+) -> Array:
+    """Solves ``A x = b`` (``b`` of shape ``(n, k)``) by banded LU with partial pivoting.
+
+    A window of the ``lower + 1`` rows that can hold the pivot of column ``i``, over
+    columns ``[i, i + lower + upper]`` (row swaps widen the upper band to
+    ``lower + upper``), slides down the matrix in ``lax.scan``; the right-hand side is
+    eliminated alongside, then a reverse scan back-substitutes. An exactly zero pivot
+    (a singular matrix) makes the whole solution NaN.
+    """
+    width = lower + upper + 1
+    band = _row_band(data, offsets, n, lower, upper)
+    incoming = jnp.concatenate([band[lower + 1 :], jnp.zeros((lower + 1, width), band.dtype)])
+    # The first window: rows 0..lower over columns 0..lower+upper, W0[r, c] = R[r, c - r + lower].
+    rows, cols = np.meshgrid(np.arange(lower + 1), np.arange(width), indexing="ij")
+    source = cols - rows + lower
+    inside = (source < width) & (rows < n)
+    padded = jnp.concatenate([band, jnp.zeros((lower + 1, width), band.dtype)])
+    window = jnp.where(inside, padded[rows, np.minimum(source, width - 1)], 0)
+    rhs = jnp.concatenate([b, jnp.zeros((lower + 1, b.shape[1]), b.dtype)])
+    rhs_window, rhs_rest = rhs[: lower + 1], rhs[lower + 1 :]
+    positions = np.arange(lower + 1)
+
+    def eliminate(carry, incoming_row):
+        window, rhs_window, singular = carry
+        pivot = jnp.argmax(jnp.abs(window[:, 0]))
+        swap = jnp.where(positions == 0, pivot, jnp.where(positions == pivot, 0, positions))
+        window, rhs_window = window[swap], rhs_window[swap]
+        singular = singular | (window[0, 0] == 0)
+        factors = window[1:, 0] / window[0, 0]
+        rest = window[1:] - factors[:, None] * window[0]
+        rest_rhs = rhs_window[1:] - factors[:, None] * rhs_window[0]
+        shifted = jnp.concatenate([rest[:, 1:], jnp.zeros((lower, 1), rest.dtype)], axis=1)
+        new_window = jnp.concatenate([shifted, incoming_row[0][None]])
+        new_rhs = jnp.concatenate([rest_rhs, incoming_row[1][None]])
+        return (new_window, new_rhs, singular), (window[0], rhs_window[0])
+
+    (_, _, singular), (u_rows, y) = lax.scan(
+        eliminate,
+        (window, rhs_window, jnp.zeros((), bool)),
+        (incoming[:n], rhs_rest[:n]),
+    )
+
+    def substitute(solved, step):
+        u_row, y_row = step
+        x = (y_row - u_row[1:] @ solved) / u_row[0]
+        return jnp.concatenate([x[None], solved[:-1]]), x
+
+    _, x = lax.scan(
+        substitute, jnp.zeros((width - 1, b.shape[1]), b.dtype), (u_rows, y), reverse=True
+    )
+    return jnp.where(singular, jnp.nan, x)
+
+
+def _tridiagonal_solve(data: Array, b: Array, offsets: tuple[int, ...], n: int) -> Array:
+    def diagonal(offset):
+        if offset not in offsets:
+            return jnp.zeros((n,), data.dtype)
+        values = data[offsets.index(offset)]
+        start, stop = diagonal_bounds(offset, (n, n))
+        # lax's layout: dl[i] = A[i, i - 1] (dl[0] = 0), du[i] = A[i, i + 1] (du[-1] = 0).
+        return _pad_last(values[start:stop], start - offset, n - (stop - offset))
+
+    return lax.linalg.tridiagonal_solve(diagonal(-1), diagonal(0), diagonal(1), b)
+
+
+@partial(jax.jit, static_argnames=("offsets", "n"))
+def _solve_batch(data: Array, b: Array, offsets: tuple[int, ...], n: int) -> Array:
+    """Systems stacked on a leading axis: ``data`` ``(B, n_diags, n)``, ``b`` ``(B, n, k)``.
+
+    Jitted so that eager calls reuse the compiled program (``lax.scan`` and
+    ``custom_linear_solve`` would otherwise be traced again on every call).
+    """
+    return jax.vmap(lambda d, rhs: _solve_one(d, rhs, offsets, n))(data, b)
+
+
+def _solve_one(data: Array, b: Array, offsets: tuple[int, ...], n: int) -> Array:
+    """One system: ``data`` ``(n_diags, n)``, ``b`` ``(n, k)``."""
+    if set(offsets) <= {-1, 0, 1}:
+        # tridiagonal_solve has its own JVP, transpose and batching rules.
+        return _tridiagonal_solve(data, b, offsets, n)
+    lower, upper = max(0, -offsets[0]), max(0, offsets[-1])
+    transposed, transposed_offsets = _transposed(data, offsets, n)
+
+    def matvec(x):
+        return spmm(data, x, offsets=offsets, shape=(n, n))
+
+    def solve(_, rhs):
+        return _banded_lu_solve(data, rhs, offsets, n, lower, upper)
+
+    def transpose_solve(_, rhs):
+        return _banded_lu_solve(transposed, rhs, transposed_offsets, n, upper, lower)
+
+    # Implicit differentiation: gradients come from A's products, not through the LU.
+    return lax.custom_linear_solve(matvec, b, solve, transpose_solve)
+
+
+def solve_banded(A: DiaMatrix, b: Any) -> Array:
+    """Solves ``A @ x == b`` directly, for a square banded DiaMatrix ``A``.
+
+    * Tridiagonal ``A`` (offsets within ``{-1, 0, 1}``):
+      ``jax.lax.linalg.tridiagonal_solve``. On CPU that is LAPACK's ``gtsv`` (LU with
+      partial pivoting) and on NVIDIA GPUs cuSPARSE's ``gtsv2`` (pivoting too); on other
+      platforms JAX's Thomas algorithm, which does not pivot and so needs, e.g., a
+      diagonally dominant matrix.
+    * Any other band (offsets within ``[-l, u]``): a banded LU with partial pivoting
+      within the band, as LAPACK's ``gbsv`` (row swaps widen the upper band of ``U`` to
+      ``l + u``), run as a sequential ``lax.scan`` over the ``n`` columns: O(n l (l + u))
+      work per right-hand side batch, and compile time independent of ``n``.
+
+    A singular matrix (an exactly zero pivot, e.g. a zero column) gives an all-NaN
+    solution on CPU; no exception is raised, as none can be under ``jit``. An
+    ill-conditioned matrix gives a finite solution with a small residual
+    (partial pivoting is backward stable in practice) but a forward error that grows with
+    the condition number.
+
+    Batches follow :func:`jaxdia.matmul`'s rules: a 1-D ``b`` of length ``n`` is a
+    vector; an N-D ``b`` is a stack of ``(n, k)`` right-hand sides whose batch dims
+    broadcast with ``A.batch_shape``. The solve works under ``jit`` and ``vmap`` (over
+    ``A.data``, ``b`` or both) and is differentiable in ``A.data`` and ``b`` (forward
+    and reverse mode) by implicit differentiation: a gradient costs another solve, with
+    ``A^T``, and never differentiates the LU itself.
+
+    Args:
+      A: a square DiaMatrix (possibly batched).
+      b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
+
+    Returns:
+      ``x``, of the broadcast batch shape and ``b``'s trailing shape, in the promoted
+      dtype of ``A`` and ``b`` (16-bit floats are solved in float32 and cast back).
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix, or ``b`` is not numeric.
+      ValueError: if ``A`` is not square, or ``b``'s shape does not fit.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([[1.0] * 4, [4.0] * 5, [2.0] * 3], offsets=[-1, 0, 2])
+      >>> x = jaxdia.solve_banded(A, jnp.arange(5.0))
+      >>> bool(jnp.allclose(A @ x, jnp.arange(5.0), atol=1e-5))
+      True
+    """
+    _check_square(A, "solve_banded")
+    n = A.shape[0]
+    if not isinstance(b, (jax.Array, jax.core.Tracer)):
+        host = np.asarray(b)
+        if host.dtype.kind not in "biufc":
+            raise TypeError(
+                f"solve_banded: b must be a numeric array, got {type(b).__name__}"
+                + (f" of dtype {host.dtype}" if host.dtype != object else "")
+            )
+        b = jnp.asarray(host)
+    vector = b.ndim == 1
+    if b.ndim == 0 or b.shape[-2 if b.ndim > 1 else 0] != n:
+        raise ValueError(
+            f"solve_banded: b must have shape ({n},) or (..., {n}, k) for A of shape "
+            f"{A.shape}, got shape {b.shape}"
+        )
+    dtype = jnp.result_type(A.dtype, b.dtype)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = jnp.result_type(float)
+    work = np.dtype(np.float32) if np.dtype(dtype).itemsize == 2 else dtype
+    data, b = A.data.astype(work), b.astype(work)
+    if vector:
+        b = b[:, None]
+    try:
+        batch = np.broadcast_shapes(A.batch_shape, b.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"solve_banded: A's batch shape {A.batch_shape} and b's batch shape "
+            f"{b.shape[:-2]} (b of shape {b.shape}) do not broadcast"
+        ) from None
+    size = math.prod(batch)
+    data = jnp.broadcast_to(data, (*batch, *data.shape[-2:])).reshape(size, *data.shape[-2:])
+    b = jnp.broadcast_to(b, (*batch, *b.shape[-2:])).reshape(size, *b.shape[-2:])
+    if n == 0 or not A.offsets:
+        # Empty systems are solved; a matrix with no stored diagonal is singular.
+        x = jnp.full(b.shape, jnp.nan if n else 0, work)
+    else:
+        x = _solve_batch(data, b, A.offsets, n)
+    x = x.reshape(*batch, *x.shape[-2:]).astype(dtype)
+    return x[..., 0] if vector else x

@@ -1,0 +1,379 @@
+"""Solves: jax.scipy iterative solvers on DiaMatrix problems, jacobi, solve_banded."""
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.sparse.linalg as jsl
+import numpy as np
+import pytest
+import scipy.linalg as sla
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax.test_util import check_grads
+
+import jaxdia
+from jaxdia.testing import offsets as offset_strategy
+
+from .helpers import assert_close, dense_f64
+
+# -- problems --------------------------------------------------------------------------------
+
+
+def laplacian_1d(n):
+    return sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+
+
+def poisson(n, dims):
+    """The ``dims``-D (3/5/7-point) Laplacian on an ``n^dims`` grid (Dirichlet)."""
+    T, I = laplacian_1d(n), sp.eye_array(n)
+    if dims == 1:
+        return T
+    if dims == 2:
+        return sp.kron(T, I) + sp.kron(I, T)
+    return sp.kron(sp.kron(T, I), I) + sp.kron(sp.kron(I, T), I) + sp.kron(sp.kron(I, I), T)
+
+
+def convection_diffusion(n, peclet=20.0):
+    """Upwinded 2-D convection-diffusion: nonsymmetric, diagonally dominant."""
+    h = 1.0 / (n + 1)
+    upwind = sp.diags_array([-1.0, 1.0], offsets=[-1, 0], shape=(n, n))
+    I = sp.eye_array(n)
+    return poisson(n, 2) / h**2 + peclet / h * (sp.kron(upwind, I) + 0.5 * sp.kron(I, upwind))
+
+
+def helmholtz(n, k2=30.0, damping=5.0):
+    """Complex shifted 2-D Helmholtz: ``-Laplacian - (k^2 + i sigma) I``: indefinite."""
+    h = 1.0 / (n + 1)
+    shift = (k2 + 1j * damping) * sp.eye_array(n * n)
+    return (poisson(n, 2) / h**2 - shift).astype(np.complex128)
+
+
+def rhs(n, dtype=np.float64, seed=0):
+    rng = np.random.default_rng(seed)
+    b = rng.standard_normal(n)
+    if np.dtype(dtype).kind == "c":
+        b = b + 1j * rng.standard_normal(n)
+    return b.astype(dtype)
+
+
+def relative_error(x, expected):
+    return np.linalg.norm(np.asarray(x) - expected) / np.linalg.norm(expected)
+
+
+# -- iterative solvers -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, S, solver",
+    [
+        ("poisson-2d", poisson(16, 2), jsl.cg),
+        ("poisson-3d", poisson(7, 3), jsl.cg),
+        ("convection-diffusion", convection_diffusion(14), jsl.gmres),
+        ("convection-diffusion", convection_diffusion(14), jsl.bicgstab),
+        ("helmholtz", helmholtz(12), jsl.gmres),
+        ("helmholtz", helmholtz(12), jsl.bicgstab),
+    ],
+)
+def test_iterative_solve_matches_spsolve(name, S, solver):
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    b = rhs(S.shape[0], S.dtype)
+    expected = spla.spsolve(S.tocsc(), b)
+    options = {"restart": 60} if solver is jsl.gmres else {}
+    solve = jax.jit(lambda A, b, M: solver(A, b, M=M, tol=1e-10, maxiter=2000, **options)[0])
+    x = solve(A, b, jaxdia.jacobi(A))
+    assert relative_error(x, expected) < 1e-7, name
+
+
+def test_operator_forms_agree():
+    """A itself, ``lambda v: A @ v`` and ``functools.partial(jaxdia.matmul, A)`` all work."""
+    S = poisson(8, 2)
+    A, b = jaxdia.DiaMatrix.from_scipy(S), rhs(64)
+    results = [
+        jsl.cg(operator, b, tol=1e-12)[0]
+        for operator in (A, lambda v: A @ v, jax.tree_util.Partial(jaxdia.matmul, A))
+    ]
+    for x in results[1:]:
+        np.testing.assert_allclose(x, results[0], rtol=1e-12, atol=1e-12)
+
+
+def test_jacobi_reduces_iterations():
+    """A badly scaled SPD matrix: Jacobi fixes the scaling, so CG converges much faster."""
+    n = 100
+    scale = sp.diags_array(np.logspace(0, 3, n))
+    S = (scale @ laplacian_1d(n) @ scale).todia()
+    A, b = jaxdia.DiaMatrix.from_scipy(S), rhs(n)
+    x_plain, _ = jsl.cg(A, b, tol=1e-10, maxiter=120)
+    x_jacobi, _ = jsl.cg(A, b, M=jaxdia.jacobi(A), tol=1e-10, maxiter=120)
+    expected = spla.spsolve(S.tocsc(), b)
+    assert relative_error(x_jacobi, expected) < 1e-6
+    assert relative_error(x_plain, expected) > 1e-2
+
+
+def dense_solution(data, offsets, shape, b):
+    return jnp.linalg.solve(jaxdia.DiaMatrix(data, offsets, shape).todense(), b)
+
+
+@pytest.mark.parametrize(
+    "S, solver",
+    [
+        (poisson(4, 2), jsl.cg),
+        (convection_diffusion(4), jsl.gmres),
+        (helmholtz(4), jsl.bicgstab),
+    ],
+)
+def test_gradients_through_iterative_solve(S, solver):
+    """grad of a loss of x = A^{-1} b w.r.t. A.data and b equals the dense solve's."""
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    b = rhs(S.shape[0], S.dtype, seed=1)
+    weights = jnp.asarray(rhs(S.shape[0], seed=2))
+
+    def loss(solve):
+        def f(data, b):
+            x = solve(data, b)
+            return jnp.sum(weights * jnp.abs(x) ** 2)
+
+        return jax.grad(f, argnums=(0, 1))(A.data, b)
+
+    def iterative(data, b):
+        matrix = jaxdia.DiaMatrix(data, A.offsets, A.shape)
+        return solver(matrix, b, M=jaxdia.jacobi(matrix), tol=1e-13, atol=0.0, maxiter=500)[0]
+
+    got = loss(iterative)
+    expected = loss(lambda data, b: dense_solution(data, A.offsets, A.shape, b))
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-7, atol=1e-9 * np.abs(e).max())
+
+
+# -- jacobi ----------------------------------------------------------------------------------
+
+
+def test_jacobi_values_and_batches():
+    A = jaxdia.diags([[1.0, 2.0], [2.0, 4.0, 8.0]], offsets=[1, 0])
+    v = jnp.array([2.0, 4.0, 8.0])
+    np.testing.assert_allclose(jaxdia.jacobi(A)(v), [1.0, 1.0, 1.0])
+    batched = jaxdia.DiaMatrix(jnp.stack([A.data, 2 * A.data]), A.offsets, A.shape)
+    np.testing.assert_allclose(jaxdia.jacobi(batched)(v), [[1.0] * 3, [0.5] * 3])
+    M = jax.jit(jaxdia.jacobi)(A)  # a Partial is a pytree: it can be returned from jit
+    np.testing.assert_allclose(jax.jit(lambda M, v: M(v))(M, v), [1.0, 1.0, 1.0])
+
+
+def test_jacobi_errors():
+    with pytest.raises(ValueError, match=r"0 at index 1\b"):
+        jaxdia.jacobi(jaxdia.diags([[1.0, 0.0, 3.0]], offsets=[0]))
+    with pytest.raises(ValueError, match="stores no main diagonal"):
+        jaxdia.jacobi(jaxdia.diags([[1.0, 1.0]], offsets=[1], shape=(3, 3)))
+    with pytest.raises(ValueError, match="square"):
+        jaxdia.jacobi(jaxdia.eye(2, 3))
+    with pytest.raises(TypeError, match="DiaMatrix"):
+        jaxdia.jacobi(np.eye(3))
+    # Under jit the diagonal is traced and cannot be checked: a zero gives inf.
+    A = jaxdia.diags([[1.0, 0.0]], offsets=[0])
+    assert np.isinf(jax.jit(lambda A: jaxdia.jacobi(A)(jnp.ones(2)))(A)[1])
+
+
+# -- solve_banded ----------------------------------------------------------------------------
+
+
+def banded(n, offsets, dtype=np.float64, seed=0, dominant=True):
+    """A random DiaMatrix with NaN padding; diagonally dominant unless told otherwise."""
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal((len(offsets), n))
+    if np.dtype(dtype).kind == "c":
+        data = data + 1j * rng.standard_normal((len(offsets), n))
+    if dominant and 0 in offsets:
+        data[list(offsets).index(0)] += 2.0 * len(offsets) * np.sign(data[offsets.index(0)])
+    cols = np.arange(n)
+    for k, offset in enumerate(offsets):
+        data[k, (cols - offset < 0) | (cols - offset >= n)] = np.nan
+    return jaxdia.DiaMatrix(data.astype(dtype), offsets, (n, n))
+
+
+def scipy_banded(A):
+    """``scipy.linalg.solve_banded``'s ``(l, u), ab`` for a DiaMatrix."""
+    lower, upper = max(0, -A.offsets[0]), max(0, A.offsets[-1])
+    dense = dense_f64(A)
+    n = A.shape[0]
+    ab = np.zeros((lower + upper + 1, n), dense.dtype)
+    for i in range(n):
+        for j in range(max(0, i - lower), min(n, i + upper + 1)):
+            ab[upper + i - j, j] = dense[i, j]
+    return (lower, upper), ab
+
+
+@pytest.mark.parametrize(
+    "offsets, dtype, columns",
+    [
+        ((0,), np.float64, None),
+        ((-1, 0, 1), np.float64, None),
+        ((-1, 0, 1), np.complex128, 3),
+        ((-1, 0, 1), np.float32, None),
+        ((0, 1), np.float64, 3),
+        ((-1, 0), np.float64, None),
+        ((-2, 0, 1, 3), np.float64, 3),
+        ((-2, 0, 1, 3), np.complex128, None),
+        ((-2, 0, 1, 3), np.float32, 3),
+        ((-3, -1, 0, 2), np.float64, None),
+        ((-2, -1, 0), np.float64, 3),
+        ((0, 2, 4), np.complex64, None),
+    ],
+)
+def test_solve_banded_matches_scipy(offsets, dtype, columns):
+    n = 23
+    A = banded(n, offsets, dtype)
+    shape = (n,) if columns is None else (n, columns)
+    b = rhs(int(np.prod(shape)), dtype, seed=3).reshape(shape)
+    x = jax.jit(jaxdia.solve_banded)(A, b)
+    assert x.shape == shape and x.dtype == dtype
+    expected = sla.solve_banded(*scipy_banded(A), b.astype(np.complex128))
+    assert_close(x, expected, dtype, scale=100)
+
+
+@settings(max_examples=8)
+@given(st.integers(1, 14).flatmap(lambda n: st.tuples(st.just(n), offset_strategy((n, n)))))
+def test_solve_banded_property(case):
+    n, offsets = case
+    offsets = tuple(sorted(set(offsets) | {0}))
+    A = banded(n, offsets, seed=n)
+    b = rhs(n, seed=n + 1)
+    expected = sla.solve_banded(*scipy_banded(A), b)
+    assert_close(jaxdia.solve_banded(A, b), expected, np.float64, scale=1e3)
+
+
+def test_solve_banded_pivots():
+    """A zero diagonal defeats LU without pivoting; row swaps within the band solve it."""
+    for offsets in [(-1, 1), (-3, 1), (-1, 2, 3)]:
+        A = banded(8, offsets, dominant=False)
+        b = rhs(8)
+        np.testing.assert_allclose(
+            jaxdia.solve_banded(A, b), np.linalg.solve(dense_f64(A), b), rtol=1e-10
+        )
+
+
+def test_solve_banded_singular_gives_nan():
+    for offsets in [(-2, 1), (-1, 0, 1), (1, 2)]:
+        A = banded(6, offsets, dominant=False)
+        zero_column = A.data.at[:, 2].set(0.0)  # column 2 is zero: A is singular
+        singular = jaxdia.DiaMatrix(zero_column, A.offsets, A.shape)
+        assert np.isnan(jaxdia.solve_banded(singular, jnp.ones(6))).all(), offsets
+
+
+@pytest.mark.parametrize("offsets", [(-1, 0, 1), (-2, 0, 2)])
+def test_solve_banded_ill_conditioned(offsets):
+    """cond ~ 1e12: the answer is finite and backward stable; the forward error is larger."""
+    n = 40
+    rng = np.random.default_rng(0)
+    A = banded(n, offsets)
+    dense = dense_f64(A)
+    u, s, vt = np.linalg.svd(dense)
+    target = np.linalg.matrix_rank(dense)
+    assert target == n
+    # Scale rows and columns wildly: cond grows, the band structure is kept.
+    left, right = np.logspace(0, 6, n), rng.permutation(np.logspace(0, 6, n))
+    data = np.asarray(A.data) * right[None, :]
+    for k, offset in enumerate(A.offsets):
+        cols = np.arange(n)
+        inside = (cols - offset >= 0) & (cols - offset < n)
+        data[k, inside] *= left[(cols - offset)[inside]]
+    scaled = jaxdia.DiaMatrix(data, A.offsets, A.shape)
+    dense = dense_f64(scaled)
+    assert np.linalg.cond(dense) > 1e10
+    b = rhs(n)
+    x = np.asarray(jaxdia.solve_banded(scaled, b))
+    assert np.isfinite(x).all()
+    backward = np.linalg.norm(dense @ x - b) / (np.linalg.norm(dense) * np.linalg.norm(x))
+    assert backward < 1e-14
+    expected = sla.solve_banded(*scipy_banded(scaled), b)
+    np.testing.assert_allclose(x, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("offsets", [(-1, 0, 1), (-2, 0, 1)])
+def test_solve_banded_batches(offsets):
+    n, batch = 9, 4
+    matrices = [banded(n, offsets, seed=s) for s in range(batch)]
+    data = jnp.stack([A.data for A in matrices])
+    bs = jnp.asarray(np.stack([rhs(n, seed=10 + s) for s in range(batch)]))
+    expected = np.stack([np.linalg.solve(dense_f64(A), b) for A, b in zip(matrices, bs)])
+
+    def solve(d, b):
+        return jaxdia.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b)
+
+    np.testing.assert_allclose(jax.vmap(solve)(data, bs), expected, rtol=1e-10)
+    np.testing.assert_allclose(
+        jax.vmap(solve, in_axes=(None, 0))(data[0], bs),
+        np.linalg.solve(dense_f64(matrices[0]), bs.T).T,
+        rtol=1e-10,
+    )
+    np.testing.assert_allclose(
+        jax.vmap(solve, in_axes=(0, None))(data, bs[0]),
+        np.stack([np.linalg.solve(dense_f64(A), bs[0]) for A in matrices]),
+        rtol=1e-10,
+    )
+    # Native batches: A.batch_shape broadcasts with b's leading dims, as in matmul.
+    batched = jaxdia.DiaMatrix(data, offsets, (n, n))
+    np.testing.assert_allclose(
+        jaxdia.solve_banded(batched, bs[..., None])[..., 0], expected, rtol=1e-10
+    )
+    assert jaxdia.solve_banded(batched, bs[0]).shape == (batch, n)
+
+
+@pytest.mark.parametrize(
+    "offsets, columns, dtype",
+    [
+        ((-1, 0, 1), None, np.float64),
+        ((-2, 0, 1, 3), 2, np.float64),
+        ((-1, 0, 2), None, np.complex128),
+    ],
+)
+def test_solve_banded_gradients(offsets, columns, dtype):
+    n = 7
+    A = banded(n, offsets, dtype, seed=5)
+    data = jnp.where(jnp.isnan(A.data), 0.0, A.data)  # finite differences touch padding too
+    shape = (n,) if columns is None else (n, columns)
+    b = jnp.asarray(rhs(int(np.prod(shape)), dtype, seed=6).reshape(shape))
+
+    def solve(d, b):
+        return jaxdia.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b)
+
+    check_grads(solve, (data, b), order=1, modes=("fwd", "rev"))
+    weights = jnp.asarray(rhs(int(np.prod(shape)), seed=7).reshape(shape))
+    got = jax.grad(lambda d, b: jnp.sum(weights * jnp.abs(solve(d, b)) ** 2), argnums=(0, 1))(
+        data, b
+    )
+    expected = jax.grad(
+        lambda d, b: jnp.sum(weights * jnp.abs(dense_solution(d, offsets, (n, n), b)) ** 2),
+        argnums=(0, 1),
+    )(data, b)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
+
+
+def test_solve_banded_edge_cases():
+    x = jaxdia.solve_banded(jaxdia.diags([[2.0]], offsets=[0]), jnp.array([4.0]))
+    np.testing.assert_allclose(x, [2.0])
+    assert jaxdia.solve_banded(jaxdia.eye(0), jnp.zeros(0)).shape == (0,)
+    empty = jaxdia.DiaMatrix(jnp.zeros((0, 3)), (), (3, 3))
+    assert np.isnan(jaxdia.solve_banded(empty, jnp.ones(3))).all()
+    low = jaxdia.diags([[4.0] * 5, [1.0] * 4, [0.5] * 3], offsets=[0, 1, 2]).astype(jnp.bfloat16)
+    x = jaxdia.solve_banded(low, jnp.ones(5, jnp.bfloat16))
+    assert x.dtype == jnp.bfloat16
+    np.testing.assert_allclose(
+        np.asarray(x, np.float64), np.linalg.solve(dense_f64(low), np.ones(5)), rtol=2e-2
+    )
+
+
+def test_solve_banded_errors():
+    A = jaxdia.diags([1.0, 2.0], offsets=[0, 1], shape=(4, 4))
+    with pytest.raises(ValueError, match=r"b must have shape \(4,\) or \(\.\.\., 4, k\).*\(3,\)"):
+        jaxdia.solve_banded(A, jnp.ones(3))
+    with pytest.raises(ValueError, match="got shape \\(\\)"):
+        jaxdia.solve_banded(A, 1.0)
+    with pytest.raises(ValueError, match="square"):
+        jaxdia.solve_banded(jaxdia.eye(3, 4), jnp.ones(3))
+    with pytest.raises(TypeError, match="DiaMatrix"):
+        jaxdia.solve_banded(np.eye(4), jnp.ones(4))
+    with pytest.raises(TypeError, match="numeric"):
+        jaxdia.solve_banded(A, ["a"] * 4)
+    batched = jaxdia.DiaMatrix(jnp.ones((2, 2, 4)), (0, 1), (4, 4))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        jaxdia.solve_banded(batched, jnp.ones((3, 4, 1)))
