@@ -1,0 +1,539 @@
+"""SciPy-parity operations on :class:`DiaMatrix` that return DIA matrices.
+
+Each function takes and returns ``DiaMatrix`` objects (or dense arrays where SciPy returns
+them). Result offsets are computed from the operands' static offsets, so everything here
+traces under ``jit`` and ``vmap`` and is differentiable in ``data``. Padding slots of the
+inputs are never read: diagonals are cut out with static slices, or padding is replaced
+with ``jnp.where`` before data meets another operand or a nonlinear map (so neither values
+nor gradients ever see it). Linear maps (negation, conjugation, sums) carry padding along
+into the result's padding, which is never read either.
+
+The array work runs inside ``jax.jit`` (static offsets and shapes travel as the
+DiaMatrix's pytree aux data), so eager calls compile once per structure instead of once
+per primitive; checks that need concrete values stay outside the jitted cores.
+
+The ``DiaMatrix`` methods (``A.T``, ``A + B``, ``A.sum()``, ...) delegate here; only
+:func:`align` and :func:`kron` are public functions.
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+from jax import Array
+
+from ._convert import dense_to_dia, in_bounds_slots
+from ._dtypes import check_dtype
+from ._matrix import DiaMatrix, as_offsets, is_int
+from ._xla import accumulation_dtype, diagonal_bounds
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _check_matrix(value: Any, name: str) -> DiaMatrix:
+    if not isinstance(value, DiaMatrix):
+        raise TypeError(f"{name} must be a DiaMatrix, got {type(value).__name__}")
+    return value
+
+
+def _is_traced(value: Any) -> bool:
+    return isinstance(value, jax.core.Tracer)
+
+
+def _mask(offsets: tuple[int, ...], shape: tuple[int, int]) -> np.ndarray:
+    """Static ``(len(offsets), n)`` mask of the in-bounds slots of ``data``."""
+    mask = np.zeros((len(offsets), shape[1]), bool)
+    for k, offset in enumerate(offsets):
+        start, stop = diagonal_bounds(offset, shape)
+        mask[k, start:stop] = True
+    return mask
+
+
+def _holds_entries(offset: int, shape: tuple[int, int]) -> bool:
+    start, stop = diagonal_bounds(offset, shape)
+    return start < stop
+
+
+def _filled(A: DiaMatrix, fill: Any = 0) -> Array:
+    """A's ``data`` with its padding slots set to ``fill``.
+
+    Used wherever data meets another operand or a nonlinear map: a select (unlike a
+    product with a mask) sends zero gradient to padding, so NaN or inf there cannot reach
+    a gradient through ``0 * nan``.
+    """
+    return jnp.where(_mask(A.offsets, A.shape), A.data, fill)
+
+
+def _place(values: Array, start: int, width: int) -> Array:
+    """A row of ``width`` slots holding ``values`` from ``start`` on and zeros elsewhere."""
+    pad = [(0, 0)] * (values.ndim - 1) + [(start, width - start - values.shape[-1])]
+    return jnp.pad(values, pad)
+
+
+def _stack(rows: list[Array], batch: tuple[int, ...], width: int, dtype: Any) -> Array:
+    """Stacks rows of width ``width`` (broadcast to ``batch``) into ``(*batch, len, width)``."""
+    if not rows:
+        return jnp.zeros((*batch, 0, width), dtype)
+    return jnp.stack([jnp.broadcast_to(r, (*batch, width)).astype(dtype) for r in rows], -2)
+
+
+def _broadcast_batch(what: str, *matrices_or_shapes: Any) -> tuple[int, ...]:
+    shapes = [m.batch_shape if isinstance(m, DiaMatrix) else tuple(m) for m in matrices_or_shapes]
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise ValueError(f"{what}: batch shapes {shapes} do not broadcast") from None
+
+
+def _rows_for(A: DiaMatrix, offsets: tuple[int, ...]) -> list[Array]:
+    """A's ``data`` rows for ``offsets`` (zero rows for offsets A does not store)."""
+    index = {k: i for i, k in enumerate(A.offsets)}
+    zero = jnp.zeros((*A.batch_shape, A.shape[1]), A.dtype)
+    return [A.data[..., index[k], :] if k in index else zero for k in offsets]
+
+
+def _same_shape(what: str, A: DiaMatrix, B: DiaMatrix) -> None:
+    if A.shape != B.shape:
+        raise ValueError(
+            f"{what}: inconsistent shapes: the first matrix has shape {A.shape}, the second "
+            f"{B.shape}"
+        )
+
+
+def _is_array_like(value: Any) -> bool:
+    return isinstance(value, (numbers.Number, np.generic, np.ndarray, jax.Array))
+
+
+def _reject_scipy(what: str, other: Any) -> None:
+    if sp.issparse(other):
+        raise TypeError(
+            f"{what}: got a scipy.sparse {type(other).__name__}; convert it first with "
+            "jaxdia.DiaMatrix.from_scipy(...)"
+        )
+
+
+# -- structure -------------------------------------------------------------------------------
+
+
+@jax.jit
+def transpose(A: DiaMatrix) -> DiaMatrix:
+    """``A.T``: offsets negate, and each diagonal's in-bounds slice shifts by its offset.
+
+    Row ``k`` of ``data`` (offset ``o``) holds ``A[j - o, j]`` at column ``j``; in ``A.T``
+    (offset ``-o``) the same element sits at column ``j - o``.
+    """
+    m, n = A.shape
+    rows = []
+    for k in reversed(range(A.n_diags)):
+        offset = A.offsets[k]
+        start, stop = diagonal_bounds(offset, A.shape)
+        rows.append(_place(A.data[..., k, start:stop], start - offset, m))
+    data = _stack(rows, A.batch_shape, m, A.dtype)
+    return DiaMatrix(data, tuple(-k for k in reversed(A.offsets)), (n, m))
+
+
+def with_data(A: DiaMatrix, data: Array) -> DiaMatrix:
+    """A matrix with A's offsets and shape and new ``data`` (elementwise maps of A's)."""
+    return DiaMatrix(data, A.offsets, A.shape)
+
+
+def astype(A: DiaMatrix, dtype: Any) -> DiaMatrix:
+    dtype = check_dtype(dtype, "dtype")
+    if A.dtype.kind == "c" and dtype.kind != "c":
+        raise TypeError(
+            f"astype: casting {A.dtype} to {dtype} would discard the imaginary part (JAX "
+            "refuses complex-to-real casts); take A.real or A.imag first"
+        )
+    return with_data(A, A.data.astype(dtype))
+
+
+# -- arithmetic ------------------------------------------------------------------------------
+
+
+def add(A: DiaMatrix, other: Any, *, subtract: bool = False, reverse: bool = False) -> Any:
+    """``A + other`` (``A - other`` with ``subtract``; ``other - A`` with ``reverse`` too).
+
+    Returns NotImplemented for operand types it does not know (Python then raises).
+    """
+    symbol = "-" if subtract else "+"
+    what = f"A {symbol} B"
+    _reject_scipy(what, other)
+    sign_a = -1 if (subtract and reverse) else 1
+    sign_b = -1 if (subtract and not reverse) else 1
+    if isinstance(other, DiaMatrix):
+        _same_shape(what, A, other)
+        _broadcast_batch(what, A, other)
+        return _add_dia(A, other, sign_a, sign_b)
+    if not _is_array_like(other):
+        return NotImplemented
+    if np.ndim(other) == 0:
+        if not _is_traced(other) and np.asarray(other) == 0:
+            return A if sign_a == 1 else neg(A)
+        raise NotImplementedError(
+            f"adding a nonzero scalar to a sparse matrix is not supported (it would make "
+            f"every entry nonzero); got {other!r}. Use A.todense() {symbol} s for a dense "
+            "result. A traced scalar cannot be checked for zero, so it is refused too."
+        )
+    dense = A.todense()
+    return sign_a * dense + sign_b * jnp.asarray(other)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _add_dia(A: DiaMatrix, B: DiaMatrix, sign_a: int, sign_b: int) -> DiaMatrix:
+    batch = _broadcast_batch("A + B", A, B)
+    offsets = tuple(sorted(set(A.offsets) | set(B.offsets)))
+    dtype = jnp.result_type(A.dtype, B.dtype)
+    rows = [sign_a * a + sign_b * b for a, b in zip(_rows_for(A, offsets), _rows_for(B, offsets))]
+    return DiaMatrix(_stack(rows, batch, A.shape[1], dtype), offsets, A.shape)
+
+
+def neg(A: DiaMatrix) -> DiaMatrix:
+    return with_data(A, -A.data)
+
+
+def multiply(A: DiaMatrix, other: Any, *, strict: bool = True) -> Any:
+    """Elementwise ``A * other`` (SciPy's ``dia_array.multiply``), staying in DIA.
+
+    With ``strict=False`` (the ``*`` operator) unknown operand types give NotImplemented.
+    """
+    _reject_scipy("A.multiply(other)", other)
+    if not isinstance(other, DiaMatrix) and not _is_array_like(other):
+        if strict:
+            raise TypeError(
+                "A.multiply(other): other must be a DiaMatrix, a scalar or a dense array, "
+                f"got {type(other).__name__}"
+            )
+        return NotImplemented
+    if isinstance(other, DiaMatrix):
+        return _multiply_dia(A, other)
+    if np.ndim(other) == 0:
+        return with_data(A, _filled(A) * other)
+    return _multiply_dense(A, other)
+
+
+@jax.jit
+def _multiply_dia(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
+    _same_shape("A.multiply(B)", A, B)
+    batch = _broadcast_batch("A.multiply(B)", A, B)
+    offsets = tuple(k for k in A.offsets if k in set(B.offsets))
+    dtype = jnp.result_type(A.dtype, B.dtype)
+    A, B = with_data(A, _filled(A)), with_data(B, _filled(B))
+    rows = [a * b for a, b in zip(_rows_for(A, offsets), _rows_for(B, offsets))]
+    return DiaMatrix(_stack(rows, batch, A.shape[1], dtype), offsets, A.shape)
+
+
+@jax.jit
+def _multiply_dense(A: DiaMatrix, x: Array) -> DiaMatrix:
+    m, n = A.shape
+    if x.ndim == 1:
+        x = x[None, :]
+    if x.shape[-2] not in (1, m) or x.shape[-1] not in (1, n):
+        raise ValueError(
+            f"A.multiply(X): X of shape {x.shape} does not broadcast to the matrix shape "
+            f"{A.shape}; expected (..., {m} or 1, {n} or 1)"
+        )
+    batch = _broadcast_batch("A.multiply(X)", A, x.shape[:-2])
+    x = jnp.broadcast_to(x, (*batch, m, n))
+    return with_data(A, _filled(A) * dense_to_dia(x, A.offsets))
+
+
+def divide(A: DiaMatrix, other: Any) -> Any:
+    """``A / s`` for a scalar ``s``; NotImplemented for other operand types."""
+    _reject_scipy("A / s", other)
+    if isinstance(other, DiaMatrix) or (_is_array_like(other) and np.ndim(other) != 0):
+        raise TypeError(
+            f"A / X divides by a scalar only, got a {type(other).__name__} of shape "
+            f"{getattr(other, 'shape', None)}: elementwise division by a sparse or dense "
+            "matrix is dense (0/0 off the diagonals). Use A.todense() / X."
+        )
+    if not _is_array_like(other):
+        return NotImplemented
+    return with_data(A, _filled(A) / other)
+
+
+def power(A: DiaMatrix, p: Any, dtype: Any = None) -> DiaMatrix:
+    """Elementwise ``A ** p`` on the stored entries (SciPy's ``dia_array.power``)."""
+    if not _is_array_like(p) or np.ndim(p) != 0:
+        raise TypeError(
+            f"power: p must be a scalar, got {type(p).__name__}"
+            + (f" of shape {np.shape(p)}" if _is_array_like(p) else "")
+        )
+    if not _is_traced(p) and np.asarray(p) == 0:
+        raise NotImplementedError(
+            "zero power is not supported as it would densify the matrix. "
+            "Use jnp.ones(A.shape, dtype=A.dtype) for this case."
+        )
+    if dtype is not None:
+        A = astype(A, dtype)
+    return with_data(A, _filled(A, 1) ** p)  # 1 in padding: finite values and derivatives
+
+
+def absolute(A: DiaMatrix) -> DiaMatrix:
+    return with_data(A, jnp.abs(_filled(A)))
+
+
+@jax.jit
+def matmul(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
+    """``A @ B`` of two DIA matrices, as a DIA matrix.
+
+    Diagonal ``a`` of A times diagonal ``b`` of B lands on diagonal ``c = a + b``:
+    ``C[j - c, j] += A[j - c, j - b] * B[j - b, j]``, i.e. ``Cdata[c, j] += Adata[a, j - b]
+    * Bdata[b, j]`` for ``max(0, c, b) <= j < min(p, m + c, n + b)``. That range is empty
+    exactly when ``c`` lies outside the result, so the result offsets are the sums of
+    pairs clipped to the result's shape, as SciPy's ``dia_matmat`` computes them.
+    16-bit floats accumulate in float32.
+    """
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(
+            f"A @ B: dimension mismatch: A has shape {A.shape} and B has shape {B.shape}; "
+            "A.shape[1] must equal B.shape[0]"
+        )
+    batch = _broadcast_batch("A @ B", A, B)
+    (m, n), p = A.shape, B.shape[1]
+    dtype = jnp.result_type(A.dtype, B.dtype)
+    wide = accumulation_dtype(dtype)
+    terms: dict[int, list[Array]] = {}
+    for ia, a in enumerate(A.offsets):
+        for ib, b in enumerate(B.offsets):
+            c = a + b
+            low, high = max(0, c, b), min(p, m + c, n + b)
+            if low < high:
+                product = A.data[..., ia, low - b : high - b].astype(wide) * B.data[
+                    ..., ib, low:high
+                ].astype(wide)
+                terms.setdefault(c, []).append(_place(product, low, p))
+    offsets = tuple(sorted(terms))
+    rows = [functools.reduce(jnp.add, terms[c]) for c in offsets]
+    return DiaMatrix(_stack(rows, batch, p, dtype), offsets, (m, p))
+
+
+# -- reductions ------------------------------------------------------------------------------
+
+
+def _axis(axis: Any) -> int | None:
+    if axis is None:
+        return None
+    if is_int(axis) and -2 <= axis <= 1:
+        return int(axis) % 2
+    raise ValueError(f"axis must be None, 0, 1, -2 or -1, got {axis!r}")
+
+
+def reduce_sum(A: DiaMatrix, axis: Any = None, dtype: Any = None) -> Array:
+    """Sum of the entries (axis None), of each column (axis 0) or of each row (axis 1)."""
+    return _sum(A, _axis(axis), None if dtype is None else np.dtype(dtype))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _sum(A: DiaMatrix, axis: int | None, dtype: np.dtype | None) -> Array:
+    if axis == 1:  # the row sums of A are the column sums of A.T, whose padding is zero
+        return jnp.sum(transpose(A).data, axis=-2, dtype=dtype)
+    masked = jnp.where(_mask(A.offsets, A.shape), A.data, 0)
+    return jnp.sum(masked, axis=-2 if axis == 0 else (-2, -1), dtype=dtype)
+
+
+def reduce_mean(A: DiaMatrix, axis: Any = None, dtype: Any = None) -> Array:
+    """The mean over all entries (zeros included), or over axis 0 or 1."""
+    axis = _axis(axis)
+    m, n = A.shape
+    count = m * n if axis is None else (m if axis == 0 else n)
+    return reduce_sum(A, axis, dtype) / count
+
+
+def count_nonzero(A: DiaMatrix) -> Any:
+    """Nonzero in-bounds entries per matrix: an int if concrete and unbatched."""
+    count = _count_nonzero(A)
+    if _is_traced(count) or A.batch_shape:
+        return count
+    return int(count)
+
+
+@jax.jit
+def _count_nonzero(A: DiaMatrix) -> Array:
+    nonzero = jnp.where(_mask(A.offsets, A.shape), A.data != 0, False)
+    return jnp.sum(nonzero, axis=(-2, -1))
+
+
+# -- structure helpers -----------------------------------------------------------------------
+
+
+def with_offsets(A: DiaMatrix, offsets: Any, *, check: bool = True) -> DiaMatrix:
+    """A with exactly the diagonals ``offsets`` (new ones zero, dropped ones checked)."""
+    wanted = as_offsets(offsets)
+    if len(set(wanted)) != len(wanted):
+        raise ValueError(f"offsets contains duplicate values: {wanted}")
+    wanted = tuple(sorted(k for k in wanted if _holds_entries(k, A.shape)))
+    dropped = [i for i, k in enumerate(A.offsets) if k not in set(wanted)]
+    if dropped and check:
+        if _is_traced(A.data):
+            raise ValueError(
+                f"with_offsets would drop diagonals {[A.offsets[i] for i in dropped]}, and "
+                "under jit/vmap/grad it cannot check that they are zero. Pass check=False to "
+                "drop them unchecked (their entries are then discarded)."
+            )
+        host = np.asarray(A.data)
+        mask = _mask(A.offsets, A.shape)
+        nonzero = [A.offsets[i] for i in dropped if np.any(host[..., i, :][..., mask[i]] != 0)]
+        if nonzero:
+            raise ValueError(
+                f"with_offsets would drop diagonals {nonzero}, which hold nonzero entries; "
+                "pass check=False to drop them anyway"
+            )
+    return _select(A, wanted)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _select(A: DiaMatrix, offsets: tuple[int, ...]) -> DiaMatrix:
+    """A stored with exactly ``offsets`` (canonical): missing ones zero, others dropped."""
+    data = _stack(_rows_for(A, offsets), A.batch_shape, A.shape[1], A.dtype)
+    return DiaMatrix(data, offsets, A.shape)
+
+
+def eliminate_zeros(A: DiaMatrix) -> DiaMatrix:
+    """A without the diagonals that are zero in bounds (in every batch member)."""
+    if _is_traced(A.data):
+        raise ValueError(
+            "eliminate_zeros needs concrete data: the result's offsets depend on the values, "
+            "and under jit/vmap/grad they are traced. Call it outside the transformation, or "
+            "use A.with_offsets(offsets, check=False) with offsets you know."
+        )
+    host = np.asarray(A.data)
+    mask = _mask(A.offsets, A.shape)
+    kept = tuple(k for i, k in enumerate(A.offsets) if np.any(host[..., i, :][..., mask[i]] != 0))
+    return _select(A, kept)
+
+
+def with_diagonal(A: DiaMatrix, values: Any, k: Any = 0) -> DiaMatrix:
+    """SciPy's ``setdiag(values, k)`` as a pure function."""
+    if not is_int(k):
+        raise TypeError(f"k must be an int, got {type(k).__name__}: {k!r}")
+    k = int(k)
+    m, n = A.shape
+    if (k > 0 and k >= n) or (k < 0 and -k >= m):
+        raise ValueError(f"k exceeds array dimensions: k={k} for a matrix of shape {A.shape}")
+    values = values if isinstance(values, jax.Array) else jnp.asarray(np.asarray(values))
+    if values.dtype.kind == "c" and A.dtype.kind != "c":
+        raise TypeError(
+            f"values are complex ({values.dtype}) but the matrix is real ({A.dtype}); "
+            "convert the matrix first with A.astype(...)"
+        )
+    if not _holds_entries(k, A.shape):  # k == 0 on a matrix with no entries
+        return A
+    _broadcast_batch("with_diagonal", A, values.shape[:-1])
+    return _set_diagonal(A, values, k)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _set_diagonal(A: DiaMatrix, values: Array, k: int) -> DiaMatrix:
+    start, stop = diagonal_bounds(k, A.shape)
+    if values.ndim == 0:
+        count = stop - start
+        values = jnp.broadcast_to(values, (count,))
+    else:
+        count = min(stop - start, values.shape[-1])
+        values = values[..., :count]
+    batch = _broadcast_batch("with_diagonal", A, values.shape[:-1])
+    n = A.shape[1]
+    offsets = tuple(sorted(set(A.offsets) | {k}))
+    data = _stack(_rows_for(A, offsets), batch, n, A.dtype)
+    row = offsets.index(k)
+    data = data.at[..., row, start : start + count].set(values.astype(A.dtype))
+    return DiaMatrix(data, offsets, A.shape)
+
+
+def align(*matrices: DiaMatrix) -> tuple[DiaMatrix, ...]:
+    """The same matrices, each stored with the union of their offsets.
+
+    Matrices with equal offsets, shape, dtype and batch shape have equal pytree
+    structure, which ``lax.cond`` branches, ``lax.scan`` carries and ``lax.while_loop``
+    states require. The added diagonals are zero; dtypes and batch shapes are kept.
+
+    Args:
+      *matrices: DiaMatrix instances of one shape.
+
+    Returns:
+      A tuple of DiaMatrix, one per argument, in order.
+
+    Raises:
+      TypeError: if an argument is not a DiaMatrix.
+      ValueError: if the shapes differ.
+
+    Example:
+      >>> import jax, jaxdia
+      >>> A = jaxdia.eye(3)
+      >>> B = jaxdia.eye(3, k=1)
+      >>> A2, B2 = jaxdia.align(A, B)
+      >>> A2.offsets, B2.offsets
+      ((0, 1), (0, 1))
+      >>> C = jax.lax.cond(True, lambda: A2, lambda: B2)
+      >>> C.todense()[0]
+      Array([1., 0., 0.], dtype=float32)
+    """
+    for i, M in enumerate(matrices):
+        _check_matrix(M, f"align: argument {i}")
+    shapes = {M.shape for M in matrices}
+    if len(shapes) > 1:
+        raise ValueError(
+            f"align: the matrices must have one shape, got {[M.shape for M in matrices]}"
+        )
+    union = sorted(set().union(*(M.offsets for M in matrices)))
+    return tuple(_select(M, tuple(union)) for M in matrices)
+
+
+def kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
+    """The Kronecker product ``A ⊗ B`` as a DiaMatrix, like ``scipy.sparse.kron``.
+
+    Entry ``A[i1, j1] * B[i2, j2]`` sits at row ``i1 * mB + i2`` and column
+    ``j1 * nB + j2``. For a square ``B`` of size ``s`` the result offsets are
+    ``a * s + b`` for the offsets ``a`` of A and ``b`` of B; a rectangular ``B`` spreads
+    each pair over ``a * nB + b + i1 * (nB - mB)`` for every row ``i1`` of diagonal ``a``.
+    Every stored in-bounds entry of A and B contributes (explicit zeros too), so the
+    offsets are static; SciPy's result (BSR or COO) drops explicit zeros. Batch
+    dimensions broadcast.
+
+    Args:
+      A: the left factor, shape ``(mA, nA)``.
+      B: the right factor, shape ``(mB, nB)``.
+
+    Returns:
+      The DiaMatrix of shape ``(mA * mB, nA * nB)``.
+
+    Raises:
+      TypeError: if A or B is not a DiaMatrix.
+      ValueError: if the batch shapes do not broadcast.
+
+    Example:
+      >>> import jaxdia
+      >>> T = jaxdia.diags([1.0, 2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
+      >>> K = jaxdia.kron(jaxdia.eye(2), T)
+      >>> K.shape, K.offsets
+      ((6, 6), (-1, 0, 1))
+      >>> float(K.todense()[3, 2])
+      0.0
+    """
+    _check_matrix(A, "kron: A")
+    _check_matrix(B, "kron: B")
+    return _kron(A, B)
+
+
+@jax.jit
+def _kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
+    batch = _broadcast_batch("kron", A, B)
+    (ma, na), (mb, nb) = A.shape, B.shape
+    shape = (ma * mb, na * nb)
+    diag_a, row_a, col_a = in_bounds_slots(A.offsets, A.shape)
+    diag_b, row_b, col_b = in_bounds_slots(B.offsets, B.shape)
+    rows = (row_a[:, None] * mb + row_b[None, :]).reshape(-1)
+    cols = (col_a[:, None] * nb + col_b[None, :]).reshape(-1)
+    offsets, which = np.unique(cols - rows, return_inverse=True)
+    dtype = jnp.result_type(A.dtype, B.dtype)
+    values = A.data[..., diag_a, col_a][..., :, None] * B.data[..., diag_b, col_b][..., None, :]
+    values = jnp.broadcast_to(values, (*batch, len(row_a), len(row_b))).reshape(*batch, -1)
+    data = jnp.zeros((*batch, len(offsets), shape[1]), dtype)
+    data = data.at[..., which.reshape(-1), cols].set(values.astype(dtype), unique_indices=True)
+    return DiaMatrix(data, tuple(int(k) for k in offsets), shape)

@@ -1,0 +1,632 @@
+"""SciPy-parity operations: structure, arithmetic, products, reductions, structure helpers.
+
+Every property test compares with SciPy or a NumPy dense oracle built from the in-bounds
+slots only; the drawn matrices hold NaN in their padding, so a padding read shows up as
+a NaN in the result.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given
+from hypothesis import strategies as st
+from jax import lax
+
+import jaxdia
+from jaxdia.testing import batch_shapes, dia_matrices, dtypes, shapes
+
+from .helpers import assert_close, dense_f64, to_scipy_f64
+
+
+def wide(dtype):
+    return np.complex128 if np.dtype(dtype).kind == "c" else np.float64
+
+
+def loosest(*dtypes_):
+    """The dtype with the loosest tolerance (for results mixing several dtypes)."""
+    from .helpers import tolerance
+
+    return max(dtypes_, key=tolerance)
+
+
+def scipy_offsets(S, shape):
+    """SciPy's offsets of a DIA result, canonical: sorted, those inside the matrix."""
+    m, n = shape
+    return tuple(sorted(int(k) for k in S.offsets if max(0, k) < min(n, m + k)))
+
+
+@st.composite
+def pairs(draw, *, same_shape=True, max_side=8, dtype=None):
+    """Two matrices; batch shapes that broadcast; shapes equal, or chained for A @ B."""
+    m, n = draw(shapes(max_side))
+    p = draw(st.integers(0, max_side))
+    batch = draw(batch_shapes())
+    batch_b = draw(st.sampled_from([(), batch, tuple(1 for _ in batch)]))
+    A = draw(dia_matrices(shape=(m, n), batch_shape=batch, dtype=dtype))
+    B = draw(dia_matrices(shape=(m, n) if same_shape else (n, p), batch_shape=batch_b, dtype=dtype))
+    return A, B
+
+
+# -- structure -------------------------------------------------------------------------------
+
+
+@given(dia_matrices(batch_shape=None))
+def test_transpose_matches_scipy(A):
+    T, T2, TT = jax.jit(lambda A: (A.T, A.transpose((1, 0)), A.T.T))(A)
+    assert T.shape == A.shape[::-1] and T.dtype == A.dtype and T.batch_shape == A.batch_shape
+    assert T.offsets == tuple(sorted(-k for k in A.offsets))
+    assert_close(dense_f64(T), np.swapaxes(dense_f64(A), -1, -2), A.dtype)
+    if not A.batch_shape:
+        assert T.offsets == scipy_offsets(to_scipy_f64(A).T, T.shape)
+    assert T2.offsets == T.offsets and T2.shape == T.shape
+    assert_close(dense_f64(TT), dense_f64(A), A.dtype)
+
+
+def test_transpose_rejects_other_axes():
+    with pytest.raises(ValueError, match=r"axes must be None or \(1, 0\)"):
+        jaxdia.eye(3).transpose((0, 1))
+
+
+@given(dia_matrices(batch_shape=None))
+def test_conj_h_real_imag(A):
+    dense = dense_f64(A)
+    results = jax.jit(lambda A: (A.conj(), A.conjugate(), A.H, A.real, A.imag))(A)
+    oracles = [
+        dense.conj(),
+        dense.conj(),
+        np.swapaxes(dense.conj(), -1, -2),
+        dense.real,
+        dense.imag,
+    ]
+    for result, expected in zip(results, oracles):
+        assert isinstance(result, jaxdia.DiaMatrix)
+        assert_close(dense_f64(result), expected, A.dtype)
+    assert results[3].offsets == results[4].offsets == A.offsets
+    assert results[3].dtype == np.real(np.zeros(0, A.dtype)).dtype
+
+
+@given(dia_matrices(), dtypes())
+def test_astype(A, dtype):
+    if A.dtype.kind == "c" and dtype.kind != "c":
+        with pytest.raises(TypeError, match="take A.real or A.imag first"):
+            A.astype(dtype)
+        return
+    B = A.astype(dtype)
+    assert B.dtype == dtype and B.offsets == A.offsets
+    assert_close(dense_f64(B), dense_f64(A), loosest(A.dtype, dtype))
+
+
+def test_astype_refuses_int():
+    with pytest.raises(TypeError, match="dtype has dtype int32"):
+        jaxdia.eye(2).astype(np.int32)
+
+
+# -- arithmetic ------------------------------------------------------------------------------
+
+
+@given(dia_matrices(batch_shape=None), st.sampled_from([2, -0.5, 3.0 + 1.0j]))
+def test_scalar_arithmetic(A, s):
+    dense = dense_f64(A)
+    tol_dtype = loosest(A.dtype, np.complex64) if isinstance(s, complex) else A.dtype
+    results = jax.jit(
+        lambda A: (
+            -A,
+            A * s,
+            s * A,
+            A / s,
+            A * np.asarray(s),
+            jnp.asarray(s) * A,
+            A.multiply(s),
+            abs(A),
+        )
+    )(A)
+    oracles = [-dense] + [dense * s] * 2 + [dense / s] + [dense * s] * 3 + [np.abs(dense)]
+    for result, expected in zip(results, oracles):
+        assert isinstance(result, jaxdia.DiaMatrix) and result.offsets == A.offsets
+        assert_close(dense_f64(result), expected, tol_dtype)
+    assert results[1].dtype == A.dtype or isinstance(s, complex)  # Python scalars are weak
+
+
+def test_scalar_arithmetic_under_jit():
+    A = jaxdia.diags([1.0, 2.0, 3.0], 0)
+
+    @jax.jit
+    def f(A, s):
+        return (A * s - A / s).todense()
+
+    np.testing.assert_allclose(f(A, 2.0), np.diag([1.5, 3.0, 4.5]))
+
+
+@given(pairs())
+def test_add_sub_match_scipy(pair):
+    A, B = pair
+    dtype = loosest(A.dtype, B.dtype)
+    total, difference = jax.jit(lambda A, B: (A + B, A - B))(A, B)
+    for result, expected in [
+        (total, dense_f64(A) + dense_f64(B)),
+        (difference, dense_f64(A) - dense_f64(B)),
+    ]:
+        assert isinstance(result, jaxdia.DiaMatrix)
+        assert result.offsets == tuple(sorted(set(A.offsets) | set(B.offsets)))
+        assert result.dtype == jnp.result_type(A.dtype, B.dtype)
+        assert result.batch_shape == np.broadcast_shapes(A.batch_shape, B.batch_shape)
+        assert_close(dense_f64(result), expected, dtype)
+    if not A.batch_shape and not B.batch_shape:
+        # (SciPy's DIA sum fails on mixed real/complex operands: compare in complex.)
+        S = to_scipy_f64(A).astype(np.complex128) + to_scipy_f64(B).astype(np.complex128)
+        assert total.offsets == scipy_offsets(S, A.shape)
+
+
+def test_add_zero_sum_and_dense():
+    A, B = jaxdia.eye(3), jaxdia.eye(3, k=1)
+    assert A + 0 is A and 0 + A is A
+    assert_close((0 - A).todense(), -np.eye(3), np.float32)
+    total = sum([A, B, A])
+    assert isinstance(total, jaxdia.DiaMatrix) and total.offsets == (0, 1)
+    dense = np.ones((3, 3))
+    for result, expected in [
+        (A + dense, np.eye(3) + 1),
+        (dense + A, np.eye(3) + 1),
+        (A - dense, np.eye(3) - 1),
+        (dense - A, 1 - np.eye(3)),
+        (jnp.asarray(dense) - A, 1 - np.eye(3)),
+    ]:
+        assert isinstance(result, jax.Array)
+        np.testing.assert_allclose(result, expected)
+
+
+def test_add_errors():
+    A = jaxdia.eye(3)
+    with pytest.raises(ValueError, match=r"inconsistent shapes.*\(3, 3\).*\(3, 4\)"):
+        A + jaxdia.eye(3, 4)
+    with pytest.raises(ValueError, match=r"inconsistent shapes.*\(3, 3\).*\(4, 3\)"):
+        A - jaxdia.eye(4, 3)
+    batched = jaxdia.DiaMatrix(np.ones((2, 1, 3)), 0, (3, 3))
+    other = jaxdia.DiaMatrix(np.ones((3, 1, 3)), 0, (3, 3))
+    with pytest.raises(ValueError, match=r"batch shapes \[\(2,\), \(3,\)\] do not broadcast"):
+        batched + other
+    with pytest.raises(NotImplementedError, match="nonzero scalar"):
+        A + 1.0
+    with pytest.raises(NotImplementedError, match="nonzero scalar"):
+        jax.jit(lambda s: A + s)(0.0)
+    with pytest.raises(TypeError, match="from_scipy"):
+        A + sp.eye_array(3)
+    with pytest.raises(TypeError, match="unsupported operand"):
+        A + "x"
+    with pytest.raises(TypeError):
+        A * "x"
+
+
+@given(pairs())
+def test_multiply_dia_matches_scipy(pair):
+    A, B = pair
+    expected = dense_f64(A) * dense_f64(B)
+    results = jax.jit(lambda A, B: (A.multiply(B), A * B))(A, B)
+    for result in results:
+        assert result.offsets == tuple(k for k in A.offsets if k in B.offsets)
+        assert result.batch_shape == np.broadcast_shapes(A.batch_shape, B.batch_shape)
+        assert_close(dense_f64(result), expected, loosest(A.dtype, B.dtype))
+    if not A.batch_shape and not B.batch_shape:
+        S = to_scipy_f64(A).multiply(to_scipy_f64(B))
+        assert results[0].offsets == scipy_offsets(S, A.shape)
+
+
+@st.composite
+def dense_operands(draw):
+    A = draw(dia_matrices(batch_shape=None, max_side=7))
+    m, n = A.shape
+    kind = draw(st.sampled_from(["full", "row", "row2d", "column", "batched"]))
+    shape = {
+        "full": (m, n),
+        "row": (n,),
+        "row2d": (1, n),
+        "column": (m, 1),
+        "batched": (*(A.batch_shape or (2,)), m, n),
+    }[kind]
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    return A, rng.standard_normal(shape)
+
+
+@given(dense_operands())
+def test_multiply_dense_keeps_offsets_like_scipy(operands):
+    A, X = operands
+    results = jax.jit(lambda A, X: (A.multiply(X), A * X, X * A))(A, X)
+    for result in results:
+        assert result.offsets == A.offsets
+        assert_close(dense_f64(result), dense_f64(A) * X, A.dtype)
+    if not A.batch_shape and X.ndim == 2 and 0 not in A.shape and 1 not in A.shape:
+        S = to_scipy_f64(A).multiply(X)  # SciPy keeps DIA here too
+        assert S.format == "dia" and scipy_offsets(S, A.shape) == A.offsets
+
+
+def test_multiply_errors():
+    A = jaxdia.eye(3, 4)
+    with pytest.raises(ValueError, match=r"X of shape \(3, 3\) does not broadcast.*\(3, 4\)"):
+        A.multiply(np.ones((3, 3)))
+    with pytest.raises(ValueError, match="inconsistent shapes"):
+        A.multiply(jaxdia.eye(4, 3))
+    with pytest.raises(TypeError, match="got str"):
+        A.multiply("x")
+    with pytest.raises(TypeError, match="from_scipy"):
+        A.multiply(sp.eye_array(3, 4))
+    with pytest.raises(TypeError, match="divides by a scalar only"):
+        A / np.ones((3, 4))
+    with pytest.raises(TypeError, match="divides by a scalar only"):
+        A / A
+    with pytest.raises(TypeError, match="unsupported operand"):
+        A / "x"
+    with pytest.raises(TypeError, match="unsupported operand"):
+        2.0 / A
+
+
+@given(dia_matrices(batch_shape=None), st.sampled_from([1, 2, 3, -1, 0.5]))
+def test_power_matches_scipy(A, p):
+    if p < 1 and A.dtype.kind != "c":
+        A = abs(A)  # real roots and inverses of positive values
+    dense = dense_f64(A)
+    expected = np.zeros_like(dense)
+    np.power(dense, p, out=expected, where=dense != 0)
+    results = jax.jit(lambda A: (A.power(p), A**p))(A)
+    for result in results:
+        assert result.offsets == A.offsets
+        assert_close(dense_f64(result), expected, A.dtype, scale=10)
+    if not A.batch_shape:
+        with np.errstate(divide="ignore", invalid="ignore"):  # SciPy maps padding too
+            S = to_scipy_f64(A).power(p)
+        assert_close(dense_f64(results[0]), S.toarray(), A.dtype, scale=10)
+
+
+def test_power_errors_and_dtype():
+    A = jaxdia.eye(3)
+    with pytest.raises(NotImplementedError, match="zero power"):
+        A.power(0)
+    with pytest.raises(NotImplementedError, match="zero power"):
+        A ** jnp.asarray(0.0)
+    with pytest.raises(TypeError, match=r"p must be a scalar, got ndarray of shape \(2,\)"):
+        A.power(np.ones(2))
+    assert A.power(2, dtype=np.complex64).dtype == np.complex64
+    # A traced exponent cannot be checked for zero; it raises the stored entries only.
+    assert_close(jax.jit(lambda p: A.power(p).todense())(2.0), np.eye(3), np.float32)
+
+
+# -- A @ B -----------------------------------------------------------------------------------
+
+
+def product_offsets(A, B):
+    m, p = A.shape[0], B.shape[1]
+    return tuple(sorted({a + b for a in A.offsets for b in B.offsets if -m < a + b < p}))
+
+
+@given(pairs(same_shape=False))
+def test_matmul_dia_matches_scipy(pair):
+    A, B = pair
+    C, D = jax.jit(lambda A, B: (A @ B, A.dot(B)))(A, B)
+    assert isinstance(C, jaxdia.DiaMatrix) and C.shape == (A.shape[0], B.shape[1])
+    assert C.offsets == product_offsets(A, B)
+    assert C.dtype == jnp.result_type(A.dtype, B.dtype)
+    expected = dense_f64(A) @ dense_f64(B)
+    assert_close(dense_f64(C), expected, loosest(A.dtype, B.dtype), scale=A.shape[1] + 1)
+    if not A.batch_shape and not B.batch_shape and C.offsets:
+        S = to_scipy_f64(A) @ to_scipy_f64(B)
+        assert S.format == "dia" and scipy_offsets(S, C.shape) == C.offsets
+    assert D.offsets == C.offsets
+
+
+def test_matmul_dia_errors_and_empty():
+    with pytest.raises(ValueError, match=r"dimension mismatch.*\(3, 4\).*\(3, 3\)"):
+        jaxdia.eye(3, 4) @ jaxdia.eye(3)
+    C = jaxdia.eye(3, 2, k=-2) @ jaxdia.eye(2, 3, k=-1)  # the only pair lands outside
+    assert C.offsets == () and C.shape == (3, 3)
+
+
+def test_matmul_dia_jit_vmap_grad():
+    rng = np.random.default_rng(0)
+    A = jaxdia.DiaMatrix(rng.standard_normal((3, 5)), (-2, 0, 1), (4, 5))
+    B = jaxdia.DiaMatrix(rng.standard_normal((2, 3)), (-1, 2), (5, 3))
+
+    def loss(a, b):
+        C = jaxdia.DiaMatrix(a, A.offsets, A.shape) @ jaxdia.DiaMatrix(b, B.offsets, B.shape)
+        return jnp.sum(jnp.sin(C.todense()))
+
+    def dense_loss(a, b):
+        dense_a = jaxdia.DiaMatrix(a, A.offsets, A.shape).todense()
+        dense_b = jaxdia.DiaMatrix(b, B.offsets, B.shape).todense()
+        return jnp.sum(jnp.sin(dense_a @ dense_b))
+
+    np.testing.assert_allclose(jax.jit(loss)(A.data, B.data), dense_loss(A.data, B.data))
+    grads = jax.grad(loss, argnums=(0, 1))(A.data, B.data)
+    expected = jax.grad(dense_loss, argnums=(0, 1))(A.data, B.data)
+    for g, e in zip(grads, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+    batch = rng.standard_normal((4, 3, 5))
+    batched = jax.vmap(lambda a: (jaxdia.DiaMatrix(a, A.offsets, A.shape) @ B).data)(batch)
+    direct = (jaxdia.DiaMatrix(batch, A.offsets, A.shape) @ B).data
+    np.testing.assert_allclose(batched, direct, rtol=1e-12)
+
+
+# -- reductions ------------------------------------------------------------------------------
+
+
+@given(dia_matrices(batch_shape=None), st.sampled_from([None, 0, 1, -1, -2]))
+def test_sum_and_mean_match_scipy(A, axis):
+    dense = dense_f64(A)
+    expected = dense.sum(axis=(-2, -1) if axis is None else (-2, -1)[axis])
+    result, mean = jax.jit(lambda A: (A.sum(axis=axis), A.mean(axis=axis)))(A)
+    assert isinstance(result, jax.Array) and result.shape == np.shape(expected)
+    assert_close(result, expected, A.dtype, scale=max(A.shape, default=1) ** (axis is None) * 8)
+    if not A.batch_shape:
+        # SciPy's column sums multiply padding by 0, so its oracle gets zero padding.
+        S = sp.dia_array((np.nan_to_num(to_scipy_f64(A).data), A.offsets), shape=A.shape)
+        assert np.shape(S.sum(axis=axis)) == result.shape
+        count = dense.size if axis is None else dense.shape[axis]
+        if count:
+            assert_close(mean, S.mean(axis=axis), A.dtype, scale=max(A.shape) * 8)
+
+
+def test_sum_dtype_and_axis_error():
+    A = jaxdia.eye(3, dtype=np.float32)
+    assert A.sum(dtype=np.float64).dtype == np.float64
+    with pytest.raises(ValueError, match="axis must be None, 0, 1, -2 or -1, got 2"):
+        A.sum(axis=2)
+
+
+def test_sum_under_grad_ignores_padding():
+    data = np.array([[np.nan, 1.0, 2.0], [3.0, 4.0, np.nan]])
+    grad = jax.grad(lambda d: jaxdia.DiaMatrix(d, (1, -1), (3, 3)).sum(axis=1).sum())(data)
+    np.testing.assert_array_equal(grad, [[0, 1, 1], [1, 1, 0]])
+
+
+@given(dia_matrices(batch_shape=None))
+def test_count_nonzero_and_nnz_match_scipy(A):
+    data = np.asarray(A.data).copy()
+    data[..., ::2] = 0  # explicit zeros (padding stays NaN where it was)
+    A = jaxdia.DiaMatrix(np.where(np.isnan(np.asarray(A.data)), np.nan, data), A.offsets, A.shape)
+    expected = np.count_nonzero(dense_f64(A), axis=(-2, -1))
+    count = A.count_nonzero()
+    if A.batch_shape:
+        np.testing.assert_array_equal(count, expected)
+    else:
+        assert isinstance(count, int) and count == expected
+        assert count == to_scipy_f64(A).count_nonzero()
+        assert A.nnz == to_scipy_f64(A).nnz
+    traced = jax.jit(lambda A: A.count_nonzero())(A)
+    np.testing.assert_array_equal(traced, expected)
+
+
+# -- structure helpers -----------------------------------------------------------------------
+
+
+def test_align_for_cond():
+    A = jaxdia.diags([1.0, 2.0], [0, 2], shape=(4, 4))
+    B = jaxdia.eye(4, k=-1)
+    A2, B2 = jaxdia.align(A, B)
+    assert A2.offsets == B2.offsets == (-1, 0, 2)
+    np.testing.assert_array_equal(A2.todense(), A.todense())
+    np.testing.assert_array_equal(B2.todense(), B.todense())
+
+    @jax.jit
+    def pick(flag):
+        return lax.cond(flag, lambda: A2, lambda: B2).todense()
+
+    np.testing.assert_array_equal(pick(True), A.todense())
+    np.testing.assert_array_equal(pick(False), B.todense())
+    with pytest.raises(TypeError):  # unaligned branches have different pytree structure
+        lax.cond(True, lambda: A, lambda: B)
+
+
+def test_align_errors():
+    with pytest.raises(ValueError, match=r"one shape.*\(3, 3\), \(3, 4\)"):
+        jaxdia.align(jaxdia.eye(3), jaxdia.eye(3, 4))
+    with pytest.raises(TypeError, match="argument 1 must be a DiaMatrix, got ndarray"):
+        jaxdia.align(jaxdia.eye(3), np.eye(3))
+
+
+@given(dia_matrices(batch_shape=None), st.lists(st.integers(-13, 13), max_size=4, unique=True))
+def test_with_offsets_adds_zero_diagonals(A, extra):
+    B = A.with_offsets(A.offsets + tuple(k for k in extra if k not in A.offsets))
+    m, n = A.shape
+    assert B.offsets == tuple(
+        sorted(set(A.offsets) | {k for k in extra if max(0, k) < min(n, m + k)})
+    )
+    assert_close(dense_f64(B), dense_f64(A), A.dtype)
+
+
+def test_with_offsets_drops_checked_diagonals():
+    A = jaxdia.diags([[1.0, 1.0], [0.0, 0.0, 0.0]], [1, 0], shape=(3, 3))
+    assert A.with_offsets([1]).offsets == (1,)
+    with pytest.raises(ValueError, match=r"would drop diagonals \[1\], which hold nonzero"):
+        A.with_offsets([0])
+    assert A.with_offsets([0], check=False).offsets == (0,)
+    with pytest.raises(ValueError, match="duplicate"):
+        A.with_offsets([0, 0])
+    with pytest.raises(ValueError, match="cannot check.*check=False"):
+        jax.jit(lambda A: A.with_offsets([1]))(A)
+    dropped = jax.jit(lambda A: A.with_offsets([1], check=False))(A)
+    assert dropped.offsets == (1,)
+
+
+def test_eliminate_zeros():
+    nan = np.nan
+    data = np.array([[0.0, 0.0, nan], [nan, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    A = jaxdia.DiaMatrix(data, (-1, 1, 0), (3, 3))
+    assert A.eliminate_zeros().offsets == (0,)
+    batched = jaxdia.DiaMatrix(
+        np.stack([data, np.nan_to_num(data) + [[0, 1, 0], [0] * 3, [0] * 3]]), (-1, 1, 0), (3, 3)
+    )
+    assert batched.eliminate_zeros().offsets == (-1, 0)
+    with pytest.raises(ValueError, match="needs concrete data"):
+        jax.jit(lambda A: A.eliminate_zeros())(A)
+
+
+@st.composite
+def kron_pairs(draw):
+    A = draw(dia_matrices(max_side=4, batch_shape=None))
+    B = draw(dia_matrices(max_side=4, batch_shape=draw(st.sampled_from([(), A.batch_shape]))))
+    return A, B
+
+
+@given(kron_pairs())
+def test_kron_matches_scipy(pair):
+    A, B = pair
+    K = jaxdia.kron(A, B)
+    assert K.shape == (A.shape[0] * B.shape[0], A.shape[1] * B.shape[1])
+    outer = dense_f64(A)[..., :, None, :, None] * dense_f64(B)[..., None, :, None, :]
+    expected = outer.reshape(*outer.shape[:-4], *K.shape)
+    assert_close(dense_f64(K), expected, loosest(A.dtype, B.dtype))
+    if not A.batch_shape:
+        # SciPy may return BSR, whose dense blocks hold zeros: compare the nonzero offsets
+        # (random in-bounds data holds no zero, so every stored slot of K is nonzero).
+        S = sp.kron(to_scipy_f64(A), to_scipy_f64(B)).tocoo()
+        S.eliminate_zeros()
+        assert K.offsets == tuple(np.unique(S.col - S.row).tolist())
+
+
+def test_kron_square_offsets_and_errors():
+    T = jaxdia.diags([1.0, 2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
+    assert jaxdia.kron(T, T).offsets == (-4, -3, -2, -1, 0, 1, 2, 3, 4)
+    with pytest.raises(TypeError, match="kron: B must be a DiaMatrix"):
+        jaxdia.kron(T, np.eye(3))
+
+
+def test_kron_grad():
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((2, 3)), rng.standard_normal((1, 2))
+
+    def loss(a, b):
+        K = jaxdia.kron(jaxdia.DiaMatrix(a, (0, 1), (3, 3)), jaxdia.DiaMatrix(b, 1, (3, 2)))
+        return jnp.sum(K.todense() ** 2)
+
+    def dense_loss(a, b):
+        A = jaxdia.DiaMatrix(a, (0, 1), (3, 3)).todense()
+        return jnp.sum(jnp.kron(A, jaxdia.DiaMatrix(b, 1, (3, 2)).todense()) ** 2)
+
+    for g, e in zip(jax.grad(loss, (0, 1))(a, b), jax.grad(dense_loss, (0, 1))(a, b)):
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
+
+
+@st.composite
+def setdiag_cases(draw):
+    A = draw(dia_matrices(batch_shape=(), max_side=7, dtype=np.float64))
+    m, n = A.shape
+    k = draw(st.integers(-m + 1, n - 1)) if m and n else 0
+    size = draw(st.one_of(st.none(), st.integers(0, max(m, n) + 2)))
+    values = 7.5 if size is None else np.arange(1.0, size + 1)
+    return A, values, k
+
+
+@given(setdiag_cases())
+def test_with_diagonal_matches_scipy_setdiag(case):
+    A, values, k = case
+    S = to_scipy_f64(A)
+    S.setdiag(values, k)
+    B = A.with_diagonal(values, k)
+    assert_close(dense_f64(B), S.toarray(), A.dtype)
+    assert B.offsets == scipy_offsets(S, A.shape)
+
+
+def test_with_diagonal_batched_traced_and_errors():
+    A = jaxdia.DiaMatrix(np.ones((2, 1, 3)), 0, (3, 3))
+    B = A.with_diagonal(np.array([[1.0, 2.0], [3.0, 4.0]]), k=1)
+    np.testing.assert_array_equal(B.todense()[:, 0, 1], [1.0, 3.0])
+    f = jax.jit(lambda v: jaxdia.eye(3).with_diagonal(v, -1).todense())
+    np.testing.assert_array_equal(f(jnp.array([5.0, 6.0])), np.eye(3) + np.diag([5.0, 6.0], -1))
+    grad = jax.grad(lambda v: jaxdia.eye(3).with_diagonal(v, 1).sum())(jnp.ones(5))
+    np.testing.assert_array_equal(grad, [1.0, 1.0, 0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match=r"k exceeds array dimensions: k=3.*\(3, 3\)"):
+        jaxdia.eye(3).with_diagonal(1.0, 3)
+    with pytest.raises(TypeError, match="k must be an int"):
+        jaxdia.eye(3).with_diagonal(1.0, 1.0)
+    with pytest.raises(TypeError, match="values are complex"):
+        jaxdia.eye(3).with_diagonal(1j)
+    empty = jaxdia.eye(0, 3)
+    assert empty.with_diagonal(1.0) is empty
+
+
+def test_gradients_never_see_padding():
+    nan = np.nan
+    a = jnp.array([[nan, 1.0, -2.0], [3.0, 4.0, nan]])  # offsets (1, -1) in a 3 x 3 matrix
+    b = jnp.array([[nan, 2.0, 5.0]])
+    x = jnp.arange(1.0, 10.0).reshape(3, 3)
+
+    def A(data):
+        return jaxdia.DiaMatrix(data, (1, -1), (3, 3))
+
+    def B(data):
+        return jaxdia.DiaMatrix(data, 1, (3, 3))
+
+    scalar_losses = [
+        lambda s: (A(a) * s).sum(),
+        lambda s: (A(a) / s).sum(),
+        lambda p: abs(A(a)).power(p).sum(),
+    ]
+    for loss in scalar_losses:
+        assert np.isfinite(jax.grad(loss)(1.5))
+    data_losses = [
+        lambda d: abs(A(d)).sum(),
+        lambda d: abs(A(d)).power(0.5).sum(),
+        lambda d: A(d).multiply(B(b)).sum(),
+        lambda d: B(b).multiply(A(d)).sum(),
+        lambda d: A(d).multiply(x).sum(),
+        lambda d: (A(d) @ A(d)).sum(),
+        lambda d: jaxdia.kron(A(d), A(d)).T.sum(axis=1).sum(),
+    ]
+    padding = np.isnan(np.asarray(a))
+    for loss in data_losses:
+        grad = np.asarray(jax.grad(loss)(a))
+        assert np.all(np.isfinite(grad)) and np.all(grad[padding] == 0)
+    assert np.all(np.isfinite(jax.grad(lambda x: A(a).multiply(x).sum())(x)))
+
+
+def test_batch_and_operand_errors():
+    A = jaxdia.DiaMatrix(np.ones((2, 1, 3)), 0, (3, 3))
+    other = jaxdia.DiaMatrix(np.ones((3, 1, 3)), 0, (3, 3))
+    with pytest.raises(ValueError, match=r"A @ B: batch shapes \[\(2,\), \(3,\)\]"):
+        A @ other
+    with pytest.raises(ValueError, match=r"A.multiply\(B\): batch shapes"):
+        A.multiply(other)
+    with pytest.raises(ValueError, match=r"A.multiply\(X\): batch shapes"):
+        A.multiply(np.ones((3, 3, 3)))
+    with pytest.raises(ValueError, match="with_diagonal: batch shapes"):
+        A.with_diagonal(np.ones((3, 3)))
+    with pytest.raises(ValueError, match="kron: batch shapes"):
+        jaxdia.kron(A, other)
+    with pytest.raises(TypeError, match="from_scipy"):
+        A / sp.eye_array(3)
+
+
+def test_equal_structure_hits_the_compilation_cache():
+    from jaxdia import _ops
+
+    A = jaxdia.DiaMatrix(np.ones((2, 5)), (-3, 2), (17, 5))
+    before = _ops.transpose._cache_size()
+    A.T, (A * 2.0).T, jaxdia.DiaMatrix(np.zeros((2, 5)), (2, -3), (17, 5)).T
+    assert _ops.transpose._cache_size() == before + 1
+
+
+# -- identity, repr --------------------------------------------------------------------------
+
+
+def test_repr_and_identity_equality():
+    A = jaxdia.eye(3, k=1, dtype=np.complex64)
+    assert repr(A) == "DiaMatrix(shape=(3, 3), dtype=complex64, offsets=(1,))"
+    B = jaxdia.DiaMatrix(np.ones((2, 4, 1, 3)), 0, (3, 3))
+    assert repr(B) == "DiaMatrix(shape=(3, 3), dtype=float64, offsets=(0,), batch_shape=(2, 4))"
+    C = jaxdia.eye(3, k=1, dtype=np.complex64)
+    assert A == A and A != C  # identity, not elementwise
+    assert bool(jnp.all(A.todense() == C.todense()))
+
+
+def test_ops_under_jit_and_vmap():
+    rng = np.random.default_rng(2)
+    A = jaxdia.DiaMatrix(rng.standard_normal((3, 2, 4)), (-1, 1), (3, 4))
+
+    def f(A):
+        return ((A.T @ A) * 2.0 - A.H @ A.conj() + abs(A).T @ A).sum(axis=0)
+
+    eager = f(A)
+    np.testing.assert_allclose(jax.jit(f)(A), eager, rtol=1e-12)
+    np.testing.assert_allclose(
+        jax.vmap(lambda d: f(jaxdia.DiaMatrix(d, A.offsets, A.shape)))(A.data), eager, rtol=1e-12
+    )
