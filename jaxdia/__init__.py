@@ -3,11 +3,26 @@
 from importlib.metadata import PackageNotFoundError, version
 
 from ._construct import diags as diags, eye as eye
+from ._io import load_npz as load_npz, save_npz as save_npz
 from ._matrix import DiaMatrix as DiaMatrix, matmul as matmul
+from ._ops import align as align, kron as kron
+from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard
+from ._solve import jacobi as jacobi, solve_banded as solve_banded
+from ._traces import traces as traces
 
 try:
     __version__ = version("jaxdia")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
-__all__ = ["DiaMatrix", "diags", "eye", "matmul"]
+
+def __getattr__(name: str):
+    # DiaLinearOperator subclasses a lineax class: import lineax only when it is used.
+    if name == "DiaLinearOperator":
+        from ._lineax import DiaLinearOperator
+
+        return DiaLinearOperator
+    raise AttributeError(f"module 'jaxdia' has no attribute {name!r}")
+
+
+__all__ = ["align", "diags", "DiaMatrix", "eye", "jacobi", "kron", "load_npz", "matmul", "save_npz", "shard", "ShardedDiaMatrix", "solve_banded", "traces"]

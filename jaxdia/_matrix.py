@@ -15,6 +15,7 @@ from jax.experimental import sparse as jsparse
 from ._dtypes import check_dtype, is_numeric
 from ._convert import dense_to_dia, dia_to_dense, in_bounds_slots, nonzero_offsets
 from ._matmul import dia_matmul, dia_rmatmul
+from ._traces import dia_diagonal, dia_trace, dia_traces
 from ._xla import diagonal_bounds
 
 _TRACED_OFFSETS_HELP = (
@@ -386,17 +387,301 @@ class DiaMatrix:
 
     # -- products --------------------------------------------------------------------------
 
-    def __matmul__(self, other: Any) -> Array:
+    def __matmul__(self, other: Any) -> Array | DiaMatrix:
         if isinstance(other, DiaMatrix):
-            return NotImplemented
+            from . import _ops
+
+            return _ops.matmul(self, other)
         return dia_matmul(self.data, self.offsets, self.shape, other)
 
     def __rmatmul__(self, other: Any) -> Array:
         return dia_rmatmul(self.data, self.offsets, self.shape, other)
 
-    def dot(self, other: Any) -> Array:
-        """``A @ other`` (SciPy's spelling)."""
+    def dot(self, other: Any) -> Array | DiaMatrix:
+        """``A @ other`` (SciPy's spelling): a dense array, or a DiaMatrix for a DiaMatrix."""
         return self @ other
+
+    # -- diagonals and traces --------------------------------------------------------------
+
+    def traces(self, q: Any) -> Array:
+        """Offset traces ``[trace(A, offset=k) for k in range(q)]``, batch dims first.
+
+        ``q`` is an int or a sequence of offsets (negative ones too). Only the requested
+        stored diagonals are read: O(q * min(m, n)) work. Offsets not stored, or outside
+        the matrix, give 0, as ``np.trace`` does.
+
+        Example:
+          >>> import jaxdia
+          >>> A = jaxdia.diags([1.0, 2.0], offsets=[0, 1], shape=(3, 3))
+          >>> A.traces(3)
+          Array([3., 4., 0.], dtype=float32)
+        """
+        return dia_traces(self.data, self.offsets, self.shape, q)
+
+    def trace(self, offset: int = 0) -> Array:
+        """The sum of diagonal ``offset``, as ``scipy.sparse.dia_array.trace``."""
+        return dia_trace(self.data, self.offsets, self.shape, offset)
+
+    def diagonal(self, k: int = 0) -> Array:
+        """Diagonal ``k``, as ``scipy.sparse.dia_array.diagonal(k)``.
+
+        Empty when ``k`` lies outside the matrix; zeros when ``k`` is not stored.
+        """
+        return dia_diagonal(self.data, self.offsets, self.shape, k)
+
+    # -- SciPy parity (see _ops.py) ---------------------------------------------------------
+    # Thin delegations to jaxdia._ops, imported lazily (_ops imports this module).
+    # ``==`` is not elementwise: DiaMatrix keeps object identity for ``==`` and hashing.
+    # Compare values with ``A.todense() == B.todense()``, or ``jaxdia.align(A, B)`` and
+    # compare the aligned ``data`` on in-bounds slots.
+
+    @property
+    def T(self) -> DiaMatrix:
+        """The transpose, a DiaMatrix of shape ``(n, m)`` with offsets negated.
+
+        Example:
+          >>> import jaxdia
+          >>> A = jaxdia.diags([[1.0, 2.0]], offsets=[1], shape=(3, 3))
+          >>> A.T.offsets, A.T.todense()[1:, 0:2].tolist()
+          ((-1,), [[1.0, 0.0], [0.0, 2.0]])
+        """
+        from . import _ops
+
+        return _ops.transpose(self)
+
+    def transpose(self, axes: Any = None) -> DiaMatrix:
+        """``A.T``; ``axes`` may only be None or ``(1, 0)`` (as in SciPy)."""
+        if axes is not None and tuple(axes) != (1, 0):
+            raise ValueError(
+                f"axes must be None or (1, 0): a sparse matrix can only swap its two "
+                f"dimensions, got {axes!r}"
+            )
+        return self.T
+
+    def conj(self) -> DiaMatrix:
+        """The elementwise complex conjugate (the matrix itself for real dtypes)."""
+        from . import _ops
+
+        return _ops.with_data(self, jnp.conj(self.data))
+
+    conjugate = conj
+
+    @property
+    def H(self) -> DiaMatrix:
+        """The conjugate transpose ``A.conj().T`` (SciPy's ``dia_matrix.H``/``getH()``)."""
+        return self.conj().T
+
+    @property
+    def real(self) -> DiaMatrix:
+        """The real part, with the same offsets."""
+        from . import _ops
+
+        return _ops.with_data(self, jnp.real(self.data))
+
+    @property
+    def imag(self) -> DiaMatrix:
+        """The imaginary part, with the same offsets (zeros for a real matrix)."""
+        from . import _ops
+
+        return _ops.with_data(self, jnp.imag(self.data))
+
+    def astype(self, dtype: Any) -> DiaMatrix:
+        """The matrix converted to ``dtype`` (a floating or complex dtype).
+
+        Raises:
+          TypeError: for integer, bool or other dtypes a DiaMatrix cannot hold, and for
+            a complex-to-real cast (take ``A.real`` or ``A.imag`` first; SciPy warns and
+            drops the imaginary part, JAX refuses).
+        """
+        from . import _ops
+
+        return _ops.astype(self, dtype)
+
+    def __neg__(self) -> DiaMatrix:
+        from . import _ops
+
+        return _ops.neg(self)
+
+    def __abs__(self) -> DiaMatrix:
+        from . import _ops
+
+        return _ops.absolute(self)
+
+    def __add__(self, other: Any) -> Any:
+        """``A + B``: a DiaMatrix with the union of the offsets (shapes must match).
+
+        ``A + 0`` is ``A``; a nonzero scalar raises NotImplementedError (as in SciPy); a
+        dense array gives a dense array.
+        """
+        from . import _ops
+
+        return _ops.add(self, other)
+
+    __radd__ = __add__
+
+    def __sub__(self, other: Any) -> Any:
+        from . import _ops
+
+        return _ops.add(self, other, subtract=True)
+
+    def __rsub__(self, other: Any) -> Any:
+        from . import _ops
+
+        return _ops.add(self, other, subtract=True, reverse=True)
+
+    def __mul__(self, other: Any) -> Any:
+        """Elementwise ``A * other``, as ``A.multiply(other)`` (``dia_array`` semantics)."""
+        from . import _ops
+
+        return _ops.multiply(self, other, strict=False)
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, other: Any) -> Any:
+        """``A / s`` for a scalar ``s``."""
+        from . import _ops
+
+        return _ops.divide(self, other)
+
+    def __pow__(self, p: Any) -> DiaMatrix:
+        """Elementwise ``A ** p``, as ``A.power(p)`` (``dia_array`` semantics)."""
+        return self.power(p)
+
+    def multiply(self, other: Any) -> DiaMatrix:
+        """The elementwise product, staying in DIA.
+
+        Args:
+          other: a DiaMatrix of the same shape (the result stores the offsets both
+            store), a scalar, or a dense array broadcastable to ``(..., m, n)`` such as a
+            row ``(n,)``/``(1, n)`` or column ``(m, 1)`` vector (the result keeps A's
+            offsets, as SciPy's ``dia_array.multiply`` does). Batch dims broadcast.
+
+        Raises:
+          ValueError: on mismatched shapes.
+          TypeError: on other operand types (convert ``scipy.sparse`` ones with
+            ``DiaMatrix.from_scipy``).
+
+        Example:
+          >>> import jax.numpy as jnp, jaxdia
+          >>> A = jaxdia.diags([1.0, 2.0, 3.0], offsets=0, shape=(3, 3))
+          >>> A.multiply(jnp.array([1.0, 10.0, 100.0])).data
+          Array([[  1.,  20., 300.]], dtype=float32)
+        """
+        from . import _ops
+
+        return _ops.multiply(self, other)
+
+    def power(self, p: Any, dtype: Any = None) -> DiaMatrix:
+        """Elementwise power of the stored entries, like ``dia_array.power``.
+
+        Args:
+          p: a scalar exponent (it may be traced; a concrete ``p == 0`` raises).
+          dtype: if given, the data is converted to it first.
+
+        Raises:
+          NotImplementedError: for ``p == 0`` (it would make the matrix dense), as SciPy.
+          TypeError: for a non-scalar ``p``.
+        """
+        from . import _ops
+
+        return _ops.power(self, p, dtype)
+
+    def sum(self, axis: Any = None, dtype: Any = None) -> Array:
+        """The sum of all entries (axis None), column sums (0) or row sums (1).
+
+        Returns dense JAX arrays with ``dia_array``'s shapes: ``batch_shape``,
+        ``batch_shape + (n,)`` or ``batch_shape + (m,)``.
+
+        Example:
+          >>> import jaxdia
+          >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
+          >>> A.sum(axis=1)
+          Array([-1.,  0., -1.], dtype=float32)
+        """
+        from . import _ops
+
+        return _ops.reduce_sum(self, axis, dtype)
+
+    def mean(self, axis: Any = None, dtype: Any = None) -> Array:
+        """The mean of all ``m * n`` entries, or of each column (0) or row (1)."""
+        from . import _ops
+
+        return _ops.reduce_mean(self, axis, dtype)
+
+    def count_nonzero(self) -> Any:
+        """The number of nonzero in-bounds entries (explicit zeros and padding excluded).
+
+        A Python int for a concrete unbatched matrix; otherwise (batched, or traced
+        under ``jit``) an integer JAX array of shape ``batch_shape``.
+        """
+        from . import _ops
+
+        return _ops.count_nonzero(self)
+
+    def with_offsets(self, offsets: Any, *, check: bool = True) -> DiaMatrix:
+        """The same matrix stored with exactly the diagonals ``offsets``.
+
+        New diagonals are zero. Offsets outside the matrix are ignored (a DiaMatrix holds
+        none). Dropping a diagonal is checked: it must be zero in bounds.
+
+        Args:
+          offsets: the diagonals to store (static ints).
+          check: whether to check that dropped diagonals are zero. Under ``jit``,
+            ``vmap`` or ``grad`` the data cannot be checked, so dropping a diagonal then
+            raises unless ``check=False`` (which discards the dropped entries).
+
+        Raises:
+          ValueError: on duplicate offsets, or if a dropped diagonal holds a nonzero (or
+            cannot be checked).
+
+        Example:
+          >>> import jaxdia
+          >>> jaxdia.eye(3).with_offsets([-1, 0]).offsets
+          (-1, 0)
+        """
+        from . import _ops
+
+        return _ops.with_offsets(self, offsets, check=check)
+
+    def eliminate_zeros(self) -> DiaMatrix:
+        """The matrix without the diagonals that are zero in bounds (in every batch member).
+
+        Needs concrete data: the result's offsets depend on the values.
+
+        Raises:
+          ValueError: under ``jit``/``vmap``/``grad``.
+
+        Example:
+          >>> import jaxdia
+          >>> (jaxdia.eye(3) * 0.0).eliminate_zeros().offsets
+          ()
+        """
+        from . import _ops
+
+        return _ops.eliminate_zeros(self)
+
+    def with_diagonal(self, values: Any, k: int = 0) -> DiaMatrix:
+        """SciPy's ``setdiag(values, k)`` as a pure function: a new matrix.
+
+        A scalar fills the whole diagonal ``k``; an array sets its first ``len(values)``
+        entries (longer arrays are truncated, and the rest of the diagonal is unchanged).
+        Leading dims of ``values`` broadcast with the batch. The offset is added if absent.
+
+        Raises:
+          ValueError: if diagonal ``k`` lies outside the matrix ("k exceeds array
+            dimensions").
+          TypeError: if ``k`` is not an int, or complex values meet a real matrix.
+
+        Example:
+          >>> import jaxdia
+          >>> jaxdia.eye(3).with_diagonal([5.0, 6.0], k=1).todense()
+          Array([[1., 5., 0.],
+                 [0., 1., 6.],
+                 [0., 0., 1.]], dtype=float32)
+        """
+        from . import _ops
+
+        return _ops.with_diagonal(self, values, k)
 
 
 def matmul(A: DiaMatrix, X: Any, *, implementation: str | None = None) -> Array:
