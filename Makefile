@@ -1,10 +1,23 @@
 # The two commands a fresh machine needs (Python 3.11): `make demo` and `make test`.
+# Development checks (see README, "Development"): `make check`, `make test-newest`,
+# `make wheel-test`, `make api-docs`; `.ci/run` runs them all.
 PYTHON ?= python3.11
 VENV := .venv
 VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: demo test venv clean
+# The newest JAX needs Python >= 3.12; it gets its own venv.
+PYTHON_NEWEST ?= $(shell command -v python3.12 || echo /root/.pyenv/versions/3.12.1/bin/python3.12)
+VENV_NEWEST := .venv-newest
+NPY := $(VENV_NEWEST)/bin/python
+NEWEST_STAMP := $(VENV_NEWEST)/.installed
+# What `make test-newest` runs (the whole suite by default; e.g.
+# NEWEST_TESTS="tests/test_lowering.py tests/test_matmul.py" for a quick look).
+NEWEST_TESTS ?=
+
+.PHONY: demo test venv dev check lint typecheck format test-newest venv-newest wheel-test \
+	api-docs clean
 
 $(STAMP): pyproject.toml
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
@@ -17,8 +30,62 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VPY) examples/demo.py
 
+# The tests and the docstring examples (pyproject.toml: --doctest-modules over jaxdia/).
 test: $(STAMP)
 	$(VPY) -m pytest -q
 
+# -- development tools: ruff, pyright, build (the `dev` extra) -------------------------------
+
+$(DEV_STAMP): $(STAMP) pyproject.toml
+	$(VPY) -m pip install --quiet -e '.[dev]'
+	@touch $(DEV_STAMP)
+
+dev: $(DEV_STAMP)
+
+lint: $(DEV_STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(DEV_STAMP)
+	$(VENV)/bin/pyright --pythonpath $(VPY)
+
+# Static checks: lint, formatting, types (settings in pyproject.toml). All three run, and
+# the target fails if any does.
+check: $(DEV_STAMP)
+	@status=0; \
+	echo "ruff check ."; $(VENV)/bin/ruff check . || status=1; \
+	echo "ruff format --check ."; $(VENV)/bin/ruff format --check . || status=1; \
+	echo "pyright"; $(VENV)/bin/pyright --pythonpath $(VPY) || status=1; \
+	exit $$status
+
+# Rewrites the code: formatting and the safe lint fixes.
+format: $(DEV_STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+# -- the newest JAX that pyproject.toml allows, on Python 3.12 ------------------------------
+
+$(NEWEST_STAMP): pyproject.toml
+	@test -x $(NPY) || $(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
+	$(NPY) -m pip install --quiet --upgrade pip
+	$(NPY) -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[test,lineax,plot]'
+	@touch $(NEWEST_STAMP)
+
+venv-newest: $(NEWEST_STAMP)
+
+test-newest: $(NEWEST_STAMP)
+	@$(NPY) -c 'import jax, jaxlib; print("jax", jax.__version__, "jaxlib", jaxlib.__version__)'
+	$(NPY) -m pytest -q $(NEWEST_TESTS)
+
+# -- packaging ---------------------------------------------------------------------------------
+
+# Builds wheel and sdist into dist/, installs the wheel into a fresh venv, runs a smoke test.
+wheel-test: $(DEV_STAMP)
+	BUILDER=$(CURDIR)/$(VPY) PYRIGHT=$(CURDIR)/$(VENV)/bin/pyright .ci/wheel-test $(PYTHON)
+
+# Regenerates docs/api.md from the docstrings.
+api-docs: $(DEV_STAMP)
+	$(VPY) scripts/api_md.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build dist
+	rm -rf $(VENV) $(VENV_NEWEST) .pytest_cache .hypothesis build dist .ruff_cache

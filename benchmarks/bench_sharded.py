@@ -53,8 +53,9 @@ AXIS = "rows"
 
 
 def mesh_of(devices: int):
-    return jax.make_mesh((devices,), (AXIS,), axis_types=(AxisType.Auto,),
-                         devices=jax.devices()[:devices])
+    return jax.make_mesh(
+        (devices,), (AXIS,), axis_types=(AxisType.Auto,), devices=jax.devices()[:devices]
+    )
 
 
 def stencil(shape: tuple[int, ...]) -> jaxdia.DiaMatrix:
@@ -62,8 +63,10 @@ def stencil(shape: tuple[int, ...]) -> jaxdia.DiaMatrix:
     matrix = None
     for side in shape:
         one = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(side, side))
-        matrix = one if matrix is None else (
-            sp.kron(matrix, sp.eye_array(side)) + sp.kron(sp.eye_array(matrix.shape[0]), one)
+        matrix = (
+            one
+            if matrix is None
+            else (sp.kron(matrix, sp.eye_array(side)) + sp.kron(sp.eye_array(matrix.shape[0]), one))
         )
     return jaxdia.DiaMatrix.from_scipy(matrix.todia())
 
@@ -78,7 +81,7 @@ def halo_design(S):
 def allgather_design(S):
     """Each device gathers all of ``x``, then computes its rows exactly as ``halo`` does."""
     lower, upper = S.halo
-    rows, shards = S.rows_per_shard, S.shards
+    rows = S.rows_per_shard
     local_offsets = tuple(k + lower for k in S.offsets)
     width = lower + rows + upper
 
@@ -90,8 +93,9 @@ def allgather_design(S):
         return spmm(window[0], extended, offsets=local_offsets, shape=(rows, width))
 
     spec = PartitionSpec(AXIS)
-    product = jax.shard_map(local, mesh=S.mesh, in_specs=(spec, spec), out_specs=spec,
-                            check_vma=False)
+    product = jax.shard_map(
+        local, mesh=S.mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False
+    )
     return jax.jit(lambda S, v: product(S.windows, v.reshape(-1, 1))[:, 0])
 
 
@@ -138,8 +142,9 @@ def part_bytes(quick: bool):
     if not quick:
         cases.append(("3-D 7-point, 64^3", (64, 64, 64)))
     print("## Bytes per device and product (8 fake CPU devices, float64, one vector)\n")
-    print("| matrix | n | halo rows (lower, upper) | design | collectives | sent KiB "
-          "| received KiB |")
+    print(
+        "| matrix | n | halo rows (lower, upper) | design | collectives | sent KiB | received KiB |"
+    )
     print("|---|---:|---|---|---|---:|---:|")
     for label, grid in cases:
         A = stencil(grid)
@@ -147,8 +152,10 @@ def part_bytes(quick: bool):
         for design, totals in traffic.items():
             sent = sum(e["sent"] for e in totals.values())
             received = sum(e["received"] for e in totals.values())
-            print(f"| {label} | {A.shape[0]:,} | {S.halo} | {design} | {describe(totals)} "
-                  f"| {kib(sent)} | {kib(received)} |")
+            print(
+                f"| {label} | {A.shape[0]:,} | {S.halo} | {design} | {describe(totals)} "
+                f"| {kib(sent)} | {kib(received)} |"
+            )
     print()
 
 
@@ -163,17 +170,25 @@ def part_extrapolation():
     print("| quantity per device and product | halo design | all-gather design |")
     print("|---|---:|---:|")
     print(f"| rows per device | {rows:,} | {rows:,} |")
-    print(f"| bytes received | {halo / 1e6:,.0f} MB (2 x {side * side:,} rows) "
-          f"| {gather / 1e9:,.2f} GB (63 x {rows:,} rows) |")
+    print(
+        f"| bytes received | {halo / 1e6:,.0f} MB (2 x {side * side:,} rows) "
+        f"| {gather / 1e9:,.2f} GB (63 x {rows:,} rows) |"
+    )
     print(f"| extra memory for x | {halo / 1e6:,.0f} MB | {(n * itemsize) / 1e9:,.0f} GB |")
     print(f"| local HBM traffic (data + x + y) | {local / 1e9:.2f} GB | {local / 1e9:.2f} GB |")
     for link, rate in (("NVLink, ~400 GB/s", 400e9), ("InfiniBand NDR, ~50 GB/s", 50e9)):
-        print(f"| time to move it over {link} | {halo / rate * 1e3:.2f} ms "
-              f"| {gather / rate * 1e3:,.0f} ms |")
-    print(f"| local product at ~4 TB/s HBM | {local / 4e12 * 1e3:.2f} ms "
-          f"| {local / 4e12 * 1e3:.2f} ms |")
-    print(f"\nRatio of bytes moved: {gather / halo:,.0f}x. The halo is n^(2/3) rows per side, "
-          "independent of the device count, while the all-gather grows with n.\n")
+        print(
+            f"| time to move it over {link} | {halo / rate * 1e3:.2f} ms "
+            f"| {gather / rate * 1e3:,.0f} ms |"
+        )
+    print(
+        f"| local product at ~4 TB/s HBM | {local / 4e12 * 1e3:.2f} ms "
+        f"| {local / 4e12 * 1e3:.2f} ms |"
+    )
+    print(
+        f"\nRatio of bytes moved: {gather / halo:,.0f}x. The halo is n^(2/3) rows per side, "
+        "independent of the device count, while the all-gather grows with n.\n"
+    )
 
 
 def timed(fn, args, repeats, inner):
@@ -201,13 +216,16 @@ def part_weak_scaling(quick: bool):
     side, planes = (16, 16) if quick else (32, 32)
     repeats, inner = (3, 5) if quick else (9, 20)
     rows = side * side * planes
-    print(f"## Weak scaling on fake CPU devices ({side} x {side} x {planes} planes = "
-          f"{rows:,} rows per device, 7-point stencil, float64)\n")
-    print(f"{os.cpu_count()} CPU cores shared by all fake devices: times grow with the device "
-          "count even when scaling is perfect. Microseconds per product, best of "
-          f"{repeats} x {inner} chained products.\n")
-    print("| devices | n | unsharded, 1 device | halo | all-gather | XLA auto "
-          "| halo / unsharded |")
+    print(
+        f"## Weak scaling on fake CPU devices ({side} x {side} x {planes} planes = "
+        f"{rows:,} rows per device, 7-point stencil, float64)\n"
+    )
+    print(
+        f"{os.cpu_count()} CPU cores shared by all fake devices: times grow with the device "
+        "count even when scaling is perfect. Microseconds per product, best of "
+        f"{repeats} x {inner} chained products.\n"
+    )
+    print("| devices | n | unsharded, 1 device | halo | all-gather | XLA auto | halo / unsharded |")
     print("|---:|---:|---:|---:|---:|---:|---:|")
     for devices in (1, 2, 4, 8):
         A = stencil((side, side, planes * devices))
@@ -224,9 +242,11 @@ def part_weak_scaling(quick: bool):
             "auto": timed(auto, (data, xs), repeats, inner),
         }
         us = {k: v * 1e6 for k, v in results.items()}
-        print(f"| {devices} | {A.shape[0]:,} | {us['plain']:,.0f} | {us['halo']:,.0f} "
-              f"| {us['all-gather']:,.0f} | {us['auto']:,.0f} "
-              f"| {results['halo'] / results['plain']:.2f} |")
+        print(
+            f"| {devices} | {A.shape[0]:,} | {us['plain']:,.0f} | {us['halo']:,.0f} "
+            f"| {us['all-gather']:,.0f} | {us['auto']:,.0f} "
+            f"| {results['halo'] / results['plain']:.2f} |"
+        )
     print()
 
 

@@ -141,8 +141,9 @@ def check_kernels(interpret: bool) -> bool:
                     A = A.T if transpose else A
                     xb = _wide(np.broadcast_to(x, (*batch, *x.shape[-2:]))[b])
                     expected[b], scale[b] = A @ xb, abs(A) @ abs(xb)
-                all_ok &= _check(("A^T@X " if transpose else "A@X   ") + label,
-                                 y, expected, scale, dtype)
+                all_ok &= _check(
+                    ("A^T@X " if transpose else "A@X   ") + label, y, expected, scale, dtype
+                )
             g = _random(rng, (*data_batch, m, n_cols), dtype)
             x = _random(rng, (*x_batch, n, n_cols), dtype)
             fn = jax.jit(
@@ -201,8 +202,14 @@ def stencil_offsets(n: int, points: int) -> tuple[int, ...]:
         return (-side, -1, 0, 1, side)
     side = max(2, round(n ** (1 / 3)))
     return tuple(
-        sorted({dz * side * side + dy * side + dx
-                for dz in (-1, 0, 1) for dy in (-1, 0, 1) for dx in (-1, 0, 1)})
+        sorted(
+            {
+                dz * side * side + dy * side + dx
+                for dz in (-1, 0, 1)
+                for dy in (-1, 0, 1)
+                for dx in (-1, 0, 1)
+            }
+        )
     )
 
 
@@ -225,8 +232,14 @@ def bcsr_matrix(offsets, n, dtype, max_nnz):
     S = sp.diags_array(
         [np.ones(n - abs(o), dtype) for o in offsets], offsets=offsets, shape=(n, n)
     ).tocsr()
-    return jsparse.BCSR((jnp.asarray(S.data), jnp.asarray(S.indices.astype(np.int32)),
-                         jnp.asarray(S.indptr.astype(np.int32))), shape=(n, n))
+    return jsparse.BCSR(
+        (
+            jnp.asarray(S.data),
+            jnp.asarray(S.indices.astype(np.int32)),
+            jnp.asarray(S.indptr.astype(np.int32)),
+        ),
+        shape=(n, n),
+    )
 
 
 def free_bytes(device) -> float:
@@ -238,11 +251,14 @@ def free_bytes(device) -> float:
 
 
 def time_products(sizes, repeats, max_bcsr_nnz, device) -> None:
-    print("\n2. Timing A @ X (median of {} calls; GB/s of (n_diags*n + 2*n*c)*itemsize)"
-          .format(repeats))
+    print(
+        f"\n2. Timing A @ X (median of {repeats} calls; GB/s of (n_diags*n + 2*n*c)*itemsize)"
+    )
     # "A@X": the default implementation (the Pallas kernel on a GPU, XLA on a CPU).
-    header = ("| n | diags | c | dtype | A@X ms | GB/s | xla ms | copy ms | "
-              "copy/A@X | BCSR ms | BCSR/A@X |")
+    header = (
+        "| n | diags | c | dtype | A@X ms | GB/s | xla ms | copy ms | "
+        "copy/A@X | BCSR ms | BCSR/A@X |"
+    )
     print(header)
     print("|---" * (header.count("|") - 1) + "|")
     key = jax.random.key(0)
@@ -256,9 +272,11 @@ def time_products(sizes, repeats, max_bcsr_nnz, device) -> None:
                     traffic = (len(offsets) * n + 2 * n * n_cols) * itemsize
                     # data, x, y, and a copy of the same bytes: keep well inside memory.
                     if 2.5 * traffic > 0.8 * free_bytes(device):
-                        print(f"| {n:.0e} | {len(offsets)} | {n_cols} | "
-                              f"{np.dtype(dtype).name} | skipped: needs "
-                              f"{2.5 * traffic / 1e9:.1f} GB |" + " |" * 6)
+                        print(
+                            f"| {n:.0e} | {len(offsets)} | {n_cols} | "
+                            f"{np.dtype(dtype).name} | skipped: needs "
+                            f"{2.5 * traffic / 1e9:.1f} GB |" + " |" * 6
+                        )
                         continue
                     k1, k2, key = jax.random.split(key, 3)
                     data = jax.random.normal(k1, (len(offsets), n), dtype)
@@ -269,7 +287,9 @@ def time_products(sizes, repeats, max_bcsr_nnz, device) -> None:
                     )
                     xla = median_time(
                         jax.jit(lambda A, x: jaxdia.matmul(A, x, implementation="xla")),
-                        A, x, repeats=repeats,
+                        A,
+                        x,
+                        repeats=repeats,
                     )
                     del A, data
                     # A copy (read + write) moving the same number of bytes.
@@ -283,29 +303,41 @@ def time_products(sizes, repeats, max_bcsr_nnz, device) -> None:
                         t = median_time(jax.jit(lambda B, x: B @ x), bcsr, x, repeats=repeats)
                         bcsr_cols = (f"{t * 1e3:.3f}", f"{t / default:.2f}")
                     del x
-                    print(f"| {n:.0e} | {len(offsets)} | {n_cols} | {np.dtype(dtype).name} | "
-                          f"{default * 1e3:.3f} | {traffic / default / 1e9:.1f} | "
-                          f"{xla * 1e3:.3f} | {copy * 1e3:.3f} | {copy / default:.2f} | "
-                          f"{bcsr_cols[0]} | {bcsr_cols[1]} |", flush=True)
+                    print(
+                        f"| {n:.0e} | {len(offsets)} | {n_cols} | {np.dtype(dtype).name} | "
+                        f"{default * 1e3:.3f} | {traffic / default / 1e9:.1f} | "
+                        f"{xla * 1e3:.3f} | {copy * 1e3:.3f} | {copy / default:.2f} | "
+                        f"{bcsr_cols[0]} | {bcsr_cols[1]} |",
+                        flush=True,
+                    )
                 del bcsr
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--interpret", action="store_true",
-                        help="run the kernels in interpret mode at tiny sizes (any machine)")
+    parser.add_argument(
+        "--interpret",
+        action="store_true",
+        help="run the kernels in interpret mode at tiny sizes (any machine)",
+    )
     parser.add_argument("--max-n", type=float, default=1e8, help="largest n to time")
     parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--max-bcsr-nnz", type=float, default=1e8,
-                        help="skip BCSR above this many nonzeros (its setup is on the host)")
+    parser.add_argument(
+        "--max-bcsr-nnz",
+        type=float,
+        default=1e8,
+        help="skip BCSR above this many nonzeros (its setup is on the host)",
+    )
     parser.add_argument("--skip-timing", action="store_true")
     args = parser.parse_args(argv)
 
     device = gpu_device()
     print(f"jax {jax.__version__}, devices: {jax.devices()}")
     if device is None and not args.interpret:
-        print("No GPU found: nothing to check. (Use --interpret to exercise this script's "
-              "correctness checks in interpret mode on this machine.)")
+        print(
+            "No GPU found: nothing to check. (Use --interpret to exercise this script's "
+            "correctness checks in interpret mode on this machine.)"
+        )
         return 0
     ok = check_kernels(interpret=args.interpret)
     if device is not None:

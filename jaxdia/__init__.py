@@ -1,6 +1,7 @@
 """jaxdia: DIA-format (diagonal storage) sparse matrices for JAX, in SciPy's layout."""
 
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 from ._construct import diags as diags, eye as eye
 from ._io import load_npz as load_npz, save_npz as save_npz
@@ -16,7 +17,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     # DiaLinearOperator subclasses a lineax class: import lineax only when it is used.
     if name == "DiaLinearOperator":
         from ._lineax import DiaLinearOperator
@@ -25,4 +26,18 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'jaxdia' has no attribute {name!r}")
 
 
-__all__ = ["align", "diags", "DiaMatrix", "eye", "jacobi", "kron", "load_npz", "matmul", "save_npz", "shard", "ShardedDiaMatrix", "solve_banded", "traces"]
+__all__ = [
+    "align",
+    "diags",
+    "DiaMatrix",
+    "eye",
+    "jacobi",
+    "kron",
+    "load_npz",
+    "matmul",
+    "save_npz",
+    "shard",
+    "ShardedDiaMatrix",
+    "solve_banded",
+    "traces",
+]

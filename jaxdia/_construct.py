@@ -90,8 +90,8 @@ def eye(m: int, n: int | None = None, k: int = 0, dtype: Any = None) -> DiaMatri
     """The ``(m, n)`` matrix with ones on diagonal ``k``, like ``scipy.sparse.eye_array``.
 
     As in SciPy, ``k`` may lie just outside the matrix (``k == n`` or ``k == -m``: no
-    stored diagonal), and farther out raises ValueError. ``dtype`` defaults to JAX's default float dtype (float32 unless x64 is
-    on; SciPy's default is float64).
+    stored diagonal), and farther out raises ValueError. ``dtype`` defaults to JAX's
+    default float dtype (float32 unless x64 is on; SciPy's default is float64).
 
     Example:
       >>> import jaxdia

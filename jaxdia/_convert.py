@@ -46,7 +46,8 @@ def dense_to_dia(dense: Array, offsets: tuple[int, ...]) -> Array:
 
     Padding slots are zero. Elements of ``dense`` on other diagonals are not read.
     """
-    shape = dense.shape[-2:]
+    m, n = dense.shape[-2:]
+    shape = (m, n)
     diag, row, col = in_bounds_slots(offsets, shape)
     data = jnp.zeros((*dense.shape[:-2], len(offsets), shape[1]), dense.dtype)
     return data.at[..., diag, col].set(dense[..., row, col], unique_indices=True)

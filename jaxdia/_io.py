@@ -12,6 +12,7 @@ import zlib
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -93,6 +94,16 @@ def load_npz(file: Any, dtype: Any = None) -> DiaMatrix:
         never loaded).
       TypeError: if the data or ``dtype`` is not a type a DiaMatrix can hold.
       OSError: if the file does not exist or cannot be read (from ``np.load``).
+
+    Example:
+      >>> import io
+      >>> import jaxdia
+      >>> buffer = io.BytesIO()
+      >>> jaxdia.save_npz(buffer, jaxdia.eye(3, k=1))
+      >>> _ = buffer.seek(0)
+      >>> A = jaxdia.load_npz(buffer)
+      >>> A.shape, A.offsets, A.dtype
+      ((3, 3), (1,), dtype('float32'))
     """
     try:
         archive = np.load(file, allow_pickle=False)

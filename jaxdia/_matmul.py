@@ -19,13 +19,11 @@ from ._primitives import IMPLEMENTATIONS, spmm
 
 def check_implementation(implementation: Any) -> None:
     if implementation not in IMPLEMENTATIONS:
-        raise ValueError(
-            f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}"
-        )
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
 
 
 def _as_operand(x: Any, name: str) -> Array:
-    if not isinstance(x, (jax.Array, jax.core.Tracer)):
+    if not isinstance(x, jax.Array):  # tracers are jax.Array instances too
         host = np.asarray(x)
         if not is_numeric(host.dtype):
             raise TypeError(

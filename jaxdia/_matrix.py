@@ -6,14 +6,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 from jax import Array
 from jax.experimental import sparse as jsparse
 
-from ._dtypes import check_dtype, is_numeric
 from ._convert import dense_to_dia, dia_to_dense, in_bounds_slots, nonzero_offsets
+from ._dtypes import check_dtype, is_numeric
 from ._matmul import dia_matmul, dia_rmatmul
 from ._traces import dia_diagonal, dia_trace, dia_traces
 from ._xla import diagonal_bounds
@@ -175,16 +176,18 @@ class DiaMatrix:
         object.__setattr__(self, "offsets", offsets)
         object.__setattr__(self, "shape", shape)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("DiaMatrix is immutable; its methods return new matrices")
 
     # -- pytree ----------------------------------------------------------------------------
 
-    def tree_flatten(self):
+    def tree_flatten(self) -> tuple[tuple[Array], tuple[tuple[int, ...], tuple[int, int]]]:
         return (self.data,), (self.offsets, self.shape)
 
     @classmethod
-    def tree_unflatten(cls, aux_data, children):
+    def tree_unflatten(
+        cls, aux_data: tuple[tuple[int, ...], tuple[int, int]], children: Sequence[Any]
+    ) -> DiaMatrix:
         # JAX unflattens with tracers, None or placeholder objects: do not validate here.
         matrix = object.__new__(cls)
         matrix._set(children[0], *aux_data)
@@ -194,22 +197,49 @@ class DiaMatrix:
 
     @property
     def dtype(self) -> np.dtype:
-        """The dtype of ``data``."""
+        """The dtype of ``data``.
+
+        Example:
+          >>> import jaxdia
+          >>> jaxdia.eye(3).dtype
+          dtype('float32')
+        """
         return np.dtype(self.data.dtype)
 
     @property
     def ndim(self) -> int:
-        """Always 2: a batch of matrices is still a matrix with leading batch dims."""
+        """Always 2: a batch of matrices is still a matrix with leading batch dims.
+
+        Example:
+          >>> import jax.numpy as jnp, jaxdia
+          >>> A = jaxdia.DiaMatrix(jnp.ones((5, 2, 3)), (0, 1), (3, 3))  # a batch of 5
+          >>> A.ndim, A.batch_shape
+          (2, (5,))
+        """
         return 2
 
     @property
     def n_diags(self) -> int:
-        """The number of stored diagonals, ``len(offsets)``."""
+        """The number of stored diagonals, ``len(offsets)``.
+
+        Example:
+          >>> import jaxdia
+          >>> jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(4, 4)).n_diags
+          3
+        """
         return len(self.offsets)
 
     @property
     def batch_shape(self) -> tuple[int, ...]:
-        """The leading batch dimensions of ``data`` (``()`` for a single matrix)."""
+        """The leading batch dimensions of ``data`` (``()`` for a single matrix).
+
+        Example:
+          >>> import jax.numpy as jnp, jaxdia
+          >>> jaxdia.DiaMatrix(jnp.ones((5, 2, 3)), (0, 1), (3, 3)).batch_shape
+          (5,)
+          >>> jaxdia.eye(3).batch_shape
+          ()
+        """
         return tuple(self.data.shape[:-2])
 
     @property
@@ -217,6 +247,11 @@ class DiaMatrix:
         """Stored in-bounds slots per matrix, as SciPy's ``dia_array.nnz`` counts them.
 
         Explicit zeros count; padding slots do not.
+
+        Example:
+          >>> import jaxdia
+          >>> jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(4, 4)).nnz  # 3 + 4 + 3
+          10
         """
         return int(sum(max(0, stop - start) for start, stop in self._bounds()))
 
@@ -226,8 +261,7 @@ class DiaMatrix:
     def __repr__(self) -> str:
         batch = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
         return (
-            f"DiaMatrix(shape={self.shape}, dtype={self.dtype.name}, "
-            f"offsets={self.offsets}{batch})"
+            f"DiaMatrix(shape={self.shape}, dtype={self.dtype.name}, offsets={self.offsets}{batch})"
         )
 
     # -- conversions -----------------------------------------------------------------------
@@ -321,7 +355,14 @@ class DiaMatrix:
         return cls(dense_to_dia(jnp.asarray(array), offsets), offsets, (m, n))
 
     def todense(self) -> Array:
-        """The dense ``(..., m, n)`` JAX array (batch dims kept)."""
+        """The dense ``(..., m, n)`` JAX array (batch dims kept).
+
+        Example:
+          >>> import jaxdia
+          >>> jaxdia.eye(2, 3, k=1).todense()
+          Array([[0., 1., 0.],
+                 [0., 0., 1.]], dtype=float32)
+        """
         return dia_to_dense(self.data, self.offsets, self.shape)
 
     toarray = todense
@@ -330,6 +371,14 @@ class DiaMatrix:
         """A ``jax.experimental.sparse.BCOO`` holding every in-bounds slot (zeros too).
 
         Batched matrices give a BCOO with ``n_batch = len(batch_shape)``.
+
+        Example:
+          >>> import jaxdia
+          >>> B = jaxdia.diags([1.0, 2.0], offsets=[0, 1], shape=(3, 3)).to_bcoo()
+          >>> B.nse, B.todense()
+          (5, Array([[1., 2., 0.],
+                 [0., 1., 2.],
+                 [0., 0., 1.]], dtype=float32))
         """
         diag, row, col = in_bounds_slots(self.offsets, self.shape)
         values = self.data[..., diag, col]
@@ -346,6 +395,17 @@ class DiaMatrix:
           offsets: the diagonals to store. If None they are read from the (then
             necessarily concrete) indices, and every entry is kept. With explicit offsets
             under ``jit``, entries on other diagonals cannot be checked and are dropped.
+
+        Example:
+          >>> import jax.numpy as jnp, jaxdia
+          >>> from jax.experimental import sparse
+          >>> B = sparse.BCOO.fromdense(jnp.array([[1.0, 2.0], [0.0, 3.0]]))
+          >>> A = jaxdia.DiaMatrix.from_bcoo(B)
+          >>> A.offsets
+          (0, 1)
+          >>> A.todense()
+          Array([[1., 2.],
+                 [0., 3.]], dtype=float32)
         """
         if not isinstance(matrix, jsparse.BCOO):
             raise TypeError(f"from_bcoo expects a BCOO, got {type(matrix).__name__}")
@@ -357,6 +417,7 @@ class DiaMatrix:
         m, n = matrix.shape
         indices = matrix.indices
         concrete = not isinstance(indices, jax.core.Tracer)
+        found: set[int] = set()
         if concrete:
             host = np.asarray(indices)
             valid = (host[:, 0] < m) & (host[:, 1] < n)  # BCOO pads with out-of-range indices
@@ -379,7 +440,9 @@ class DiaMatrix:
         rows, cols = indices[:, 0], indices[:, 1]
         table = jnp.asarray(offsets, dtype=indices.dtype)
         slot = jnp.searchsorted(table, cols - rows)
-        on_diagonal = (rows < m) & (cols < n) & (table[jnp.minimum(slot, len(offsets) - 1)] == cols - rows)
+        on_diagonal = (
+            (rows < m) & (cols < n) & (table[jnp.minimum(slot, len(offsets) - 1)] == cols - rows)
+        )
         values = jnp.where(on_diagonal, matrix.data, 0)
         data = jnp.zeros((len(offsets), n), matrix.dtype)
         data = data.at[jnp.where(on_diagonal, slot, 0), jnp.where(on_diagonal, cols, 0)].add(values)
@@ -398,7 +461,14 @@ class DiaMatrix:
         return dia_rmatmul(self.data, self.offsets, self.shape, other)
 
     def dot(self, other: Any) -> Array | DiaMatrix:
-        """``A @ other`` (SciPy's spelling): a dense array, or a DiaMatrix for a DiaMatrix."""
+        """``A @ other`` (SciPy's spelling): a dense array, or a DiaMatrix for a DiaMatrix.
+
+        Example:
+          >>> import jax.numpy as jnp, jaxdia
+          >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
+          >>> A.dot(jnp.array([1.0, 2.0, 3.0]))
+          Array([ 0.,  0., -4.], dtype=float32)
+        """
         return self @ other
 
     # -- diagonals and traces --------------------------------------------------------------
@@ -419,13 +489,28 @@ class DiaMatrix:
         return dia_traces(self.data, self.offsets, self.shape, q)
 
     def trace(self, offset: int = 0) -> Array:
-        """The sum of diagonal ``offset``, as ``scipy.sparse.dia_array.trace``."""
+        """The sum of diagonal ``offset``, as ``scipy.sparse.dia_array.trace``.
+
+        Example:
+          >>> import jaxdia
+          >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
+          >>> A.trace(), A.trace(offset=1)
+          (Array(-6., dtype=float32), Array(2., dtype=float32))
+        """
         return dia_trace(self.data, self.offsets, self.shape, offset)
 
     def diagonal(self, k: int = 0) -> Array:
         """Diagonal ``k``, as ``scipy.sparse.dia_array.diagonal(k)``.
 
         Empty when ``k`` lies outside the matrix; zeros when ``k`` is not stored.
+
+        Example:
+          >>> import jaxdia
+          >>> A = jaxdia.diags([1.0, -2.0, 3.0], offsets=[-1, 0, 1], shape=(3, 3))
+          >>> A.diagonal()
+          Array([-2., -2., -2.], dtype=float32)
+          >>> A.diagonal(1)
+          Array([3., 3.], dtype=float32)
         """
         return dia_diagonal(self.data, self.offsets, self.shape, k)
 
@@ -450,7 +535,14 @@ class DiaMatrix:
         return _ops.transpose(self)
 
     def transpose(self, axes: Any = None) -> DiaMatrix:
-        """``A.T``; ``axes`` may only be None or ``(1, 0)`` (as in SciPy)."""
+        """``A.T``; ``axes`` may only be None or ``(1, 0)`` (as in SciPy).
+
+        Example:
+          >>> import jaxdia
+          >>> A = jaxdia.eye(2, 3, k=1)
+          >>> A.transpose().shape, A.transpose().offsets
+          ((3, 2), (-1,))
+        """
         if axes is not None and tuple(axes) != (1, 0):
             raise ValueError(
                 f"axes must be None or (1, 0): a sparse matrix can only swap its two "
@@ -459,7 +551,14 @@ class DiaMatrix:
         return self.T
 
     def conj(self) -> DiaMatrix:
-        """The elementwise complex conjugate (the matrix itself for real dtypes)."""
+        """The elementwise complex conjugate (the matrix itself for real dtypes).
+
+        Example:
+          >>> import jax.numpy as jnp, jaxdia
+          >>> A = jaxdia.diags([jnp.array([1 + 2j, 3 - 1j])], offsets=[0])
+          >>> A.conj().diagonal()
+          Array([1.-2.j, 3.+1.j], dtype=complex64)
+        """
         from . import _ops
 
         return _ops.with_data(self, jnp.conj(self.data))
@@ -468,19 +567,40 @@ class DiaMatrix:
 
     @property
     def H(self) -> DiaMatrix:
-        """The conjugate transpose ``A.conj().T`` (SciPy's ``dia_matrix.H``/``getH()``)."""
+        """The conjugate transpose ``A.conj().T`` (SciPy's ``dia_matrix.H``/``getH()``).
+
+        Example:
+          >>> import jax.numpy as jnp, jaxdia
+          >>> A = jaxdia.diags([jnp.array([1j, 2j])], offsets=[1], shape=(3, 3))
+          >>> A.H.offsets, A.H.diagonal(-1)
+          ((-1,), Array([0.-1.j, 0.-2.j], dtype=complex64))
+        """
         return self.conj().T
 
     @property
     def real(self) -> DiaMatrix:
-        """The real part, with the same offsets."""
+        """The real part, with the same offsets.
+
+        Example:
+          >>> import jax.numpy as jnp, jaxdia
+          >>> A = jaxdia.diags([jnp.array([1 + 2j, 3 - 1j])], offsets=[0])
+          >>> A.real.diagonal()
+          Array([1., 3.], dtype=float32)
+        """
         from . import _ops
 
         return _ops.with_data(self, jnp.real(self.data))
 
     @property
     def imag(self) -> DiaMatrix:
-        """The imaginary part, with the same offsets (zeros for a real matrix)."""
+        """The imaginary part, with the same offsets (zeros for a real matrix).
+
+        Example:
+          >>> import jax.numpy as jnp, jaxdia
+          >>> A = jaxdia.diags([jnp.array([1 + 2j, 3 - 1j])], offsets=[0])
+          >>> A.imag.diagonal()
+          Array([ 2., -1.], dtype=float32)
+        """
         from . import _ops
 
         return _ops.with_data(self, jnp.imag(self.data))
@@ -492,6 +612,11 @@ class DiaMatrix:
           TypeError: for integer, bool or other dtypes a DiaMatrix cannot hold, and for
             a complex-to-real cast (take ``A.real`` or ``A.imag`` first; SciPy warns and
             drops the imaginary part, JAX refuses).
+
+        Example:
+          >>> import jax.numpy as jnp, jaxdia
+          >>> jaxdia.eye(2).astype(jnp.bfloat16).dtype
+          dtype(bfloat16)
         """
         from . import _ops
 
@@ -581,6 +706,14 @@ class DiaMatrix:
         Raises:
           NotImplementedError: for ``p == 0`` (it would make the matrix dense), as SciPy.
           TypeError: for a non-scalar ``p``.
+
+        Example:
+          >>> import jaxdia
+          >>> A = jaxdia.diags([1.0, -2.0, 3.0], offsets=[-1, 0, 1], shape=(3, 3))
+          >>> A.power(2).todense()
+          Array([[4., 9., 0.],
+                 [1., 4., 9.],
+                 [0., 1., 4.]], dtype=float32)
         """
         from . import _ops
 
@@ -603,7 +736,16 @@ class DiaMatrix:
         return _ops.reduce_sum(self, axis, dtype)
 
     def mean(self, axis: Any = None, dtype: Any = None) -> Array:
-        """The mean of all ``m * n`` entries, or of each column (0) or row (1)."""
+        """The mean of all ``m * n`` entries, or of each column (0) or row (1).
+
+        Example:
+          >>> import jaxdia
+          >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
+          >>> A.mean()
+          Array(-0.22222222, dtype=float32)
+          >>> A.mean(axis=1)
+          Array([-0.33333334,  0.        , -0.33333334], dtype=float32)
+        """
         from . import _ops
 
         return _ops.reduce_mean(self, axis, dtype)
@@ -613,6 +755,12 @@ class DiaMatrix:
 
         A Python int for a concrete unbatched matrix; otherwise (batched, or traced
         under ``jit``) an integer JAX array of shape ``batch_shape``.
+
+        Example:
+          >>> import jax.numpy as jnp, jaxdia
+          >>> A = jaxdia.diags([jnp.array([1.0, 0.0, 2.0])], offsets=[0])  # an explicit zero
+          >>> A.nnz, A.count_nonzero()
+          (3, 2)
         """
         from . import _ops
 
@@ -708,4 +856,3 @@ def matmul(A: DiaMatrix, X: Any, *, implementation: str | None = None) -> Array:
     if not isinstance(A, DiaMatrix):
         raise TypeError(f"matmul expects a DiaMatrix as A, got {type(A).__name__}")
     return dia_matmul(A.data, A.offsets, A.shape, X, implementation=implementation)
-

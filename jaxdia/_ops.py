@@ -23,6 +23,7 @@ import numbers
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -191,8 +192,10 @@ def _join_shifted(low: Array, high: Array | None, r: int, lane: Array) -> Array:
     """Lanes ``[r, T)`` of ``low`` followed by lanes ``[0, r)`` of ``high``."""
     if r == 0:
         return low
+    assert high is not None  # only r == 0 comes without a high block
     block = low.shape[-1]
-    shift = np.int32(block - r)  # Mosaic wants an int32 shift, also under jax_enable_x64.
+    # Mosaic wants an int32 shift, also under jax_enable_x64 (roll's annotation says int).
+    shift: Any = np.int32(block - r)
     return jnp.where(
         lane < block - r,
         pltpu.roll(low, shift, axis=low.ndim - 1),
@@ -476,11 +479,7 @@ def sddmm(
     n_cols = x.shape[-1]
     offsets = tuple(offsets)
     out_shape = (*batch, len(offsets), n)
-    if (
-        math.prod(out_shape) == 0
-        or n_cols == 0
-        or not any(_nonempty(o, shape) for o in offsets)
-    ):
+    if math.prod(out_shape) == 0 or n_cols == 0 or not any(_nonempty(o, shape) for o in offsets):
         return jnp.zeros(out_shape, dtype)
     if block_sizes is None:
         block_sizes = BlockSizes.default(shape, n_cols, dtype, offsets=offsets, op="sddmm")

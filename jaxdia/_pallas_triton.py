@@ -101,9 +101,7 @@ class BlockSizes:
                 )
 
     @classmethod
-    def default(
-        cls, shape: tuple[int, int], n_cols: int, dtype, *, op: str = "spmm"
-    ) -> BlockSizes:
+    def default(cls, shape: tuple[int, int], n_cols: int, dtype, *, op: str = "spmm") -> BlockSizes:
         """The heuristic: a tile of about 2048 (``op="spmm"``) or 1024 (``"sddmm"``) words.
 
         Words are 32-bit registers: float64 and complex64 entries take 2, complex128 ones

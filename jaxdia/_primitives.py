@@ -23,9 +23,9 @@ from functools import partial
 import numpy as np
 from jax import numpy as jnp
 from jax._src import dispatch
+from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
-from jax.core import ShapedArray
 
 from ._xla import sddmm_xla, spmm_xla
 
@@ -66,9 +66,7 @@ def _batch_shape(a, b, what):
     try:
         return tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     except ValueError:
-        raise ValueError(
-            f"{what}: batch dims do not broadcast: {a.shape} and {b.shape}"
-        ) from None
+        raise ValueError(f"{what}: batch dims do not broadcast: {a.shape} and {b.shape}") from None
 
 
 def _spmm_abstract_eval(data, x, *, offsets, shape, transpose, implementation):
@@ -76,7 +74,9 @@ def _spmm_abstract_eval(data, x, *, offsets, shape, transpose, implementation):
     if data.shape[-2:] != (len(offsets), n):
         raise ValueError(f"dia_spmm: data shape {data.shape} does not match {offsets}, {shape}")
     if x.shape[-2] != (m if transpose else n):
-        raise ValueError(f"dia_spmm: x shape {x.shape} does not match {shape} (transpose={transpose})")
+        raise ValueError(
+            f"dia_spmm: x shape {x.shape} does not match {shape} (transpose={transpose})"
+        )
     if data.dtype != x.dtype:
         raise TypeError(f"dia_spmm: dtypes differ: {data.dtype} and {x.dtype}")
     batch = _batch_shape(data, x, "dia_spmm")
@@ -118,7 +118,11 @@ def _spmm_transpose_data(ct, data, x, *, offsets, shape, transpose, implementati
 
 def _spmm_transpose_x(ct, data, x, *, offsets, shape, transpose, implementation):
     y = spmm(
-        data, ct, offsets=offsets, shape=shape, transpose=not transpose,
+        data,
+        ct,
+        offsets=offsets,
+        shape=shape,
+        transpose=not transpose,
         implementation=implementation,
     )
     return _unbroadcast(y, x.aval)
@@ -144,8 +148,7 @@ ad.defbilinear(sddmm_p, _sddmm_transpose_g, _sddmm_transpose_x)
 def _leading_batch(args, dims):
     """Moves each mapped axis to the front; unmapped operands get a size-1 front axis."""
     return [
-        jnp.expand_dims(a, 0) if d is None else jnp.moveaxis(a, d, 0)
-        for a, d in zip(args, dims)
+        jnp.expand_dims(a, 0) if d is None else jnp.moveaxis(a, d, 0) for a, d in zip(args, dims)
     ]
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
@@ -133,6 +134,13 @@ class ShardedDiaMatrix:
       mesh: the device mesh.
       axis: the name of the mesh axis the rows are split over.
       windows: the stored per-device data.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxdia
+      >>> mesh = jax.make_mesh((1,), ("rows",))
+      >>> S = jaxdia.shard(jaxdia.eye(4), mesh, "rows")
+      >>> S.shape, S.offsets, S.axis
+      ((4, 4), (0,), 'rows')
     """
 
     __slots__ = ("windows", "offsets", "shape", "mesh", "axis")
@@ -145,51 +153,97 @@ class ShardedDiaMatrix:
     # ``np.ndarray @ S`` must not try to convert S.
     __array_ufunc__ = None
 
-    def __init__(self, windows, offsets, shape, mesh, axis):
+    def __init__(
+        self,
+        windows: Array,
+        offsets: tuple[int, ...],
+        shape: tuple[int, int],
+        mesh: Mesh,
+        axis: Any,
+    ) -> None:
         # Internal: use ``shard``. Values are not validated here (pytree unflattening).
         for name, value in zip(self.__slots__, (windows, offsets, shape, mesh, axis)):
             object.__setattr__(self, name, value)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("ShardedDiaMatrix is immutable")
 
-    def tree_flatten(self):
+    def tree_flatten(self) -> tuple[tuple[Array], tuple[Any, ...]]:
         return (self.windows,), (self.offsets, self.shape, self.mesh, self.axis)
 
     @classmethod
-    def tree_unflatten(cls, aux_data, children):
+    def tree_unflatten(cls, aux_data: tuple[Any, ...], children: Any) -> ShardedDiaMatrix:
         return cls(children[0], *aux_data)
 
     # -- layout ----------------------------------------------------------------------------
 
     @property
     def dtype(self) -> np.dtype:
-        """The dtype of the stored data."""
+        """The dtype of the stored data.
+
+        Example:
+          >>> import jax, jaxdia
+          >>> jaxdia.shard(jaxdia.eye(4), jax.make_mesh((1,), ("rows",)), "rows").dtype
+          dtype('float32')
+        """
         return np.dtype(self.windows.dtype)
 
     @property
     def shards(self) -> int:
-        """``P``, the number of devices along the mesh axis."""
+        """``P``, the number of devices along the mesh axis.
+
+        Example:
+          >>> import jax, jaxdia
+          >>> S = jaxdia.shard(jaxdia.eye(5), jax.make_mesh((1,), ("rows",)), "rows")
+          >>> S.shards, S.rows_per_shard, S.padded_size
+          (1, 5, 5)
+        """
         return int(self.mesh.shape[self.axis])
 
     @property
     def rows_per_shard(self) -> int:
-        """``L = ceil(n / P)`` (at least 1): the rows each device holds."""
+        """``L = ceil(n / P)`` (at least 1): the rows each device holds.
+
+        Example:
+          >>> import jax, jaxdia
+          >>> jaxdia.shard(jaxdia.eye(5), jax.make_mesh((1,), ("rows",)), "rows").rows_per_shard
+          5
+        """
         return max(1, -(-self.shape[0] // self.shards))
 
     @property
     def padded_size(self) -> int:
-        """``N = P * L``: the length of sharded vectors (``n`` padded with zero rows)."""
+        """``N = P * L``: the length of sharded vectors (``n`` padded with zero rows).
+
+        Example:
+          >>> import jax, jaxdia
+          >>> jaxdia.shard(jaxdia.eye(5), jax.make_mesh((1,), ("rows",)), "rows").padded_size
+          5
+        """
         return self.shards * self.rows_per_shard
 
     @property
     def halo(self) -> tuple[int, int]:
-        """``(lower, upper)``: rows each product fetches from previous and next devices."""
+        """``(lower, upper)``: rows each product fetches from previous and next devices.
+
+        Example:
+          >>> import jax, jaxdia
+          >>> A = jaxdia.diags([1.0, 1.0], offsets=[-2, 1], shape=(6, 6))
+          >>> jaxdia.shard(A, jax.make_mesh((1,), ("rows",)), "rows").halo
+          (2, 1)
+        """
         return _halo_widths(self.offsets)
 
     @property
     def vector_sharding(self) -> NamedSharding:
-        """The sharding of vectors and ``(N, c)`` blocks: rows split over ``axis``."""
+        """The sharding of vectors and ``(N, c)`` blocks: rows split over ``axis``.
+
+        Example:
+          >>> import jax, jaxdia
+          >>> S = jaxdia.shard(jaxdia.eye(4), jax.make_mesh((1,), ("rows",)), "rows")
+          >>> S.vector_sharding.spec == jax.sharding.PartitionSpec("rows")
+          True
+        """
         return NamedSharding(self.mesh, PartitionSpec(self.axis))
 
     def __repr__(self) -> str:
@@ -225,6 +279,12 @@ class ShardedDiaMatrix:
         """The first ``n`` rows of a sharded vector, replicated on the mesh (a gather).
 
         Meant for results, not for loops: it moves the whole vector to every device.
+
+        Example:
+          >>> import jax, jax.numpy as jnp, jaxdia
+          >>> S = jaxdia.shard(jaxdia.eye(4), jax.make_mesh((1,), ("rows",)), "rows")
+          >>> S.unshard_vector(S.shard_vector(jnp.arange(4.0)))
+          Array([0., 1., 2., 3.], dtype=float32)
         """
         y = jnp.asarray(y)
         if y.ndim not in (1, 2) or y.shape[0] != self.padded_size:
@@ -256,19 +316,38 @@ class ShardedDiaMatrix:
         dtype = jnp.result_type(self.windows.dtype, x.dtype)
         x = _place(x.astype(dtype), self.vector_sharding)
         y = _sharded_product(
-            self.windows.astype(dtype), x.reshape(N, -1),
-            offsets=self.offsets, rows=self.rows_per_shard, mesh=self.mesh, axis=self.axis,
+            self.windows.astype(dtype),
+            x.reshape(N, -1),
+            offsets=self.offsets,
+            rows=self.rows_per_shard,
+            mesh=self.mesh,
+            axis=self.axis,
         )
         return y if x.ndim == 2 else y[:, 0]
 
     def dot(self, x: Any) -> Array:
-        """``S @ x`` (SciPy's spelling)."""
+        """``S @ x`` (SciPy's spelling).
+
+        Example:
+          >>> import jax, jax.numpy as jnp, jaxdia
+          >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(4, 4))
+          >>> S = jaxdia.shard(A, jax.make_mesh((1,), ("rows",)), "rows")
+          >>> S.unshard_vector(S.dot(S.shard_vector(jnp.arange(4.0))))
+          Array([ 1.,  0.,  0., -4.], dtype=float32)
+        """
         return self @ x
 
     def to_dia(self) -> DiaMatrix:
         """The unsharded :class:`DiaMatrix`, replicated on the mesh (padding slots are zeros).
 
         Meant for inspection and tests: it moves the whole matrix to every device.
+
+        Example:
+          >>> import jax, jaxdia
+          >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(4, 4))
+          >>> S = jaxdia.shard(A, jax.make_mesh((1,), ("rows",)), "rows")
+          >>> bool((S.to_dia().todense() == A.todense()).all())
+          True
         """
         lower = self.halo[0]
         L = self.rows_per_shard
@@ -297,26 +376,35 @@ def _sharded_product(windows, x, *, offsets, rows, mesh, axis):
         # terms, which reach only the first ``lower`` and last ``upper`` rows, are added
         # after, each from a small DIA block of ``window``.
         halo = lower + upper
-        y = spmm(window, jnp.pad(block, [(lower, upper), (0, 0)]), offsets=local_offsets,
-                 shape=local_shape)
+        y = spmm(
+            window,
+            jnp.pad(block, [(lower, upper), (0, 0)]),
+            offsets=local_offsets,
+            shape=local_shape,
+        )
         if lower:
             x_top = jnp.pad(before[0], [(0, halo), (0, 0)])
-            top = spmm(window[:, : lower + halo], x_top, offsets=local_offsets,
-                       shape=(lower, lower + halo))
+            top = spmm(
+                window[:, : lower + halo], x_top, offsets=local_offsets, shape=(lower, lower + halo)
+            )
             y = y.at[:lower].add(top)
         if upper:
             x_bottom = jnp.pad(after[0], [(halo, 0), (0, 0)])
-            bottom = spmm(window[:, rows - upper :], x_bottom, offsets=local_offsets,
-                          shape=(upper, upper + halo))
+            bottom = spmm(
+                window[:, rows - upper :],
+                x_bottom,
+                offsets=local_offsets,
+                shape=(upper, upper + halo),
+            )
             y = y.at[rows - upper :].add(bottom)
         return y
 
     spec = PartitionSpec(axis)
     # check_vma=False: the dia_spmm primitive does not track varying mesh axes; every
     # operand and result here is varying over ``axis`` anyway.
-    return jax.shard_map(
-        local, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False
-    )(windows, x)
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False)(
+        windows, x
+    )
 
 
 @jax.jit(static_argnames=("offsets", "shape", "rows", "mesh", "axis"))
@@ -339,7 +427,10 @@ def _windows(data, *, offsets, shape, rows, mesh, axis):
         return jnp.concatenate([*before, block, *after], axis=1)[None]
 
     return jax.shard_map(
-        local, mesh=mesh, in_specs=PartitionSpec(None, axis), out_specs=PartitionSpec(axis),
+        local,
+        mesh=mesh,
+        in_specs=PartitionSpec(None, axis),
+        out_specs=PartitionSpec(axis),
         check_vma=False,
     )(data)
 

@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax

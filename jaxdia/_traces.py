@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax

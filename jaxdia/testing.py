@@ -6,9 +6,10 @@ outside the matrix (which a DiaMatrix drops); dtypes include the 16-bit floats; 
 slots of the drawn ``data`` hold NaN by default, so code that reads padding fails loudly.
 
 Example:
-  >>> from hypothesis import given
+  >>> from hypothesis import given, settings
   >>> from jaxdia.testing import dia_matrices
-  >>> @given(dia_matrices(max_side=6))
+  >>> @settings(max_examples=10, deadline=None)  # the first draws include compilation
+  ... @given(dia_matrices(max_side=6))
   ... def test_dense_round_trip(A):
   ...     assert A.todense().shape == A.batch_shape + A.shape
   >>> test_dense_round_trip()
@@ -17,7 +18,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -31,7 +32,15 @@ __all__ = ["batch_shapes", "dia_matrices", "dtypes", "offsets", "random_values",
 
 
 def shapes(max_side: int = 12, min_side: int = 0) -> st.SearchStrategy[tuple[int, int]]:
-    """Matrix shapes ``(m, n)``: square, rectangular, and sides of 0 and 1."""
+    """Matrix shapes ``(m, n)``: square, rectangular, and sides of 0 and 1.
+
+    Example:
+      >>> from hypothesis import find
+      >>> from jaxdia.testing import shapes
+      >>> m, n = find(shapes(max_side=5), lambda shape: shape[0] != shape[1])
+      >>> m != n and 0 <= m <= 5 and 0 <= n <= 5
+      True
+    """
     side = st.integers(min_side, max_side)
     return st.one_of(side.map(lambda s: (s, s)), st.tuples(side, side))
 
@@ -39,9 +48,16 @@ def shapes(max_side: int = 12, min_side: int = 0) -> st.SearchStrategy[tuple[int
 def dtypes(
     *, low_precision: bool = True, complex: bool = True, x64: bool | None = None
 ) -> st.SearchStrategy[np.dtype]:
-    """The dtypes a DiaMatrix holds; 64-bit ones only when x64 is (or ``x64=True``)."""
-    x64 = jax.config.jax_enable_x64 if x64 is None else x64
-    choices = [np.float32]
+    """The dtypes a DiaMatrix holds; 64-bit ones only when x64 is (or ``x64=True``).
+
+    Example:
+      >>> from hypothesis import find
+      >>> from jaxdia.testing import dtypes
+      >>> find(dtypes(x64=False), lambda dtype: dtype.kind == "c")
+      dtype('complex64')
+    """
+    x64 = bool(jax.config.read("jax_enable_x64")) if x64 is None else x64
+    choices: list[Any] = [np.float32]
     if x64:
         choices.append(np.float64)
     if complex:
@@ -60,20 +76,37 @@ def offsets(
 
     Draws favour the extremes ``-(m-1)``, ``0`` and ``n-1``. With ``out_of_range`` the
     offsets may also lie outside the matrix (``k <= -m`` or ``k >= n``).
+
+    Example:
+      >>> from hypothesis import find
+      >>> from jaxdia.testing import offsets
+      >>> ks = find(offsets((3, 4)), lambda ks: len(ks) == 3)
+      >>> len(set(ks)), all(-2 <= k <= 3 for k in ks)
+      (3, True)
     """
     m, n = shape
     low, high = (-m - 2, n + 2) if out_of_range else (-m + 1, n - 1)
     if high < low or not (out_of_range or m and n):
         return st.just(())
     extremes = [k for k in (-m + 1, 0, n - 1) if low <= k <= high]
-    element = st.one_of(st.sampled_from(extremes), st.integers(low, high)) if extremes else (
-        st.integers(low, high)
+    element = (
+        st.one_of(st.sampled_from(extremes), st.integers(low, high))
+        if extremes
+        else (st.integers(low, high))
     )
     return st.lists(element, max_size=max_diags, unique=True).map(tuple)
 
 
 def batch_shapes(max_dims: int = 2, max_size: int = 3) -> st.SearchStrategy[tuple[int, ...]]:
-    """Leading batch shapes: mostly ``()``, else up to ``max_dims`` dims of size 1..max_size."""
+    """Leading batch shapes: mostly ``()``, else up to ``max_dims`` dims of size 1..max_size.
+
+    Example:
+      >>> from hypothesis import find
+      >>> from jaxdia.testing import batch_shapes
+      >>> batch = find(batch_shapes(max_size=3), lambda batch: len(batch) == 2)
+      >>> len(batch), all(1 <= size <= 3 for size in batch)
+      (2, True)
+    """
     return st.one_of(
         st.just(()),
         st.lists(st.integers(1, max_size), min_size=1, max_size=max_dims).map(tuple),
@@ -81,7 +114,15 @@ def batch_shapes(max_dims: int = 2, max_size: int = 3) -> st.SearchStrategy[tupl
 
 
 def random_values(rng: np.random.Generator, shape: Sequence[int], dtype: Any) -> np.ndarray:
-    """Standard normal values of ``dtype`` (complex ones have both parts random)."""
+    """Standard normal values of ``dtype`` (complex ones have both parts random).
+
+    Example:
+      >>> import numpy as np
+      >>> from jaxdia.testing import random_values
+      >>> values = random_values(np.random.default_rng(0), (2, 3), np.complex64)
+      >>> values.shape, values.dtype, bool(np.all(values.imag != 0))
+      ((2, 3), dtype('complex64'), True)
+    """
     dtype = np.dtype(dtype)
     values = rng.standard_normal(tuple(shape))
     if dtype.kind == "c":
@@ -91,7 +132,7 @@ def random_values(rng: np.random.Generator, shape: Sequence[int], dtype: Any) ->
 
 @st.composite
 def dia_matrices(
-    draw,
+    draw: st.DrawFn,
     *,
     shape: tuple[int, int] | None = None,
     dtype: Any = None,
@@ -111,10 +152,18 @@ def dia_matrices(
       max_diags: the most diagonals given to the constructor.
       out_of_range: whether offsets outside the matrix may be given (they are dropped).
       padding: what padding slots hold: ``"nan"`` (default), ``"zero"`` or ``"random"``.
+
+    Example:
+      >>> import numpy as np
+      >>> from hypothesis import find
+      >>> from jaxdia.testing import dia_matrices
+      >>> A = find(dia_matrices(shape=(4, 4), dtype=np.float32), lambda A: A.n_diags == 2)
+      >>> A.shape, A.dtype, A.n_diags
+      ((4, 4), dtype('float32'), 2)
     """
     if padding not in ("nan", "zero", "random"):
         raise ValueError(f"padding must be 'nan', 'zero' or 'random', got {padding!r}")
-    shape = draw(shapes(max_side)) if shape is None else tuple(shape)
+    shape = draw(shapes(max_side)) if shape is None else cast(tuple[int, int], tuple(shape))
     dtype = draw(dtypes()) if dtype is None else np.dtype(dtype)
     batch_shape = draw(batch_shapes()) if batch_shape is None else tuple(batch_shape)
     diagonal_offsets = draw(offsets(shape, max_diags=max_diags, out_of_range=out_of_range))

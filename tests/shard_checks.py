@@ -10,6 +10,7 @@ Run one by hand: ``python tests/shard_checks.py [name ...]``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -41,8 +42,9 @@ def check(fn):
 
 
 def auto_mesh(devices=8, name="rows"):
-    return jax.make_mesh((devices,), (name,), axis_types=(AxisType.Auto,),
-                         devices=jax.devices()[:devices])
+    return jax.make_mesh(
+        (devices,), (name,), axis_types=(AxisType.Auto,), devices=jax.devices()[:devices]
+    )
 
 
 def random_matrix(rng, n, offsets, dtype=np.float64):
@@ -69,8 +71,22 @@ def poisson_2d(side, dtype=np.float64):
     return jaxdia.DiaMatrix.from_scipy(S.astype(dtype))
 
 
-_ITEMSIZE = {"pred": 1, "s8": 1, "u8": 1, "f16": 2, "bf16": 2, "s16": 2, "f32": 4, "s32": 4,
-             "u32": 4, "f64": 8, "s64": 8, "u64": 8, "c64": 8, "c128": 16}
+_ITEMSIZE = {
+    "pred": 1,
+    "s8": 1,
+    "u8": 1,
+    "f16": 2,
+    "bf16": 2,
+    "s16": 2,
+    "f32": 4,
+    "s32": 4,
+    "u32": 4,
+    "f64": 8,
+    "s64": 8,
+    "u64": 8,
+    "c64": 8,
+    "c128": 16,
+}
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%(\S+) = (\w+)\[([\d,]*)\]\S* ([\w-]+)\((.*?)\)")
 COLLECTIVES = ("collective-permute", "all-gather", "all-reduce", "all-to-all", "reduce-scatter")
 
@@ -209,7 +225,8 @@ def from_a_global_array():
     n, offsets = 64, (-8, 0, 8)
     host = rng.standard_normal((3, n))
     data = jax.make_array_from_callback(
-        host.shape, jax.NamedSharding(mesh, PartitionSpec(None, "rows")), lambda i: host[i])
+        host.shape, jax.NamedSharding(mesh, PartitionSpec(None, "rows")), lambda i: host[i]
+    )
     S = jaxdia.shard(jaxdia.DiaMatrix(data, offsets, (n, n)), mesh, "rows")
     x = rng.standard_normal(n)
     xs = jax.make_array_from_callback((n,), S.vector_sharding, lambda i: x[i])
@@ -241,9 +258,12 @@ def explicit_mesh():
     S = jaxdia.shard(A, mesh, "rows")
     close(S.unshard_vector(S @ S.shard_vector(x)), scipy_of(A) @ x)
     with jax.set_mesh(mesh):
-        f = jax.jit(lambda d, v: S.unshard_vector(
-            jaxdia.shard(jaxdia.DiaMatrix(d, A.offsets, A.shape), mesh, "rows")
-            @ S.shard_vector(v)))
+        f = jax.jit(
+            lambda d, v: S.unshard_vector(
+                jaxdia.shard(jaxdia.DiaMatrix(d, A.offsets, A.shape), mesh, "rows")
+                @ S.shard_vector(v)
+            )
+        )
         close(f(A.data, x), scipy_of(A) @ x)
 
 
@@ -308,6 +328,34 @@ def hlo_of_grad_and_cg_has_no_all_gather():
     assert "collective-permute" in hlo and "all-gather" not in hlo
 
 
+@contextlib.contextmanager
+def host_as_gpu():
+    """Lets Pallas Triton kernels lower for cuda/rocm inside ``shard_map`` without a GPU.
+
+    jax 0.12 reads the GPU's compute capability when it lowers a Triton kernel. Outside
+    ``shard_map`` an abstract device supplies it (``abstract_gpu`` in test_lowering.py);
+    inside, the abstract device is the mesh's own (a CPU here), so this registers the
+    host's device kind as an H100 in JAX's private GPU table for the duration. jax 0.10.2
+    does not ask, and has no such table.
+    """
+    try:
+        from jax._src.pallas.triton import gpu_info
+    except ImportError:
+        yield
+        return
+    kind = jax.devices()[0].device_kind
+    added = kind not in gpu_info.registry
+    if added:
+        gpu_info.registry[kind] = lambda: gpu_info.GpuInfo(
+            gpu_version=gpu_info.GpuVersion.H100, arch_name="9.0", compute_capability=90
+        )
+    try:
+        yield
+    finally:
+        if added:
+            del gpu_info.registry[kind]
+
+
 @check
 def lowers_for_gpu_and_tpu():
     """Inside shard_map the local product is dia_spmm: the Pallas kernels on GPU and TPU."""
@@ -315,9 +363,12 @@ def lowers_for_gpu_and_tpu():
     S = jaxdia.shard(A, auto_mesh(), "rows")
     x = S.shard_vector(np.ones(256, np.float32))
     traced = jax.jit(lambda S, v: S @ v).trace(S, x)
-    for platform, calls in (("cuda", ("__gpu$xla.gpu.triton", "triton_kernel_call")),
-                            ("tpu", ("tpu_custom_call",))):
-        text = traced.lower(lowering_platforms=(platform,)).as_text()
+    for platform, calls in (
+        ("cuda", ("__gpu$xla.gpu.triton", "triton_kernel_call")),
+        ("tpu", ("tpu_custom_call",)),
+    ):
+        with host_as_gpu():
+            text = traced.lower(lowering_platforms=(platform,)).as_text()
         assert any(call in text for call in calls), platform
         assert "collective_permute" in text and "all_gather" not in text, platform
 
@@ -354,7 +405,8 @@ def gmres_and_bicgstab():
     expected = spla.spsolve(scipy_of(A).tocsc(), rhs)
     for solver in (jla.gmres, jla.bicgstab):
         x, _ = jax.jit(lambda S, b: solver(S, b, tol=1e-12, atol=0.0, maxiter=500))(
-            S, S.shard_vector(rhs))
+            S, S.shard_vector(rhs)
+        )
         close(S.unshard_vector(x), expected, 1e-8)
 
 

@@ -6,8 +6,7 @@ import jax
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 import jaxdia
 from jaxdia.testing import dia_matrices

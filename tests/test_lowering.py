@@ -7,6 +7,8 @@ up to jaxlib 0.10.2, ``triton_kernel_call_ffi`` after), or Mosaic TPU's
 ``tpu_custom_call``.
 """
 
+import contextlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,14 +23,31 @@ MOSAIC_GPU_CALL = "mosaic_gpu"
 ALL_CALLS = (*TRITON_CALLS, TPU_CALL, MOSAIC_GPU_CALL)
 
 
+# GPUs to lower for on a machine without one: jax 0.12 asks the device for its compute
+# capability when it lowers a Pallas Triton kernel (jax 0.10.2 lowers without asking).
+ABSTRACT_GPUS = {"cuda": "NVIDIA H100", "rocm": "gfx942"}
+
+
+def abstract_gpu(platform: str) -> contextlib.AbstractContextManager:
+    """A context in which ``lower(lowering_platforms=(platform,))`` has a GPU to target."""
+    if platform not in ABSTRACT_GPUS or jax.default_backend() == "gpu":
+        return contextlib.nullcontext()
+    device = jax.sharding.AbstractDevice(
+        device_kind=ABSTRACT_GPUS[platform], num_cores=None, platform=platform
+    )
+    mesh = jax.sharding.AbstractMesh((), (), abstract_device=device)
+    return jax.sharding.use_abstract_mesh(mesh)
+
+
 def lowered_text(fn, *args, platform: str) -> str:
     """StableHLO text of ``jax.jit(fn)(*args)`` lowered for ``platform``.
 
     The one place that lowers for a platform this machine lacks: if a JAX version needs
     more for that (e.g. an abstract GPU device for cuda), it goes here.
     """
-    traced = jax.jit(fn).trace(*args)
-    return traced.lower(lowering_platforms=(platform,)).as_text()
+    with abstract_gpu(platform):
+        traced = jax.jit(fn).trace(*args)
+        return traced.lower(lowering_platforms=(platform,)).as_text()
 
 
 def has_triton_call(text: str) -> bool:
@@ -49,8 +68,9 @@ def _spd(shape=(6, 9), offsets=(-5, -1, 0, 2, 8), dtype=np.float32, batch=()):
 
 
 @pytest.mark.parametrize("platform", ["cuda", "rocm"])
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, jnp.bfloat16, np.float16,
-                                   np.complex64, np.complex128])
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float64, jnp.bfloat16, np.float16, np.complex64, np.complex128]
+)
 @pytest.mark.parametrize("transpose", [False, True])
 def test_triton_spmm_lowers(platform, dtype, transpose):
     shape, offsets = (6, 9), (-5, -1, 0, 2, 8)

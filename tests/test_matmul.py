@@ -7,9 +7,7 @@ import jax.numpy as jnp
 import jax.scipy.sparse.linalg as jsla
 import numpy as np
 import pytest
-import scipy.sparse as sp
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from jax import lax
 from jax.test_util import check_grads
 
@@ -231,7 +229,9 @@ def test_second_order():
         return jnp.sum((with_data(A, d).todense() @ x) ** 3)
 
     x = X[:, 0]
-    np.testing.assert_allclose(jax.hessian(loss, 1)(A.data, x), jax.hessian(dense_loss, 1)(A.data, x), rtol=1e-10)
+    np.testing.assert_allclose(
+        jax.hessian(loss, 1)(A.data, x), jax.hessian(dense_loss, 1)(A.data, x), rtol=1e-10
+    )
     h_sparse = jax.hessian(loss, 0)(A.data, x)
     h_dense = jax.hessian(dense_loss, 0)(A.data, x)
     mask = 1.0 - _padding_mask(A)
@@ -265,7 +265,9 @@ def test_cond_scan_while_loop():
         expected /= np.linalg.norm(expected)
     np.testing.assert_allclose(final, expected, rtol=1e-10)
     counted = lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, A @ c[1]), (0, x))[1]
-    np.testing.assert_allclose(counted, to_scipy_f64(A) @ (to_scipy_f64(A) @ (to_scipy_f64(A) @ x)), rtol=1e-10)
+    np.testing.assert_allclose(
+        counted, to_scipy_f64(A) @ (to_scipy_f64(A) @ (to_scipy_f64(A) @ x)), rtol=1e-10
+    )
 
 
 # -- iterative solvers ------------------------------------------------------------------------
@@ -274,7 +276,13 @@ def test_cond_scan_while_loop():
 def shifted_laplacian(n, dtype, shift):
     main = np.full(n, 4.0 + shift, dtype)
     return jaxdia.diags(
-        [np.full(n - 3, -1.0), np.full(n - 1, -1.0), main, np.full(n - 1, -1.5), np.full(n - 3, -0.5)],
+        [
+            np.full(n - 3, -1.0),
+            np.full(n - 1, -1.0),
+            main,
+            np.full(n - 1, -1.5),
+            np.full(n - 3, -0.5),
+        ],
         offsets=[-3, -1, 0, 1, 3],
         shape=(n, n),
         dtype=dtype,
@@ -295,7 +303,9 @@ def test_iterative_solvers_forward_and_gradients(solver, dtype):
     shift = 0.5j if dtype == np.complex128 else 0.0
     A = shifted_laplacian(n, dtype, shift)
     if solver == "cg":  # cg needs a Hermitian positive definite operator
-        A = jaxdia.diags([np.full(n - 1, -1.0), np.full(n, 4.0), np.full(n - 1, -1.0)], [-1, 0, 1], dtype=dtype)
+        A = jaxdia.diags(
+            [np.full(n - 1, -1.0), np.full(n, 4.0), np.full(n - 1, -1.0)], [-1, 0, 1], dtype=dtype
+        )
     b = rhs(1, (n,), dtype)
     solve = SOLVERS[solver]
 
@@ -329,6 +339,4 @@ def test_iterative_solvers_forward_and_gradients(solver, dtype):
 @given(dia_matrices(dtype=np.float32, max_side=6), dtypes(low_precision=False))
 def test_xla_implementation_matches_default(A, x_dtype):
     X = rhs(0, (A.shape[1], 2), x_dtype)
-    np.testing.assert_array_equal(
-        jaxdia.matmul(A, X, implementation="xla"), jaxdia.matmul(A, X)
-    )
+    np.testing.assert_array_equal(jaxdia.matmul(A, X, implementation="xla"), jaxdia.matmul(A, X))

@@ -5,8 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 from jax import lax
 from jax.experimental import sparse as jsparse
 
@@ -39,7 +38,9 @@ def test_offsets_sorted_and_data_permuted():
     A = jaxdia.DiaMatrix(data, (2, -1, 0), (4, 4))
     assert A.offsets == (-1, 0, 2)
     np.testing.assert_array_equal(A.data, data[[1, 2, 0]])
-    np.testing.assert_array_equal(A.todense(), sp.dia_array((data, [2, -1, 0]), shape=(4, 4)).toarray())
+    np.testing.assert_array_equal(
+        A.todense(), sp.dia_array((data, [2, -1, 0]), shape=(4, 4)).toarray()
+    )
 
 
 @pytest.mark.parametrize("width", [2, 5, 9])

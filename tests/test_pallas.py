@@ -9,8 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from jaxdia import _pallas_tpu, _pallas_triton, _xla
 from jaxdia.testing import offsets as offsets_strategy
@@ -207,9 +206,7 @@ def test_tpu_sddmm_several_blocks(case):
         ((3, 4), (-1, 2), (0,), (1,), 2),
     ],
 )
-@pytest.mark.parametrize(
-    "spmm", [_pallas_triton.spmm, _pallas_tpu.spmm], ids=["triton", "tpu"]
-)
+@pytest.mark.parametrize("spmm", [_pallas_triton.spmm, _pallas_tpu.spmm], ids=["triton", "tpu"])
 @pytest.mark.parametrize("transpose", [False, True])
 def test_spmm_empty(spmm, shape, offsets, data_batch, x_batch, n_cols, transpose):
     m, n = shape
@@ -225,9 +222,7 @@ def test_spmm_empty(spmm, shape, offsets, data_batch, x_batch, n_cols, transpose
     "shape, offsets, n_cols",
     [((0, 4), (), 2), ((4, 0), (), 2), ((3, 4), (), 2), ((3, 4), (-1, 2), 0), ((0, 4), (1,), 1)],
 )
-@pytest.mark.parametrize(
-    "sddmm", [_pallas_triton.sddmm, _pallas_tpu.sddmm], ids=["triton", "tpu"]
-)
+@pytest.mark.parametrize("sddmm", [_pallas_triton.sddmm, _pallas_tpu.sddmm], ids=["triton", "tpu"])
 def test_sddmm_empty(sddmm, shape, offsets, n_cols):
     m, n = shape
     g = np.ones((m, n_cols), np.float32)

@@ -36,8 +36,9 @@ def _check_names() -> list[str]:
 
 @pytest.fixture(scope="module")
 def check_results() -> dict[str, str]:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
-               JAX_PLATFORMS="cpu")
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
+    )
     run = subprocess.run(
         [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=900
     )
@@ -111,4 +112,3 @@ def test_rejects_bad_vectors():
         sharded @ np.ones((4, 1, 1))
     with pytest.raises(ValueError, match=r"unshard_vector expects .*got shape \(2,\)"):
         sharded.unshard_vector(np.ones(2))
-

@@ -1,0 +1,31 @@
+"""pytest configuration for the doctests in ``jaxdia/`` (run by ``make test``).
+
+Not shipped in the wheel (see ``[tool.hatch.build.targets.wheel]`` in pyproject.toml).
+
+The examples in the docstrings are written for JAX's defaults, as a user sees them: x64
+off, so outputs show ``float32``. ``tests/conftest.py`` turns x64 on for the whole
+session, so each doctest here runs inside ``jax.enable_x64(False)``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+
+import jax
+import pytest
+
+# Modules whose examples need an optional extra: skipped (not failed) where it is missing.
+_OPTIONAL = {"_lineax.py": "lineax", "testing.py": "hypothesis"}
+
+collect_ignore = [
+    module for module, package in _OPTIONAL.items() if importlib.util.find_spec(package) is None
+]
+
+
+@pytest.fixture(autouse=True)
+def _x64_off() -> Iterator[None]:
+    """JAX's default precision. Nothing is put in the doctest namespace on purpose: each
+    example imports what it uses, so it runs when pasted into a fresh interpreter."""
+    with jax.enable_x64(False):
+        yield
