@@ -12,15 +12,43 @@ Shapes (``B`` are batch dimensions of equal rank that broadcast against each oth
 * ``sddmm_xla(g, x)``: ``g`` ``(*B, m, c)``, ``x`` ``(*B, n, c)``; returns ``D`` of shape
   ``(*B, n_diags, n)`` with ``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]`` in bounds
   and 0 in padding slots: the cotangent of ``data`` in ``y = A @ x``.
+
+How ``spmm_xla`` is formulated (measured on a 2-core x86 CPU, see
+``benchmarks/matmul.md``). Each diagonal contributes ``d_k[r + a_k] * x[r + b_k]`` to the
+output rows ``r`` of a static range ``[lo_k, hi_k)``. The rows where every diagonal is in
+range (the *interior*, all of them but ``max|offset|`` or so at each end) are one sum of
+statically sliced, equally long operands: XLA CPU fuses it into a single loop with no
+bounds checks, which LLVM vectorizes and XLA splits over the cores. It is written with one
+``pad`` to the full output, and the two small edge blocks (per-diagonal slices padded to
+the block, so with bounds checks) go in with ``dynamic_update_slice``, which XLA performs
+in place: the output is written once and no ``(n_diags, n)`` temporary exists. When the
+interior is small next to the edges (wide offsets on a short matrix), the whole output is
+the edge formulation instead, which is also one fused loop. A single column runs on 1-D
+vectors (see ``_VECTOR_MIN_SIZE``).
+
+``sddmm_xla`` is one gather (see its docstring). What else was tried, and the numbers, are
+in ``benchmarks/matmul.md``.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+
+# Below this fraction of interior rows the interior/edge split is not worth a second and
+# third fused loop; the all-bounds-checked formulation is used instead.
+_MIN_INTERIOR_FRACTION = 0.5
+
+# Matrix-vector products with at least this many output elements (batch included) run on
+# 1-D vectors (see ``spmm_xla``). Below, the ``(rows, 1)`` form is kept: XLA's cost model
+# splits the 1-D loop over two threads, and at n = 1e4 the hand-off cost more (~30 us)
+# than the copy it saves.
+_VECTOR_MIN_SIZE = 20_000
 
 
 def accumulation_dtype(dtype) -> np.dtype:
@@ -47,6 +75,67 @@ def _pad_axis(x: Array, axis: int, before: int, after: int) -> Array:
     return lax.pad(x, jnp.zeros((), x.dtype), config)
 
 
+class _Term(NamedTuple):
+    """Diagonal ``k`` adds ``data[k, r + shift_d] * x[r + shift_x]`` to rows ``[lo, hi)``."""
+
+    k: int
+    shift_d: int
+    shift_x: int
+    lo: int
+    hi: int
+
+
+def _spmm_terms(offsets, shape, transpose) -> list[_Term]:
+    terms = []
+    for k, offset in enumerate(offsets):
+        start, stop = diagonal_bounds(offset, shape)
+        if stop <= start:
+            continue
+        if transpose:
+            # y[j] += data[k, j] * x[j - offset] for matrix columns j in [start, stop).
+            terms.append(_Term(k, 0, -offset, start, stop))
+        else:
+            # y[i] += data[k, i + offset] * x[i + offset] for rows i = j - offset.
+            terms.append(_Term(k, offset, offset, start - offset, stop - offset))
+    return terms
+
+
+def _term_product(data, x, term, lo, hi, acc):
+    """``data[k, r + shift_d] * x[r + shift_x]`` for rows ``r`` in ``[lo, hi)``, in ``acc``.
+
+    ``x`` is ``(*B, rows, c)``, or ``(*B, rows)`` for a single column (then so is the
+    result).
+    """
+    d = data[..., term.k, lo + term.shift_d : hi + term.shift_d].astype(acc)
+    if x.ndim == data.ndim:  # (*B, rows, c)
+        return d[..., None] * x[..., lo + term.shift_x : hi + term.shift_x, :].astype(acc)
+    return d * x[..., lo + term.shift_x : hi + term.shift_x].astype(acc)
+
+
+def _interior(data, x, terms, lo, hi, acc):
+    """Rows ``[lo, hi)`` where every term is in range: a plain sum of equal slices."""
+    out = _term_product(data, x, terms[0], lo, hi, acc)
+    for term in terms[1:]:
+        out = out + _term_product(data, x, term, lo, hi, acc)
+    return out
+
+
+def _bounded(data, x, terms, lo, hi, out_shape, acc):
+    """Rows ``[lo, hi)``, each term sliced to its own range and zero-padded to the block.
+
+    ``out_shape`` is the block's shape, with the rows on axis ``len(batch)``.
+    """
+    axis = data.ndim - 2
+    out = jnp.zeros(out_shape, acc)
+    for term in terms:
+        start, stop = max(lo, term.lo), min(hi, term.hi)
+        if stop <= start:
+            continue
+        product = _term_product(data, x, term, start, stop, acc)
+        out = out + _pad_axis(product, axis, start - lo, hi - stop)
+    return out
+
+
 def spmm_xla(
     data: Array,
     x: Array,
@@ -55,28 +144,52 @@ def spmm_xla(
     shape: tuple[int, int],
     transpose: bool = False,
 ) -> Array:
-    """``A @ x`` (or ``A^T @ x``) as a sum of statically sliced, shifted diagonals."""
+    """``A @ x`` (or ``A^T @ x``) as a sum of statically sliced, shifted diagonals.
+
+    Args:
+      data: ``(*B, n_diags, n)`` diagonals in SciPy's DIA layout; padding slots are never
+        read.
+      x: ``(*B, rows, c)``, ``rows == n`` (or ``m`` with ``transpose=True``).
+      offsets: static, distinct offsets, one per row of ``data``.
+      shape: static ``(m, n)`` of ``A``.
+      transpose: compute ``A^T @ x`` (no conjugation) from the same ``data``.
+
+    Returns:
+      ``(*B, m, c)`` (or ``(*B, n, c)``) in the result dtype of ``data`` and ``x``;
+      16-bit floats are accumulated in float32.
+    """
     m, n = shape
     out_rows = n if transpose else m
-    acc = accumulation_dtype(jnp.result_type(data, x))
+    out_dtype = jnp.result_type(data, x)
+    acc = accumulation_dtype(out_dtype)
     batch = _broadcast_batch(data.shape[:-2], x.shape[:-2])
-    out = jnp.zeros((*batch, out_rows, x.shape[-1]), acc)
-    for k, offset in enumerate(offsets):
-        start, stop = diagonal_bounds(offset, shape)
-        if stop <= start:
-            continue
-        diagonal = data[..., k, start:stop, None].astype(acc)
-        if transpose:
-            # y[j] += data[k, j] * x[j - offset] for matrix columns j in [start, stop).
-            rows = x[..., start - offset : stop - offset, :].astype(acc)
-            out_start = start
-        else:
-            # y[i] += data[k, i + offset] * x[i + offset] for rows i = j - offset.
-            rows = x[..., start:stop, :].astype(acc)
-            out_start = start - offset
-        contribution = diagonal * rows
-        out = out + _pad_axis(contribution, -2, out_start, out_rows - out_start - (stop - start))
-    return out.astype(jnp.result_type(data, x))
+    columns = x.shape[-1]
+    terms = _spmm_terms(offsets, shape, transpose)
+    if not terms or out_rows == 0:
+        return jnp.zeros((*batch, out_rows, columns), out_dtype)
+    lo = max(term.lo for term in terms)
+    hi = min(term.hi for term in terms)
+    if hi - lo < _MIN_INTERIOR_FRACTION * out_rows:
+        out = _bounded(data, x, terms, 0, out_rows, (*batch, out_rows, columns), acc)
+        return out.astype(out_dtype)
+    vector = columns == 1 and math.prod(batch) * out_rows >= _VECTOR_MIN_SIZE
+    if vector:
+        # A matrix-vector product runs on vectors: ``A @ v`` reshapes ``v`` to ``(n, 1)``
+        # and the product back, and those reshapes then cancel with these. A reshape
+        # left after the in-place edge updates below makes XLA copy the whole output.
+        x = x[..., 0]
+    trailing = () if vector else (columns,)
+    axis = len(batch)  # the rows
+    # Each piece is cast before it is placed, so that no pass over the output follows.
+    interior = _interior(data, x, terms, lo, hi, acc).astype(out_dtype)
+    interior = jnp.broadcast_to(interior, (*batch, hi - lo, *trailing))
+    out = _pad_axis(interior, axis, lo, out_rows - hi)
+    for start, stop in ((0, lo), (hi, out_rows)):
+        if stop > start:
+            block = (*batch, stop - start, *trailing)
+            edge = _bounded(data, x, terms, start, stop, block, acc).astype(out_dtype)
+            out = lax.dynamic_update_slice_in_dim(out, edge, start, axis)
+    return out[..., None] if vector else out
 
 
 def sddmm_xla(
@@ -86,22 +199,22 @@ def sddmm_xla(
     offsets: tuple[int, ...],
     shape: tuple[int, int],
 ) -> Array:
-    """``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]`` in bounds, 0 in padding slots."""
+    """``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]`` in bounds, 0 in padding slots.
+
+    One gather of ``g`` rows at ``j - offsets[k]`` (indices from an iota, clamped, and the
+    out-of-range slots masked): a single fused loop whatever the number of diagonals, so
+    compile time does not grow with it (per-diagonal slices took seconds at 200).
+    """
     m, n = shape
     out_dtype = jnp.result_type(g, x)
     acc = accumulation_dtype(out_dtype)
     batch = _broadcast_batch(g.shape[:-2], x.shape[:-2])
-    rows = []
-    for offset in offsets:
-        start, stop = diagonal_bounds(offset, shape)
-        if stop <= start:
-            rows.append(jnp.zeros((*batch, n), acc))
-            continue
-        products = g[..., start - offset : stop - offset, :].astype(acc) * x[
-            ..., start:stop, :
-        ].astype(acc)
-        diagonal = jnp.broadcast_to(products.sum(axis=-1), (*batch, stop - start))
-        rows.append(_pad_axis(diagonal, -1, start, n - stop))
-    if not rows:
-        return jnp.zeros((*batch, 0, n), out_dtype)
-    return jnp.stack(rows, axis=-2).astype(out_dtype)
+    if not offsets or m == 0 or n == 0:
+        return jnp.zeros((*batch, len(offsets), n), out_dtype)
+    column = lax.broadcasted_iota(np.int32, (len(offsets), n), 1)
+    rows = column - jnp.asarray(np.asarray(offsets, np.int32))[:, None]
+    in_bounds = (rows >= 0) & (rows < m)
+    shifted = jnp.take(g, jnp.clip(rows, 0, m - 1), axis=-2, mode="clip")  # (*B, k, n, c)
+    products = (shifted.astype(acc) * x[..., None, :, :].astype(acc)).sum(axis=-1)
+    out = jnp.where(in_bounds, products, jnp.zeros((), acc)).astype(out_dtype)
+    return jnp.broadcast_to(out, (*batch, len(offsets), n))
