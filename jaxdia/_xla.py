@@ -14,7 +14,7 @@ Shapes (``B`` are batch dimensions of equal rank that broadcast against each oth
   and 0 in padding slots: the cotangent of ``data`` in ``y = A @ x``.
 
 How ``spmm_xla`` is formulated (measured on a 2-core x86 CPU, see
-``benchmarks/matmul.md``). Each diagonal contributes ``d_k[r + a_k] * x[r + b_k]`` to the
+``benchmarks/README.md``). Each diagonal contributes ``d_k[r + a_k] * x[r + b_k]`` to the
 output rows ``r`` of a static range ``[lo_k, hi_k)``. The rows where every diagonal is in
 range (the *interior*, all of them but ``max|offset|`` or so at each end) are one sum of
 statically sliced, equally long operands: XLA CPU fuses it into a single loop with no
@@ -27,7 +27,7 @@ the edge formulation instead, which is also one fused loop. A single column runs
 vectors (see ``_VECTOR_MIN_SIZE``).
 
 ``sddmm_xla`` is one gather (see its docstring). What else was tried, and the numbers, are
-in ``benchmarks/matmul.md``.
+in ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
