@@ -251,9 +251,7 @@ def free_bytes(device) -> float:
 
 
 def time_products(sizes, repeats, max_bcsr_nnz, device) -> None:
-    print(
-        f"\n2. Timing A @ X (median of {repeats} calls; GB/s of (n_diags*n + 2*n*c)*itemsize)"
-    )
+    print(f"\n2. Timing A @ X (median of {repeats} calls; GB/s of (n_diags*n + 2*n*c)*itemsize)")
     # "A@X": the default implementation (the Pallas kernel on a GPU, XLA on a CPU).
     header = (
         "| n | diags | c | dtype | A@X ms | GB/s | xla ms | copy ms | "
