@@ -45,3 +45,32 @@ def assert_close(actual, expected, dtype, scale=1.0):
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     tol = tolerance(dtype) * scale
     np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol)
+
+
+def wide(array) -> np.ndarray:
+    """``array`` in double precision (complex128 if it is complex)."""
+    array = np.asarray(array)
+    return array.astype(np.complex128 if array.dtype.kind == "c" else np.float64)
+
+
+def spmm_oracle(data, x, offsets, shape, transpose):
+    """``A @ x`` (or ``A^T @ x``) by SciPy, matrix by matrix over the broadcast batch.
+
+    Works in double precision on a copy of ``data`` whose NaN padding is zeroed. Returns
+    the product and the same product of absolute values (the scale of rounding errors).
+    """
+    data, x = wide(data), wide(x)
+    batch = np.broadcast_shapes(data.shape[:-2], x.shape[:-2])
+    data = np.broadcast_to(data, (*batch, *data.shape[-2:]))
+    x = np.broadcast_to(x, (*batch, *x.shape[-2:]))
+    out_rows = shape[1] if transpose else shape[0]
+    y = np.zeros((*batch, out_rows, x.shape[-1]), data.dtype)
+    scale = np.zeros(y.shape)
+    for b in np.ndindex(*batch):
+        clean = np.nan_to_num(data[b], nan=0.0)
+        A = sp.dia_array((clean, np.array(offsets, dtype=np.int64)), shape=shape).tocsr()
+        if transpose:
+            A = A.T
+        y[b] = A @ x[b]
+        scale[b] = abs(A) @ np.abs(x[b])
+    return y, scale

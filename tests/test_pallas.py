@@ -8,13 +8,12 @@ all padding slots of ``data``: a kernel that reads padding as an entry fails.
 import jax.numpy as jnp
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
 from jaxdia import _pallas_tpu, _pallas_triton, _xla
 from jaxdia.testing import offsets as offsets_strategy
 
-from .helpers import tolerance
+from .helpers import spmm_oracle, tolerance, wide
 
 TRITON_DTYPES = [np.float32, np.float64, jnp.bfloat16, np.float16, np.complex64, np.complex128]
 TPU_DTYPES = [np.float32, jnp.bfloat16]
@@ -35,35 +34,9 @@ def _padding_mask(offsets, shape, batch=()):
     return np.broadcast_to(mask, (*batch, len(offsets), n))
 
 
-def _wide(array):
-    array = np.asarray(array)
-    return array.astype(np.complex128 if array.dtype.kind == "c" else np.float64)
-
-
-def _spmm_oracle(data, x, offsets, shape, transpose):
-    """SciPy, matrix by matrix over the broadcast batch, in double precision.
-
-    Returns the product and the same product of absolute values (the error scale).
-    """
-    data, x = _wide(data), _wide(x)
-    batch = np.broadcast_shapes(data.shape[:-2], x.shape[:-2])
-    data = np.broadcast_to(data, (*batch, *data.shape[-2:]))
-    x = np.broadcast_to(x, (*batch, *x.shape[-2:]))
-    out_rows = shape[1] if transpose else shape[0]
-    y = np.zeros((*batch, out_rows, x.shape[-1]), data.dtype)
-    scale = np.zeros(y.shape)
-    for b in np.ndindex(*batch):
-        A = sp.dia_array((data[b], offsets), shape=shape).tocsr()
-        if transpose:
-            A = A.T
-        y[b] = A @ x[b]
-        scale[b] = abs(A) @ abs(x[b])
-    return y, scale
-
-
 def _sddmm_oracle(g, x, offsets, shape):
     """``D[k, j] = sum_c g[j - o_k, c] x[j, c]`` by explicit loops, and its error scale."""
-    g, x = _wide(g), _wide(x)
+    g, x = wide(g), wide(x)
     batch = np.broadcast_shapes(g.shape[:-2], x.shape[:-2])
     m, n = shape
     d = np.zeros((*batch, len(offsets), n), g.dtype)
@@ -112,10 +85,10 @@ def _check_spmm(spmm, case, transpose, **kwargs):
     shape, offsets, dtype = case[0], case[1], case[5]
     data, x = _spmm_inputs(case, transpose)
     y = spmm(data, x, offsets=offsets, shape=shape, transpose=transpose, interpret=True, **kwargs)
-    expected, scale = _spmm_oracle(data, x, offsets, shape, transpose)
+    expected, scale = spmm_oracle(data, x, offsets, shape, transpose)
     _assert_close(y, expected, scale, dtype)
     reference = _xla.spmm_xla(data, x, offsets=offsets, shape=shape, transpose=transpose)
-    _assert_close(y, _wide(reference), scale, dtype)
+    _assert_close(y, wide(reference), scale, dtype)
 
 
 def _check_sddmm(sddmm, case, **kwargs):
@@ -127,7 +100,7 @@ def _check_sddmm(sddmm, case, **kwargs):
     expected, scale = _sddmm_oracle(g, x, offsets, shape)
     _assert_close(d, expected, scale, dtype)
     reference = _xla.sddmm_xla(g, x, offsets=offsets, shape=shape)
-    _assert_close(d, _wide(reference), scale, dtype)
+    _assert_close(d, wide(reference), scale, dtype)
     padding = _padding_mask(offsets, shape, d.shape[:-2])
     assert np.all(np.asarray(d)[padding] == 0)
 

@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 from jaxdia import _xla
 
-from .helpers import tolerance
+from .helpers import spmm_oracle, tolerance, wide
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128, jnp.bfloat16, np.float16]
 
@@ -39,41 +39,17 @@ def _with_nan_padding(data, offsets, shape):
     return data
 
 
-def _wide(array):
-    array = np.asarray(array)
-    return array.astype(np.complex128 if array.dtype.kind == "c" else np.float64)
-
-
-def _spmm_oracle(data, x, offsets, shape, transpose):
-    """SciPy, matrix by matrix, in double; also the product of absolute values (scale)."""
-    data, x = _wide(data), _wide(x)
-    batch = np.broadcast_shapes(data.shape[:-2], x.shape[:-2])
-    data = np.broadcast_to(data, (*batch, *data.shape[-2:]))
-    x = np.broadcast_to(x, (*batch, *x.shape[-2:]))
-    out_rows = shape[1] if transpose else shape[0]
-    y = np.zeros((*batch, out_rows, x.shape[-1]), data.dtype)
-    scale = np.zeros(y.shape)
-    for b in np.ndindex(*batch):
-        clean = np.nan_to_num(data[b], nan=0.0)
-        A = sp.dia_array((clean, np.array(offsets, dtype=np.int64)), shape=shape).tocsr()
-        if transpose:
-            A = A.T
-        y[b] = A @ x[b]
-        scale[b] = abs(A) @ np.abs(x[b])
-    return y, scale
-
-
 def _check_spmm(data, x, offsets, shape, transpose=False, jit=True):
     offsets = tuple(offsets)
     fn = lambda d, v: _xla.spmm_xla(d, v, offsets=offsets, shape=shape, transpose=transpose)
     if jit:
         fn = jax.jit(fn)
     got = fn(jnp.asarray(data), jnp.asarray(x))
-    expected, scale = _spmm_oracle(data, x, offsets, shape, transpose)
+    expected, scale = spmm_oracle(data, x, offsets, shape, transpose)
     assert got.shape == expected.shape
     assert got.dtype == jnp.result_type(data, x)
     tol = tolerance(got.dtype) * (len(offsets) + 1)
-    error = np.abs(_wide(got) - expected)
+    error = np.abs(wide(got) - expected)
     assert np.all(np.isfinite(error)), "padding (NaN) was read"
     assert np.all(error <= tol * (scale + 1.0))
 
@@ -183,7 +159,7 @@ def test_spmm_vmap_and_grad():
     data, x = _case(rng, offsets, (n, n), 1, np.float64, batch_d=(6,), batch_x=(6,))
     fn = lambda d, v: _xla.spmm_xla(d, v, offsets=offsets, shape=(n, n))
     got = jax.jit(jax.vmap(fn))(jnp.asarray(data), jnp.asarray(x))
-    expected, _ = _spmm_oracle(data, x, offsets, (n, n), False)
+    expected, _ = spmm_oracle(data, x, offsets, (n, n), False)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-12, atol=1e-12)
     # The gradient with respect to x is A^T applied to the cotangent (ones).
     clean = np.nan_to_num(data[0])
@@ -221,7 +197,7 @@ def test_spmm_random(problem, seed):
 
 
 def _sddmm_oracle(g, x, offsets, shape):
-    g, x = _wide(g), _wide(x)
+    g, x = wide(g), wide(x)
     m, n = shape
     batch = np.broadcast_shapes(g.shape[:-2], x.shape[:-2])
     out = np.zeros((*batch, len(offsets), n), g.dtype)
@@ -250,7 +226,7 @@ def test_sddmm(dtype, shape, offsets, batch_g, batch_x):
     expected = _sddmm_oracle(g, x, offsets, shape)
     assert got.shape == expected.shape and got.dtype == jnp.result_type(g, x)
     tol = tolerance(got.dtype) * 4
-    np.testing.assert_allclose(_wide(got), expected, rtol=tol, atol=tol)
+    np.testing.assert_allclose(wide(got), expected, rtol=tol, atol=tol)
 
 
 def test_no_temporary_of_data_size():
