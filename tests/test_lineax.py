@@ -5,6 +5,7 @@ import sys
 
 import jax
 import jax.numpy as jnp
+import lineax as lx  # in the test extra: these tests run in every `make test`
 import numpy as np
 import pytest
 import scipy.sparse.linalg as spla
@@ -13,8 +14,6 @@ import jaxdia
 
 from .helpers import dense_f64
 from .test_solve import convection_diffusion, helmholtz, poisson, rhs
-
-lx = pytest.importorskip("lineax")
 
 TOL = {"rtol": 1e-11, "atol": 1e-11}
 
