@@ -43,7 +43,7 @@ from jax import Array, lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxdia._xla import diagonal_bounds
+from jaxdia._xla import broadcast_batch_index, diagonal_bounds
 
 _SUPPORTED = frozenset(np.dtype(d) for d in (jnp.float32, jnp.bfloat16))
 _LANES = 128
@@ -165,27 +165,6 @@ def _operand_plan(offsets, shape, block: int, transpose: bool):
 def _nonempty(offset: int, shape) -> bool:
     start, stop = diagonal_bounds(offset, shape)
     return start < stop
-
-
-def _batch_index(flat, batch: tuple[int, ...], operand_batch: tuple[int, ...]):
-    """Flat index into ``operand_batch`` of entry ``flat`` of the broadcast ``batch``.
-
-    Static index arithmetic: a dimension the operand broadcasts (size 1) is not advanced.
-    ``lax.div``/``lax.rem`` (the indices are non-negative) avoid the sign logic of ``//``.
-    """
-    if operand_batch == batch:
-        return flat
-    index = 0
-    stride_out, stride_op = 1, 1
-    for size, op_size in zip(reversed(batch), reversed(operand_batch)):
-        if op_size == size and size > 1:
-            position = flat if stride_out == 1 else lax.div(flat, np.int32(stride_out))
-            if stride_out * size < math.prod(batch):
-                position = lax.rem(position, np.int32(size))
-            index = index + position * stride_op
-        stride_out *= size
-        stride_op *= op_size
-    return index
 
 
 def _join_shifted(low: Array, high: Array | None, r: int, lane: Array) -> Array:
@@ -334,7 +313,7 @@ def spmm(
         return pl.BlockSpec(
             (None, cols, block),
             lambda b, c, i: (
-                _batch_index(b, batch, x_batch),
+                broadcast_batch_index(b, batch, x_batch),
                 c,
                 clamp(i + shift, x_blocks),
             ),
@@ -344,12 +323,12 @@ def spmm(
         if transpose:
             return pl.BlockSpec(
                 (None, len(offsets), 1, block),
-                lambda b, c, i: (_batch_index(b, batch, data_batch), 0, 0, i),
+                lambda b, c, i: (broadcast_batch_index(b, batch, data_batch), 0, 0, i),
             )
         return pl.BlockSpec(
             (None, None, 1, block),
             lambda b, c, i: (
-                _batch_index(b, batch, data_batch),
+                broadcast_batch_index(b, batch, data_batch),
                 k,
                 0,
                 clamp(i + shift, data_blocks),
@@ -498,14 +477,14 @@ def sddmm(
         return pl.BlockSpec(
             (None, cols, block),
             lambda b, i, c: (
-                _batch_index(b, batch, g_batch),
+                broadcast_batch_index(b, batch, g_batch),
                 c,
                 jnp.minimum(jnp.maximum(i + shift, 0), g_blocks - 1),
             ),
         )
 
     x_spec = pl.BlockSpec(
-        (None, cols, block), lambda b, i, c: (_batch_index(b, batch, x_batch), c, i)
+        (None, cols, block), lambda b, i, c: (broadcast_batch_index(b, batch, x_batch), c, i)
     )
     kernel = functools.partial(
         _sddmm_kernel,

@@ -35,7 +35,7 @@ from jax import Array, lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from jaxdia._xla import accumulation_dtype, diagonal_bounds
+from jaxdia._xla import accumulation_dtype, broadcast_batch_index, diagonal_bounds
 
 _SUPPORTED = frozenset(
     np.dtype(d)
@@ -131,27 +131,6 @@ class BlockSizes:
 # Shared helpers: batch broadcasting, real/imaginary planes, masked loads.
 
 
-def _batch_index(flat: Array, batch: tuple[int, ...], operand_batch: tuple[int, ...]):
-    """Flat index into ``operand_batch`` of entry ``flat`` of the broadcast ``batch``.
-
-    Static index arithmetic: a dimension the operand broadcasts (size 1) is not advanced.
-    ``lax.div``/``lax.rem`` (the indices are non-negative) avoid the sign logic of ``//``.
-    """
-    if operand_batch == batch:
-        return flat
-    index = 0
-    stride_out, stride_op = 1, 1
-    for size, op_size in zip(reversed(batch), reversed(operand_batch)):
-        if op_size == size and size > 1:
-            position = flat if stride_out == 1 else lax.div(flat, np.int32(stride_out))
-            if stride_out * size < math.prod(batch):
-                position = lax.rem(position, np.int32(size))
-            index = index + position * stride_op
-        stride_out *= size
-        stride_op *= op_size
-    return index
-
-
 def _planes(array: Array) -> tuple[Array, ...]:
     if jnp.iscomplexobj(array):
         return jnp.real(array), jnp.imag(array)
@@ -209,8 +188,8 @@ def _spmm_kernel(
     m, n = shape
     x_rows, out_rows = (m, n) if transpose else (n, m)
     row_block, col_block, flat_batch = pl.program_id(0), pl.program_id(1), pl.program_id(2)
-    data_b = _batch_index(flat_batch, batch, data_batch)
-    x_b = _batch_index(flat_batch, batch, x_batch)
+    data_b = broadcast_batch_index(flat_batch, batch, data_batch)
+    x_b = broadcast_batch_index(flat_batch, batch, x_batch)
 
     rows = row_block * block_rows + _iota(block_rows)  # output rows
     cols = col_block * block_cols + _iota(block_cols)
@@ -351,8 +330,8 @@ def _sddmm_kernel(
     out_refs = refs[2 * n_planes :]
     m, n = shape
     col_block, flat_batch = pl.program_id(0), pl.program_id(1)
-    g_b = _batch_index(flat_batch, batch, g_batch)
-    x_b = _batch_index(flat_batch, batch, x_batch)
+    g_b = broadcast_batch_index(flat_batch, batch, g_batch)
+    x_b = broadcast_batch_index(flat_batch, batch, x_batch)
 
     j = col_block * block_rows + _iota(block_rows)  # matrix (= data) columns
     j_clamped = _clamp(j, n)

@@ -65,6 +65,31 @@ def diagonal_bounds(offset: int, shape: tuple[int, int]) -> tuple[int, int]:
     return max(0, offset), min(n, m + offset)
 
 
+def broadcast_batch_index(
+    flat: Array, batch: tuple[int, ...], operand_batch: tuple[int, ...]
+) -> Array | int:
+    """Flat index into ``operand_batch`` of entry ``flat`` of the broadcast ``batch``.
+
+    The Pallas kernels run a grid axis over the flattened broadcast batch and find each
+    operand's entry with this. Static index arithmetic: a dimension the operand broadcasts
+    (size 1) is not advanced. ``lax.div``/``lax.rem`` (the indices are non-negative) avoid
+    the sign logic of ``//``.
+    """
+    if operand_batch == batch:
+        return flat
+    index = 0
+    stride_out, stride_op = 1, 1
+    for size, op_size in zip(reversed(batch), reversed(operand_batch)):
+        if op_size == size and size > 1:
+            position = flat if stride_out == 1 else lax.div(flat, np.int32(stride_out))
+            if stride_out * size < math.prod(batch):
+                position = lax.rem(position, np.int32(size))
+            index = index + position * stride_op
+        stride_out *= size
+        stride_op *= op_size
+    return index
+
+
 def _broadcast_batch(*shapes: Sequence[int]) -> tuple[int, ...]:
     return tuple(np.broadcast_shapes(*(tuple(s) for s in shapes)))
 
