@@ -401,19 +401,23 @@ def print_rows(rows):
         )
 
 
+# The columns of the table and the lines of the plot, in order.
+IMPLEMENTATIONS = [
+    "jaxdia call",
+    "jaxdia donate",
+    "jaxdia loop",
+    "scipy dia",
+    "scipy csr",
+    "bcoo",
+    "bcsr",
+    "dense",
+    "copy",
+]
+
+
 def markdown(rows, copy_gbps):
     """One table row per case: jaxdia (call/donate/loop) and the competitors."""
-    impls = [
-        "jaxdia call",
-        "jaxdia donate",
-        "jaxdia loop",
-        "scipy dia",
-        "scipy csr",
-        "bcoo",
-        "bcsr",
-        "dense",
-        "copy",
-    ]
+    impls = IMPLEMENTATIONS
     out = [
         "Times in ms (medians); GB/s of useful traffic in brackets; `r` = time / SciPy DIA "
         "time in the same rounds. `copy` = NumPy streaming copy in the same rounds.",
@@ -473,6 +477,9 @@ def plot(rows, path):
     import matplotlib.pyplot as plt
 
     mv = [r for r in rows if r["kind"] == "matmul" and r["cols"] == 1]
+    if not mv:
+        print(f"no matrix-vector results among the selected cases: {path} not written")
+        return
     dtypes = sorted({r["dtype"] for r in mv})
     fig, axes = plt.subplots(
         len(dtypes),
@@ -481,17 +488,7 @@ def plot(rows, path):
         squeeze=False,
         sharey=True,
     )
-    impls = [
-        "jaxdia call",
-        "jaxdia donate",
-        "jaxdia loop",
-        "scipy dia",
-        "scipy csr",
-        "bcoo",
-        "bcsr",
-        "dense",
-        "copy",
-    ]
+    impls = IMPLEMENTATIONS
     for i, dtype in enumerate(dtypes):
         for j, stencil in enumerate(STENCILS):
             ax = axes[i][j]
