@@ -7,8 +7,8 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from ._dtypes import check_dtype
-from ._matrix import DiaMatrix, as_offsets, as_shape, is_int
+from ._dtypes import check_dtype, is_int
+from ._matrix import DiaMatrix, as_offsets, as_shape
 
 
 def _default_dtype(dtype: Any) -> np.dtype:

@@ -15,6 +15,11 @@ SUPPORTED_DTYPES = tuple(
 )
 
 
+def is_int(value: Any) -> bool:
+    """Whether ``value`` is a Python or NumPy integer (bools excluded)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
 def is_numeric(dtype: Any) -> bool:
     """Whether ``dtype`` is a bool, integer, floating (bfloat16 included) or complex type."""
     dtype = np.dtype(dtype)

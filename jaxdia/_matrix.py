@@ -14,7 +14,7 @@ from jax import Array
 from jax.experimental import sparse as jsparse
 
 from ._convert import dense_to_dia, dia_to_dense, in_bounds_slots, nonzero_offsets
-from ._dtypes import check_dtype, is_numeric
+from ._dtypes import check_dtype, is_int, is_numeric
 from ._matmul import dia_matmul, dia_rmatmul
 from ._traces import dia_diagonal, dia_trace, dia_traces
 from ._xla import diagonal_bounds
@@ -25,10 +25,6 @@ _TRACED_OFFSETS_HELP = (
     "mark them static with jax.jit(..., static_argnames=...)), or pass the DiaMatrix itself "
     "through the transformation: its offsets travel as static pytree aux data."
 )
-
-
-def is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def as_offsets(offsets: Any, name: str = "offsets") -> tuple[int, ...]:

@@ -30,8 +30,8 @@ import scipy.sparse as sp
 from jax import Array
 
 from ._convert import dense_to_dia, in_bounds_slots
-from ._dtypes import check_dtype
-from ._matrix import DiaMatrix, as_offsets, is_int
+from ._dtypes import check_dtype, is_int
+from ._matrix import DiaMatrix, as_offsets, holds_entries
 from ._xla import accumulation_dtype, diagonal_bounds
 
 # -- helpers ---------------------------------------------------------------------------------
@@ -54,11 +54,6 @@ def _mask(offsets: tuple[int, ...], shape: tuple[int, int]) -> np.ndarray:
         start, stop = diagonal_bounds(offset, shape)
         mask[k, start:stop] = True
     return mask
-
-
-def _holds_entries(offset: int, shape: tuple[int, int]) -> bool:
-    start, stop = diagonal_bounds(offset, shape)
-    return start < stop
 
 
 def _filled(A: DiaMatrix, fill: Any = 0) -> Array:
@@ -368,7 +363,7 @@ def with_offsets(A: DiaMatrix, offsets: Any, *, check: bool = True) -> DiaMatrix
     wanted = as_offsets(offsets)
     if len(set(wanted)) != len(wanted):
         raise ValueError(f"offsets contains duplicate values: {wanted}")
-    wanted = tuple(sorted(k for k in wanted if _holds_entries(k, A.shape)))
+    wanted = tuple(sorted(k for k in wanted if holds_entries(k, A.shape)))
     dropped = [i for i, k in enumerate(A.offsets) if k not in set(wanted)]
     if dropped and check:
         if _is_traced(A.data):
@@ -423,7 +418,7 @@ def with_diagonal(A: DiaMatrix, values: Any, k: Any = 0) -> DiaMatrix:
             f"values are complex ({values.dtype}) but the matrix is real ({A.dtype}); "
             "convert the matrix first with A.astype(...)"
         )
-    if not _holds_entries(k, A.shape):  # k == 0 on a matrix with no entries
+    if not holds_entries(k, A.shape):  # k == 0 on a matrix with no entries
         return A
     _broadcast_batch("with_diagonal", A, values.shape[:-1])
     return _set_diagonal(A, values, k)

@@ -50,6 +50,7 @@ from jax.core import ShapedArray, Tracer
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
+from ._dtypes import is_int
 from ._xla import accumulation_dtype, diagonal_bounds
 
 #: XLA's flop estimate under which the PjRt CPU client runs a program on the calling
@@ -82,10 +83,6 @@ _Run = tuple[int, int, int]
 _EMPTY_RUN: _Run = (0, 1, 0)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
 def _static_int(value: Any, name: str) -> int:
     if isinstance(value, Tracer):
         raise TypeError(f"{name} {_STATIC_HELP}")
@@ -93,7 +90,7 @@ def _static_int(value: Any, name: str) -> int:
         array = np.asarray(value)
         if np.issubdtype(array.dtype, np.integer):
             return int(array)
-    if not _is_int(value):
+    if not is_int(value):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}: {value!r}")
     return int(value)
 
