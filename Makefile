@@ -7,8 +7,11 @@ VPY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-# The newest JAX needs Python >= 3.12; it gets its own venv.
-PYTHON_NEWEST ?= $(shell command -v python3.12 || echo /root/.pyenv/versions/3.12.1/bin/python3.12)
+# The newest JAX needs Python >= 3.12; it gets its own venv. The first Python 3.12 that runs:
+# on PATH, else pyenv's (`command -v` is not enough: a pyenv shim exists but fails when 3.12
+# is not the selected version).
+PYTHON_NEWEST ?= $(shell for p in python3.12 /root/.pyenv/versions/3.12*/bin/python3.12; do \
+	"$$p" -c 'import sys; print(sys.executable)' 2>/dev/null && break; done)
 VENV_NEWEST := .venv-newest
 NPY := $(VENV_NEWEST)/bin/python
 NEWEST_STAMP := $(VENV_NEWEST)/.installed
@@ -66,6 +69,8 @@ format: $(DEV_STAMP)
 # -- the newest JAX that pyproject.toml allows, on Python 3.12 ------------------------------
 
 $(NEWEST_STAMP): pyproject.toml
+	@test -n "$(PYTHON_NEWEST)" || { echo "make test-newest needs Python 3.12:" \
+		"none found on PATH or in /root/.pyenv; set PYTHON_NEWEST=/path/to/python3.12"; exit 1; }
 	@test -x $(NPY) || $(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
 	$(NPY) -m pip install --quiet --upgrade pip
 	$(NPY) -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[test,lineax,plot]'
