@@ -17,9 +17,9 @@ X read once, Y written once, ``c`` columns). ``copy`` is a NumPy streaming copy 
 128 MiB arrays (read + write counted) timed in the same rounds: the machine's bandwidth.
 ``xla scale`` (n >= 1e5) is XLA's own per-call cost and streaming speed on the case's
 output: a jitted ``Y * 2`` of an array shaped like ``Y`` (fresh output, read + write
-counted). ``r at copy`` is the ratio a
-product moving the useful bytes at the ``copy`` bandwidth would reach: a target below it
-cannot be met by any implementation.
+counted). ``r at copy`` is the ratio a product moving the useful bytes at the ``copy``
+bandwidth would reach: once the working set exceeds the caches, a target below it cannot
+be met by any implementation.
 
 Usage::
 
@@ -437,8 +437,8 @@ def markdown(rows, copy_gbps):
         "time in the same rounds. `copy` = NumPy streaming copy in the same rounds; "
         "`xla scale` = a jitted `Y * 2` on an array shaped like the output, GB/s of its "
         "read + write (XLA's own per-call cost and streaming speed); `r at copy` = the "
-        "ratio of a product running at the `copy` bandwidth (no implementation can go "
-        "below it).",
+        "ratio of a product running at the `copy` bandwidth (no implementation goes "
+        "below it once the working set exceeds the caches).",
         "",
         "| stencil | n | dtype | c | " + " | ".join(impls) + " | jaxdia/copy GB/s | r at copy |",
         "|" + "---|" * (len(impls) + 6),
