@@ -261,3 +261,25 @@ def test_matvec_writes_the_output_once(rows):
     if rows >= _xla._VECTOR_MIN_SIZE:
         assert " copy(" not in entry, entry
     assert entry.count("fusion(") <= 3, entry
+
+
+@pytest.mark.parametrize("columns", [2, 8, 64])
+@pytest.mark.parametrize("transpose", [False, True])
+def test_multicolumn_product_is_one_loop_nest(columns, transpose):
+    """With several columns, edges and interior are one concatenation: a single fusion that
+    writes the output once, with no copy and no temporary (the padded form took three)."""
+    rows, offsets = 5_000, (-70, -1, 0, 1, 70)
+    fn = jax.jit(
+        lambda d, x: _xla.spmm_xla(d, x, offsets=offsets, shape=(rows, rows), transpose=transpose)
+    )
+    compiled = fn.lower(
+        jax.ShapeDtypeStruct((5, rows), jnp.float32),
+        jax.ShapeDtypeStruct((rows, columns), jnp.float32),
+    ).compile()
+    entry = compiled.as_text()
+    entry = entry[entry.index("ENTRY") :]
+    assert entry.count("fusion(") == 1 and "concatenate" in entry, entry
+    assert " copy(" not in entry, entry
+    stats = compiled.memory_analysis()
+    if stats is not None:
+        assert stats.temp_size_in_bytes == 0
