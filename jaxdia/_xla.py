@@ -22,13 +22,13 @@ bounds checks, which LLVM vectorizes and XLA splits over the cores. The two smal
 blocks are per-diagonal slices padded to the block (so with bounds checks). The output is
 written once and no ``(n_diags, n)`` temporary exists:
 
-* a single column runs on 1-D vectors (see ``_VECTOR_MIN_SIZE``): the interior is padded
-  to the full output and the edges go in with ``dynamic_update_slice``, which XLA
-  performs in place;
-* several columns are one ``concatenate`` of edge, interior and edge, which XLA CPU emits
-  as one loop per piece: the interior loop is then branch-free and vectorized over the
-  columns (1.1-2x faster than the pad for 2-64 columns; for vectors it is the other way
-  round, see ``spmm_xla``).
+* one column: the interior is padded to the full output and the edges go in with
+  ``dynamic_update_slice``, which XLA performs in place; large enough products run on
+  1-D vectors (see ``_VECTOR_MIN_SIZE``);
+* several columns: one ``concatenate`` of edge, interior and edge, which XLA CPU emits
+  as one loop per piece, so the interior loop is branch-free and vectorized over the
+  columns (1.1-2.1x faster than the pad for 2-8 columns, the same for 16-64). For one
+  column it is the other way round (see ``spmm_xla``).
 
 When the interior is small next to the edges (wide offsets on a short matrix), the whole
 output is the edge formulation instead, which is also one fused loop.
