@@ -93,9 +93,7 @@ def allgather_design(S):
         return spmm(window[0], extended, offsets=local_offsets, shape=(rows, width))
 
     spec = PartitionSpec(AXIS)
-    product = jax.shard_map(
-        local, mesh=S.mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False
-    )
+    product = jax.shard_map(local, mesh=S.mesh, in_specs=(spec, spec), out_specs=spec)
     return jax.jit(lambda S, v: product(S.windows, v.reshape(-1, 1))[:, 0])
 
 

@@ -36,14 +36,13 @@ import functools
 import math
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxdia._xla import broadcast_batch_index, diagonal_bounds
+from jaxdia._xla import broadcast_batch_index, diagonal_bounds, kernel_out_shape
 
 _SUPPORTED = frozenset(np.dtype(d) for d in (jnp.float32, jnp.bfloat16))
 _LANES = 128
@@ -348,7 +347,7 @@ def spmm(
     )
     yt = pl.pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((n_batch, n_cols, out_lanes), dtype),
+        out_shape=kernel_out_shape((n_batch, n_cols, out_lanes), dtype, x),
         grid=(n_batch, pl.cdiv(n_cols, cols), pl.cdiv(out_lanes, block)),
         in_specs=[x_spec(s) for s in x_shifts] + data_specs,
         out_specs=pl.BlockSpec((None, cols, block), lambda b, c, i: (b, c, i)),
@@ -497,7 +496,7 @@ def sddmm(
     )
     d = pl.pallas_call(
         kernel,
-        out_shape=jax.ShapeDtypeStruct((n_batch, len(offsets), 1, out_lanes), dtype),
+        out_shape=kernel_out_shape((n_batch, len(offsets), 1, out_lanes), dtype, x),
         grid=(n_batch, pl.cdiv(out_lanes, block), pl.cdiv(n_cols, cols)),
         in_specs=[*(g_spec(s) for s in g_shifts), x_spec],
         # (n_diags, 1, T) blocks: every diagonal is its own tile row, so the per-diagonal

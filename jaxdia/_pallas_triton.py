@@ -28,14 +28,18 @@ import dataclasses
 import functools
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from jaxdia._xla import accumulation_dtype, broadcast_batch_index, diagonal_bounds
+from jaxdia._xla import (
+    accumulation_dtype,
+    broadcast_batch_index,
+    diagonal_bounds,
+    kernel_out_shape,
+)
 
 _SUPPORTED = frozenset(
     np.dtype(d)
@@ -290,7 +294,7 @@ def spmm(
     out = pl.pallas_call(
         kernel,
         out_shape=[
-            jax.ShapeDtypeStruct((n_batch, out_rows, n_cols), plane_dtype) for _ in data_planes
+            kernel_out_shape((n_batch, out_rows, n_cols), plane_dtype, x) for _ in data_planes
         ],
         grid=(
             pl.cdiv(out_rows, block_sizes.rows),
@@ -434,7 +438,7 @@ def sddmm(
     out = pl.pallas_call(
         kernel,
         out_shape=[
-            jax.ShapeDtypeStruct((n_batch, len(offsets), n), g_planes[0].dtype) for _ in g_planes
+            kernel_out_shape((n_batch, len(offsets), n), g_planes[0].dtype, x) for _ in g_planes
         ],
         grid=(pl.cdiv(n, block_sizes.rows), n_batch),
         compiler_params=block_sizes.compiler_params(),

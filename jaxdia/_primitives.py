@@ -9,10 +9,13 @@ Each is linear in each argument, and the transpose of one is the other, so
 ``ad.defbilinear`` gives JVP and transpose rules that close under any order of
 differentiation (see DESIGN.md §3 for the designs that did not). Batching rules fold a
 batch of ``x`` alone into columns and otherwise give the operands a leading batch axis
-(the primitives accept batch dims of equal rank that broadcast). Lowering is chosen per
-platform: the Pallas kernels (``_pallas_triton`` on cuda/rocm, ``_pallas_tpu`` on tpu,
-imported only when lowering for those platforms) where they support the dtype, else the
-XLA implementation of ``_xla``.
+(the primitives accept batch dims of equal rank that broadcast). Inside ``shard_map``
+(with its default ``check_vma=True``) the operands are first made to vary over the same
+manual mesh axes, as ``jax.numpy``'s binary operations do, and the result varies over
+them too; differentiation then sums the cotangent of a replicated operand over the axes
+(the transpose of that cast). Lowering is chosen per platform: the Pallas kernels
+(``_pallas_triton`` on cuda/rocm, ``_pallas_tpu`` on tpu, imported only when lowering for
+those platforms) where they support the dtype, else the XLA implementation of ``_xla``.
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ from __future__ import annotations
 import importlib
 from functools import partial
 
+import jax
 import numpy as np
-from jax import numpy as jnp
+from jax import lax, numpy as jnp
 from jax._src import dispatch
 from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
+from jax.sharding import NamedSharding, PartitionSpec
 
 from ._xla import sddmm_xla, spmm_xla
 
@@ -45,16 +50,37 @@ spmm_p = Primitive("dia_spmm")
 sddmm_p = Primitive("dia_sddmm")
 
 
+def _varying_axes(value) -> frozenset:
+    """The manual mesh axes ``value`` varies over (empty outside ``shard_map``)."""
+    return jax.typeof(value).manual_axis_type.varying
+
+
+def _vary_alike(*operands):
+    """The operands, each cast to vary over every manual axis that one of them varies over."""
+    axes = frozenset().union(*map(_varying_axes, operands))
+    cast = []
+    for operand in operands:
+        missing = tuple(axes - _varying_axes(operand))
+        cast.append(lax.pcast(operand, missing, to="varying") if missing else operand)
+    return cast
+
+
 def spmm(data, x, *, offsets, shape, transpose=False, implementation=None):
     """``A @ x`` (``transpose=False``) or ``A^T @ x`` through the ``dia_spmm`` primitive."""
     return spmm_p.bind(
-        data, x, offsets=offsets, shape=shape, transpose=transpose, implementation=implementation
+        *_vary_alike(data, x),
+        offsets=offsets,
+        shape=shape,
+        transpose=transpose,
+        implementation=implementation,
     )
 
 
 def sddmm(g, x, *, offsets, shape, implementation=None):
     """The data cotangent ``D`` through the ``dia_sddmm`` primitive."""
-    return sddmm_p.bind(g, x, offsets=offsets, shape=shape, implementation=implementation)
+    return sddmm_p.bind(
+        *_vary_alike(g, x), offsets=offsets, shape=shape, implementation=implementation
+    )
 
 
 # -- abstract evaluation -------------------------------------------------------------------
@@ -69,6 +95,23 @@ def _batch_shape(a, b, what):
         raise ValueError(f"{what}: batch dims do not broadcast: {a.shape} and {b.shape}") from None
 
 
+def output_aval(out_shape, dtype, *operands: ShapedArray) -> ShapedArray:
+    """A primitive's result type: inside ``shard_map``, varying over the operands' manual
+    mesh axes (which must agree: see ``_vary_alike``)."""
+    first, *rest = operands
+    mat = first.manual_axis_type
+    for other in rest:
+        if other.manual_axis_type.varying != mat.varying:
+            raise ValueError(
+                "operands vary over different manual mesh axes: "
+                f"{[sorted(a.manual_axis_type.varying, key=str) for a in operands]}"
+            )
+    if not mat.varying:
+        return ShapedArray(out_shape, dtype)
+    sharding = NamedSharding(first.sharding.mesh, PartitionSpec())
+    return ShapedArray(out_shape, dtype, sharding=sharding, manual_axis_type=mat)
+
+
 def _spmm_abstract_eval(data, x, *, offsets, shape, transpose, implementation):
     m, n = shape
     if data.shape[-2:] != (len(offsets), n):
@@ -80,7 +123,7 @@ def _spmm_abstract_eval(data, x, *, offsets, shape, transpose, implementation):
     if data.dtype != x.dtype:
         raise TypeError(f"dia_spmm: dtypes differ: {data.dtype} and {x.dtype}")
     batch = _batch_shape(data, x, "dia_spmm")
-    return ShapedArray((*batch, n if transpose else m, x.shape[-1]), x.dtype)
+    return output_aval((*batch, n if transpose else m, x.shape[-1]), x.dtype, data, x)
 
 
 def _sddmm_abstract_eval(g, x, *, offsets, shape, implementation):
@@ -90,7 +133,7 @@ def _sddmm_abstract_eval(g, x, *, offsets, shape, implementation):
     if g.dtype != x.dtype:
         raise TypeError(f"dia_sddmm: dtypes differ: {g.dtype} and {x.dtype}")
     batch = _batch_shape(g, x, "dia_sddmm")
-    return ShapedArray((*batch, len(offsets), n), x.dtype)
+    return output_aval((*batch, len(offsets), n), x.dtype, g, x)
 
 
 spmm_p.def_abstract_eval(_spmm_abstract_eval)

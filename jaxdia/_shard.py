@@ -400,11 +400,7 @@ def _sharded_product(windows, x, *, offsets, rows, mesh, axis):
         return y
 
     spec = PartitionSpec(axis)
-    # check_vma=False: the dia_spmm primitive does not track varying mesh axes; every
-    # operand and result here is varying over ``axis`` anyway.
-    return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec), out_specs=spec, check_vma=False)(
-        windows, x
-    )
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec), out_specs=spec)(windows, x)
 
 
 @jax.jit(static_argnames=("offsets", "shape", "rows", "mesh", "axis"))
@@ -431,7 +427,6 @@ def _windows(data, *, offsets, shape, rows, mesh, axis):
         mesh=mesh,
         in_specs=PartitionSpec(None, axis),
         out_specs=PartitionSpec(axis),
-        check_vma=False,
     )(data)
 
 

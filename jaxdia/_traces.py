@@ -46,11 +46,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 from jax._src import dispatch
-from jax.core import ShapedArray, Tracer
+from jax.core import Tracer
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from ._dtypes import is_int
+from ._primitives import output_aval
 from ._xla import accumulation_dtype, diagonal_bounds
 
 #: XLA's flop estimate under which the PjRt CPU client runs a program on the calling
@@ -324,7 +325,7 @@ def _kernel(x: Array, *, runs: tuple[_Run, ...]) -> Array:
 run_sums_p = Primitive("jaxdia_run_sums")
 run_sums_p.def_impl(functools.partial(dispatch.apply_primitive, run_sums_p))
 run_sums_p.def_abstract_eval(
-    lambda x, *, runs: ShapedArray((*x.shape[:-2], len(runs)), _sum_dtype(x.dtype))
+    lambda x, *, runs: output_aval((*x.shape[:-2], len(runs)), _sum_dtype(x.dtype), x)
 )
 mlir.register_lowering(run_sums_p, mlir.lower_fun(_kernel, multiple_results=False))
 
@@ -338,11 +339,11 @@ def _run_sums(x: Array, runs: tuple[_Run, ...]) -> Array:
 
 def _transpose(ct, x, *, runs):
     # d(out[..., j]) / d(flat[..., i]) is 1 on run j's elements: scatter ct onto them.
+    if type(ct) is ad.Zero or not runs:
+        return (ad.Zero(x.aval),)
     *batch, r, c = x.aval.shape
     dtype = x.aval.dtype
     flat = jnp.zeros((*batch, r * c), dtype)
-    if type(ct) is ad.Zero or not runs:
-        return (flat.reshape(x.aval.shape),)
     length = max(size for _, _, size in runs)
     # Indices computed in the program: a static table would embed q * length ints.
     t = lax.broadcasted_iota(_index_dtype(r * c), (len(runs), length), 1)

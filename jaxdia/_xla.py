@@ -43,6 +43,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
@@ -95,6 +96,16 @@ def broadcast_batch_index(
         stride_out *= size
         stride_op *= op_size
     return index
+
+
+def kernel_out_shape(shape: Sequence[int], dtype, like: Array) -> jax.ShapeDtypeStruct:
+    """A Pallas ``out_shape`` that varies over the manual mesh axes ``like`` varies over.
+
+    Inside ``shard_map`` with ``check_vma=True`` (its default) ``pallas_call`` must be
+    told which; outside, the set is empty.
+    """
+    mat = jax.typeof(like).manual_axis_type
+    return jax.ShapeDtypeStruct(tuple(shape), dtype, manual_axis_type=mat)
 
 
 def _broadcast_batch(*shapes: Sequence[int]) -> tuple[int, ...]:

@@ -439,6 +439,78 @@ def grad_wrt_data_and_rhs():
 
 
 @check
+def products_inside_a_users_shard_map():
+    """``A @ x`` inside a user's ``shard_map`` with its default ``check_vma=True``: one matrix
+    per device, or one replicated matrix; forward, grad and jvp against plain ``vmap``."""
+    rng = np.random.default_rng(12)
+    mesh = auto_mesh()
+    n, offsets = 30, (-4, -1, 0, 3)
+    stacked = jnp.asarray(
+        np.stack([np.nan_to_num(np.asarray(random_matrix(rng, n, offsets).data))] * 8)
+        * rng.standard_normal((8, 1, 1))
+    )
+    x = jnp.asarray(rng.standard_normal((8, n, 2)))
+    spec = PartitionSpec("rows")
+
+    def product(d, v):
+        return jaxdia.DiaMatrix(d, offsets, (n, n)) @ v
+
+    def loss(y):
+        return jnp.sum(jnp.sin(y))
+
+    # One matrix per device: data and x both vary over the mesh axis.
+    per_device = jax.shard_map(jax.vmap(product), mesh=mesh, in_specs=(spec, spec), out_specs=spec)
+    close(jax.jit(per_device)(stacked, x), jax.vmap(product)(stacked, x))
+    got = jax.jit(jax.grad(lambda d, v: loss(per_device(d, v)), argnums=(0, 1)))(stacked, x)
+    want = jax.grad(lambda d, v: loss(jax.vmap(product)(d, v)), argnums=(0, 1))(stacked, x)
+    for g, w in zip(got, want):
+        close(g, w)
+    _, tangent = jax.jvp(per_device, (stacked, x), (stacked, x))
+    close(tangent, 2 * jax.vmap(product)(stacked, x))
+
+    # One replicated matrix, x varying: the data cotangent is summed over the devices.
+    shared = stacked[0]
+    replicated = jax.shard_map(
+        lambda d, v: jax.vmap(product, in_axes=(None, 0))(d, v),
+        mesh=mesh,
+        in_specs=(PartitionSpec(), spec),
+        out_specs=spec,
+    )
+    plain = jax.vmap(product, in_axes=(None, 0))
+    close(jax.jit(replicated)(shared, x), plain(shared, x))
+    got = jax.jit(jax.grad(lambda d, v: loss(replicated(d, v)), argnums=(0, 1)))(shared, x)
+    want = jax.grad(lambda d, v: loss(plain(d, v)), argnums=(0, 1))(shared, x)
+    for g, w in zip(got, want):
+        close(g, w)
+
+
+@check
+def traces_inside_a_users_shard_map():
+    """``jaxdia.traces`` and ``DiaMatrix.traces`` per device in a user's ``shard_map``
+    (``check_vma=True``): values and gradients against NumPy and the unsharded call."""
+    rng = np.random.default_rng(13)
+    mesh = auto_mesh()
+    spec = PartitionSpec("rows")
+    M = jnp.asarray(rng.standard_normal((8, 6, 9)))
+    dense = jax.shard_map(lambda m: jaxdia.traces(m, 4), mesh=mesh, in_specs=spec, out_specs=spec)
+    expected = np.stack([[np.trace(m, k) for k in range(4)] for m in np.asarray(M)])
+    close(jax.jit(dense)(M), expected)
+    got = jax.grad(lambda m: jnp.sum(jnp.sin(dense(m))))(M)
+    close(got, jax.grad(lambda m: jnp.sum(jnp.sin(jaxdia.traces(m, 4))))(M))
+
+    data = jnp.asarray(rng.standard_normal((8, 3, 9)))
+    offsets = (-2, 0, 5)
+
+    def dia_traces(d):
+        return jaxdia.DiaMatrix(d, offsets, (9, 9)).traces((-2, 0, 1, 5))
+
+    sharded = jax.shard_map(dia_traces, mesh=mesh, in_specs=spec, out_specs=spec)
+    close(jax.jit(sharded)(data), dia_traces(data))
+    got = jax.grad(lambda d: jnp.sum(sharded(d) ** 2))(data)
+    close(got, jax.grad(lambda d: jnp.sum(dia_traces(d) ** 2))(data))
+
+
+@check
 def grad_through_cg():
     """d/d(data) and d/d(b) of a loss of cg's solution, sharded vs unsharded."""
     side = 8
