@@ -27,7 +27,7 @@ import jax
 import numpy as np
 from jax import lax, numpy as jnp
 from jax._src import dispatch
-from jax.core import ShapedArray
+from jax.core import ShapedArray, Tracer
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import NamedSharding, PartitionSpec
@@ -57,6 +57,8 @@ def _varying_axes(value) -> frozenset:
 
 def _vary_alike(*operands):
     """The operands, each cast to vary over every manual axis that one of them varies over."""
+    if not any(isinstance(operand, Tracer) for operand in operands):
+        return operands  # concrete arrays vary over nothing
     axes = frozenset().union(*map(_varying_axes, operands))
     cast = []
     for operand in operands:
