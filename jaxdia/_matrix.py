@@ -520,6 +520,9 @@ class DiaMatrix:
     def T(self) -> DiaMatrix:
         """The transpose, a DiaMatrix of shape ``(n, m)`` with offsets negated.
 
+        Eagerly ``data`` is shifted into a new array (as SciPy's ``A.T`` does); inside
+        ``jax.jit``, ``A.T @ x`` reads ``A.data`` in place, as ``x @ A`` does.
+
         Example:
           >>> import jaxdia
           >>> A = jaxdia.diags([[1.0, 2.0]], offsets=[1], shape=(3, 3))

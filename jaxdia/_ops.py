@@ -123,14 +123,21 @@ def transpose(A: DiaMatrix) -> DiaMatrix:
 
     Row ``k`` of ``data`` (offset ``o``) holds ``A[j - o, j]`` at column ``j``; in ``A.T``
     (offset ``-o``) the same element sits at column ``j - o``.
+
+    Under ``jit`` the rows are ``(1, m)`` pads of ``(1, stop - start)`` slices joined by one
+    ``concatenate``, with no reshape between: XLA then folds a product's slices of them
+    into slices of ``A.data``, so ``A.T @ x`` reads ``A.data`` in place (no transposed
+    copy; tested).
     """
     m, n = A.shape
+    if A.n_diags == 0:
+        return DiaMatrix(jnp.zeros((*A.batch_shape, 0, m), A.dtype), (), (n, m))
     rows = []
     for k in reversed(range(A.n_diags)):
         offset = A.offsets[k]
         start, stop = diagonal_bounds(offset, A.shape)
-        rows.append(_place(A.data[..., k, start:stop], start - offset, m))
-    data = _stack(rows, A.batch_shape, m, A.dtype)
+        rows.append(_place(A.data[..., k : k + 1, start:stop], start - offset, m))
+    data = jnp.concatenate(rows, axis=-2)
     return DiaMatrix(data, tuple(-k for k in reversed(A.offsets)), (n, m))
 
 

@@ -68,6 +68,22 @@ def test_transpose_rejects_other_axes():
         jaxdia.eye(3).transpose((0, 1))
 
 
+@pytest.mark.parametrize("columns", [None, 1, 8])
+def test_transposed_product_reads_data_in_place(columns):
+    """Under jit, ``A.T @ X`` needs no more temporary memory than the product of a stored
+    transpose: no transposed copy of ``data``."""
+    n, offsets = 50_000, (-300, -1, 0, 1, 300)
+    A = jaxdia.DiaMatrix(np.ones((len(offsets), n), np.float32), offsets, (n, n))
+    X = np.ones((n,) if columns is None else (n, columns), np.float32)
+    transposed = jax.jit(lambda A, X: A.T @ X).lower(A, X).compile()
+    stored = jax.jit(lambda T, X: T @ X).lower(A.T, X).compile()
+    np.testing.assert_allclose(transposed(A, X), to_scipy_f64(A).T @ X, rtol=1e-6)
+    if stored.memory_analysis() is None:
+        pytest.skip("no memory analysis on this backend")
+    temp = transposed.memory_analysis().temp_size_in_bytes
+    assert temp == stored.memory_analysis().temp_size_in_bytes < 4 * n * 4
+
+
 @given(dia_matrices(batch_shape=None))
 def test_conj_h_real_imag(A):
     dense = dense_f64(A)
