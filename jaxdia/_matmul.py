@@ -11,6 +11,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse as sp
 from jax import Array
 
 from ._dtypes import is_numeric
@@ -23,6 +24,12 @@ def check_implementation(implementation: Any) -> None:
 
 
 def _as_operand(x: Any, name: str) -> Array:
+    if sp.issparse(x):
+        raise TypeError(
+            f"{name} is a scipy.sparse {type(x).__name__}; convert it with "
+            "jaxdia.DiaMatrix.from_scipy(...) (the product of two DiaMatrix is a DiaMatrix) "
+            "or pass a dense array"
+        )
     if not isinstance(x, jax.Array):  # tracers are jax.Array instances too
         host = np.asarray(x)
         if not is_numeric(host.dtype):

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import jax.scipy.sparse.linalg as jsla
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from hypothesis import given, strategies as st
 from jax import lax
 from jax.test_util import check_grads
@@ -121,6 +122,11 @@ def test_bad_operands_and_implementation():
         A @ np.array(["a", "b", "c"])
     with pytest.raises(TypeError, match="DiaMatrix"):
         jaxdia.matmul(np.eye(3), np.ones(3))
+    for S in (sp.eye_array(3, format="csr"), sp.dia_matrix(np.eye(3))):
+        with pytest.raises(TypeError, match=r"X is a scipy.sparse .*DiaMatrix.from_scipy"):
+            A @ S
+        with pytest.raises(TypeError, match=r"DiaMatrix.from_scipy\(S\)"):
+            S @ A
     with pytest.raises(ValueError, match="implementation must be one of"):
         jaxdia.matmul(A, np.ones(3), implementation="cuda")
     with pytest.raises(ValueError, match="no Pallas spmm kernel .* platform 'cpu'"):

@@ -326,6 +326,14 @@ def test_conversion_errors():
         jaxdia.DiaMatrix.from_bcoo(sp.eye_array(2))
 
 
+@pytest.mark.parametrize("convert", [np.asarray, np.array, jnp.asarray, jnp.array])
+def test_no_implicit_dense_conversion(convert):
+    """NumPy and JAX conversions raise a TypeError pointing to ``toarray``, instead of a 0-d
+    object array (NumPy) or an unrelated error from inside NumPy (JAX)."""
+    with pytest.raises(TypeError, match=r"does not convert.*A\.toarray\(\)"):
+        convert(jaxdia.eye(3))
+
+
 @given(shapes(), st.data())
 def test_offsets_strategy_in_range(shape, data):
     drawn = data.draw(offsets(shape))
