@@ -728,11 +728,12 @@ class DiaMatrix:
 
         return _ops.power(self, p, dtype)
 
-    def sum(self, axis: Any = None, dtype: Any = None) -> Array:
+    def sum(self, axis: Any = None, dtype: Any = None, out: None = None) -> Array:
         """The sum of all entries (axis None), column sums (0) or row sums (1).
 
         Returns dense JAX arrays with ``dia_array``'s shapes: ``batch_shape``,
-        ``batch_shape + (n,)`` or ``batch_shape + (m,)``.
+        ``batch_shape + (n,)`` or ``batch_shape + (m,)``. ``out`` must be None (JAX
+        arrays are immutable); it is there so that ``np.sum(A)`` works, as for SciPy.
 
         Example:
           >>> import jaxdia
@@ -742,10 +743,12 @@ class DiaMatrix:
         """
         from . import _ops
 
-        return _ops.reduce_sum(self, axis, dtype)
+        return _ops.reduce_sum(self, axis, dtype, out)
 
-    def mean(self, axis: Any = None, dtype: Any = None) -> Array:
+    def mean(self, axis: Any = None, dtype: Any = None, out: None = None) -> Array:
         """The mean of all ``m * n`` entries, or of each column (0) or row (1).
+
+        ``out`` must be None, as in :meth:`sum` (``np.mean(A)`` works).
 
         Example:
           >>> import jaxdia
@@ -757,7 +760,7 @@ class DiaMatrix:
         """
         from . import _ops
 
-        return _ops.reduce_mean(self, axis, dtype)
+        return _ops.reduce_mean(self, axis, dtype, out)
 
     def count_nonzero(self) -> Any:
         """The number of nonzero in-bounds entries (explicit zeros and padding excluded).

@@ -327,8 +327,17 @@ def _axis(axis: Any) -> int | None:
     raise ValueError(f"axis must be None, 0, 1, -2 or -1, got {axis!r}")
 
 
-def reduce_sum(A: DiaMatrix, axis: Any = None, dtype: Any = None) -> Array:
+def _reject_out(what: str, out: Any) -> None:
+    if out is not None:
+        raise ValueError(
+            f"{what}: out must be None (JAX arrays are immutable; use the returned array), "
+            f"got {type(out).__name__}"
+        )
+
+
+def reduce_sum(A: DiaMatrix, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:
     """Sum of the entries (axis None), of each column (axis 0) or of each row (axis 1)."""
+    _reject_out("sum", out)
     return _sum(A, _axis(axis), None if dtype is None else np.dtype(dtype))
 
 
@@ -340,8 +349,9 @@ def _sum(A: DiaMatrix, axis: int | None, dtype: np.dtype | None) -> Array:
     return jnp.sum(masked, axis=-2 if axis == 0 else (-2, -1), dtype=dtype)
 
 
-def reduce_mean(A: DiaMatrix, axis: Any = None, dtype: Any = None) -> Array:
+def reduce_mean(A: DiaMatrix, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:
     """The mean over all entries (zeros included), or over axis 0 or 1."""
+    _reject_out("mean", out)
     axis = _axis(axis)
     m, n = A.shape
     count = m * n if axis is None else (m if axis == 0 else n)

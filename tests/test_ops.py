@@ -387,6 +387,18 @@ def test_sum_dtype_and_axis_error():
         A.sum(axis=2)
 
 
+def test_numpy_sum_and_mean_functions():
+    """``np.sum(A)`` and ``np.mean(A)`` call the methods with ``out=None``, as for SciPy."""
+    S = sp.random_array((5, 4), density=0.5, format="dia", rng=0)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    for axis in (None, 0, 1):
+        assert_close(np.sum(A, axis=axis), np.sum(S, axis=axis), A.dtype)
+        assert_close(np.mean(A, axis=axis), np.mean(S, axis=axis), A.dtype)
+    for method in (A.sum, A.mean):
+        with pytest.raises(ValueError, match="out must be None .*got ndarray"):
+            method(out=np.zeros(()))
+
+
 def test_sum_under_grad_ignores_padding():
     data = np.array([[np.nan, 1.0, 2.0], [3.0, 4.0, np.nan]])
     grad = jax.grad(lambda d: jaxdia.DiaMatrix(d, (1, -1), (3, 3)).sum(axis=1).sum())(data)
