@@ -27,7 +27,7 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
-from jax import Array
+from jax import Array, lax
 
 from ._convert import dense_to_dia, in_bounds_slots
 from ._dtypes import check_dtype, is_int
@@ -47,13 +47,18 @@ def _is_traced(value: Any) -> bool:
     return isinstance(value, jax.core.Tracer)
 
 
-def _mask(offsets: tuple[int, ...], shape: tuple[int, int]) -> np.ndarray:
-    """Static ``(len(offsets), n)`` mask of the in-bounds slots of ``data``."""
-    mask = np.zeros((len(offsets), shape[1]), bool)
-    for k, offset in enumerate(offsets):
-        start, stop = diagonal_bounds(offset, shape)
-        mask[k, start:stop] = True
-    return mask
+def _in_bounds(offsets: tuple[int, ...], shape: tuple[int, int]) -> Array:
+    """``(len(offsets), n)`` booleans, True on the in-bounds slots of ``data``.
+
+    Computed from an iota and each diagonal's bounds, so XLA fuses it into its consumer.
+    A NumPy mask would be embedded in the program as a constant the size of ``data``
+    (108 MB, and 2.4 s to compile ``2 * A``, for 27 diagonals at n = 4e6).
+    """
+    n = shape[1]
+    index = np.int32 if n < 2**31 else np.int64
+    bounds = np.array([diagonal_bounds(k, shape) for k in offsets], index).reshape(-1, 2)
+    column = lax.broadcasted_iota(index, (len(offsets), n), 1)
+    return (column >= bounds[:, :1]) & (column < bounds[:, 1:])
 
 
 def _filled(A: DiaMatrix, fill: Any = 0) -> Array:
@@ -63,7 +68,13 @@ def _filled(A: DiaMatrix, fill: Any = 0) -> Array:
     product with a mask) sends zero gradient to padding, so NaN or inf there cannot reach
     a gradient through ``0 * nan``.
     """
-    return jnp.where(_mask(A.offsets, A.shape), A.data, fill)
+    return jnp.where(_in_bounds(A.offsets, A.shape), A.data, fill)
+
+
+def _any_nonzero_in_bounds(host: np.ndarray, A: DiaMatrix, k: int) -> bool:
+    """Whether row ``k`` of the host copy of ``A.data`` holds a nonzero in-bounds entry."""
+    start, stop = diagonal_bounds(A.offsets[k], A.shape)
+    return bool(np.any(host[..., k, start:stop] != 0))
 
 
 def _place(values: Array, start: int, width: int) -> Array:
@@ -216,8 +227,13 @@ def multiply(A: DiaMatrix, other: Any, *, strict: bool = True) -> Any:
     if isinstance(other, DiaMatrix):
         return _multiply_dia(A, other)
     if np.ndim(other) == 0:
-        return with_data(A, _filled(A) * other)
+        return _scaled(A, other)
     return _multiply_dense(A, other)
+
+
+@jax.jit
+def _scaled(A: DiaMatrix, s: Any) -> DiaMatrix:
+    return with_data(A, _filled(A) * s)
 
 
 @jax.jit
@@ -257,7 +273,12 @@ def divide(A: DiaMatrix, other: Any) -> Any:
         )
     if not _is_array_like(other):
         return NotImplemented
-    return with_data(A, _filled(A) / other)
+    return _divided(A, other)
+
+
+@jax.jit
+def _divided(A: DiaMatrix, s: Any) -> DiaMatrix:
+    return with_data(A, _filled(A) / s)
 
 
 def power(A: DiaMatrix, p: Any, dtype: Any = None) -> DiaMatrix:
@@ -274,9 +295,15 @@ def power(A: DiaMatrix, p: Any, dtype: Any = None) -> DiaMatrix:
         )
     if dtype is not None:
         A = astype(A, dtype)
+    return _powered(A, p)
+
+
+@jax.jit
+def _powered(A: DiaMatrix, p: Any) -> DiaMatrix:
     return with_data(A, _filled(A, 1) ** p)  # 1 in padding: finite values and derivatives
 
 
+@jax.jit
 def absolute(A: DiaMatrix) -> DiaMatrix:
     return with_data(A, jnp.abs(_filled(A)))
 
@@ -345,7 +372,7 @@ def reduce_sum(A: DiaMatrix, axis: Any = None, dtype: Any = None, out: Any = Non
 def _sum(A: DiaMatrix, axis: int | None, dtype: np.dtype | None) -> Array:
     if axis == 1:  # the row sums of A are the column sums of A.T, whose padding is zero
         return jnp.sum(transpose(A).data, axis=-2, dtype=dtype)
-    masked = jnp.where(_mask(A.offsets, A.shape), A.data, 0)
+    masked = _filled(A)
     return jnp.sum(masked, axis=-2 if axis == 0 else (-2, -1), dtype=dtype)
 
 
@@ -368,7 +395,7 @@ def count_nonzero(A: DiaMatrix) -> Any:
 
 @jax.jit
 def _count_nonzero(A: DiaMatrix) -> Array:
-    nonzero = jnp.where(_mask(A.offsets, A.shape), A.data != 0, False)
+    nonzero = _in_bounds(A.offsets, A.shape) & (A.data != 0)
     return jnp.sum(nonzero, axis=(-2, -1))
 
 
@@ -390,8 +417,7 @@ def with_offsets(A: DiaMatrix, offsets: Any, *, check: bool = True) -> DiaMatrix
                 "drop them unchecked (their entries are then discarded)."
             )
         host = np.asarray(A.data)
-        mask = _mask(A.offsets, A.shape)
-        nonzero = [A.offsets[i] for i in dropped if np.any(host[..., i, :][..., mask[i]] != 0)]
+        nonzero = [A.offsets[i] for i in dropped if _any_nonzero_in_bounds(host, A, i)]
         if nonzero:
             raise ValueError(
                 f"with_offsets would drop diagonals {nonzero}, which hold nonzero entries; "
@@ -416,8 +442,7 @@ def eliminate_zeros(A: DiaMatrix) -> DiaMatrix:
             "use A.with_offsets(offsets, check=False) with offsets you know."
         )
     host = np.asarray(A.data)
-    mask = _mask(A.offsets, A.shape)
-    kept = tuple(k for i, k in enumerate(A.offsets) if np.any(host[..., i, :][..., mask[i]] != 0))
+    kept = tuple(k for i, k in enumerate(A.offsets) if _any_nonzero_in_bounds(host, A, i))
     return _select(A, kept)
 
 

@@ -399,6 +399,24 @@ def test_numpy_sum_and_mean_functions():
             method(out=np.zeros(()))
 
 
+def test_padding_masks_are_not_program_constants():
+    """Masks of in-bounds slots come from an iota: a jitted program's size does not grow
+    with ``n_diags * n`` (a NumPy mask was embedded as a constant of data's size)."""
+    n = 100_000
+    A = jaxdia.DiaMatrix(np.ones((27, n), np.float32), tuple(range(-13, 14)), (n, n))
+
+    def everything(A):
+        return (2 * A, A / 2, A**2, abs(A), A.multiply(A), A.sum(0), A.sum(1), A.mean())
+
+    assert len(jax.jit(everything).lower(A).as_text()) < 100_000
+    assert jnp.asarray(jax.jit(lambda A: A.count_nonzero())(A)) == A.nnz
+    for result, expected in zip(jax.jit(everything)(A), everything(A), strict=True):
+        if isinstance(expected, jaxdia.DiaMatrix):
+            assert result.offsets == expected.offsets
+            result, expected = result.data, expected.data
+        np.testing.assert_array_equal(result, expected)
+
+
 def test_sum_under_grad_ignores_padding():
     data = np.array([[np.nan, 1.0, 2.0], [3.0, 4.0, np.nan]])
     grad = jax.grad(lambda d: jaxdia.DiaMatrix(d, (1, -1), (3, 3)).sum(axis=1).sum())(data)
@@ -627,9 +645,11 @@ def test_equal_structure_hits_the_compilation_cache():
     from jaxdia import _ops
 
     A = jaxdia.DiaMatrix(np.ones((2, 5)), (-3, 2), (17, 5))
-    before = _ops.transpose._cache_size()
+    transposes, scalings = _ops.transpose._cache_size(), _ops._scaled._cache_size()
     A.T, (A * 2.0).T, jaxdia.DiaMatrix(np.zeros((2, 5)), (2, -3), (17, 5)).T
-    assert _ops.transpose._cache_size() == before + 1
+    A * 3.0, 0.5 * jaxdia.DiaMatrix(np.zeros((2, 5)), (2, -3), (17, 5))
+    assert _ops.transpose._cache_size() == transposes + 1
+    assert _ops._scaled._cache_size() == scalings + 1
 
 
 # -- identity, repr --------------------------------------------------------------------------
