@@ -75,7 +75,9 @@ def as_shape(shape: Any) -> tuple[int, int]:
     return m, n
 
 
-def _as_data(data: Any) -> Array:
+def _as_data(data: Any) -> Array | np.ndarray:
+    """``data`` checked: a JAX array as given, anything else as a NumPy array (which the
+    constructor canonicalizes on the host and transfers once)."""
     if isinstance(data, (jax.Array, jax.core.Tracer)):
         array = data
     else:
@@ -86,7 +88,7 @@ def _as_data(data: Any) -> Array:
                 f"{type(data).__name__} of dtype {host.dtype}"
             )
         check_dtype(host.dtype)
-        array = jnp.asarray(host)
+        array = host
     check_dtype(array.dtype)
     if array.ndim < 2:
         raise ValueError(
@@ -172,9 +174,15 @@ class DiaMatrix:
             data = data[..., np.asarray(kept, dtype=np.int64), :]
         width, n = data.shape[-1], shape[1]
         if width < n:
-            data = jnp.pad(data, [(0, 0)] * (data.ndim - 1) + [(0, n - width)])
+            pad = [(0, 0)] * (data.ndim - 1) + [(0, n - width)]
+            data = np.pad(data, pad) if isinstance(data, np.ndarray) else jnp.pad(data, pad)
         elif width > n:
             data = data[..., :n]
+        if isinstance(data, np.ndarray):
+            # A private host copy, transferred as it is: on CPU device_put may alias a
+            # NumPy buffer (which the caller could still change), and jnp.asarray, like
+            # row selection or padding on the device, costs one more pass over data.
+            data = jax.device_put(np.array(data, copy=True))
         self._set(data, tuple(offsets[i] for i in kept), shape)
 
     def _set(self, data, offsets, shape) -> None:

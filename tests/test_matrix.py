@@ -326,6 +326,19 @@ def test_conversion_errors():
         jaxdia.DiaMatrix.from_bcoo(sp.eye_array(2))
 
 
+@pytest.mark.parametrize("offsets", [(0, 1), (1, 0)])
+def test_host_data_is_copied(offsets):
+    """A DiaMatrix built from NumPy data, or from a SciPy matrix, does not change when the
+    caller later writes into that array (on CPU a transfer may alias a NumPy buffer)."""
+    n = 1 << 16  # large and page-aligned, where a transfer could alias instead of copy
+    data = np.ones((2, n), np.float32)
+    S = sp.dia_array((np.ones((2, n), np.float32), offsets), shape=(n, n))
+    A, B = jaxdia.DiaMatrix(data, offsets, (n, n)), jaxdia.DiaMatrix.from_scipy(S)
+    data[:] = 5.0
+    S.data[:] = 7.0
+    assert float(A.data.max()) == float(B.data.max()) == 1.0
+
+
 @pytest.mark.parametrize("convert", [np.asarray, np.array, jnp.asarray, jnp.array])
 def test_no_implicit_dense_conversion(convert):
     """NumPy and JAX conversions raise a TypeError pointing to ``toarray``, instead of a 0-d
