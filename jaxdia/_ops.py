@@ -32,7 +32,7 @@ from jax import Array, lax
 from ._convert import dense_to_dia, in_bounds_slots
 from ._dtypes import check_dtype, is_int
 from ._matrix import DiaMatrix, as_offsets, holds_entries
-from ._xla import accumulation_dtype, diagonal_bounds
+from ._xla import accumulation_dtype, diagonal_bounds, index_dtype
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -54,10 +54,9 @@ def _in_bounds(offsets: tuple[int, ...], shape: tuple[int, int]) -> Array:
     A NumPy mask would be embedded in the program as a constant the size of ``data``
     (108 MB, and 2.4 s to compile ``2 * A``, for 27 diagonals at n = 4e6).
     """
-    n = shape[1]
-    index = np.int32 if n < 2**31 else np.int64
+    index = index_dtype(shape[1])
     bounds = np.array([diagonal_bounds(k, shape) for k in offsets], index).reshape(-1, 2)
-    column = lax.broadcasted_iota(index, (len(offsets), n), 1)
+    column = lax.broadcasted_iota(index, (len(offsets), shape[1]), 1)
     return (column >= bounds[:, :1]) & (column < bounds[:, 1:])
 
 

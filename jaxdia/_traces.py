@@ -52,7 +52,7 @@ from jax.interpreters import ad, batching, mlir
 
 from ._dtypes import is_int
 from ._primitives import output_aval
-from ._xla import accumulation_dtype, diagonal_bounds
+from ._xla import accumulation_dtype, diagonal_bounds, index_dtype
 
 #: XLA's flop estimate under which the PjRt CPU client runs a program on the calling
 #: thread (with a margin: the loop counter adds a flop or two).
@@ -138,11 +138,6 @@ def _sum_dtype(dtype: Any) -> np.dtype:
 # -- the kernel -------------------------------------------------------------------------
 
 
-def _index_dtype(size: int) -> type:
-    """int32 where it can index ``size`` elements (int64 only exists with x64)."""
-    return np.int64 if size > np.iinfo(np.int32).max else np.int32
-
-
 def _run_table(runs: Sequence[_Run]):
     """``(starts, strides, sizes)`` as ``(q, 1)`` int64 columns."""
     table = np.array(runs, np.int64).reshape(len(runs), 3)
@@ -163,7 +158,7 @@ def _positions(runs: Sequence[_Run], t):
 
 def _gather(flat: Array, index) -> Array:
     """``flat[..., index]`` for in-bounds ``index`` (``_positions`` clamps it)."""
-    index = jnp.asarray(index).astype(_index_dtype(flat.shape[-1]))
+    index = jnp.asarray(index).astype(index_dtype(flat.shape[-1]))
     return flat.at[..., index].get(mode="promise_in_bounds")
 
 
@@ -280,7 +275,7 @@ def _streamed_sums(flat: Array, runs: tuple[_Run, ...], acc) -> Array:
     width = min(length, max(_CHUNK_ELEMENTS // (math.prod(flat.shape[:-1]) * q), 1))
 
     def add_chunk(i, total):
-        t = i * width + lax.broadcasted_iota(_index_dtype(flat.shape[-1]), (q, width), 1)
+        t = i * width + lax.broadcasted_iota(index_dtype(flat.shape[-1]), (q, width), 1)
         index, valid = _positions(runs, t)
         return total + _masked(_gather(flat, index), valid, acc)
 
@@ -346,7 +341,7 @@ def _transpose(ct, x, *, runs):
     flat = jnp.zeros((*batch, r * c), dtype)
     length = max(size for _, _, size in runs)
     # Indices computed in the program: a static table would embed q * length ints.
-    t = lax.broadcasted_iota(_index_dtype(r * c), (len(runs), length), 1)
+    t = lax.broadcasted_iota(index_dtype(r * c), (len(runs), length), 1)
     index, valid = _positions(runs, t)
     values = jnp.where(valid, ct[..., :, None].astype(dtype), jnp.zeros((), dtype))
     return (flat.at[..., index].add(values, mode="promise_in_bounds").reshape(x.aval.shape),)

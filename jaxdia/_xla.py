@@ -67,6 +67,11 @@ def accumulation_dtype(dtype) -> np.dtype:
     return dtype
 
 
+def index_dtype(size: int) -> type:
+    """int32 where it can index ``size`` elements (int64 only exists with x64)."""
+    return np.int64 if size > np.iinfo(np.int32).max else np.int32
+
+
 def diagonal_bounds(offset: int, shape: tuple[int, int]) -> tuple[int, int]:
     """Columns ``[start, stop)`` of the matrix that diagonal ``offset`` occupies."""
     m, n = shape
@@ -269,8 +274,9 @@ def sddmm_xla(
     batch = _broadcast_batch(g.shape[:-2], x.shape[:-2])
     if not offsets or m == 0 or n == 0:
         return jnp.zeros((*batch, len(offsets), n), out_dtype)
-    column = lax.broadcasted_iota(np.int32, (len(offsets), n), 1)
-    rows = column - jnp.asarray(np.asarray(offsets, np.int32))[:, None]
+    index = index_dtype(m + n)  # rows j - offsets[k] lie in (-m, m + n)
+    column = lax.broadcasted_iota(index, (len(offsets), n), 1)
+    rows = column - np.asarray(offsets, index)[:, None]
     in_bounds = (rows >= 0) & (rows < m)
     shifted = jnp.take(g, jnp.clip(rows, 0, m - 1), axis=-2, mode="clip")  # (*B, k, n, c)
     products = (shifted.astype(acc) * x[..., None, :, :].astype(acc)).sum(axis=-1)
