@@ -51,7 +51,7 @@ def _promote(data: Array, x: Array) -> tuple[Array, Array]:
     return data.astype(dtype), x.astype(dtype)
 
 
-def _check_shapes(op: str, shape: tuple[int, int], data: Array, x: Array) -> None:
+def _check_shapes(op: str, shape: tuple[int, int], data: Array, x: Array | np.ndarray) -> None:
     """A ``ValueError`` naming both shapes unless ``x`` fits ``A`` in ``op`` (``"A @ X"`` or
     ``"X @ A"``): the contracted length, and batch dims that broadcast."""
     if op == "A @ X":
