@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import operator
 from typing import Any
 
 import jax
@@ -226,13 +227,14 @@ def multiply(A: DiaMatrix, other: Any, *, strict: bool = True) -> Any:
     if isinstance(other, DiaMatrix):
         return _multiply_dia(A, other)
     if np.ndim(other) == 0:
-        return _scaled(A, other)
+        return _with_scalar(A, other, op=operator.mul)
     return _multiply_dense(A, other)
 
 
-@jax.jit
-def _scaled(A: DiaMatrix, s: Any) -> DiaMatrix:
-    return with_data(A, _filled(A) * s)
+@functools.partial(jax.jit, static_argnames=("op", "fill"))
+def _with_scalar(A: DiaMatrix, s: Any, *, op: Any, fill: Any = 0) -> DiaMatrix:
+    """``op(data, s)`` on the in-bounds slots, padding set to ``fill`` first, in one call."""
+    return with_data(A, op(_filled(A, fill), s))
 
 
 @jax.jit
@@ -272,12 +274,7 @@ def divide(A: DiaMatrix, other: Any) -> Any:
         )
     if not _is_array_like(other):
         return NotImplemented
-    return _divided(A, other)
-
-
-@jax.jit
-def _divided(A: DiaMatrix, s: Any) -> DiaMatrix:
-    return with_data(A, _filled(A) / s)
+    return _with_scalar(A, other, op=operator.truediv)
 
 
 def power(A: DiaMatrix, p: Any, dtype: Any = None) -> DiaMatrix:
@@ -294,12 +291,8 @@ def power(A: DiaMatrix, p: Any, dtype: Any = None) -> DiaMatrix:
         )
     if dtype is not None:
         A = astype(A, dtype)
-    return _powered(A, p)
-
-
-@jax.jit
-def _powered(A: DiaMatrix, p: Any) -> DiaMatrix:
-    return with_data(A, _filled(A, 1) ** p)  # 1 in padding: finite values and derivatives
+    # 1 in padding: finite values and derivatives.
+    return _with_scalar(A, p, op=operator.pow, fill=1)
 
 
 @jax.jit

@@ -645,11 +645,11 @@ def test_equal_structure_hits_the_compilation_cache():
     from jaxdia import _ops
 
     A = jaxdia.DiaMatrix(np.ones((2, 5)), (-3, 2), (17, 5))
-    transposes, scalings = _ops.transpose._cache_size(), _ops._scaled._cache_size()
+    transposes, scalings = _ops.transpose._cache_size(), _ops._with_scalar._cache_size()
     A.T, (A * 2.0).T, jaxdia.DiaMatrix(np.zeros((2, 5)), (2, -3), (17, 5)).T
     A * 3.0, 0.5 * jaxdia.DiaMatrix(np.zeros((2, 5)), (2, -3), (17, 5))
     assert _ops.transpose._cache_size() == transposes + 1
-    assert _ops._scaled._cache_size() == scalings + 1
+    assert _ops._with_scalar._cache_size() == scalings + 1
 
 
 # -- identity, repr --------------------------------------------------------------------------
