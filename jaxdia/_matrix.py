@@ -151,10 +151,10 @@ class DiaMatrix:
         # Without this, ``np.asarray(A)`` is a 0-d object array (as for scipy.sparse) and
         # ``jnp.asarray(A)`` fails inside NumPy with "float() argument must be ...".
         raise TypeError(
-            "a DiaMatrix does not convert to a NumPy or JAX array implicitly: call "
-            "A.toarray() for a dense jax.Array or A.to_scipy() for a scipy.sparse dia_array "
-            "(to combine it with a scipy.sparse matrix S, convert S with "
-            "jaxdia.DiaMatrix.from_scipy(S))"
+            "a DiaMatrix does not convert to a NumPy or JAX array implicitly: write A @ X "
+            "for a product, call A.toarray() for a dense jax.Array or A.to_scipy() for a "
+            "scipy.sparse dia_array (to combine it with a scipy.sparse matrix S, convert S "
+            "with jaxdia.DiaMatrix.from_scipy(S))"
         )
 
     def __init__(self, data: Any, offsets: Any, shape: Any):

@@ -141,6 +141,8 @@ def test_bad_operands_and_implementation():
             A @ S
         with pytest.raises(TypeError, match=r"DiaMatrix.from_scipy\(S\)"):
             S @ A
+    with pytest.raises(TypeError, match="write A @ X for a product"):
+        np.dot(A, np.ones(3))
     with pytest.raises(ValueError, match="implementation must be one of"):
         jaxdia.matmul(A, np.ones(3), implementation="cuda")
     with pytest.raises(ValueError, match="no Pallas spmm kernel .* platform 'cpu'"):
