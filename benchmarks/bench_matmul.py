@@ -7,8 +7,9 @@ other processes hits them alike; ratios are to SciPy DIA measured in the same ro
 jaxdia is timed three ways:
 
 * ``call``: one ``jax.jit(lambda A, X: A @ X)`` call, a fresh output buffer each time;
-* ``donate``: the same, with the previous output donated (``donate_argnums``) so that
-  XLA writes into it;
+* ``donate``: the same, with the previous output donated so that XLA writes into it
+  (``donate_argnums`` with ``keep_unused=True``: the product does not read the donated
+  argument, and without it JAX drops the argument and allocates a fresh output anyway);
 * ``loop``: ``R`` products chained inside one ``lax.fori_loop`` (time / ``R``), what a
   solver iteration sees.
 
@@ -149,9 +150,29 @@ class Copy:
 
 @functools.cache
 def _jitted():
-    call = jax.jit(lambda A, X: A @ X)
-    donate = jax.jit(lambda A, X, Y: A @ X, donate_argnums=2)
-    return call, donate
+    return jax.jit(lambda A, X: A @ X)
+
+
+def donating(product, A, X, first):
+    """Calls ``product(A, X)`` writing into the previous result's buffer, blocking.
+
+    ``product`` is jitted again with the previous result as a third, donated argument.
+    It is unused, so ``keep_unused=True`` is needed: JAX otherwise drops the argument
+    (donating nothing) and XLA allocates a fresh output on every call. The first call
+    checks that the output really is written into the donated buffer.
+    """
+    donate = jax.jit(lambda A, X, Y: product(A, X), donate_argnums=2, keep_unused=True)
+    state = [first]
+    pointer = first.unsafe_buffer_pointer()
+    state[0] = donate(A, X, first)
+    if state[0].unsafe_buffer_pointer() != pointer:
+        raise AssertionError("the donated output buffer was not reused")
+
+    def call():
+        state[0] = donate(A, X, state[0])
+        state[0].block_until_ready()
+
+    return call
 
 
 @functools.cache
@@ -160,15 +181,9 @@ def _looped(reps):
 
 
 def jaxdia_competitors(A, X, loop_reps):
-    call, donate = _jitted()
+    call = _jitted()
     out = {"jaxdia call": blocking(call, A, X)}
-    state = [call(A, X)]
-
-    def donated():
-        state[0] = donate(A, X, state[0])
-        state[0].block_until_ready()
-
-    out["jaxdia donate"] = donated
+    out["jaxdia donate"] = donating(call, A, X, call(A, X))
     looped = _looped(loop_reps)
     loop = blocking(looped, A, X)
     out["jaxdia loop"] = lambda: loop()  # divided by loop_reps afterwards
@@ -270,13 +285,6 @@ def run_vmap(stencil, n, dtype, args, rows, batch=64):
     X = jnp.asarray(x)
     f = jax.jit(jax.vmap(lambda A, v: A @ v))
     check("jaxdia vmap", f(A, X), expected, dtype)
-    fd = jax.jit(jax.vmap(lambda A, v, y: A @ v), donate_argnums=2)
-    state = [f(A, X)]
-
-    def donated():
-        state[0] = fd(A, X, state[0])
-        state[0].block_until_ready()
-
     block = sp.block_diag(mats, format="dia")
     xflat = x.reshape(-1)
     check("block diag", block @ xflat, expected.reshape(-1), dtype)
@@ -289,7 +297,7 @@ def run_vmap(stencil, n, dtype, args, rows, batch=64):
         "scipy loop": loop,
         "scipy block-diag dia": lambda: block @ xflat,
         "jaxdia vmap": blocking(f, A, X),
-        "jaxdia vmap donate": donated,
+        "jaxdia vmap donate": donating(f, A, X, f(A, X)),
         "xla scale": blocking(jax.jit(lambda y: y * 2), like_y),
     }
     times, reps = interleaved(fns, args.budget)

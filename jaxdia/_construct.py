@@ -7,7 +7,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from ._dtypes import check_dtype, is_int
+from ._dtypes import check_dtype, is_int, native
 from ._matrix import DiaMatrix, as_offsets, as_shape
 
 
@@ -56,7 +56,10 @@ def diags(diagonals: Any, offsets: Any = 0, shape: Any = None, dtype: Any = None
         else:
             raise ValueError("Different number of diagonals and offsets.")
     offsets = as_offsets(offsets)
-    diagonals = [jnp.atleast_1d(jnp.asarray(d)) for d in diagonals]
+    diagonals = [
+        jnp.atleast_1d(jnp.asarray(native(d) if isinstance(d, np.ndarray) else d))
+        for d in diagonals
+    ]
     if len(diagonals) != len(offsets):
         raise ValueError("Different number of diagonals and offsets.")
     if any(d.ndim != 1 for d in diagonals):

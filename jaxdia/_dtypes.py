@@ -26,9 +26,16 @@ def is_numeric(dtype: Any) -> bool:
     return dtype == np.bool_ or bool(jnp.issubdtype(dtype, jnp.number))
 
 
+def native(array: np.ndarray) -> np.ndarray:
+    """``array`` in the machine's byte order (JAX rejects the other, e.g. data in a file
+    written on a big-endian machine)."""
+    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+
+
 def check_dtype(dtype: Any, what: str = "data") -> np.dtype:
-    """Returns ``dtype`` if a DiaMatrix can hold it, else raises a TypeError saying why."""
-    dtype = np.dtype(dtype)
+    """Returns ``dtype`` (in native byte order) if a DiaMatrix can hold it, else raises a
+    TypeError saying why."""
+    dtype = np.dtype(dtype).newbyteorder("=")
     if dtype not in SUPPORTED_DTYPES:
         names = ", ".join(d.name for d in SUPPORTED_DTYPES)
         hint = (

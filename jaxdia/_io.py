@@ -92,7 +92,8 @@ def load_npz(file: Any, dtype: Any = None) -> DiaMatrix:
       ValueError: if the file is not an ``.npz`` archive, lacks a key, holds another
         sparse format, or holds malformed arrays (including pickled objects, which are
         never loaded).
-      TypeError: if the data or ``dtype`` is not a type a DiaMatrix can hold.
+      TypeError: if the data or ``dtype`` is not a type a DiaMatrix can hold, or
+        ``dtype`` is real and the file's data complex.
       OSError: if the file does not exist or cannot be read (from ``np.load``).
 
     Example:
@@ -154,5 +155,11 @@ def load_npz(file: Any, dtype: Any = None) -> DiaMatrix:
     if dtype is None and (data.dtype == np.bool_ or data.dtype.kind in "iu"):
         dtype = jnp.result_type(float)
     if dtype is not None:
-        data = data.astype(check_dtype(dtype, "dtype"))
+        dtype = check_dtype(dtype, "dtype")
+        if data.dtype.kind == "c" and dtype.kind != "c":
+            raise TypeError(
+                f"load_npz: the file holds complex data ({data.dtype}); dtype={dtype} would "
+                "discard the imaginary part. Load it as complex and take A.real or A.imag."
+            )
+        data = data.astype(dtype)
     return DiaMatrix(data, offsets, tuple(int(s) for s in shape))

@@ -15,7 +15,7 @@ import numpy as np
 import scipy.sparse as sp
 from jax import Array
 
-from ._dtypes import is_numeric
+from ._dtypes import is_numeric, native
 from ._primitives import IMPLEMENTATIONS, spmm
 
 
@@ -40,7 +40,7 @@ def _as_operand(x: Any, name: str) -> Array | np.ndarray:
                 f"{name} must be a numeric array, got {type(x).__name__}"
                 + (f" of dtype {host.dtype}" if host.dtype != object else "")
             )
-        x = host
+        x = native(host)
     if x.ndim == 0:
         raise ValueError(f"{name} must be at least 1-D for a matrix product, got a scalar")
     return x

@@ -14,7 +14,7 @@ from jax import Array
 from jax.experimental import sparse as jsparse
 
 from ._convert import dense_to_dia, dia_to_dense, in_bounds_slots, nonzero_offsets
-from ._dtypes import check_dtype, is_int, is_numeric
+from ._dtypes import check_dtype, is_int, is_numeric, native
 from ._matmul import dia_matmul, dia_rmatmul
 from ._traces import dia_diagonal, dia_trace, dia_traces
 from ._xla import diagonal_bounds
@@ -65,6 +65,8 @@ def holds_entries(offset: int, shape: tuple[int, int]) -> bool:
 
 def as_shape(shape: Any) -> tuple[int, int]:
     """Validates a matrix shape ``(m, n)`` of non-negative ints."""
+    if isinstance(shape, np.ndarray) and shape.ndim == 1:
+        shape = tuple(shape.tolist())
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or len(shape) != 2:
         raise ValueError(f"shape must be a pair (m, n) of non-negative ints, got {shape!r}")
     if not all(is_int(s) for s in shape):
@@ -88,7 +90,7 @@ def _as_data(data: Any) -> Array | np.ndarray:
                 f"{type(data).__name__} of dtype {host.dtype}"
             )
         check_dtype(host.dtype)
-        array = host
+        array = native(host)
     check_dtype(array.dtype)
     if array.ndim < 2:
         raise ValueError(
@@ -260,7 +262,9 @@ class DiaMatrix:
     def nnz(self) -> int:
         """Stored in-bounds slots per matrix, as SciPy's ``dia_array.nnz`` counts them.
 
-        Explicit zeros count; padding slots do not.
+        Explicit zeros count; padding slots do not. A DiaMatrix stores every diagonal at
+        full width, so for SciPy data narrower than the matrix (columns beyond its width
+        are implicitly zero) ``nnz`` also counts the in-bounds slots SciPy leaves out.
 
         Example:
           >>> import jaxdia
@@ -273,6 +277,9 @@ class DiaMatrix:
         return [diagonal_bounds(k, self.shape) for k in self.offsets]
 
     def __repr__(self) -> str:
+        if not hasattr(self.data, "shape") or not hasattr(self.data, "dtype"):
+            # a pytree with other leaves, e.g. from jax.tree.map or a vmap in_axes spec
+            return f"DiaMatrix(shape={self.shape}, offsets={self.offsets}, data={self.data!r})"
         batch = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
         return (
             f"DiaMatrix(shape={self.shape}, dtype={self.dtype.name}, offsets={self.offsets}{batch})"
@@ -325,9 +332,11 @@ class DiaMatrix:
                 f"to_scipy converts one matrix; this one has batch shape {self.batch_shape}. "
                 "Convert each matrix, e.g. DiaMatrix(A.data[i], A.offsets, A.shape).to_scipy()."
             )
-        data = np.asarray(self.data)
-        if data.dtype.itemsize == 2 and data.dtype.kind != "c":
-            data = data.astype(np.float32)
+        # A writable copy (NumPy views of JAX arrays are read-only), as SciPy's own
+        # conversions return: in-place operations such as ``S *= 2`` or ``S.setdiag``
+        # must work on it. SciPy has no 16-bit float types.
+        wide = self.dtype.itemsize == 2 and self.dtype.kind != "c"
+        data = np.array(self.data, dtype=np.float32 if wide else None)
         return sp.dia_array((data, np.asarray(self.offsets, dtype=np.int32)), shape=self.shape)
 
     @classmethod
@@ -346,6 +355,11 @@ class DiaMatrix:
           >>> A.offsets
           (0, 1)
         """
+        if sp.issparse(dense):
+            raise TypeError(
+                f"from_dense expects a dense array, got scipy.sparse.{type(dense).__name__}; "
+                "convert it with DiaMatrix.from_scipy"
+            )
         if offsets is None:
             if isinstance(dense, jax.core.Tracer):
                 raise ValueError(
@@ -358,7 +372,9 @@ class DiaMatrix:
             offsets = nonzero_offsets(host)
         else:
             offsets = as_offsets(offsets)
-        array = dense if isinstance(dense, (jax.Array, jax.core.Tracer)) else np.asarray(dense)
+        array = (
+            dense if isinstance(dense, (jax.Array, jax.core.Tracer)) else native(np.asarray(dense))
+        )
         if array.ndim < 2:
             raise ValueError(f"dense must have shape (..., m, n), got shape {array.shape}")
         check_dtype(array.dtype, "dense")
@@ -368,8 +384,12 @@ class DiaMatrix:
         offsets = tuple(sorted(k for k in offsets if holds_entries(k, (m, n))))
         return cls(dense_to_dia(jnp.asarray(array), offsets), offsets, (m, n))
 
-    def todense(self) -> Array:
+    def todense(self, order: Any = None, out: None = None) -> Array:
         """The dense ``(..., m, n)`` JAX array (batch dims kept).
+
+        ``order`` and ``out`` are accepted for SciPy compatibility: ``order`` may be None
+        or ``"C"`` (JAX arrays are row-major) and ``out`` only None (JAX arrays are
+        immutable).
 
         Example:
           >>> import jaxdia
@@ -377,6 +397,13 @@ class DiaMatrix:
           Array([[0., 1., 0.],
                  [0., 0., 1.]], dtype=float32)
         """
+        if order not in (None, "C"):
+            raise ValueError(f"order must be None or 'C' (JAX arrays are row-major), got {order!r}")
+        if out is not None:
+            raise ValueError(
+                "out must be None (JAX arrays are immutable; use the returned array), "
+                f"got {type(out).__name__}"
+            )
         return dia_to_dense(self.data, self.offsets, self.shape)
 
     toarray = todense
@@ -451,6 +478,8 @@ class DiaMatrix:
                     f"that are not among offsets={offsets}"
                 )
         offsets = tuple(k for k in offsets if holds_entries(k, (m, n)))
+        if not offsets:  # every entry is off the matrix or (under jit) dropped
+            return cls(jnp.zeros((0, n), matrix.dtype), (), (m, n))
         rows, cols = indices[:, 0], indices[:, 1]
         table = jnp.asarray(offsets, dtype=indices.dtype)
         slot = jnp.searchsorted(table, cols - rows)
@@ -482,7 +511,11 @@ class DiaMatrix:
           >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
           >>> A.dot(jnp.array([1.0, 2.0, 3.0]))
           Array([ 0.,  0., -4.], dtype=float32)
+
+        A scalar ``other`` scales the matrix (``A * other``), as in SciPy.
         """
+        if np.ndim(other) == 0 and not isinstance(other, DiaMatrix):
+            return self * other
         return self @ other
 
     # -- diagonals and traces --------------------------------------------------------------
@@ -560,7 +593,7 @@ class DiaMatrix:
           >>> A.transpose().shape, A.transpose().offsets
           ((3, 2), (-1,))
         """
-        if axes is not None and tuple(axes) != (1, 0):
+        if axes is not None and (not isinstance(axes, Sequence) or tuple(axes) != (1, 0)):
             raise ValueError(
                 f"axes must be None or (1, 0): a sparse matrix can only swap its two "
                 f"dimensions, got {axes!r}"
@@ -584,7 +617,7 @@ class DiaMatrix:
 
     @property
     def H(self) -> DiaMatrix:
-        """The conjugate transpose ``A.conj().T`` (SciPy's ``dia_matrix.H``/``getH()``).
+        """The conjugate transpose ``A.conj().T`` (SciPy's ``dia_matrix.getH()``).
 
         Example:
           >>> import jax.numpy as jnp, jaxdia
@@ -622,8 +655,11 @@ class DiaMatrix:
 
         return _ops.with_data(self, jnp.imag(self.data))
 
-    def astype(self, dtype: Any) -> DiaMatrix:
+    def astype(self, dtype: Any, copy: bool = True) -> DiaMatrix:
         """The matrix converted to ``dtype`` (a floating or complex dtype).
+
+        ``copy`` is accepted for SciPy compatibility and has no effect (JAX arrays are
+        immutable, so sharing ``data`` is always safe).
 
         Raises:
           TypeError: for integer, bool or other dtypes a DiaMatrix cannot hold, and for
@@ -680,7 +716,8 @@ class DiaMatrix:
     __rmul__ = __mul__
 
     def __truediv__(self, other: Any) -> Any:
-        """``A / s`` for a scalar ``s``."""
+        """``A / s`` for a scalar, or ``A / X`` for a dense ``X``: A's stored entries
+        divided by X's (A's offsets, as SciPy's ``dia_array / ndarray``)."""
         from . import _ops
 
         return _ops.divide(self, other)
@@ -770,11 +807,13 @@ class DiaMatrix:
 
         return _ops.reduce_mean(self, axis, dtype, out)
 
-    def count_nonzero(self) -> Any:
+    def count_nonzero(self, axis: Any = None) -> Any:
         """The number of nonzero in-bounds entries (explicit zeros and padding excluded).
 
-        A Python int for a concrete unbatched matrix; otherwise (batched, or traced
-        under ``jit``) an integer JAX array of shape ``batch_shape``.
+        With ``axis=None``: a Python int for a concrete unbatched matrix; otherwise
+        (batched, or traced under ``jit``) an integer JAX array of shape ``batch_shape``.
+        ``axis=0`` / ``axis=1`` count per column / per row, as SciPy's (integer arrays
+        of shape ``batch_shape + (n,)`` / ``batch_shape + (m,)``).
 
         Example:
           >>> import jax.numpy as jnp, jaxdia
@@ -784,7 +823,7 @@ class DiaMatrix:
         """
         from . import _ops
 
-        return _ops.count_nonzero(self)
+        return _ops.count_nonzero(self, axis)
 
     def with_offsets(self, offsets: Any, *, check: bool = True) -> DiaMatrix:
         """The same matrix stored with exactly the diagonals ``offsets``.

@@ -31,7 +31,7 @@ import scipy.sparse as sp
 from jax import Array, lax
 
 from ._convert import dense_to_dia, in_bounds_slots
-from ._dtypes import check_dtype, is_int
+from ._dtypes import check_dtype, is_int, is_numeric, native
 from ._matrix import DiaMatrix, as_offsets, holds_entries
 from ._xla import accumulation_dtype, diagonal_bounds, index_dtype
 
@@ -117,6 +117,25 @@ def _is_array_like(value: Any) -> bool:
     return isinstance(value, (numbers.Number, np.generic, np.ndarray, jax.Array))
 
 
+def _as_operand(value: Any) -> Any:
+    """An elementwise operand as JAX takes it: numeric lists and tuples as NumPy arrays
+    (SciPy accepts them), NumPy arrays in native byte order."""
+    if isinstance(value, (list, tuple)):
+        array = np.asarray(value)
+        value = array if is_numeric(array.dtype) else value
+    if isinstance(value, np.ndarray):
+        value = native(value)
+    return value
+
+
+def _as_scalar(A: DiaMatrix, s: Any) -> Any:
+    """A concrete integer scalar in A's dtype: JAX would first make it an int32 (x64 off),
+    where 2**40 wraps to 0, or an int64, where 2**70 overflows; SciPy scales exactly."""
+    if isinstance(s, (int, np.integer, np.bool_)):
+        return np.asarray(s, dtype=A.dtype)
+    return s
+
+
 def _reject_scipy(what: str, other: Any) -> None:
     if sp.issparse(other):
         raise TypeError(
@@ -178,6 +197,7 @@ def add(A: DiaMatrix, other: Any, *, subtract: bool = False, reverse: bool = Fal
     symbol = "-" if subtract else "+"
     what = f"A {symbol} B"
     _reject_scipy(what, other)
+    other = _as_operand(other)
     sign_a = -1 if (subtract and reverse) else 1
     sign_b = -1 if (subtract and not reverse) else 1
     if isinstance(other, DiaMatrix):
@@ -194,6 +214,14 @@ def add(A: DiaMatrix, other: Any, *, subtract: bool = False, reverse: bool = Fal
             f"every entry nonzero); got {other!r}. Use A.todense() {symbol} s for a dense "
             "result. A traced scalar cannot be checked for zero, so it is refused too."
         )
+    matrix_shape = (*A.batch_shape, *A.shape)
+    try:
+        np.broadcast_shapes(matrix_shape, np.shape(other))
+    except ValueError:
+        raise ValueError(
+            f"{what}: A of shape {matrix_shape} and a dense B of shape {np.shape(other)} "
+            "do not broadcast"
+        ) from None
     dense = A.todense()
     return sign_a * dense + sign_b * jnp.asarray(other)
 
@@ -217,6 +245,7 @@ def multiply(A: DiaMatrix, other: Any, *, strict: bool = True) -> Any:
     With ``strict=False`` (the ``*`` operator) unknown operand types give NotImplemented.
     """
     _reject_scipy("A.multiply(other)", other)
+    other = _as_operand(other)
     if not isinstance(other, DiaMatrix) and not _is_array_like(other):
         if strict:
             raise TypeError(
@@ -227,8 +256,8 @@ def multiply(A: DiaMatrix, other: Any, *, strict: bool = True) -> Any:
     if isinstance(other, DiaMatrix):
         return _multiply_dia(A, other)
     if np.ndim(other) == 0:
-        return _with_scalar(A, other, op=operator.mul)
-    return _multiply_dense(A, other)
+        return _with_scalar(A, _as_scalar(A, other), op=operator.mul)
+    return _with_dense(A, other, op=operator.mul)
 
 
 @functools.partial(jax.jit, static_argnames=("op", "fill"))
@@ -248,33 +277,42 @@ def _multiply_dia(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
     return DiaMatrix(_stack(rows, batch, A.shape[1], dtype), offsets, A.shape)
 
 
-@jax.jit
-def _multiply_dense(A: DiaMatrix, x: Array) -> DiaMatrix:
+@functools.partial(jax.jit, static_argnames="op")
+def _with_dense(A: DiaMatrix, x: Array, *, op: Any) -> DiaMatrix:
+    """``op(A, X)`` on A's stored entries for a dense ``X`` that broadcasts to A's shape
+    (``A.multiply(X)`` and ``A / X``, as SciPy computes them): the result keeps A's
+    offsets."""
+    what = "A / X" if op is operator.truediv else "A.multiply(X)"
     m, n = A.shape
     if x.ndim == 1:
         x = x[None, :]
     if x.shape[-2] not in (1, m) or x.shape[-1] not in (1, n):
         raise ValueError(
-            f"A.multiply(X): X of shape {x.shape} does not broadcast to the matrix shape "
+            f"{what}: X of shape {x.shape} does not broadcast to the matrix shape "
             f"{A.shape}; expected (..., {m} or 1, {n} or 1)"
         )
-    batch = _broadcast_batch("A.multiply(X)", A, x.shape[:-2])
+    batch = _broadcast_batch(what, A, x.shape[:-2])
     x = jnp.broadcast_to(x, (*batch, m, n))
-    return with_data(A, _filled(A) * dense_to_dia(x, A.offsets))
+    # 1 in X's padding slots: A / X stays 0 there, with finite values and gradients.
+    stored = jnp.where(_in_bounds(A.offsets, A.shape), dense_to_dia(x, A.offsets), 1)
+    return with_data(A, op(_filled(A), stored))
 
 
 def divide(A: DiaMatrix, other: Any) -> Any:
-    """``A / s`` for a scalar ``s``; NotImplemented for other operand types."""
-    _reject_scipy("A / s", other)
-    if isinstance(other, DiaMatrix) or (_is_array_like(other) and np.ndim(other) != 0):
+    """``A / s`` for a scalar, ``A / X`` for a dense ``X`` (A's stored entries divided,
+    as SciPy does); NotImplemented for other operand types."""
+    _reject_scipy("A / X", other)
+    if isinstance(other, DiaMatrix):
         raise TypeError(
-            f"A / X divides by a scalar only, got a {type(other).__name__} of shape "
-            f"{getattr(other, 'shape', None)}: elementwise division by a sparse or dense "
-            "matrix is dense (0/0 off the diagonals). Use A.todense() / X."
+            "A / B of two sparse matrices is dense (NaN for 0 / 0 wherever neither stores "
+            "an entry, as SciPy's result): use A.todense() / B.todense()"
         )
+    other = _as_operand(other)
     if not _is_array_like(other):
         return NotImplemented
-    return _with_scalar(A, other, op=operator.truediv)
+    if np.ndim(other) == 0:
+        return _with_scalar(A, _as_scalar(A, other), op=operator.truediv)
+    return _with_dense(A, other, op=operator.truediv)
 
 
 def power(A: DiaMatrix, p: Any, dtype: Any = None) -> DiaMatrix:
@@ -339,11 +377,15 @@ def matmul(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
 
 
 def _axis(axis: Any) -> int | None:
+    """0 (down the columns), 1 (along the rows) or None (both), as SciPy reads ``axis``."""
     if axis is None:
         return None
-    if is_int(axis) and -2 <= axis <= 1:
-        return int(axis) % 2
-    raise ValueError(f"axis must be None, 0, 1, -2 or -1, got {axis!r}")
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    if all(is_int(a) and -2 <= a <= 1 for a in axes) and axes:
+        normalized = {int(a) % 2 for a in axes}
+        if len(normalized) == len(axes):
+            return normalized.pop() if len(axes) == 1 else None
+    raise ValueError(f"axis must be None, 0, 1, -2, -1 or a tuple of distinct ones, got {axis!r}")
 
 
 def _reject_out(what: str, out: Any) -> None:
@@ -371,24 +413,37 @@ def _sum(A: DiaMatrix, axis: int | None, dtype: np.dtype | None) -> Array:
 def reduce_mean(A: DiaMatrix, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:
     """The mean over all entries (zeros included), or over axis 0 or 1."""
     _reject_out("mean", out)
-    axis = _axis(axis)
+    return _mean(A, _axis(axis), None if dtype is None else np.dtype(dtype))
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _mean(A: DiaMatrix, axis: int | None, dtype: np.dtype | None) -> Array:
+    # As np.mean: sum in ``dtype``, divide, return ``dtype``. 16-bit floats are summed and
+    # divided in float32 (as jnp.mean does): the count alone can exceed float16's range.
+    result = np.dtype(A.dtype if dtype is None else dtype)
+    inexact = jnp.issubdtype(result, jnp.inexact)
+    total = _sum(A, axis, accumulation_dtype(result) if inexact else result)
     m, n = A.shape
     count = m * n if axis is None else (m if axis == 0 else n)
-    return reduce_sum(A, axis, dtype) / count
+    return (total / count).astype(result)
 
 
-def count_nonzero(A: DiaMatrix) -> Any:
-    """Nonzero in-bounds entries per matrix: an int if concrete and unbatched."""
-    count = _count_nonzero(A)
-    if _is_traced(count) or A.batch_shape:
+def count_nonzero(A: DiaMatrix, axis: Any = None) -> Any:
+    """Nonzero in-bounds entries: per matrix (an int if concrete and unbatched), or per
+    column (axis 0) or row (axis 1)."""
+    axis = _axis(axis)
+    count = _count_nonzero(A, axis)
+    if axis is not None or _is_traced(count) or A.batch_shape:
         return count
     return int(count)
 
 
-@jax.jit
-def _count_nonzero(A: DiaMatrix) -> Array:
+@functools.partial(jax.jit, static_argnums=1)
+def _count_nonzero(A: DiaMatrix, axis: int | None) -> Array:
+    if axis == 1:  # the rows of A are the columns of A.T, whose padding is zero
+        return _count_nonzero(transpose(A), 0)
     nonzero = _in_bounds(A.offsets, A.shape) & (A.data != 0)
-    return jnp.sum(nonzero, axis=(-2, -1))
+    return jnp.sum(nonzero, axis=-2 if axis == 0 else (-2, -1))
 
 
 # -- structure helpers -----------------------------------------------------------------------

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from ._dtypes import native
 from ._matrix import DiaMatrix
 from ._primitives import spmm
 from ._xla import diagonal_bounds
@@ -273,7 +274,7 @@ def solve_banded(A: DiaMatrix, b: Any) -> Array:
                 f"solve_banded: b must be a numeric array, got {type(b).__name__}"
                 + (f" of dtype {host.dtype}" if host.dtype != object else "")
             )
-        b = jnp.asarray(host)
+        b = jnp.asarray(native(host))
     vector = b.ndim == 1
     if b.ndim == 0 or b.shape[-2 if b.ndim > 1 else 0] != n:
         raise ValueError(

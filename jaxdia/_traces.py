@@ -44,13 +44,14 @@ import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse as sp
 from jax import Array, lax
 from jax._src import dispatch
 from jax.core import Tracer
 from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
-from ._dtypes import is_int
+from ._dtypes import is_int, native
 from ._primitives import output_aval
 from ._xla import accumulation_dtype, diagonal_bounds, index_dtype
 
@@ -111,12 +112,13 @@ def _requested_offsets(q: Any) -> tuple[int, ...]:
 
 
 def _as_array(x: Any) -> Any:
-    """``x`` itself if it is a JAX array or tracer, else ``np.asarray(x)``.
+    """``x`` itself if it is a JAX array or tracer, else ``np.asarray(x)`` in native byte
+    order.
 
     JAX arrays are passed on untouched: re-wrapping one with ``jnp.asarray`` added
     10-20 us to every call here, as much as the 1000x1000 computation.
     """
-    return x if isinstance(x, (jax.Array, Tracer)) else np.asarray(x)
+    return x if isinstance(x, (jax.Array, Tracer)) else native(np.asarray(x))
 
 
 def _sum_dtype(dtype: Any) -> np.dtype:
@@ -302,7 +304,7 @@ def _kernel(x: Array, *, runs: tuple[_Run, ...]) -> Array:
     acc = accumulation_dtype(dtype)
     batch, q = flat.shape[:-1], len(runs)
     length = max((size for _, _, size in runs), default=0)
-    if length == 0:
+    if length == 0 or math.prod(batch) == 0:
         sums = jnp.zeros((*batch, q), acc)
     elif math.prod(batch) * q * length <= _CHUNK_ELEMENTS:
         sums = _inline_sums(flat, runs, acc)
@@ -397,11 +399,17 @@ def traces(M: Any, q: Any) -> Array:
     if isinstance(M, DiaMatrix):
         return dia_traces(M.data, M.offsets, M.shape, q)
     offsets = _requested_offsets(q)
+    given = type(M).__name__
+    if sp.issparse(M):
+        raise TypeError(
+            f"M must be a dense array or a DiaMatrix, got scipy.sparse.{given}; convert it "
+            "with jaxdia.DiaMatrix.from_scipy(...)"
+        )
     M = _as_array(M)
     if not (M.dtype == np.bool_ or jnp.issubdtype(M.dtype, jnp.number)):
         raise TypeError(
-            f"M must be a numeric array of shape (..., m, n), got {type(M).__name__} of "
-            f"dtype {M.dtype}"
+            f"M must be a numeric array of shape (..., m, n), got {given}"
+            + (f" of dtype {M.dtype}" if M.dtype != object else "")
         )
     if M.ndim < 2:
         raise ValueError(f"M must have shape (..., m, n) (rank >= 2), got shape {M.shape}")
@@ -438,6 +446,19 @@ def _dia_runs(
     return tuple(runs)
 
 
+def _dia_data(data: Any, offsets: tuple[int, ...], what: str) -> Any:
+    """``data`` as an array, checked to hold one row per offset."""
+    data = _as_array(data)
+    if data.ndim < 2 or data.shape[-2] != len(offsets):
+        # e.g. vmap over a matrix without batch dims: it would read the wrong slots
+        raise ValueError(
+            f"{what}: data of shape {data.shape} does not hold the {len(offsets)} diagonals "
+            f"{offsets} as (..., {len(offsets)}, width); vmap maps a DiaMatrix's batch "
+            "dims, so a matrix mapped over needs one"
+        )
+    return data
+
+
 def dia_traces(data: Array, offsets: tuple[int, ...], shape: tuple[int, int], q: Any) -> Array:
     """Offset traces of a DIA matrix: the sums of its diagonals ``k`` for ``k`` in ``q``.
 
@@ -460,7 +481,7 @@ def dia_traces(data: Array, offsets: tuple[int, ...], shape: tuple[int, int], q:
       Array([ 0.,  6., 11.], dtype=float32)
     """
     requested = _requested_offsets(q)
-    data = _as_array(data)
+    data = _dia_data(data, offsets, "traces")
     return _run_sums(data, _dia_runs(data.shape[-1], offsets, shape, requested))
 
 
@@ -498,7 +519,7 @@ def dia_diagonal(
       Array([0., 0.], dtype=float32)
     """
     k = _static_int(k, "k")
-    data = jnp.asarray(data)
+    data = jnp.asarray(_dia_data(data, offsets, "diagonal"))
     start, stop = diagonal_bounds(k, shape)
     stop = max(start, stop)
     if k not in offsets:

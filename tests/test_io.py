@@ -68,6 +68,18 @@ def test_integer_files_become_float_and_dtype_argument():
     np.testing.assert_array_equal(A.todense(), S.toarray())
 
 
+def test_foreign_byte_order_loads_and_complex_is_not_cast_to_real():
+    """A file written on a big-endian machine loads; a real ``dtype`` for complex data is
+    refused (as ``astype``), not silently stripped of its imaginary part."""
+    S = sp.dia_array((np.array([[1.0, 2.0, 3.0]], ">f8"), [0]), shape=(3, 3))
+    np.testing.assert_array_equal(
+        jaxdia.load_npz(saved(sp.save_npz, S)).todense(), np.eye(3) * [1, 2, 3]
+    )
+    C = sp.dia_array((np.array([[1j, 2.0, 3.0]]), [0]), shape=(3, 3))
+    with pytest.raises(TypeError, match="complex data .*discard the imaginary part"):
+        jaxdia.load_npz(saved(sp.save_npz, C), dtype=np.float32)
+
+
 def test_paths(tmp_path):
     A = jaxdia.eye(4, k=-1)
     jaxdia.save_npz(str(tmp_path / "matrix"), A)  # ".npz" appended, as NumPy and SciPy do

@@ -112,6 +112,32 @@ def test_eager_products_are_one_jitted_call():
     assert _matmul._product._cache_size() == before + 2  # one for A @ x, one for x @ A
 
 
+@pytest.mark.parametrize(
+    "n, x_shape, batch",
+    [(30_000, (30_000,), ()), (300, (300, 8), ()), (300, (300,), (4,))],
+    ids=["vector", "columns", "batched"],
+)
+def test_documented_donation_writes_into_the_donated_buffer(n, x_shape, batch):
+    """README's recipe, ``jax.jit(lambda A, x, y: A @ x, donate_argnums=2,
+    keep_unused=True)``, makes XLA write the product into ``y``'s buffer for each shape of
+    the compiled product (1-D vector with in-place edges, a concatenation for several
+    columns, a batch); without ``keep_unused`` JAX drops ``y`` and donates nothing."""
+    rng = np.random.default_rng(0)
+    offsets = [-7, 0, 5]
+    data = rng.standard_normal((*batch, 3, n)).astype(np.float32)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    product = jax.jit(lambda A, x, y: A @ x, donate_argnums=2, keep_unused=True)
+    y = jnp.zeros((*batch, *x_shape), np.float32)
+    pointer = y.unsafe_buffer_pointer()
+    y = product(jaxdia.DiaMatrix(data, offsets, (n, n)), jnp.asarray(x), y)
+    assert y.unsafe_buffer_pointer() == pointer
+    expected = [
+        sp.dia_array((d.astype(np.float64), offsets), shape=(n, n)) @ x.astype(np.float64)
+        for d in data.reshape(-1, 3, n)
+    ]
+    assert_close(y, np.reshape(expected, y.shape), np.float32)
+
+
 # -- errors -----------------------------------------------------------------------------------
 
 

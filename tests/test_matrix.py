@@ -209,6 +209,51 @@ def test_dtypes_supported_and_rejected():
         jaxdia.DiaMatrix.from_scipy(sp.eye_array(2, dtype=np.int64))
 
 
+def test_to_scipy_returns_a_writable_copy():
+    """SciPy's in-place operations work on the result, and do not reach the matrix."""
+    A = jaxdia.eye(3)
+    for dtype in (np.float32, np.float16):
+        S = A.astype(dtype).to_scipy()
+        S *= 2
+        S.setdiag(5.0, k=1)
+        np.testing.assert_array_equal(S.toarray(), 2 * np.eye(3) + 5 * np.eye(3, k=1))
+    np.testing.assert_array_equal(A.todense(), np.eye(3))
+
+
+def test_from_bcoo_with_no_offset_left_is_empty():
+    zeros = jsparse.BCOO.fromdense(jnp.zeros((3, 3)), nse=2)  # padding indices only
+    eye = jsparse.BCOO.fromdense(jnp.eye(3))
+    for A in (
+        jaxdia.DiaMatrix.from_bcoo(zeros),
+        jaxdia.DiaMatrix.from_bcoo(zeros, offsets=[5, -7]),  # no diagonal inside 3 x 3
+        jax.jit(lambda B: jaxdia.DiaMatrix.from_bcoo(B, offsets=()))(eye),
+    ):
+        assert A.offsets == () and A.shape == (3, 3)
+        np.testing.assert_array_equal(A.todense(), np.zeros((3, 3)))
+
+
+def test_from_dense_points_scipy_matrices_to_from_scipy():
+    with pytest.raises(TypeError, match=r"got scipy.sparse.dia_array; .*from_scipy"):
+        jaxdia.DiaMatrix.from_dense(sp.eye_array(3, format="dia"))
+
+
+def test_scipy_signatures_and_foreign_byte_order():
+    """SciPy's arguments that have a meaning here are accepted: an ndarray shape,
+    ``astype(copy=...)``, ``toarray(order=...)``; data in either byte order."""
+    A = jaxdia.DiaMatrix(np.ones((1, 3), ">f8"), [0], np.array([3, 3]))
+    assert A.shape == (3, 3) and A.dtype == np.float64
+    np.testing.assert_array_equal(A.toarray(order="C"), np.eye(3))
+    assert A.astype(np.float32, copy=False).dtype == np.float32
+    dense = np.eye(3, k=1).astype(">f4")
+    np.testing.assert_array_equal(jaxdia.DiaMatrix.from_dense(dense).todense(), dense)
+    with pytest.raises(ValueError, match="order must be None or 'C'"):
+        A.todense(order="F")
+    with pytest.raises(ValueError, match="out must be None"):
+        A.toarray(out=np.zeros((3, 3)))
+    with pytest.raises(ValueError, match=r"axes must be None or \(1, 0\).*got 5"):
+        A.transpose(5)
+
+
 # -- pytree -----------------------------------------------------------------------------------
 
 

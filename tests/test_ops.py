@@ -212,6 +212,8 @@ def test_add_errors():
         A + "x"
     with pytest.raises(TypeError):
         A * "x"
+    with pytest.raises(ValueError, match=r"A of shape \(3, 3\) and a dense B of shape \(4, 4\)"):
+        A + np.ones((4, 4))
 
 
 @given(pairs())
@@ -266,14 +268,58 @@ def test_multiply_errors():
         A.multiply("x")
     with pytest.raises(TypeError, match="from_scipy"):
         A.multiply(sp.eye_array(3, 4))
-    with pytest.raises(TypeError, match="divides by a scalar only"):
-        A / np.ones((3, 4))
-    with pytest.raises(TypeError, match="divides by a scalar only"):
+    with pytest.raises(ValueError, match=r"A / X: X of shape \(3, 3\) does not broadcast"):
+        A / np.ones((3, 3))
+    with pytest.raises(TypeError, match=r"A / B of two sparse matrices is dense"):
         A / A
     with pytest.raises(TypeError, match="unsupported operand"):
         A / "x"
     with pytest.raises(TypeError, match="unsupported operand"):
         2.0 / A
+
+
+@given(dense_operands())
+def test_divide_by_dense_divides_the_stored_entries_like_scipy(operands):
+    """``A / X`` divides A's stored entries and keeps A's offsets, as SciPy's
+    ``dia_array / ndarray``; the padding stays zero and gradients stay finite there."""
+    A, X = operands
+    result = jax.jit(lambda A, X: A / X)(A, X)
+    assert result.offsets == A.offsets
+    ones = jaxdia.DiaMatrix(np.ones(A.data.shape[-2:]), A.offsets, A.shape)
+    stored = dense_f64(ones) != 0
+    expected = np.where(stored, dense_f64(A) / np.where(stored, X, 1), 0)
+    assert_close(dense_f64(result), expected, A.dtype, scale=8)
+    if not A.batch_shape and X.ndim == 2 and 0 not in A.shape:
+        S = sp.dia_array((np.nan_to_num(to_scipy_f64(A).data), A.offsets), shape=A.shape)
+        assert_close(dense_f64(result), (S / X).toarray(), A.dtype, scale=8)
+    zero_divisor = np.zeros(A.shape)
+    grad = jax.grad(
+        lambda d: (jaxdia.DiaMatrix(d, A.offsets, A.shape) / (zero_divisor + 1)).data.sum()
+    )
+    assert np.isfinite(grad(jnp.asarray(ones.data))).all()
+
+
+def test_operands_scipy_accepts():
+    """Lists, integer scalars beyond int32, ``A.dot(scalar)`` and non-native byte order."""
+    S = sp.diags_array([1.0, 2.0, 3.0], offsets=[-1, 0, 1], shape=(4, 4)).todia()
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    row = [1.0, 2.0, 3.0, 4.0]
+    for result, expected in [
+        (A * row, S * row),
+        (A.multiply(row), S.multiply(row)),
+        (A / row, S / np.asarray(row)),
+        (A.dot(2), S.dot(2)),
+        (A * 2**40, S * 2**40),
+        (A * np.int64(2**40), S * np.int64(2**40)),
+        (A / 2**40, S / 2**40),
+        (A * np.asarray(row, ">f8"), S * np.asarray(row)),
+    ]:
+        assert isinstance(result, jaxdia.DiaMatrix) and result.offsets == A.offsets
+        assert_close(result.todense(), expected.toarray(), A.dtype)
+    big_endian = np.arange(4.0).astype(">f8")
+    assert_close(A @ big_endian, S @ np.arange(4.0), A.dtype)
+    assert_close(A + np.ones((4, 4), ">f4"), S.toarray() + 1, A.dtype)
+    assert A.astype(">f4").dtype == np.float32
 
 
 @given(dia_matrices(batch_shape=None), st.sampled_from([1, 2, 3, -1, 0.5]))
@@ -364,10 +410,12 @@ def test_matmul_dia_jit_vmap_grad():
 # -- reductions ------------------------------------------------------------------------------
 
 
-@given(dia_matrices(batch_shape=None), st.sampled_from([None, 0, 1, -1, -2]))
+@given(dia_matrices(batch_shape=None), st.sampled_from([None, 0, 1, -1, -2, (0, 1), (-1, 0), (1,)]))
 def test_sum_and_mean_match_scipy(A, axis):
     dense = dense_f64(A)
-    expected = dense.sum(axis=(-2, -1) if axis is None else (-2, -1)[axis])
+    axes = (0, 1) if axis is None else axis if isinstance(axis, tuple) else (axis,)
+    dense_axes = tuple((-2, -1)[a] for a in axes)
+    expected = dense.sum(axis=dense_axes)
     result, mean = jax.jit(lambda A: (A.sum(axis=axis), A.mean(axis=axis)))(A)
     assert isinstance(result, jax.Array) and result.shape == np.shape(expected)
     assert_close(result, expected, A.dtype, scale=max(A.shape, default=1) ** (axis is None) * 8)
@@ -375,7 +423,7 @@ def test_sum_and_mean_match_scipy(A, axis):
         # SciPy's column sums multiply padding by 0, so its oracle gets zero padding.
         S = sp.dia_array((np.nan_to_num(to_scipy_f64(A).data), A.offsets), shape=A.shape)
         assert np.shape(S.sum(axis=axis)) == result.shape
-        count = dense.size if axis is None else dense.shape[axis]
+        count = np.prod([dense.shape[a] for a in dense_axes])
         if count:
             assert_close(mean, S.mean(axis=axis), A.dtype, scale=max(A.shape) * 8)
 
@@ -383,8 +431,28 @@ def test_sum_and_mean_match_scipy(A, axis):
 def test_sum_dtype_and_axis_error():
     A = jaxdia.eye(3, dtype=np.float32)
     assert A.sum(dtype=np.float64).dtype == np.float64
-    with pytest.raises(ValueError, match="axis must be None, 0, 1, -2 or -1, got 2"):
-        A.sum(axis=2)
+    for axis in (2, (0, 0), (), [0]):
+        with pytest.raises(ValueError, match=r"axis must be None, 0, 1, -2, -1 or a tuple"):
+            A.sum(axis=axis)
+        with pytest.raises(ValueError, match=r"axis must be None, 0, 1, -2, -1 or a tuple"):
+            A.count_nonzero(axis=axis)
+
+
+def test_mean_follows_numpy_dtypes_and_16_bit_range():
+    """``mean`` computes as ``np.mean``: 16-bit floats in float32 (the count alone can be
+    beyond float16's 65504), an integer or bool ``dtype`` summed and returned in it."""
+    assert_close(jaxdia.eye(300, dtype=np.float16).mean(), 1 / 300, np.float16)
+    wide = jaxdia.eye(2, 70_000, dtype=np.float16)
+    assert wide.mean(axis=1).dtype == np.float16
+    assert_close(wide.mean(axis=1), [1 / 70_000] * 2, np.float16)
+    S = sp.diags_array([0.5, 1.5, -0.7], offsets=[-1, 0, 1], shape=(4, 4)).todia()
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    for dtype in (np.int32, np.bool_, np.complex64):
+        for axis in (None, 0, 1):
+            result = A.mean(axis=axis, dtype=dtype)
+            expected = np.mean(S.toarray(), axis=axis, dtype=dtype)
+            assert result.dtype == expected.dtype
+            assert_close(result, expected, np.complex64)
 
 
 def test_numpy_sum_and_mean_functions():
@@ -438,6 +506,9 @@ def test_count_nonzero_and_nnz_match_scipy(A):
         assert A.nnz == to_scipy_f64(A).nnz
     traced = jax.jit(lambda A: A.count_nonzero())(A)
     np.testing.assert_array_equal(traced, expected)
+    for axis in (0, 1, -1):  # SciPy's DIA does not count along an axis; NumPy does
+        expected = np.count_nonzero(dense_f64(A), axis=(-2, -1)[axis])
+        np.testing.assert_array_equal(A.count_nonzero(axis=axis), expected)
 
 
 # -- structure helpers -----------------------------------------------------------------------
@@ -660,6 +731,8 @@ def test_repr_and_identity_equality():
     assert repr(A) == "DiaMatrix(shape=(3, 3), dtype=complex64, offsets=(1,))"
     B = jaxdia.DiaMatrix(np.ones((2, 4, 1, 3)), 0, (3, 3))
     assert repr(B) == "DiaMatrix(shape=(3, 3), dtype=float64, offsets=(0,), batch_shape=(2, 4))"
+    shapes = jax.tree.map(lambda leaf: leaf.shape, A)  # other leaves, e.g. a vmap in_axes spec
+    assert repr(shapes) == "DiaMatrix(shape=(3, 3), offsets=(1,), data=(1, 3))"
     C = jaxdia.eye(3, k=1, dtype=np.complex64)
     assert A == A and A != C  # identity, not elementwise
     assert bool(jnp.all(A.todense() == C.todense()))

@@ -446,6 +446,31 @@ def test_bad_matrix(M, error):
         traces(M, 2)
 
 
+def test_bad_matrix_types_are_named():
+    with pytest.raises(TypeError, match="got NoneType$"):
+        traces(None, 2)
+    with pytest.raises(TypeError, match="got scipy.sparse.csr_array; .*from_scipy"):
+        traces(sp.eye_array(3, format="csr"), 2)
+
+
+def test_empty_batches():
+    """A batch of zero matrices gives an empty result of the right shape, as NumPy."""
+    expected = np.zeros((0, 2))
+    np.testing.assert_array_equal(traces(np.ones((0, 3, 3)), 2), expected)
+    np.testing.assert_array_equal(jax.vmap(lambda M: traces(M, 2))(jnp.ones((0, 3, 3))), expected)
+    A = jaxdia.DiaMatrix(np.ones((0, 1, 3)), (0,), (3, 3))
+    assert A.trace().shape == (0,) and A.traces(2).shape == (0, 2)
+
+
+def test_vmap_over_a_matrix_without_batch_dims_is_an_error():
+    """vmap maps the batch dims of ``data``; over an unbatched matrix it would map the
+    diagonals, and the sums would read the wrong slots (it returned a wrong shape)."""
+    A = jaxdia.DiaMatrix(np.arange(18.0).reshape(3, 6), (-2, 0, 1), (6, 6))
+    for method in (lambda A: A.traces(2), lambda A: A.trace(), lambda A: A.diagonal(1)):
+        with pytest.raises(ValueError, match=r"data of shape \(6,\) does not hold the 3 diagonals"):
+            jax.vmap(method)(A)
+
+
 @pytest.mark.parametrize("k", [0.0, True, "1", None])
 def test_bad_diagonal_index(k):
     with pytest.raises(TypeError):
