@@ -124,10 +124,16 @@ class DiaMatrix:
         array. They must be static (concrete), and distinct.
       shape: ``(m, n)``.
 
+    Attributes:
+      data: the diagonals, a JAX array of shape ``(*batch_shape, n_diags, n)``.
+      offsets: the sorted offsets, a tuple of ints.
+      shape: ``(m, n)``, a tuple of ints.
+
     Raises:
       ValueError: on duplicate offsets, ``data`` of rank < 2, ``n_diags != len(offsets)``
         or a malformed shape.
-      TypeError: on non-integer or traced offsets, or data of an unsupported dtype.
+      TypeError: on non-integer or traced offsets, a non-integer shape, or data of an
+        unsupported dtype.
 
     Example:
       >>> import jax.numpy as jnp
@@ -296,6 +302,7 @@ class DiaMatrix:
         float64 input becomes float32 unless ``jax_enable_x64`` is on (JAX's usual rule).
 
         Example:
+          >>> from jaxdia import DiaMatrix
           >>> import scipy.sparse as sp
           >>> S = sp.diags_array([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(4, 4))
           >>> A = DiaMatrix.from_scipy(S)
@@ -320,6 +327,7 @@ class DiaMatrix:
         no 16-bit float types: bfloat16 and float16 matrices come back as float32.
 
         Example:
+          >>> from jaxdia import DiaMatrix
           >>> import numpy as np
           >>> A = DiaMatrix(np.ones((1, 3), np.float32), 0, (3, 3))
           >>> A.to_scipy().toarray()
@@ -350,6 +358,7 @@ class DiaMatrix:
             offsets explicitly. Elements on diagonals not listed are dropped.
 
         Example:
+          >>> from jaxdia import DiaMatrix
           >>> import numpy as np
           >>> A = DiaMatrix.from_dense(np.array([[1., 2.], [0., 3.]]))
           >>> A.offsets

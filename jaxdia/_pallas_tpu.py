@@ -52,6 +52,7 @@ def supports(dtype) -> bool:
     """Whether the TPU kernel handles ``dtype`` (float32 and bfloat16).
 
     Example:
+        >>> from jaxdia._pallas_tpu import supports
         >>> import jax.numpy as jnp
         >>> supports(jnp.bfloat16), supports(jnp.float64)
         (True, False)
@@ -69,6 +70,7 @@ class BlockSizes:
             more columns than this, all of them are taken at once.
 
     Example:
+        >>> from jaxdia._pallas_tpu import BlockSizes
         >>> import jax.numpy as jnp
         >>> BlockSizes.default((100_000, 100_000), 1, jnp.float32, offsets=(-1, 0, 1))
         BlockSizes(rows=2048, cols=8)
@@ -269,6 +271,7 @@ def spmm(
         TypeError: for a dtype other than float32 and bfloat16.
 
     Example:
+        >>> from jaxdia._pallas_tpu import spmm
         >>> import numpy as np
         >>> data = np.array([[1., 2., 3.], [4., 5., 6.]], np.float32)
         >>> y = spmm(data, np.ones((3, 1), np.float32), offsets=(0, 1), shape=(3, 3),
@@ -442,6 +445,7 @@ def sddmm(
         TypeError: for a dtype other than float32 and bfloat16.
 
     Example:
+        >>> from jaxdia._pallas_tpu import sddmm
         >>> import numpy as np
         >>> g = np.array([[1.], [2.]], np.float32)
         >>> x = np.array([[3.], [4.]], np.float32)

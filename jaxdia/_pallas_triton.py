@@ -58,6 +58,7 @@ def supports(dtype) -> bool:
     """Whether the Triton kernels handle ``dtype``.
 
     Example:
+        >>> from jaxdia._pallas_triton import supports
         >>> import jax.numpy as jnp
         >>> supports(jnp.float32), supports(jnp.complex128), supports(jnp.int32)
         (True, True, False)
@@ -85,6 +86,7 @@ class BlockSizes:
         num_stages: software-pipelining stages (``None``: Pallas' default).
 
     Example:
+        >>> from jaxdia._pallas_triton import BlockSizes
         >>> import jax.numpy as jnp
         >>> BlockSizes.default((1000, 1000), 1, jnp.float32)
         BlockSizes(rows=1024, cols=1, num_warps=4, num_stages=None)
@@ -254,6 +256,7 @@ def spmm(
         ``(*B, m, c)`` (or ``(*B, n, c)``) of the inputs' dtype.
 
     Example:
+        >>> from jaxdia._pallas_triton import spmm
         >>> import numpy as np
         >>> data = np.array([[1., 2., 3.], [4., 5., 6.]], np.float32)
         >>> y = spmm(data, np.ones((3, 1), np.float32), offsets=(0, 1), shape=(3, 3),
@@ -401,6 +404,7 @@ def sddmm(
         ``(*B, len(offsets), n)`` of the inputs' dtype, exactly 0 in padding slots.
 
     Example:
+        >>> from jaxdia._pallas_triton import sddmm
         >>> import numpy as np
         >>> g = np.array([[1.], [2.]], np.float32)
         >>> x = np.array([[3.], [4.]], np.float32)

@@ -475,6 +475,7 @@ def dia_traces(data: Array, offsets: tuple[int, ...], shape: tuple[int, int], q:
       ``data.shape[:-2] + (len(offsets requested),)``, of ``data``'s dtype.
 
     Example:
+      >>> from jaxdia._traces import dia_traces
       >>> import numpy as np
       >>> data = np.array([[1., 2., 3.], [4., 5., 6.]])
       >>> dia_traces(data, (0, 1), (3, 3), [-1, 0, 1])
@@ -493,6 +494,7 @@ def dia_trace(
     Same as ``scipy.sparse.dia_array.trace(offset)``; batched ``data`` gives a batch.
 
     Example:
+      >>> from jaxdia._traces import dia_trace
       >>> import numpy as np
       >>> dia_trace(np.array([[1., 2., 3.]]), (0,), (3, 3))
       Array(6., dtype=float32)
@@ -511,6 +513,7 @@ def dia_diagonal(
     Batched ``data`` gives ``data.shape[:-2] + (length,)``.
 
     Example:
+      >>> from jaxdia._traces import dia_diagonal
       >>> import numpy as np
       >>> data = np.array([[1., 2., 3.], [4., 5., 6.]])
       >>> dia_diagonal(data, (0, 1), (3, 3), 1)

@@ -24,8 +24,13 @@ collect_ignore = [
 
 
 @pytest.fixture(autouse=True)
-def _x64_off() -> Iterator[None]:
-    """JAX's default precision. Nothing is put in the doctest namespace on purpose: each
-    example imports what it uses, so it runs when pasted into a fresh interpreter."""
+def _fresh_interpreter(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each example as pasted into a fresh interpreter: JAX's default precision, and an
+    empty namespace (doctest would otherwise lend it the module's globals, and an example
+    using a name it does not import would pass here but fail for a user)."""
+    test = getattr(request.node, "dtest", None)
+    if test is not None:
+        test.globs.clear()
+        test.globs["__name__"] = "__main__"
     with jax.enable_x64(False):
         yield
