@@ -7,9 +7,12 @@ and ``vmap`` and are differentiable.
 
 from __future__ import annotations
 
+import functools
+
+import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import Array
+from jax import Array, lax
 
 from ._xla import diagonal_bounds
 
@@ -32,6 +35,32 @@ def in_bounds_slots(offsets: tuple[int, ...], shape: tuple[int, int]):
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
     return np.concatenate(diags), np.concatenate(rows), np.concatenate(cols)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def dia_to_coo(
+    data: Array, offsets: tuple[int, ...], shape: tuple[int, int]
+) -> tuple[Array, Array]:
+    """``(values, indices)`` of every in-bounds slot, diagonal by diagonal: ``values``
+    ``(..., nse)`` and int32 ``indices`` ``(..., nse, 2)`` of ``(row, col)`` pairs.
+
+    Static slices of ``data`` and indices from an iota: no gather, and no index table
+    built on the host (eager NumPy index arrays made a 27-diagonal matrix at n = 1e6
+    take 1.6 s, against 0.16 s jitted).
+    """
+    values, rows, cols = [], [], []
+    for k, offset in enumerate(offsets):
+        start, stop = diagonal_bounds(offset, shape)
+        col = lax.iota(np.int32, max(0, stop - start)) + np.int32(start)
+        values.append(data[..., k, start : max(start, stop)])
+        rows.append(col - np.int32(offset))
+        cols.append(col)
+    batch = data.shape[:-2]
+    if not offsets:
+        return jnp.zeros((*batch, 0), data.dtype), jnp.zeros((*batch, 0, 2), np.int32)
+    indices = jnp.stack([jnp.concatenate(rows), jnp.concatenate(cols)], axis=1)
+    indices = jnp.broadcast_to(indices, (*batch, *indices.shape))
+    return jnp.concatenate(values, axis=-1), indices
 
 
 def dia_to_dense(data: Array, offsets: tuple[int, ...], shape: tuple[int, int]) -> Array:

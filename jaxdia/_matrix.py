@@ -13,7 +13,7 @@ import scipy.sparse as sp
 from jax import Array
 from jax.experimental import sparse as jsparse
 
-from ._convert import dense_to_dia, dia_to_dense, in_bounds_slots, nonzero_offsets
+from ._convert import dense_to_dia, dia_to_coo, dia_to_dense, nonzero_offsets
 from ._dtypes import check_dtype, is_int, is_numeric, native
 from ._matmul import dia_matmul, dia_rmatmul
 from ._traces import dia_diagonal, dia_trace, dia_traces
@@ -430,10 +430,7 @@ class DiaMatrix:
                  [0., 1., 2.],
                  [0., 0., 1.]], dtype=float32))
         """
-        diag, row, col = in_bounds_slots(self.offsets, self.shape)
-        values = self.data[..., diag, col]
-        indices = np.stack([row, col], axis=1).astype(np.int32)
-        indices = jnp.broadcast_to(indices, (*self.batch_shape, *indices.shape))
+        values, indices = dia_to_coo(self.data, self.offsets, self.shape)
         return jsparse.BCOO((values, indices), shape=(*self.batch_shape, *self.shape))
 
     @classmethod
@@ -618,6 +615,8 @@ class DiaMatrix:
           >>> A.conj().diagonal()
           Array([1.-2.j, 3.+1.j], dtype=complex64)
         """
+        if self.dtype.kind != "c":
+            return self  # matrices are immutable: no copy needed (eager jnp.conj copies)
         from . import _ops
 
         return _ops.with_data(self, jnp.conj(self.data))
@@ -646,6 +645,8 @@ class DiaMatrix:
           >>> A.real.diagonal()
           Array([1., 3.], dtype=float32)
         """
+        if self.dtype.kind != "c":
+            return self
         from . import _ops
 
         return _ops.with_data(self, jnp.real(self.data))

@@ -98,13 +98,6 @@ def _broadcast_batch(what: str, *matrices_or_shapes: Any) -> tuple[int, ...]:
         raise ValueError(f"{what}: batch shapes {shapes} do not broadcast") from None
 
 
-def _rows_for(A: DiaMatrix, offsets: tuple[int, ...]) -> list[Array]:
-    """A's ``data`` rows for ``offsets`` (zero rows for offsets A does not store)."""
-    index = {k: i for i, k in enumerate(A.offsets)}
-    zero = jnp.zeros((*A.batch_shape, A.shape[1]), A.dtype)
-    return [A.data[..., index[k], :] if k in index else zero for k in offsets]
-
-
 def _same_shape(what: str, A: DiaMatrix, B: DiaMatrix) -> None:
     if A.shape != B.shape:
         raise ValueError(
@@ -231,8 +224,24 @@ def _add_dia(A: DiaMatrix, B: DiaMatrix, sign_a: int, sign_b: int) -> DiaMatrix:
     batch = _broadcast_batch("A + B", A, B)
     offsets = tuple(sorted(set(A.offsets) | set(B.offsets)))
     dtype = jnp.result_type(A.dtype, B.dtype)
-    rows = [sign_a * a + sign_b * b for a, b in zip(_rows_for(A, offsets), _rows_for(B, offsets))]
-    return DiaMatrix(_stack(rows, batch, A.shape[1], dtype), offsets, A.shape)
+    a, b = _data_on(A.data, A.offsets, offsets), _data_on(B.data, B.offsets, offsets)
+    data = sign_a * a.astype(dtype) + sign_b * b.astype(dtype)
+    return DiaMatrix(jnp.broadcast_to(data, (*batch, *data.shape[-2:])), offsets, A.shape)
+
+
+def _data_on(data: Array, offsets: tuple[int, ...], wanted: tuple[int, ...]) -> Array:
+    """``data``'s rows for the offsets ``wanted`` (zero rows for offsets not stored).
+
+    One gather along the diagonals' axis, fused into the elementwise op that uses it:
+    stacking the rows one by one took 2x a plain add of two ``data`` arrays.
+    """
+    if offsets == wanted:
+        return data
+    if not offsets:  # nothing to gather from
+        return jnp.zeros((*data.shape[:-2], len(wanted), data.shape[-1]), data.dtype)
+    row = {k: i for i, k in enumerate(offsets)}
+    index = np.array([row.get(k, len(offsets)) for k in wanted], np.int32)
+    return jnp.take(data, index, axis=-2, mode="fill", fill_value=0)
 
 
 def neg(A: DiaMatrix) -> DiaMatrix:
@@ -272,9 +281,9 @@ def _multiply_dia(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
     batch = _broadcast_batch("A.multiply(B)", A, B)
     offsets = tuple(k for k in A.offsets if k in set(B.offsets))
     dtype = jnp.result_type(A.dtype, B.dtype)
-    A, B = with_data(A, _filled(A)), with_data(B, _filled(B))
-    rows = [a * b for a, b in zip(_rows_for(A, offsets), _rows_for(B, offsets))]
-    return DiaMatrix(_stack(rows, batch, A.shape[1], dtype), offsets, A.shape)
+    a = _data_on(_filled(A), A.offsets, offsets).astype(dtype)
+    b = _data_on(_filled(B), B.offsets, offsets).astype(dtype)
+    return DiaMatrix(jnp.broadcast_to(a * b, (*batch, *a.shape[-2:])), offsets, A.shape)
 
 
 @functools.partial(jax.jit, static_argnames="op")
@@ -329,8 +338,22 @@ def power(A: DiaMatrix, p: Any, dtype: Any = None) -> DiaMatrix:
         )
     if dtype is not None:
         A = astype(A, dtype)
+    if not _is_traced(p) and np.isreal(p):
+        exponent = float(np.real(p))
+        if exponent.is_integer() or exponent == 0.5:
+            # Concrete integral powers multiply (``lax.integer_pow``, as ``x ** 2`` in
+            # JAX) and 0.5 is a square root (as NumPy computes it). Passed as a traced
+            # exponent they were a general ``pow``: eager ``A ** 2`` took 42 ms for
+            # 5 x 1e6 float32 entries, 2.6 ms inside a ``jit`` (where XLA sees the 2).
+            return _static_power(A, int(exponent) if exponent.is_integer() else exponent)
     # 1 in padding: finite values and derivatives.
     return _with_scalar(A, p, op=operator.pow, fill=1)
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _static_power(A: DiaMatrix, p: int | float) -> DiaMatrix:
+    base = _filled(A, 1)
+    return with_data(A, jnp.sqrt(base) if p == 0.5 else lax.integer_pow(base, p))
 
 
 @jax.jit
@@ -405,9 +428,29 @@ def reduce_sum(A: DiaMatrix, axis: Any = None, dtype: Any = None, out: Any = Non
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _sum(A: DiaMatrix, axis: int | None, dtype: np.dtype | None) -> Array:
     if axis == 1:  # the row sums of A are the column sums of A.T, whose padding is zero
-        return jnp.sum(transpose(A).data, axis=-2, dtype=dtype)
-    masked = _filled(A)
-    return jnp.sum(masked, axis=-2 if axis == 0 else (-2, -1), dtype=dtype)
+        return _sum_diagonals(transpose(A).data, dtype)
+    if axis == 0:
+        return _sum_diagonals(_filled(A), dtype)
+    return jnp.sum(_filled(A), axis=(-2, -1), dtype=dtype)
+
+
+def _sum_diagonals(data: Array, dtype: np.dtype | None = None) -> Array:
+    """``jnp.sum(data, axis=-2, dtype=dtype)`` as adds of the rows, pairwise.
+
+    XLA CPU reduces over the leading axis of an ``(n_diags, n)`` array 40-70x slower than
+    it adds the rows (5 x 1e6 float32: 48 ms against 0.7 ms). 16-bit floats are added in
+    float32, as ``jnp.sum`` accumulates them.
+    """
+    spec = jax.ShapeDtypeStruct(data.shape, data.dtype)
+    result = jax.eval_shape(functools.partial(jnp.sum, axis=-2, dtype=dtype), spec).dtype
+    acc = accumulation_dtype(result)
+    rows = [data[..., k, :].astype(acc) for k in range(data.shape[-2])]
+    if not rows:
+        return jnp.zeros((*data.shape[:-2], data.shape[-1]), result)
+    while len(rows) > 1:
+        pairs = [a + b for a, b in zip(rows[::2], rows[1::2])]
+        rows = pairs + rows[2 * len(pairs) :]
+    return rows[0].astype(result)
 
 
 def reduce_mean(A: DiaMatrix, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:
@@ -443,7 +486,9 @@ def _count_nonzero(A: DiaMatrix, axis: int | None) -> Array:
     if axis == 1:  # the rows of A are the columns of A.T, whose padding is zero
         return _count_nonzero(transpose(A), 0)
     nonzero = _in_bounds(A.offsets, A.shape) & (A.data != 0)
-    return jnp.sum(nonzero, axis=-2 if axis == 0 else (-2, -1))
+    if axis == 0:
+        return _sum_diagonals(nonzero)
+    return jnp.sum(nonzero, axis=(-2, -1))
 
 
 # -- structure helpers -----------------------------------------------------------------------
@@ -476,8 +521,7 @@ def with_offsets(A: DiaMatrix, offsets: Any, *, check: bool = True) -> DiaMatrix
 @functools.partial(jax.jit, static_argnums=1)
 def _select(A: DiaMatrix, offsets: tuple[int, ...]) -> DiaMatrix:
     """A stored with exactly ``offsets`` (canonical): missing ones zero, others dropped."""
-    data = _stack(_rows_for(A, offsets), A.batch_shape, A.shape[1], A.dtype)
-    return DiaMatrix(data, offsets, A.shape)
+    return DiaMatrix(_data_on(A.data, A.offsets, offsets), offsets, A.shape)
 
 
 def eliminate_zeros(A: DiaMatrix) -> DiaMatrix:
@@ -525,7 +569,7 @@ def _set_diagonal(A: DiaMatrix, values: Array, k: int) -> DiaMatrix:
     batch = _broadcast_batch("with_diagonal", A, values.shape[:-1])
     n = A.shape[1]
     offsets = tuple(sorted(set(A.offsets) | {k}))
-    data = _stack(_rows_for(A, offsets), batch, n, A.dtype)
+    data = jnp.broadcast_to(_data_on(A.data, A.offsets, offsets), (*batch, len(offsets), n))
     row = offsets.index(k)
     data = data.at[..., row, start : start + count].set(values.astype(A.dtype))
     return DiaMatrix(data, offsets, A.shape)
