@@ -353,7 +353,7 @@ def power(A: DiaMatrix, p: Any, dtype: Any = None) -> DiaMatrix:
 @functools.partial(jax.jit, static_argnums=1)
 def _static_power(A: DiaMatrix, p: int | float) -> DiaMatrix:
     base = _filled(A, 1)
-    return with_data(A, jnp.sqrt(base) if p == 0.5 else lax.integer_pow(base, p))
+    return with_data(A, lax.integer_pow(base, p) if isinstance(p, int) else jnp.sqrt(base))
 
 
 @jax.jit
