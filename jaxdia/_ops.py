@@ -33,7 +33,7 @@ from jax import Array, lax
 from ._convert import dense_to_dia, in_bounds_slots
 from ._dtypes import check_dtype, is_int, is_numeric, native
 from ._matrix import DiaMatrix, as_offsets, holds_entries
-from ._xla import accumulation_dtype, diagonal_bounds, index_dtype
+from ._xla import accumulation_dtype, diagonal_bounds, index_dtype, pairwise_sum
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -444,13 +444,9 @@ def _sum_diagonals(data: Array, dtype: np.dtype | None = None) -> Array:
     spec = jax.ShapeDtypeStruct(data.shape, data.dtype)
     result = jax.eval_shape(functools.partial(jnp.sum, axis=-2, dtype=dtype), spec).dtype
     acc = accumulation_dtype(result)
-    rows = [data[..., k, :].astype(acc) for k in range(data.shape[-2])]
-    if not rows:
+    if not data.shape[-2]:
         return jnp.zeros((*data.shape[:-2], data.shape[-1]), result)
-    while len(rows) > 1:
-        pairs = [a + b for a, b in zip(rows[::2], rows[1::2])]
-        rows = pairs + rows[2 * len(pairs) :]
-    return rows[0].astype(result)
+    return pairwise_sum([data[..., k, :].astype(acc) for k in range(data.shape[-2])]).astype(result)
 
 
 def reduce_mean(A: DiaMatrix, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:

@@ -172,12 +172,20 @@ def _interior(data, x, terms, lo, hi, acc, *, pairwise):
     in order, which measured as fast or faster there.
     """
     parts = [_term_product(data, x, term, lo, hi, acc) for term in terms]
+    if pairwise:
+        return pairwise_sum(parts)
+    out = parts[0]
+    for part in parts[1:]:
+        out = out + part
+    return out
+
+
+def pairwise_sum(parts: Sequence[Array]) -> Array:
+    """``parts[0] + parts[1] + ...`` added as a balanced tree (dependency depth log2)."""
+    parts = list(parts)
     while len(parts) > 1:
-        if pairwise:
-            pairs = [a + b for a, b in zip(parts[::2], parts[1::2])]
-            parts = pairs + parts[2 * len(pairs) :]
-        else:
-            parts = [parts[0] + parts[1], *parts[2:]]
+        pairs = [a + b for a, b in zip(parts[::2], parts[1::2])]
+        parts = pairs + parts[2 * len(pairs) :]
     return parts[0]
 
 
