@@ -301,9 +301,14 @@ def _with_dense(A: DiaMatrix, x: Array, *, op: Any) -> DiaMatrix:
             f"{A.shape}; expected (..., {m} or 1, {n} or 1)"
         )
     batch = _broadcast_batch(what, A, x.shape[:-2])
-    x = jnp.broadcast_to(x, (*batch, m, n))
+    if x.shape[-2] == 1:
+        # A row: slot (k, j) of data lies in column j, so X's row lines up with data's
+        # columns as it is (the gather below took 7x SciPy's time at n = 1e6).
+        x = jnp.broadcast_to(x, (*batch, A.n_diags, n))
+    else:
+        x = dense_to_dia(jnp.broadcast_to(x, (*batch, m, n)), A.offsets)
     # 1 in X's padding slots: A / X stays 0 there, with finite values and gradients.
-    stored = jnp.where(_in_bounds(A.offsets, A.shape), dense_to_dia(x, A.offsets), 1)
+    stored = jnp.where(_in_bounds(A.offsets, A.shape), x, 1)
     return with_data(A, op(_filled(A), stored))
 
 

@@ -431,8 +431,11 @@ def test_sum_and_mean_match_scipy(A, axis):
 def test_column_sums_and_powers_avoid_slow_xla_ops():
     """Column sums add the rows (XLA CPU's reduction over the diagonals' axis was 40-70x
     slower), concrete integral powers multiply and ``p = 0.5`` is a square root (a traced
-    exponent was a general ``pow``: 16x slower eagerly), real ``conj``/``real`` are A."""
+    exponent was a general ``pow``: 16x slower eagerly), a row operand of ``multiply`` lines
+    up with data's columns without a gather, real ``conj``/``real`` are A."""
     A = jaxdia.DiaMatrix(np.ones((3, 8)), (-1, 0, 2), (8, 8))
+    row = jax.jit(lambda A, r: A.multiply(r)).lower(A, np.ones(8)).as_text()
+    assert "stablehlo.gather" not in row
     for reduction in (lambda A: A.sum(axis=0), lambda A: A.count_nonzero(axis=0)):
         assert "stablehlo.reduce" not in jax.jit(reduction).lower(A).as_text()
     for p in (2, 3.0, -1, np.int64(2), 0.5):
