@@ -469,7 +469,7 @@ def _mean(A: DiaMatrix, axis: int | None, dtype: np.dtype | None) -> Array:
     total = _sum(A, axis, accumulation_dtype(result) if inexact else result)
     m, n = A.shape
     count = m * n if axis is None else (m if axis == 0 else n)
-    return (total / count).astype(result)
+    return (total / float(count)).astype(result)  # an int count over 2**31 overflows int32
 
 
 def count_nonzero(A: DiaMatrix, axis: Any = None) -> Any:

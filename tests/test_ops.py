@@ -458,6 +458,8 @@ def test_mean_follows_numpy_dtypes_and_16_bit_range():
     """``mean`` computes as ``np.mean``: 16-bit floats in float32 (the count alone can be
     beyond float16's 65504), an integer or bool ``dtype`` summed and returned in it."""
     assert_close(jaxdia.eye(300, dtype=np.float16).mean(), 1 / 300, np.float16)
+    with jax.enable_x64(False):  # m * n >= 2**31 overflowed as an int32 operand
+        assert_close(jaxdia.eye(100_000).mean(), 1e-5, np.float32)
     wide = jaxdia.eye(2, 70_000, dtype=np.float16)
     assert wide.mean(axis=1).dtype == np.float16
     assert_close(wide.mean(axis=1), [1 / 70_000] * 2, np.float16)
