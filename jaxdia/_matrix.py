@@ -391,7 +391,7 @@ class DiaMatrix:
         if len(set(offsets)) != len(offsets):
             raise ValueError(f"offset array contains duplicate values: {offsets}")
         offsets = tuple(sorted(k for k in offsets if holds_entries(k, (m, n))))
-        return cls(dense_to_dia(jnp.asarray(array), offsets), offsets, (m, n))
+        return cls(dense_to_dia(array, offsets, (m, n)), offsets, (m, n))
 
     def todense(self, order: Any = None, out: None = None) -> Array:
         """The dense ``(..., m, n)`` JAX array (batch dims kept).

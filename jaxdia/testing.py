@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import strategies as st
 
-from ._convert import in_bounds_slots
-from ._matrix import DiaMatrix, holds_entries
+from ._matrix import DiaMatrix
+from ._xla import diagonal_bounds
 
 __all__ = ["batch_shapes", "dia_matrices", "dtypes", "offsets", "random_values", "shapes"]
 
@@ -171,8 +171,8 @@ def dia_matrices(
     data = random_values(rng, (*batch_shape, len(diagonal_offsets), shape[1]), dtype)
     if padding != "random":
         mask = np.ones(data.shape[-2:], bool)
-        inside = [k for k, o in enumerate(diagonal_offsets) if holds_entries(o, shape)]
-        diag, _, col = in_bounds_slots(tuple(diagonal_offsets[k] for k in inside), shape)
-        mask[np.asarray(inside, np.int64)[diag], col] = False
+        for k, offset in enumerate(diagonal_offsets):
+            start, stop = diagonal_bounds(offset, shape)
+            mask[k, start:stop] = False
         data[..., mask] = np.nan if padding == "nan" else 0
     return DiaMatrix(data, diagonal_offsets, shape)

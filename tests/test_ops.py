@@ -503,6 +503,30 @@ def test_padding_masks_are_not_program_constants():
         np.testing.assert_array_equal(result, expected)
 
 
+def test_conversions_compute_their_indices_in_the_program():
+    """``from_dense``, ``todense``, ``A.multiply(column)``, ``A / column`` and ``kron``
+    compute slot indices from an iota: a program's size does not grow with the number of
+    stored entries (NumPy index tables were constants of that size: ``A.multiply(column)``
+    for 27 diagonals at n = 1e6 compiled for 5.9 s). Lowered only: nothing this size runs."""
+    n, offsets = 100_000, tuple(range(-13, 14))
+    A = jaxdia.DiaMatrix(np.ones((27, n), np.float32), offsets, (n, n))
+    column = jax.ShapeDtypeStruct((n, 1), np.float32)
+    dense = jax.ShapeDtypeStruct((5_000, 5_000), np.float32)
+    T = jaxdia.DiaMatrix(np.ones((3, 300), np.float32), (-1, 0, 1), (300, 300))
+    wide = jaxdia.DiaMatrix(np.ones((2, 400), np.float32), (0, 1), (300, 400))
+    programs = [
+        jax.jit(lambda A, x: (A.multiply(x), A / x)).lower(A, column),
+        jax.jit(lambda M: jaxdia.DiaMatrix.from_dense(M, offsets)).lower(dense),
+        jax.jit(lambda data: jaxdia.DiaMatrix(data, offsets, (5_000, 5_000)).todense()).lower(
+            jax.ShapeDtypeStruct((27, 5_000), np.float32)
+        ),
+        jax.jit(jaxdia.kron).lower(T, T),
+        jax.jit(jaxdia.kron).lower(T, wide),
+    ]
+    for program in programs:
+        assert len(program.as_text()) < 100_000
+
+
 def test_sum_under_grad_ignores_padding():
     data = np.array([[np.nan, 1.0, 2.0], [3.0, 4.0, np.nan]])
     grad = jax.grad(lambda d: jaxdia.DiaMatrix(d, (1, -1), (3, 3)).sum(axis=1).sum())(data)
@@ -620,6 +644,15 @@ def test_kron_matches_scipy(pair):
 def test_kron_square_offsets_and_errors():
     T = jaxdia.diags([1.0, 2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
     assert jaxdia.kron(T, T).offsets == (-4, -3, -2, -1, 0, 1, 2, 3, 4)
+    # Diagonals (1, -1) and (0, 2) of (A, B) both land on diagonal 1 * 3 - 1 = 2, in
+    # disjoint slots; a batch of A broadcasts against an unbatched B.
+    rng = np.random.default_rng(0)
+    A = jaxdia.DiaMatrix(rng.standard_normal((2, 2, 4)), (0, 1), (4, 4))
+    B = jaxdia.DiaMatrix(rng.standard_normal((2, 3)), (-1, 2), (3, 3))
+    K = jax.jit(jaxdia.kron)(A, B)
+    assert K.offsets == (-1, 2, 5)
+    for i in range(2):
+        np.testing.assert_allclose(K.todense()[i], np.kron(A.todense()[i], B.todense()))
     with pytest.raises(TypeError, match="kron: B must be a DiaMatrix"):
         jaxdia.kron(T, np.eye(3))
 
