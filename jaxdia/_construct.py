@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
+import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
+from jax import Array
 
-from ._dtypes import check_dtype, is_int, native
+from ._dtypes import check_dtype, is_int, is_numeric, native
 from ._matrix import DiaMatrix, as_offsets, as_shape
 
 
@@ -39,7 +43,8 @@ def diags(diagonals: Any, offsets: Any = 0, shape: Any = None, dtype: Any = None
     Raises:
       ValueError: as SciPy does: different numbers of diagonals and offsets, an offset
         out of bounds, a diagonal shorter than its place (and not of length 1), or
-        duplicate offsets.
+        duplicate offsets; a diagonal that is not 1-D.
+      TypeError: a diagonal that is not numeric.
 
     Example:
       >>> import jaxdia
@@ -56,24 +61,27 @@ def diags(diagonals: Any, offsets: Any = 0, shape: Any = None, dtype: Any = None
         else:
             raise ValueError("Different number of diagonals and offsets.")
     offsets = as_offsets(offsets)
-    diagonals = [
-        jnp.atleast_1d(jnp.asarray(native(d) if isinstance(d, np.ndarray) else d))
-        for d in diagonals
-    ]
+    # Python scalars are weakly typed, as in JAX: [2.0] next to a float16 diagonal stays
+    # float16.
+    weak = [d if isinstance(d, (int, float, complex)) else None for d in diagonals]
+    diagonals = [_as_diagonal(d, i) for i, d in enumerate(diagonals)]
     if len(diagonals) != len(offsets):
         raise ValueError("Different number of diagonals and offsets.")
-    if any(d.ndim != 1 for d in diagonals):
-        raise ValueError(f"each diagonal must be 1-D, got shapes {[d.shape for d in diagonals]}")
+    if len(set(offsets)) != len(offsets):
+        raise ValueError(f"offset array contains duplicate values: {offsets}")
     if shape is None:
         size = diagonals[0].shape[0] + abs(offsets[0])
         shape = (size, size)
     m, n = as_shape(shape)
-    if dtype is None:
-        dtype = _default_dtype(jnp.result_type(*diagonals)) if diagonals else jnp.result_type(float)
+    if dtype is None and diagonals:
+        dtype = _default_dtype(
+            jnp.result_type(*(w if w is not None else d for w, d in zip(weak, diagonals)))
+        )
+    elif dtype is None:
+        dtype = jnp.result_type(float)
     dtype = check_dtype(dtype, "dtype")
-    rows = []
+    layout = []  # (offset, index into diagonals, first column, length) of stored diagonals
     for index, (diagonal, offset) in enumerate(zip(diagonals, offsets)):
-        start = max(0, offset)
         length = min(m + offset, n - offset, min(m, n))
         if length < 0:
             raise ValueError(f"Offset {offset} (index {index}) out of bounds")
@@ -83,10 +91,48 @@ def diags(diagonals: Any, offsets: Any = 0, shape: Any = None, dtype: Any = None
                 f"Diagonal length (index {index}: {size} at offset {offset}) does not agree "
                 f"with array size ({m}, {n})."
             )
-        values = jnp.broadcast_to(diagonal[:length], (length,)).astype(dtype)
-        rows.append(jnp.pad(values, (start, n - start - length)))
-    data = jnp.stack(rows) if rows else jnp.zeros((0, n), dtype)
-    return DiaMatrix(data, offsets, (m, n))
+        if length:
+            layout.append((offset, index, max(0, offset), length))
+    layout.sort()
+    kept = tuple(offset for offset, *_ in layout)
+    places = tuple((index, start, length) for _, index, start, length in layout)
+    if any(isinstance(d, (jax.Array, jax.core.Tracer)) for d in diagonals):
+        data = _device_data(diagonals, places, n, dtype)
+    else:  # built on the host and transferred once, as SciPy builds it
+        data = np.zeros((len(places), n), dtype)
+        for row, (index, start, length) in enumerate(places):
+            data[row, start : start + length] = np.asarray(diagonals[index])[:length]
+        data = jax.device_put(data)
+    return DiaMatrix(data, kept, (m, n))
+
+
+def _as_diagonal(diagonal: Any, index: int) -> Array | np.ndarray:
+    """A 1-D diagonal: a JAX array as given, anything else as a NumPy array."""
+    if isinstance(diagonal, (jax.Array, jax.core.Tracer)):
+        array = jnp.atleast_1d(diagonal)
+    else:
+        array = np.atleast_1d(native(np.asarray(diagonal)))
+        if not is_numeric(array.dtype):
+            raise TypeError(
+                f"diagonals[{index}] must be numeric, got {type(diagonal).__name__} of dtype "
+                f"{array.dtype}"
+            )
+    if array.ndim != 1:
+        raise ValueError(f"diagonals[{index}] must be 1-D, got shape {array.shape}")
+    return array
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _device_data(
+    diagonals: list[Any], places: tuple[tuple[int, int, int], ...], n: int, dtype: np.dtype
+) -> Array:
+    """``data`` from JAX diagonals, one compiled program: ``places`` lists ``(index,
+    start, length)`` of each stored diagonal in offset order."""
+    rows = []
+    for index, start, length in places:
+        values = jnp.broadcast_to(diagonals[index][:length], (length,))
+        rows.append(jnp.pad(values.astype(dtype), (start, n - start - length)))
+    return jnp.stack(rows) if rows else jnp.zeros((0, n), dtype)
 
 
 def eye(m: int, n: int | None = None, k: int = 0, dtype: Any = None) -> DiaMatrix:
@@ -105,4 +151,4 @@ def eye(m: int, n: int | None = None, k: int = 0, dtype: Any = None) -> DiaMatri
     if not is_int(k):
         raise TypeError(f"k must be an int, got {type(k).__name__}: {k!r}")
     dtype = jnp.result_type(float) if dtype is None else dtype
-    return diags([jnp.ones(1, check_dtype(dtype, "dtype"))], [k], (m, m if n is None else n))
+    return diags([np.ones(1, check_dtype(dtype, "dtype"))], [k], (m, m if n is None else n))
