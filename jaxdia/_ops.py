@@ -32,6 +32,7 @@ from jax import Array, lax
 
 from ._convert import dense_to_dia, slot_indices
 from ._dtypes import check_dtype, is_int, is_numeric, native
+from ._matmul import dia_matmul, dia_rmatmul
 from ._matrix import DiaMatrix, as_offsets, holds_entries
 from ._xla import accumulation_dtype, diagonal_bounds, index_dtype, pairwise_sum
 
@@ -432,11 +433,24 @@ def reduce_sum(A: DiaMatrix, axis: Any = None, dtype: Any = None, out: Any = Non
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def _sum(A: DiaMatrix, axis: int | None, dtype: np.dtype | None) -> Array:
-    if axis == 1:  # the row sums of A are the column sums of A.T, whose padding is zero
-        return _sum_diagonals(transpose(A).data, dtype)
+    inexact = dtype is None or jnp.issubdtype(dtype, jnp.inexact)
+    if not inexact or (A.dtype.kind == "c" and np.dtype(dtype).kind != "c"):
+        # An integer or bool sum of the entries (as np.sum(..., dtype=int)), or a real
+        # sum of complex entries (NumPy drops the imaginary parts).
+        if axis == 1:  # the row sums of A are the column sums of A.T, whose padding is zero
+            return _sum_diagonals(transpose(A).data, dtype)
+        if axis == 0:
+            return _sum_diagonals(_filled(A), dtype)
+        return jnp.sum(_filled(A), axis=(-2, -1), dtype=dtype)
+    # Products with ones: the product's loop reads each diagonal once without temporaries
+    # and runs on every core. XLA CPU's reductions of the masked data were 5-10x slower
+    # for 27 diagonals at n = 1e6 (37 ms for A.sum() in float32, SciPy 8 ms, now 6 ms).
+    A = A if dtype is None else astype(A, dtype)
+    m, n = A.shape
     if axis == 0:
-        return _sum_diagonals(_filled(A), dtype)
-    return jnp.sum(_filled(A), axis=(-2, -1), dtype=dtype)
+        return dia_rmatmul(A.data, A.offsets, A.shape, jnp.ones(m, A.dtype))
+    rows = dia_matmul(A.data, A.offsets, A.shape, jnp.ones(n, A.dtype))
+    return rows if axis == 1 else jnp.sum(rows, axis=-1)
 
 
 def _sum_diagonals(data: Array, dtype: np.dtype | None = None) -> Array:

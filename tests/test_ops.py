@@ -5,6 +5,8 @@ slots only; the drawn matrices hold NaN in their padding, so a padding read show
 a NaN in the result.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -442,6 +444,17 @@ def test_column_sums_and_powers_avoid_slow_xla_ops():
         assert "stablehlo.power" not in jax.jit(lambda A, p=p: A**p).lower(A).as_text()
     assert "stablehlo.power" in jax.jit(lambda A: A**1.5).lower(A).as_text()
     assert A.conj() is A and A.real is A
+
+
+def test_sums_are_products_with_ones():
+    """``sum`` and ``mean`` run the tuned product with a vector of ones: XLA CPU's
+    reduction of the masked 2-D data was 5-10x slower for 27 diagonals at n = 1e6."""
+    A = jaxdia.DiaMatrix(np.ones((3, 8)), (-1, 0, 2), (8, 8))
+    for reduction in (A.sum, A.mean):
+        for axis in (None, 0, 1):
+            jaxpr = str(jax.make_jaxpr(lambda A, axis=axis: reduction.__func__(A, axis))(A))
+            assert "dia_spmm" in jaxpr
+            assert re.search(r"reduce_sum\[axes=\(\d+, \d", jaxpr) is None
 
 
 def test_sum_dtype_and_axis_error():
