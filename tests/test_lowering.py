@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jaxdia
-from jaxdia import _pallas_tpu, _pallas_triton
+from jaxdia import _pallas_tpu, _pallas_triton, _solve
 
 TRITON_CALLS = ("__gpu$xla.gpu.triton", "triton_kernel_call")
 TPU_CALL = "tpu_custom_call"
@@ -194,6 +194,18 @@ def test_grad_data_uses_sddmm_kernel(platform):
     )
     assert PLATFORM_CALLS[platform](text) and "jaxdia_sddmm" in text
     assert "jaxdia_spmm" not in text
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+def test_solve_banded_lowers_without_the_cpu_lapack_callback(platform):
+    """Large banded solves call LAPACK on the host on CPU only; accelerators keep the
+    ``lax.scan`` LU (a host callback there would copy the system to the host)."""
+    n = _solve._LAPACK_FROM
+    A = jaxdia.diags([1.0, 1.0, 4.0, 1.0], offsets=[-2, -1, 0, 2], shape=(n, n))
+    b = jnp.ones(n, jnp.float32)
+    assert "callback" in lowered_text(jaxdia.solve_banded, A, b, platform="cpu")
+    text = lowered_text(jaxdia.solve_banded, A, b, platform=platform)
+    assert "callback" not in text and "stablehlo.while" in text
 
 
 def test_float64_on_tpu_falls_back_to_xla():

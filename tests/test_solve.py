@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 
 import jaxdia
+from jaxdia import _solve
 from jaxdia.testing import offsets as offset_strategy
 
 from .helpers import assert_close, dense_f64
@@ -174,6 +175,14 @@ def test_jacobi_errors():
 # -- solve_banded ----------------------------------------------------------------------------
 
 
+@pytest.fixture(params=["scan", "lapack"])
+def banded_path(request, monkeypatch):
+    """Runs a test with either of solve_banded's LUs for non-tridiagonal bands, whatever
+    the size: the ``lax.scan`` LU (GPU, TPU and small systems) or LAPACK's ``gbsv``
+    (CPU, from ``_LAPACK_FROM`` rows on)."""
+    monkeypatch.setattr(_solve, "_LAPACK_FROM", 0 if request.param == "lapack" else 2**62)
+
+
 def banded(n, offsets, dtype=np.float64, seed=0, dominant=True):
     """A random DiaMatrix with NaN padding; diagonally dominant unless told otherwise."""
     rng = np.random.default_rng(seed)
@@ -200,6 +209,7 @@ def scipy_banded(A):
     return (lower, upper), ab
 
 
+@pytest.mark.usefixtures("banded_path")
 @pytest.mark.parametrize(
     "offsets, dtype, columns",
     [
@@ -228,6 +238,7 @@ def test_solve_banded_matches_scipy(offsets, dtype, columns):
     assert_close(x, expected, dtype, scale=100)
 
 
+@pytest.mark.usefixtures("banded_path")
 @settings(max_examples=8)
 @given(st.integers(1, 14).flatmap(lambda n: st.tuples(st.just(n), offset_strategy((n, n)))))
 def test_solve_banded_property(case):
@@ -239,6 +250,7 @@ def test_solve_banded_property(case):
     assert_close(jaxdia.solve_banded(A, b), expected, np.float64, scale=1e3)
 
 
+@pytest.mark.usefixtures("banded_path")
 def test_solve_banded_pivots():
     """A zero diagonal defeats LU without pivoting; row swaps within the band solve it."""
     for offsets in [(-1, 1), (-3, 1), (-1, 2, 3)]:
@@ -249,6 +261,7 @@ def test_solve_banded_pivots():
         )
 
 
+@pytest.mark.usefixtures("banded_path")
 def test_solve_banded_singular_gives_nan():
     for offsets in [(-2, 1), (-1, 0, 1), (1, 2)]:
         A = banded(6, offsets, dominant=False)
@@ -257,6 +270,7 @@ def test_solve_banded_singular_gives_nan():
         assert np.isnan(jaxdia.solve_banded(singular, jnp.ones(6))).all(), offsets
 
 
+@pytest.mark.usefixtures("banded_path")
 @pytest.mark.parametrize("offsets", [(-1, 0, 1), (-2, 0, 2)])
 def test_solve_banded_ill_conditioned(offsets):
     """cond ~ 1e12: the answer is finite and backward stable; the forward error is larger."""
@@ -286,6 +300,7 @@ def test_solve_banded_ill_conditioned(offsets):
     np.testing.assert_allclose(x, expected, rtol=1e-6)
 
 
+@pytest.mark.usefixtures("banded_path")
 @pytest.mark.parametrize("offsets", [(-1, 0, 1), (-2, 0, 1)])
 def test_solve_banded_batches(offsets):
     n, batch = 9, 4
@@ -316,6 +331,7 @@ def test_solve_banded_batches(offsets):
     assert jaxdia.solve_banded(batched, bs[0]).shape == (batch, n)
 
 
+@pytest.mark.usefixtures("banded_path")
 @pytest.mark.parametrize(
     "offsets, columns, dtype",
     [
@@ -345,6 +361,20 @@ def test_solve_banded_gradients(offsets, columns, dtype):
     )(data, b)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
+
+
+def test_solve_banded_uses_lapack_on_cpu_for_large_systems():
+    """From ``_LAPACK_FROM`` rows on, CPU solves call LAPACK's gbsv (the scan LU took 5x
+    SciPy's time at n = 1e5); the scan stays for small systems and on other platforms
+    (``tests/test_lowering.py``)."""
+    n = _solve._LAPACK_FROM
+    A, b = banded(n, (-2, -1, 0, 1, 3)), rhs(n)
+    text = jax.jit(jaxdia.solve_banded).lower(A, b).as_text()
+    assert "callback" in text
+    small = banded(n - 1, (-2, -1, 0, 1, 3))
+    assert "callback" not in jax.jit(jaxdia.solve_banded).lower(small, rhs(n - 1)).as_text()
+    expected = sla.solve_banded(*scipy_banded(A), b)
+    np.testing.assert_allclose(jaxdia.solve_banded(A, b), expected, rtol=1e-12)
 
 
 def test_solve_banded_edge_cases():
