@@ -527,4 +527,11 @@ def dia_diagonal(
     stop = max(start, stop)
     if k not in offsets:
         return jnp.zeros((*data.shape[:-2], stop - start), data.dtype)
-    return data[..., offsets.index(k), start:stop]
+    return _stored_diagonal(data, offsets.index(k), start, stop)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _stored_diagonal(data: Array, row: int, start: int, stop: int) -> Array:
+    """``data[..., row, start:stop]``, one compiled call: run eagerly, JAX's indexing took
+    ~1.3 ms for a diagonal of 1e6 entries (SciPy returns a view in 3 us)."""
+    return data[..., row, start:stop]

@@ -350,6 +350,16 @@ def test_dia_diagonal_under_jit_and_vmap():
     np.testing.assert_array_equal(np.asarray(got), expected)
 
 
+def test_eager_diagonal_is_one_compiled_call():
+    """Eager ``A.diagonal(k)`` of a stored diagonal reuses one compiled slice (JAX's eager
+    indexing took ~1.3 ms for 1e6 entries, where SciPy returns a view)."""
+    A = jaxdia.DiaMatrix(np.arange(12.0).reshape(3, 4), (-1, 0, 2), (5, 4))
+    before = _traces._stored_diagonal._cache_size()
+    for _ in range(3):
+        np.testing.assert_array_equal(A.diagonal(2), [10.0, 11.0])  # A[0, 2], A[1, 3]
+    assert _traces._stored_diagonal._cache_size() == before + 1
+
+
 def test_dia_long_diagonals_stream_in_chunks():
     n = 70_000  # more than _CHUNK_ELEMENTS: the large, contiguous path
     rng = np.random.default_rng(7)
