@@ -201,6 +201,11 @@ class DiaMatrix:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("DiaMatrix is immutable; its methods return new matrices")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # pickle, copy.copy and copy.deepcopy rebuild the matrix from its parts (the
+        # default protocol restores slots through the immutable __setattr__).
+        return type(self).tree_unflatten, self.tree_flatten()[::-1]
+
     # -- pytree ----------------------------------------------------------------------------
 
     def tree_flatten(self) -> tuple[tuple[Array], tuple[tuple[int, ...], tuple[int, int]]]:

@@ -168,6 +168,11 @@ class ShardedDiaMatrix:
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("ShardedDiaMatrix is immutable")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # copy.copy, copy.deepcopy and pickle rebuild the matrix from its parts (the
+        # default protocol restores slots through the immutable __setattr__).
+        return type(self).tree_unflatten, self.tree_flatten()[::-1]
+
     def tree_flatten(self) -> tuple[tuple[Array], tuple[Any, ...]]:
         return (self.windows,), (self.offsets, self.shape, self.mesh, self.axis)
 

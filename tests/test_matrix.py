@@ -1,5 +1,8 @@
 """DiaMatrix: canonical form, properties, conversions, pytree behaviour, validation."""
 
+import copy
+import pickle
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -322,6 +325,20 @@ def test_immutable():
     A = laplacian(3)
     with pytest.raises(AttributeError, match="immutable"):
         A.offsets = (0,)
+
+
+def test_pickle_and_copy():
+    """pickle, copy.copy and copy.deepcopy (of a matrix inside a container too) give an
+    equal matrix; the default protocol failed on the immutable slots."""
+    A = jaxdia.DiaMatrix(np.arange(12.0).reshape(2, 2, 3), (0, -1), (3, 3))
+    copies = [
+        pickle.loads(pickle.dumps(A)),
+        copy.copy(A),
+        copy.deepcopy({"A": A})["A"],
+    ]
+    for B in copies:
+        assert type(B) is jaxdia.DiaMatrix and (B.offsets, B.shape) == (A.offsets, A.shape)
+        np.testing.assert_array_equal(B.data, A.data)
 
 
 # -- validation -------------------------------------------------------------------------------

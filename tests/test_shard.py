@@ -7,6 +7,7 @@ test. What needs one device only (argument errors, the 1-device case) runs in-pr
 """
 
 import ast
+import copy
 import os
 import re
 import subprocess
@@ -85,6 +86,13 @@ def test_pytree_roundtrip(mesh):
     assert len(leaves) == 1
     again = jax.tree_util.tree_unflatten(tree, leaves)
     assert again.offsets == sharded.offsets and again.mesh == sharded.mesh
+
+
+def test_copy_and_deepcopy(mesh):
+    sharded = jaxdia.shard(jaxdia.eye(4), mesh, "rows")
+    for again in (copy.copy(sharded), copy.deepcopy(sharded)):
+        assert (again.offsets, again.shape, again.axis) == (sharded.offsets, (4, 4), "rows")
+        np.testing.assert_array_equal(again.windows, sharded.windows)
 
 
 def test_rejects_bad_arguments(mesh):
