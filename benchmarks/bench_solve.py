@@ -43,28 +43,44 @@ def with_lapack_from(rows):
     return jax.jit(solve)
 
 
-def case(n, lower, upper, dtype, rounds, inner):
+def case(n, lower, upper, dtype, rounds, inner, batch=1):
+    """Median seconds per call of each competitor; ``batch`` systems share the offsets
+    (one batched DiaMatrix for jaxdia, a loop for SciPy)."""
     rng = np.random.default_rng(n)
     offsets = tuple(range(-lower, upper + 1))
-    data = rng.standard_normal((len(offsets), n)).astype(dtype)
-    data[lower] += 2 * len(offsets)  # diagonally dominant: well conditioned
-    A = jaxdia.DiaMatrix(data, offsets, (n, n))
-    b = rng.standard_normal(n).astype(dtype)
-    ab = np.zeros((lower + upper + 1, n), dtype)  # SciPy's storage: ab[u + i - j, j]
+    data = rng.standard_normal((batch, len(offsets), n)).astype(dtype)
+    data[:, lower] += 2 * len(offsets)  # diagonally dominant: well conditioned
+    A = jaxdia.DiaMatrix(data if batch > 1 else data[0], offsets, (n, n))
+    b = rng.standard_normal((batch, n)).astype(dtype)
+    ab = np.zeros((batch, lower + upper + 1, n), dtype)  # SciPy's storage: ab[u + i - j, j]
     for k, offset in enumerate(offsets):
-        ab[upper - offset] = data[k]
-    expected = sla.solve_banded((lower, upper), ab, b)
+        ab[:, upper - offset] = data[:, k]
+
+    def scipy_loop():
+        return np.stack([sla.solve_banded((lower, upper), ab[i], b[i]) for i in range(batch)])
+
+    rhs = b[..., None] if batch > 1 else b[0]
+    expected = scipy_loop().reshape(np.shape(rhs))
     default, scan = jax.jit(jaxdia.solve_banded), with_lapack_from(2**62)
     competitors = {
-        "scipy": lambda: sla.solve_banded((lower, upper), ab, b),
-        "jaxdia": lambda: jax.block_until_ready(default(A, b)),
-        "scan": lambda: jax.block_until_ready(scan(A, b)),
+        "scipy": scipy_loop,
+        "jaxdia": lambda: jax.block_until_ready(default(A, rhs)),
+        "scan": lambda: jax.block_until_ready(scan(A, rhs)),
     }
     tolerance = 1e-4 if dtype == np.float32 else 1e-10
     for name, call in competitors.items():
-        if not np.allclose(call(), expected, rtol=tolerance, atol=tolerance):
+        got = np.reshape(call(), np.shape(rhs))
+        if not np.allclose(got, expected, rtol=tolerance, atol=tolerance):
             raise AssertionError(f"{name} is wrong for n = {n}, band ({lower}, {upper})")
     return {name: median for name, (median, _) in timed(competitors, rounds, inner).items()}
+
+
+def row(n, lower, upper, dtype, t, batch=1):
+    return (
+        f"| {f'{batch} x ' if batch > 1 else ''}{n:,} | ({lower}, {upper}) "
+        f"| {np.dtype(dtype).name} | {shown(t['scipy'])} | {shown(t['jaxdia'])} "
+        f"({t['jaxdia'] / t['scipy']:.2f}) | {shown(t['scan'])} ({t['scan'] / t['scipy']:.2f}) |"
+    )
 
 
 def main():
@@ -78,21 +94,26 @@ def main():
         f"{os.cpu_count()} cores; `_LAPACK_FROM` = {_solve._LAPACK_FROM}; median call, "
         "ratio to SciPy in parentheses",
         "",
-        "| n | band (l, u) | dtype | SciPy `solve_banded` | jaxdia | jaxdia, scan forced |",
+        "| (systems x) n | band (l, u) | dtype | SciPy `solve_banded` | jaxdia | scan forced |",
         "|---:|---|---|---:|---:|---:|",
     ]
     for lower, upper in ((2, 2), (3, 3), (1, 6)):
         for dtype in (np.float64, np.float32):
             for n in sizes:
                 rounds, inner = (3, 5) if n < 1_000_000 else (2, 2)
-                t = case(n, lower, upper, dtype, rounds, inner)
                 lines.append(
-                    f"| {n:.0e} | ({lower}, {upper}) | {np.dtype(dtype).name} "
-                    f"| {shown(t['scipy'])} | {shown(t['jaxdia'])} "
-                    f"({t['jaxdia'] / t['scipy']:.2f}) | {shown(t['scan'])} "
-                    f"({t['scan'] / t['scipy']:.2f}) |"
+                    row(n, lower, upper, dtype, case(n, lower, upper, dtype, rounds, inner))
                 )
                 print(lines[-1], flush=True)
+    batches = (
+        ((256, 256), (256, 2048))
+        if args.quick
+        else ((256, 64), (256, 256), (256, 2048), (16, 10_000))
+    )
+    for batch, n in batches:  # SciPy: a loop over the systems
+        t = case(n, 2, 2, np.float64, 3, 3, batch=batch)
+        lines.append(row(n, 2, 2, np.float64, t, batch=batch))
+        print(lines[-1], flush=True)
     report = "\n".join(lines)
     print("\n" + report)
     if args.out:

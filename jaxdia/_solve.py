@@ -180,8 +180,11 @@ def _banded_lu_solve(
 
 
 #: Systems of this many rows or more are solved by LAPACK on CPU. Below it the callback's
-#: fixed cost (~0.15 ms) exceeds the whole scan (pentadiagonal: 0.07 ms at n = 100).
-_LAPACK_FROM = 256
+#: fixed cost (~0.2 ms) exceeds the whole scan (pentadiagonal float64: 0.12 ms at
+#: n = 200, 0.29 ms at 512 where LAPACK takes 0.25 ms); a vmapped scan also shares its
+#: per-row overhead among the systems of a batch (256 systems of 256 rows: 4 ms, 6 ms
+#: with LAPACK).
+_LAPACK_FROM = 512
 
 
 def _lapack_solve(
@@ -216,15 +219,17 @@ def _gbsv_on_host(
     (gbsv,) = get_lapack_funcs(("gbsv",), (data, x))
     rows = np.array([lower + upper - offset for offset in offsets])
     bounds = [diagonal_bounds(offset, (n, n)) for offset in offsets]
+    # gbsv's band storage: ab[lower + upper + i - j, j] = A[i, j], so diagonal k sits in
+    # row lower + upper - k; the first ``lower`` rows are room for the fill-in. Built
+    # transposed (rows of a column-major ab are strided), for the whole batch at once.
+    bands = np.zeros((*x.shape[:-2], n, 2 * lower + upper + 1), data.dtype)
+    bands[..., rows] = np.swapaxes(data, -1, -2)
+    for row, (start, stop) in zip(rows, bounds):  # padding slots hold anything
+        bands[..., :start, row] = bands[..., stop:, row] = 0
     for index in np.ndindex(*x.shape[:-2]):
-        # gbsv's band storage: ab[lower + upper + i - j, j] = A[i, j], so diagonal k sits
-        # in row lower + upper - k; the first ``lower`` rows are room for the fill-in.
-        # Built transposed (one pass over data; rows of a column-major ab are strided).
-        band = np.zeros((n, 2 * lower + upper + 1), data.dtype)
-        band[:, rows] = data[index].T
-        for row, (start, stop) in zip(rows, bounds):  # padding slots hold anything
-            band[:start, row] = band[stop:, row] = 0
-        *_, info = gbsv(lower, upper, band.T, x[index].T, overwrite_ab=True, overwrite_b=True)
+        *_, info = gbsv(
+            lower, upper, bands[index].T, x[index].T, overwrite_ab=True, overwrite_b=True
+        )
         if info > 0:
             x[index] = np.nan
     return x
@@ -240,16 +245,6 @@ def _tridiagonal_solve(data: Array, b: Array, offsets: tuple[int, ...], n: int) 
         return _pad_last(values[start:stop], start - offset, n - (stop - offset))
 
     return lax.linalg.tridiagonal_solve(diagonal(-1), diagonal(0), diagonal(1), b)
-
-
-@partial(jax.jit, static_argnames=("offsets", "n", "lapack"))
-def _solve_batch(data: Array, b: Array, offsets: tuple[int, ...], n: int, lapack: bool) -> Array:
-    """Systems stacked on a leading axis: ``data`` ``(B, n_diags, n)``, ``b`` ``(B, n, k)``.
-
-    Jitted so that eager calls reuse the compiled program (``lax.scan`` and
-    ``custom_linear_solve`` would otherwise be traced again on every call).
-    """
-    return jax.vmap(lambda d, rhs: _solve_one(d, rhs, offsets, n, lapack))(data, b)
 
 
 def _solve_one(data: Array, b: Array, offsets: tuple[int, ...], n: int, lapack: bool) -> Array:
@@ -296,7 +291,7 @@ def solve_banded(A: DiaMatrix, b: Any) -> Array:
       diagonally dominant matrix.
     * Any other band (offsets within ``[-l, u]``): a banded LU with partial pivoting
       within the band (row swaps widen the upper band of ``U`` to ``l + u``), O(n l (l + u))
-      work per right-hand side. On CPU, from 256 rows on, LAPACK's ``gbsv`` (the routine
+      work per right-hand side. On CPU, from 512 rows on, LAPACK's ``gbsv`` (the routine
       of ``scipy.linalg.solve_banded``) runs it on the host through ``jax.pure_callback``
       (one call per system of a batch), so a program holding such a solve cannot be
       serialized with ``jax.export``. Otherwise the same algorithm runs as a sequential
@@ -345,20 +340,12 @@ def solve_banded(A: DiaMatrix, b: Any) -> Array:
                 f"solve_banded: b must be a numeric array, got {type(b).__name__}"
                 + (f" of dtype {host.dtype}" if host.dtype != object else "")
             )
-        b = jnp.asarray(native(host))
-    vector = b.ndim == 1
+        b = native(host)  # transferred by the compiled call
     if b.ndim == 0 or b.shape[-2 if b.ndim > 1 else 0] != n:
         raise ValueError(
             f"solve_banded: b must have shape ({n},) or (..., {n}, k) for A of shape "
             f"{A.shape}, got shape {b.shape}"
         )
-    dtype = jnp.result_type(A.dtype, b.dtype)
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        dtype = jnp.result_type(float)
-    work = np.dtype(np.float32) if np.dtype(dtype).itemsize == 2 else dtype
-    data, b = A.data.astype(work), b.astype(work)
-    if vector:
-        b = b[:, None]
     try:
         batch = np.broadcast_shapes(A.batch_shape, b.shape[:-2])
     except ValueError:
@@ -366,13 +353,43 @@ def solve_banded(A: DiaMatrix, b: Any) -> Array:
             f"solve_banded: A's batch shape {A.batch_shape} and b's batch shape "
             f"{b.shape[:-2]} (b of shape {b.shape}) do not broadcast"
         ) from None
+    dtype = jnp.result_type(A.dtype, b.dtype)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = jnp.result_type(float)
+    return _solve(
+        A.data, b, offsets=A.offsets, batch=batch, dtype=np.dtype(dtype), lapack=n >= _LAPACK_FROM
+    )
+
+
+@partial(jax.jit, static_argnames=("offsets", "batch", "dtype", "lapack"))
+def _solve(
+    data: Array,
+    b: Array,
+    *,
+    offsets: tuple[int, ...],
+    batch: tuple[int, ...],
+    dtype: np.dtype,
+    lapack: bool,
+) -> Array:
+    """:func:`solve_banded` for checked operands, as one compiled call.
+
+    Eagerly, the casts and reshapes around the solve ran op by op (tridiagonal, n = 1000:
+    0.33 ms against 0.06 ms jitted), and ``lax.scan`` and ``custom_linear_solve`` were
+    traced again on every call. Systems are stacked on one batch axis for the solve.
+    """
+    n = data.shape[-1]
+    work = np.dtype(np.float32) if dtype.itemsize == 2 else dtype
+    vector = b.ndim == 1
+    data, b = data.astype(work), b.astype(work)
+    if vector:
+        b = b[:, None]
     size = math.prod(batch)
     data = jnp.broadcast_to(data, (*batch, *data.shape[-2:])).reshape(size, *data.shape[-2:])
     b = jnp.broadcast_to(b, (*batch, *b.shape[-2:])).reshape(size, *b.shape[-2:])
-    if n == 0 or not A.offsets:
+    if n == 0 or not offsets:
         # Empty systems are solved; a matrix with no stored diagonal is singular.
         x = jnp.full(b.shape, jnp.nan if n else 0, work)
     else:
-        x = _solve_batch(data, b, A.offsets, n, n >= _LAPACK_FROM)
+        x = jax.vmap(lambda d, rhs: _solve_one(d, rhs, offsets, n, lapack))(data, b)
     x = x.reshape(*batch, *x.shape[-2:]).astype(dtype)
     return x[..., 0] if vector else x
