@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from ._dtypes import check_dtype, is_int, is_numeric, native
+from ._dtypes import check_dtype, is_int, is_numeric, native, warn_if_unavailable
 from ._matrix import DiaMatrix, as_offsets, as_shape
 
 
@@ -73,6 +73,8 @@ def diags(diagonals: Any, offsets: Any = 0, shape: Any = None, dtype: Any = None
         size = diagonals[0].shape[0] + abs(offsets[0])
         shape = (size, size)
     m, n = as_shape(shape)
+    if dtype is not None:
+        warn_if_unavailable(check_dtype(dtype, "dtype"), "diags")
     if dtype is None and diagonals:
         dtype = _default_dtype(
             jnp.result_type(*(w if w is not None else d for w, d in zip(weak, diagonals)))
@@ -150,5 +152,8 @@ def eye(m: int, n: int | None = None, k: int = 0, dtype: Any = None) -> DiaMatri
     """
     if not is_int(k):
         raise TypeError(f"k must be an int, got {type(k).__name__}: {k!r}")
-    dtype = jnp.result_type(float) if dtype is None else dtype
+    if dtype is None:
+        dtype = jnp.result_type(float)
+    else:
+        warn_if_unavailable(check_dtype(dtype, "dtype"), "eye")
     return diags([np.ones(1, check_dtype(dtype, "dtype"))], [k], (m, m if n is None else n))

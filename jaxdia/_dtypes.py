@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -38,6 +40,10 @@ def check_dtype(dtype: Any, what: str = "data") -> np.dtype:
     dtype = np.dtype(dtype).newbyteorder("=")
     if dtype not in SUPPORTED_DTYPES:
         names = ", ".join(d.name for d in SUPPORTED_DTYPES)
+        if what == "dtype":  # a requested result dtype, not the dtype of given values
+            raise TypeError(
+                f"dtype {dtype.name} is not supported: a DiaMatrix holds one of {names}"
+            )
         hint = (
             " Convert integer or bool matrices first, e.g. S.astype(np.float64)."
             if dtype == np.bool_ or np.issubdtype(dtype, np.integer)
@@ -45,3 +51,18 @@ def check_dtype(dtype: Any, what: str = "data") -> np.dtype:
         )
         raise TypeError(f"{what} has dtype {dtype.name}; a DiaMatrix holds one of {names}.{hint}")
     return dtype
+
+
+def warn_if_unavailable(dtype: np.dtype, function: str) -> None:
+    """Warns, as JAX does, when an explicitly requested ``dtype`` will be narrowed (float64
+    and complex128 without x64): JAX would otherwise narrow it silently here."""
+    available = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    if available != dtype:
+        warnings.warn(
+            f"Explicitly requested dtype {dtype.name} requested in {function} is not "
+            f"available, and will be truncated to dtype {available.name}. To enable more "
+            "dtypes, set the jax_enable_x64 configuration option or the JAX_ENABLE_X64 "
+            "shell environment variable.",
+            UserWarning,
+            stacklevel=3,
+        )

@@ -16,7 +16,7 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 
-from ._dtypes import check_dtype
+from ._dtypes import check_dtype, warn_if_unavailable
 from ._matrix import DiaMatrix
 
 _KEYS = ("format", "shape", "data", "offsets")
@@ -154,8 +154,10 @@ def load_npz(file: Any, dtype: Any = None) -> DiaMatrix:
         )
     if dtype is None and (data.dtype == np.bool_ or data.dtype.kind in "iu"):
         dtype = jnp.result_type(float)
-    if dtype is not None:
+    elif dtype is not None:
         dtype = check_dtype(dtype, "dtype")
+        warn_if_unavailable(dtype, "load_npz")
+    if dtype is not None:
         if data.dtype.kind == "c" and dtype.kind != "c":
             raise TypeError(
                 f"load_npz: the file holds complex data ({data.dtype}); dtype={dtype} would "

@@ -1,5 +1,7 @@
 """jaxdia.diags and jaxdia.eye against scipy.sparse.diags_array and eye_array."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -84,6 +86,22 @@ def test_diags_lays_out_numpy_on_the_host_and_jax_arrays_in_one_program():
     assert _construct._device_data._cache_size() == before + 1
     np.testing.assert_array_equal(jaxdia.eye(3, 4, k=-1).todense(), np.eye(3, 4, k=-1))
     assert _construct._device_data._cache_size() == before + 1
+
+
+def test_unavailable_explicit_dtypes_warn_as_jax_does():
+    """Without x64 an explicit float64 request is narrowed to float32, with JAX's warning
+    (it was narrowed silently)."""
+    with jax.enable_x64(False):
+        for make, name in (
+            (lambda: jaxdia.diags([1.0, 2.0], 0, dtype=np.float64), "diags"),
+            (lambda: jaxdia.eye(2, dtype=np.complex128), "eye"),
+        ):
+            with pytest.warns(UserWarning, match=rf"dtype \w+ requested in {name} is not avail"):
+                A = make()
+            assert A.dtype in (np.float32, np.complex64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert jaxdia.eye(2, dtype=np.float64).dtype == np.float64  # x64 on: no warning
 
 
 def test_diags_under_jit_and_grad():

@@ -66,6 +66,8 @@ def test_integer_files_become_float_and_dtype_argument():
     A = jaxdia.load_npz(saved(sp.save_npz, S), dtype=np.complex64)
     assert A.dtype == np.complex64
     np.testing.assert_array_equal(A.todense(), S.toarray())
+    with jax.enable_x64(False), pytest.warns(UserWarning, match="float64 requested in load_npz"):
+        assert jaxdia.load_npz(saved(sp.save_npz, S), dtype=np.float64).dtype == np.float32
 
 
 def test_foreign_byte_order_loads_and_complex_is_not_cast_to_real():
