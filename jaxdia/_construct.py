@@ -23,7 +23,9 @@ def _default_dtype(dtype: Any) -> np.dtype:
     return dtype
 
 
-def diags(diagonals: Any, offsets: Any = 0, shape: Any = None, dtype: Any = None) -> DiaMatrix:
+def diags(
+    diagonals: Any, offsets: Any = 0, shape: Any = None, dtype: Any = None, *, format: Any = None
+) -> DiaMatrix:
     """A DiaMatrix from unpadded diagonals, like ``scipy.sparse.diags_array``.
 
     Each ``diagonals[i]`` holds the elements of diagonal ``offsets[i]`` from its first
@@ -39,6 +41,8 @@ def diags(diagonals: Any, offsets: Any = 0, shape: Any = None, dtype: Any = None
       dtype: the result's dtype. If None, the diagonals' result type, except that integer
         and bool inputs give JAX's default float dtype (SciPy would keep the integer type;
         a DiaMatrix holds floating or complex values only).
+      format: None or ``"dia"``, accepted so that SciPy calls port unchanged; other
+        formats raise ValueError.
 
     Raises:
       ValueError: as SciPy does: different numbers of diagonals and offsets, an offset
@@ -54,6 +58,7 @@ def diags(diagonals: Any, offsets: Any = 0, shape: Any = None, dtype: Any = None
              [ 1., -2.,  1.],
              [ 0.,  1., -2.]], dtype=float32)
     """
+    _check_format(format, "diags")
     scalar_offset = np.ndim(offsets) == 0 and not isinstance(offsets, (list, tuple))
     if scalar_offset:
         if len(diagonals) == 0 or np.ndim(diagonals[0]) == 0:
@@ -137,12 +142,23 @@ def _device_data(
     return jnp.stack(rows) if rows else jnp.zeros((0, n), dtype)
 
 
-def eye(m: int, n: int | None = None, k: int = 0, dtype: Any = None) -> DiaMatrix:
+def _check_format(format: Any, function: str) -> None:
+    if format not in (None, "dia"):
+        raise ValueError(
+            f"{function}: format={format!r}, but jaxdia builds DIA matrices only; drop "
+            f"format= (a SciPy matrix in that format: A.to_scipy().asformat({format!r}))"
+        )
+
+
+def eye(
+    m: int, n: int | None = None, k: int = 0, dtype: Any = None, *, format: Any = None
+) -> DiaMatrix:
     """The ``(m, n)`` matrix with ones on diagonal ``k``, like ``scipy.sparse.eye_array``.
 
     As in SciPy, ``k`` may lie just outside the matrix (``k == n`` or ``k == -m``: no
     stored diagonal), and farther out raises ValueError. ``dtype`` defaults to JAX's
     default float dtype (float32 unless x64 is on; SciPy's default is float64).
+    ``format`` may be None or ``"dia"`` (so that SciPy calls port unchanged).
 
     Example:
       >>> import jaxdia
@@ -150,6 +166,7 @@ def eye(m: int, n: int | None = None, k: int = 0, dtype: Any = None) -> DiaMatri
       Array([[0., 1., 0.],
              [0., 0., 1.]], dtype=float32)
     """
+    _check_format(format, "eye")
     if not is_int(k):
         raise TypeError(f"k must be an int, got {type(k).__name__}: {k!r}")
     if dtype is None:

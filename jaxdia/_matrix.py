@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.core
@@ -97,6 +97,28 @@ def _as_data(data: Any) -> Array | np.ndarray:
             f"data must have shape (..., n_diags, width) (rank >= 2), got shape {array.shape}"
         )
     return array
+
+
+_TO_OTHER_FORMATS = "A.to_scipy() and SciPy's conversions, or A.to_bcoo() for JAX"
+
+#: What to write instead of ``scipy.sparse.dia_array`` attributes that DiaMatrix lacks.
+_SCIPY_EQUIVALENTS = {
+    "setdiag": "A.with_diagonal(values, k) (matrices are immutable: it returns a new one)",
+    "copy": "A itself (matrices are immutable)",
+    "todia": "A itself (a DiaMatrix is DIA), or A.to_scipy() for SciPy",
+    "tocsr": _TO_OTHER_FORMATS,
+    "tocsc": _TO_OTHER_FORMATS,
+    "tocoo": _TO_OTHER_FORMATS,
+    "tobsr": _TO_OTHER_FORMATS,
+    "tolil": _TO_OTHER_FORMATS,
+    "todok": _TO_OTHER_FORMATS,
+    "asformat": _TO_OTHER_FORMATS,
+    "getnnz": "A.nnz",
+    "size": "A.nnz (SciPy's size counts the stored entries)",
+    "A": "A.toarray()",
+    "getH": "A.H",
+    "format": "nothing: a DiaMatrix is always in DIA format",
+}
 
 
 @jax.tree_util.register_pytree_node_class
@@ -200,6 +222,14 @@ class DiaMatrix:
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("DiaMatrix is immutable; its methods return new matrices")
+
+    if not TYPE_CHECKING:  # hidden from type checkers: they would accept any attribute
+
+        def __getattr__(self, name: str) -> Any:
+            # Only reached for names DiaMatrix lacks: point SciPy's names to jaxdia's.
+            hint = _SCIPY_EQUIVALENTS.get(name)
+            message = f"'DiaMatrix' object has no attribute {name!r}"
+            raise AttributeError(f"{message}; for SciPy's {name}, use {hint}" if hint else message)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pickle, copy.copy and copy.deepcopy rebuild the matrix from its parts (the

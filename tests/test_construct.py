@@ -104,6 +104,20 @@ def test_unavailable_explicit_dtypes_warn_as_jax_does():
         assert jaxdia.eye(2, dtype=np.float64).dtype == np.float64  # x64 on: no warning
 
 
+def test_scipy_format_argument_and_attribute_names():
+    """SciPy code passes ``format=``: "dia" and None are accepted, others say what to do;
+    SciPy attribute names DiaMatrix lacks point to jaxdia's equivalents."""
+    A = jaxdia.diags([1.0, 2.0], [0, 1], shape=(3, 3), format="dia")
+    np.testing.assert_array_equal(jaxdia.eye(3, format=None).todense(), np.eye(3))
+    for make in (lambda: jaxdia.diags([1.0], 0, format="csr"), lambda: jaxdia.eye(2, format="csr")):
+        with pytest.raises(ValueError, match=r"format='csr', but jaxdia builds DIA .*asformat"):
+            make()
+    with pytest.raises(AttributeError, match=r"'setdiag'; for SciPy's setdiag, use A.with_diag"):
+        A.setdiag(1.0)
+    with pytest.raises(AttributeError, match=r"^'DiaMatrix' object has no attribute 'dat'$"):
+        A.dat  # noqa: B018
+
+
 def test_diags_under_jit_and_grad():
     f = jax.jit(lambda d: jaxdia.diags([d, 2 * d], offsets=[0, 1], shape=(3, 3)).todense())
     np.testing.assert_array_equal(
