@@ -64,9 +64,11 @@ def slot_indices(offsets: tuple[int, ...], shape: tuple[int, int]) -> tuple[Arra
 def dia_to_dense(data: Array, offsets: tuple[int, ...], shape: tuple[int, int]) -> Array:
     """The dense ``(..., m, n)`` array of a DIA matrix (padding slots ignored)."""
     rows, cols, inside = slot_indices(offsets, shape)
-    rows = jnp.where(inside, rows, shape[0])  # padding lands past the last row: dropped
+    # Padding slot (k, j) lands on row m + k, past the last row: dropped. The indices stay
+    # unique, which JAX needs to transpose the scatter (jax.linear_transpose).
+    rows = jnp.where(inside, rows, shape[0] + lax.broadcasted_iota(rows.dtype, rows.shape, 0))
     dense = jnp.zeros((*data.shape[:-2], *shape), data.dtype)
-    return dense.at[..., rows, cols].set(data, mode="drop")
+    return dense.at[..., rows, cols].set(data, mode="drop", unique_indices=True)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))

@@ -710,15 +710,20 @@ def _kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
         return DiaMatrix(outer, tuple(map(int, offsets)), shape)
     # A rectangular B spreads each pair of diagonals over several: scatter the product
     # of every pair of slots to its place (the diagonal found by binary search), dropping
-    # pairs that involve padding.
+    # pairs that involve padding (sent to distinct rows past the last, so that indices
+    # stay unique, as transposing the scatter needs).
     index = index_dtype(sum(shape))
     rows_a, cols_a, inside_a = (x[:, :, None, None] for x in slot_indices(A.offsets, A.shape))
     rows_b, cols_b, inside_b = slot_indices(B.offsets, B.shape)
     rows = rows_a.astype(index) * mb + rows_b.astype(index)
     cols = cols_a.astype(index) * nb + cols_b.astype(index)
     found = jnp.searchsorted(offsets.astype(index), cols - rows).astype(index)
-    which = jnp.where(inside_a & inside_b, found, len(offsets))
+    qa, qb = len(A.offsets), len(B.offsets)
+    pair = lax.broadcasted_iota(index, (qa, 1, qb, 1), 0) * qb + lax.broadcasted_iota(
+        index, (qa, 1, qb, 1), 2
+    )
+    which = jnp.where(inside_a & inside_b, found, len(offsets) + pair)
     values = a[..., :, :, None, None] * b[..., None, None, :, :]
     data = jnp.zeros((*batch, len(offsets), shape[1]), dtype)
-    data = data.at[..., which, cols].set(values, mode="drop")
+    data = data.at[..., which, cols].set(values, mode="drop", unique_indices=True)
     return DiaMatrix(data, tuple(map(int, offsets)), shape)

@@ -686,6 +686,29 @@ def test_kron_grad():
         np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)
 
 
+def test_conversions_and_kron_transpose_linearly():
+    """``jax.linear_transpose`` of the linear maps built on scatters and gathers equals
+    their VJP (JAX transposes a scatter only when its indices are unique)."""
+    rng = np.random.default_rng(2)
+    data = rng.standard_normal((3, 4))
+
+    def matrix(d):
+        return jaxdia.DiaMatrix(d, (-1, 0, 1), (4, 4))
+
+    maps = {
+        "todense": lambda d: matrix(d).todense(),
+        "from_dense": lambda d: jaxdia.DiaMatrix.from_dense(matrix(d).todense(), (-1, 1)).data,
+        "multiply(column)": lambda d: matrix(d).multiply(np.arange(1.0, 5.0)[:, None]).data,
+        "kron square": lambda d: jaxdia.kron(matrix(d), jaxdia.eye(2)).data,
+        "kron wide": lambda d: jaxdia.kron(matrix(d), jaxdia.eye(2, 3, k=1)).data,
+    }
+    for name, f in maps.items():
+        cotangent = rng.standard_normal(jax.eval_shape(f, data).shape)
+        (transposed,) = jax.linear_transpose(f, data)(cotangent)
+        (expected,) = jax.vjp(f, data)[1](cotangent)
+        np.testing.assert_allclose(transposed, expected, rtol=1e-12, err_msg=name)
+
+
 @st.composite
 def setdiag_cases(draw):
     A = draw(dia_matrices(batch_shape=(), max_side=7, dtype=np.float64))
