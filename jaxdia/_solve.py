@@ -353,7 +353,7 @@ def solve_banded(A: DiaMatrix, b: Any) -> Array:
             f"solve_banded: A's batch shape {A.batch_shape} and b's batch shape "
             f"{b.shape[:-2]} (b of shape {b.shape}) do not broadcast"
         ) from None
-    dtype = jnp.result_type(A.dtype, b.dtype)
+    dtype = jnp.result_type(A.data, b)  # arrays: a NumPy float64 b is no explicit request
     if not jnp.issubdtype(dtype, jnp.inexact):
         dtype = jnp.result_type(float)
     return _solve(

@@ -377,6 +377,16 @@ def test_solve_banded_uses_lapack_on_cpu_for_large_systems():
     np.testing.assert_allclose(jaxdia.solve_banded(A, b), expected, rtol=1e-12)
 
 
+def test_solve_banded_numpy_float64_without_x64_is_quiet():
+    """A NumPy float64 right-hand side with x64 off is converted as ``A @ b`` converts it,
+    without JAX's "explicitly requested dtype" warning (an error in this suite)."""
+    with jax.enable_x64(False):
+        A = jaxdia.diags([1.0, 4.0, 1.0], [-1, 0, 2], (6, 6))
+        x = jaxdia.solve_banded(A, np.ones(6))
+        assert x.dtype == np.float32
+        np.testing.assert_allclose(A @ x, np.ones(6), rtol=1e-5)
+
+
 def test_solve_banded_edge_cases():
     x = jaxdia.solve_banded(jaxdia.diags([[2.0]], offsets=[0]), jnp.array([4.0]))
     np.testing.assert_allclose(x, [2.0])
