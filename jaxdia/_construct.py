@@ -80,11 +80,11 @@ def diags(
     m, n = as_shape(shape)
     if dtype is not None:
         warn_if_unavailable(check_dtype(dtype, "dtype"), "diags")
-    if dtype is None and diagonals:
+    elif diagonals:
         dtype = _default_dtype(
             jnp.result_type(*(w if w is not None else d for w, d in zip(weak, diagonals)))
         )
-    elif dtype is None:
+    else:
         dtype = jnp.result_type(float)
     dtype = check_dtype(dtype, "dtype")
     layout = []  # (offset, index into diagonals, first column, length) of stored diagonals

@@ -75,8 +75,9 @@ def dia_to_dense(data: Array, offsets: tuple[int, ...], shape: tuple[int, int]) 
 def dense_to_dia(dense: Array, offsets: tuple[int, ...], shape: tuple[int, int]) -> Array:
     """DIA ``data`` ``(..., len(offsets), n)`` holding the given diagonals of ``dense``.
 
-    ``dense`` is ``(..., m, n)``, or ``(..., m, 1)`` for a column broadcast along the
-    rows. Padding slots are zero; elements on other diagonals are not read.
+    ``dense`` is ``(..., m, n)``, or ``(..., m, 1)``: a column, standing for the matrix
+    that repeats it in every column. Padding slots are zero; elements on other diagonals
+    are not read.
     """
     rows, cols, inside = slot_indices(offsets, shape)
     rows = jnp.clip(rows, 0, max(shape[0] - 1, 0))
