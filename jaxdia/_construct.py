@@ -172,5 +172,6 @@ def eye(
     if dtype is None:
         dtype = jnp.result_type(float)
     else:
-        warn_if_unavailable(check_dtype(dtype, "dtype"), "eye")
-    return diags([np.ones(1, check_dtype(dtype, "dtype"))], [k], (m, m if n is None else n))
+        dtype = check_dtype(dtype, "dtype")
+        warn_if_unavailable(dtype, "eye")
+    return diags([np.ones(1, dtype)], [k], (m, m if n is None else n))
