@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._dtypes import check_dtype, warn_if_unavailable
-from ._matrix import DiaMatrix
+from ._matrix import DiaMatrix, as_matrix
 
 _KEYS = ("format", "shape", "data", "offsets")
 _CORRUPT = (ValueError, EOFError, zipfile.BadZipFile, zlib.error)
@@ -48,8 +48,7 @@ def save_npz(file: Any, matrix: DiaMatrix, compressed: bool = True) -> None:
       >>> jaxdia.load_npz(buffer)
       DiaMatrix(shape=(3, 3), dtype=float32, offsets=(1,))
     """
-    if not isinstance(matrix, DiaMatrix):
-        raise TypeError(f"save_npz: matrix must be a DiaMatrix, got {type(matrix).__name__}")
+    as_matrix(matrix, "save_npz: matrix")
     if matrix.batch_shape:
         raise ValueError(
             f"save_npz saves one matrix; this one has batch shape {matrix.batch_shape}. "

@@ -21,7 +21,7 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 import jax
 import jax.numpy as jnp
 
-from ._matrix import DiaMatrix
+from ._matrix import DiaMatrix, as_matrix
 from ._xla import diagonal_bounds
 
 
@@ -65,10 +65,7 @@ class DiaLinearOperator(lx.AbstractLinearOperator):
     tags: frozenset[object] = eqx.field(static=True)
 
     def __init__(self, matrix: DiaMatrix, tags: Any = ()):
-        if not isinstance(matrix, DiaMatrix):
-            raise TypeError(
-                f"DiaLinearOperator expects a jaxdia.DiaMatrix, got {type(matrix).__name__}"
-            )
+        as_matrix(matrix, "DiaLinearOperator: matrix")
         if matrix.batch_shape:
             raise ValueError(
                 "DiaLinearOperator wraps one matrix, got a DiaMatrix of batch shape "

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import functools
+import json
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
-from jax import Array
+from jax import Array, export
 from jax.experimental import sparse as jsparse
 
 from ._convert import dense_to_dia, dia_to_coo, dia_to_dense, nonzero_offsets
 from ._dtypes import check_dtype, is_int, is_numeric, native
 from ._matmul import dia_matmul, dia_rmatmul
 from ._traces import dia_diagonal, dia_trace, dia_traces
-from ._xla import diagonal_bounds
+from ._xla import diagonal_bounds, index_dtype
 
 _TRACED_OFFSETS_HELP = (
     "offsets must be static Python ints, but a traced JAX array was given (inside jit, "
@@ -82,6 +84,12 @@ def _as_data(data: Any) -> Array | np.ndarray:
     constructor canonicalizes on the host and transfers once)."""
     if isinstance(data, (jax.Array, jax.core.Tracer)):
         array = data
+    elif isinstance(data, jax.ShapeDtypeStruct):
+        raise TypeError(
+            "data must be an array, got a jax.ShapeDtypeStruct; for an abstract matrix (for "
+            "jit(...).lower or jax.export) trace the constructor: jax.eval_shape(lambda d: "
+            "DiaMatrix(d, offsets, shape), jax.ShapeDtypeStruct((n_diags, n), dtype))"
+        )
     else:
         host = np.asarray(data)
         if not is_numeric(host.dtype):
@@ -97,6 +105,68 @@ def _as_data(data: Any) -> Array | np.ndarray:
             f"data must have shape (..., n_diags, width) (rank >= 2), got shape {array.shape}"
         )
     return array
+
+
+def _data_shape(A: DiaMatrix) -> tuple[int, ...] | None:
+    """The shape of ``A.data``, or None when it is not an array (nor an abstract one)."""
+    shape = getattr(A.data, "shape", None)  # every array type's shape is a tuple
+    return shape if isinstance(shape, tuple) and not isinstance(A.data, DiaMatrix) else None
+
+
+def check_layout(A: DiaMatrix, what: str) -> None:
+    """Raises a ValueError unless ``A.data`` is laid out as ``(..., n_diags, n)``.
+
+    The constructor guarantees that layout, but ``tree_unflatten`` cannot check it (JAX
+    calls it with whatever leaves a transformation made, scalars and placeholders
+    included), and two common ``vmap`` mistakes break it: mapping over a matrix without
+    batch dims hands each call ``data`` of shape ``(n,)`` (one diagonal), and
+    ``in_axes``/``out_axes`` other than 0 put a batch axis behind the diagonals. Reading
+    such ``data`` would take the wrong slots silently, so every operation that reads it
+    checks first. Non-array leaves are left to fail on their own.
+    """
+    shape = _data_shape(A)
+    expected = (len(A.offsets), A.shape[1])
+    if shape is None or shape[-2:] == expected:
+        return
+    raise ValueError(
+        f"{what}: the DiaMatrix's data has shape {shape}, but its shape {A.shape} and "
+        f"offsets {A.offsets} need data of shape (..., {expected[0]}, {expected[1]}). Under "
+        "jax.vmap this comes from mapping over a matrix without batch dims (give it "
+        "in_axes=None) or from in_axes/out_axes other than 0 for a DiaMatrix (its batch "
+        "dims lead data)."
+    )
+
+
+def as_matrix(value: Any, name: str) -> DiaMatrix:
+    """``value``, checked to be a DiaMatrix with the layout :func:`check_layout` wants.
+
+    ``name`` says where it was passed (e.g. ``"kron: B"``) in the TypeError/ValueError.
+    """
+    if not isinstance(value, DiaMatrix):
+        raise TypeError(f"{name} must be a jaxdia.DiaMatrix, got {type(value).__name__}")
+    check_layout(value, name)
+    return value
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _reads_data(what: str) -> Callable[[_Method], _Method]:
+    """Marks a method that reads ``data``: it checks the layout of the matrices it gets
+    (``self`` and DiaMatrix arguments) first, see :func:`check_layout`."""
+
+    def decorate(method: _Method) -> _Method:
+        @functools.wraps(method)
+        def checked(self: DiaMatrix, *args: Any, **kwargs: Any) -> Any:
+            check_layout(self, what)
+            for arg in args:
+                if isinstance(arg, DiaMatrix):
+                    check_layout(arg, what)
+            return method(self, *args, **kwargs)
+
+        return cast(_Method, checked)
+
+    return decorate
 
 
 _TO_OTHER_FORMATS = "A.to_scipy() and SciPy's conversions, or A.to_bcoo() for JAX"
@@ -121,7 +191,7 @@ _SCIPY_EQUIVALENTS = {
 }
 
 
-@jax.tree_util.register_pytree_node_class
+@jax.tree_util.register_pytree_with_keys_class
 class DiaMatrix:
     """A sparse matrix in DIA (diagonal) format, laid out exactly as SciPy's ``dia_array``.
 
@@ -241,6 +311,11 @@ class DiaMatrix:
     def tree_flatten(self) -> tuple[tuple[Array], tuple[tuple[int, ...], tuple[int, int]]]:
         return (self.data,), (self.offsets, self.shape)
 
+    def tree_flatten_with_keys(self) -> tuple[tuple[tuple[Any, Array]], Any]:
+        # key paths (errors about traced arguments, tree_flatten_with_path) say ``.data``
+        (data,), aux_data = self.tree_flatten()
+        return ((jax.tree_util.GetAttrKey("data"), data),), aux_data
+
     @classmethod
     def tree_unflatten(
         cls, aux_data: tuple[tuple[int, ...], tuple[int, int]], children: Sequence[Any]
@@ -318,9 +393,16 @@ class DiaMatrix:
         return [diagonal_bounds(k, self.shape) for k in self.offsets]
 
     def __repr__(self) -> str:
-        if not hasattr(self.data, "shape") or not hasattr(self.data, "dtype"):
-            # a pytree with other leaves, e.g. from jax.tree.map or a vmap in_axes spec
+        shape = _data_shape(self)
+        if shape is None:
+            # a pytree with other leaves, e.g. from jax.tree.map, a vmap in_axes spec, or
+            # the nested matrices of jax.hessian with respect to a DiaMatrix
             return f"DiaMatrix(shape={self.shape}, offsets={self.offsets}, data={self.data!r})"
+        if shape[-2:] != (self.n_diags, self.shape[1]):
+            return (
+                f"DiaMatrix(shape={self.shape}, offsets={self.offsets}, data of shape {shape}: "
+                f"not (..., {self.n_diags}, {self.shape[1]}))"
+            )
         batch = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
         return (
             f"DiaMatrix(shape={self.shape}, dtype={self.dtype.name}, offsets={self.offsets}{batch})"
@@ -355,6 +437,7 @@ class DiaMatrix:
             matrix = matrix.todia()
         return cls(matrix.data, matrix.offsets, matrix.shape)
 
+    @_reads_data("A.to_scipy()")
     def to_scipy(self) -> sp.dia_array:
         """Returns a ``scipy.sparse.dia_array`` with the same offsets and data.
 
@@ -374,6 +457,12 @@ class DiaMatrix:
             raise ValueError(
                 f"to_scipy converts one matrix; this one has batch shape {self.batch_shape}. "
                 "Convert each matrix, e.g. DiaMatrix(A.data[i], A.offsets, A.shape).to_scipy()."
+            )
+        if isinstance(self.data, jax.core.Tracer):
+            raise ValueError(
+                "to_scipy needs concrete data (it builds a SciPy matrix on the host); under "
+                "jit, vmap or grad the data is traced: return the DiaMatrix and convert it "
+                "outside"
             )
         # A writable copy (NumPy views of JAX arrays are read-only), as SciPy's own
         # conversions return: in-place operations such as ``S *= 2`` or ``S.setdiag``
@@ -428,6 +517,7 @@ class DiaMatrix:
         offsets = tuple(sorted(k for k in offsets if holds_entries(k, (m, n))))
         return cls(dense_to_dia(array, offsets, (m, n)), offsets, (m, n))
 
+    @_reads_data("A.todense()")
     def todense(self, order: Any = None, out: None = None) -> Array:
         """The dense ``(..., m, n)`` JAX array (batch dims kept).
 
@@ -452,6 +542,7 @@ class DiaMatrix:
 
     toarray = todense
 
+    @_reads_data("A.to_bcoo()")
     def to_bcoo(self) -> jsparse.BCOO:
         """A ``jax.experimental.sparse.BCOO`` holding every in-bounds slot (zeros too).
 
@@ -497,7 +588,8 @@ class DiaMatrix:
                 f"got shape {matrix.shape}, n_batch={matrix.n_batch}, n_dense={matrix.n_dense}"
             )
         m, n = matrix.shape
-        indices = matrix.indices
+        # Signed indices: with BCOO's unsigned index dtypes, cols - rows would wrap around.
+        indices = matrix.indices.astype(index_dtype(max(m, n) + 1))
         concrete = not isinstance(indices, jax.core.Tracer)
         found: set[int] = set()
         if concrete:
@@ -534,6 +626,7 @@ class DiaMatrix:
 
     # -- products --------------------------------------------------------------------------
 
+    @_reads_data("A @ X")
     def __matmul__(self, other: Any) -> Array | DiaMatrix:
         if isinstance(other, DiaMatrix):
             from . import _ops
@@ -541,6 +634,7 @@ class DiaMatrix:
             return _ops.matmul(self, other)
         return dia_matmul(self.data, self.offsets, self.shape, other)
 
+    @_reads_data("X @ A")
     def __rmatmul__(self, other: Any) -> Array:
         return dia_rmatmul(self.data, self.offsets, self.shape, other)
 
@@ -561,6 +655,7 @@ class DiaMatrix:
 
     # -- diagonals and traces --------------------------------------------------------------
 
+    @_reads_data("A.traces(q)")
     def traces(self, q: Any) -> Array:
         """Offset traces ``[trace(A, offset=k) for k in range(q)]``, batch dims first.
 
@@ -576,6 +671,7 @@ class DiaMatrix:
         """
         return dia_traces(self.data, self.offsets, self.shape, q)
 
+    @_reads_data("A.trace(offset)")
     def trace(self, offset: int = 0) -> Array:
         """The sum of diagonal ``offset``, as ``scipy.sparse.dia_array.trace``.
 
@@ -587,6 +683,7 @@ class DiaMatrix:
         """
         return dia_trace(self.data, self.offsets, self.shape, offset)
 
+    @_reads_data("A.diagonal(k)")
     def diagonal(self, k: int = 0) -> Array:
         """Diagonal ``k``, as ``scipy.sparse.dia_array.diagonal(k)``.
 
@@ -609,6 +706,7 @@ class DiaMatrix:
     # compare the aligned ``data`` on in-bounds slots.
 
     @property
+    @_reads_data("A.T")
     def T(self) -> DiaMatrix:
         """The transpose, a DiaMatrix of shape ``(n, m)`` with offsets negated.
 
@@ -641,6 +739,7 @@ class DiaMatrix:
             )
         return self.T
 
+    @_reads_data("A.conj()")
     def conj(self) -> DiaMatrix:
         """The elementwise complex conjugate (the matrix itself for real dtypes).
 
@@ -671,6 +770,7 @@ class DiaMatrix:
         return self.conj().T
 
     @property
+    @_reads_data("A.real")
     def real(self) -> DiaMatrix:
         """The real part, with the same offsets.
 
@@ -687,6 +787,7 @@ class DiaMatrix:
         return _ops.with_data(self, jnp.real(self.data))
 
     @property
+    @_reads_data("A.imag")
     def imag(self) -> DiaMatrix:
         """The imaginary part, with the same offsets (zeros for a real matrix).
 
@@ -700,6 +801,7 @@ class DiaMatrix:
 
         return _ops.with_data(self, jnp.imag(self.data))
 
+    @_reads_data("A.astype(dtype)")
     def astype(self, dtype: Any, copy: bool = True) -> DiaMatrix:
         """The matrix converted to ``dtype`` (a floating or complex dtype).
 
@@ -720,16 +822,19 @@ class DiaMatrix:
 
         return _ops.astype(self, dtype)
 
+    @_reads_data("-A")
     def __neg__(self) -> DiaMatrix:
         from . import _ops
 
         return _ops.neg(self)
 
+    @_reads_data("abs(A)")
     def __abs__(self) -> DiaMatrix:
         from . import _ops
 
         return _ops.absolute(self)
 
+    @_reads_data("A + B")
     def __add__(self, other: Any) -> Any:
         """``A + B``: a DiaMatrix with the union of the offsets (shapes must match).
 
@@ -742,16 +847,19 @@ class DiaMatrix:
 
     __radd__ = __add__
 
+    @_reads_data("A - B")
     def __sub__(self, other: Any) -> Any:
         from . import _ops
 
         return _ops.add(self, other, subtract=True)
 
+    @_reads_data("B - A")
     def __rsub__(self, other: Any) -> Any:
         from . import _ops
 
         return _ops.add(self, other, subtract=True, reverse=True)
 
+    @_reads_data("A * B")
     def __mul__(self, other: Any) -> Any:
         """Elementwise ``A * other``, as ``A.multiply(other)`` (``dia_array`` semantics)."""
         from . import _ops
@@ -760,6 +868,7 @@ class DiaMatrix:
 
     __rmul__ = __mul__
 
+    @_reads_data("A / B")
     def __truediv__(self, other: Any) -> Any:
         """``A / s`` for a scalar, or ``A / X`` for a dense ``X``: A's stored entries
         divided by X's (A's offsets, as SciPy's ``dia_array / ndarray``)."""
@@ -771,6 +880,7 @@ class DiaMatrix:
         """Elementwise ``A ** p``, as ``A.power(p)`` (``dia_array`` semantics)."""
         return self.power(p)
 
+    @_reads_data("A.multiply(B)")
     def multiply(self, other: Any) -> DiaMatrix:
         """The elementwise product, staying in DIA.
 
@@ -795,6 +905,7 @@ class DiaMatrix:
 
         return _ops.multiply(self, other)
 
+    @_reads_data("A.power(p)")
     def power(self, p: Any, dtype: Any = None) -> DiaMatrix:
         """Elementwise power of the stored entries, like ``dia_array.power``.
 
@@ -818,6 +929,7 @@ class DiaMatrix:
 
         return _ops.power(self, p, dtype)
 
+    @_reads_data("A.sum()")
     def sum(self, axis: Any = None, dtype: Any = None, out: None = None) -> Array:
         """The sum of all entries (axis None), column sums (0) or row sums (1).
 
@@ -835,6 +947,7 @@ class DiaMatrix:
 
         return _ops.reduce_sum(self, axis, dtype, out)
 
+    @_reads_data("A.mean()")
     def mean(self, axis: Any = None, dtype: Any = None, out: None = None) -> Array:
         """The mean of all ``m * n`` entries, or of each column (0) or row (1).
 
@@ -852,6 +965,7 @@ class DiaMatrix:
 
         return _ops.reduce_mean(self, axis, dtype, out)
 
+    @_reads_data("A.count_nonzero()")
     def count_nonzero(self, axis: Any = None) -> Any:
         """The number of nonzero in-bounds entries (explicit zeros and padding excluded).
 
@@ -870,6 +984,7 @@ class DiaMatrix:
 
         return _ops.count_nonzero(self, axis)
 
+    @_reads_data("A.with_offsets(offsets)")
     def with_offsets(self, offsets: Any, *, check: bool = True) -> DiaMatrix:
         """The same matrix stored with exactly the diagonals ``offsets``.
 
@@ -895,6 +1010,7 @@ class DiaMatrix:
 
         return _ops.with_offsets(self, offsets, check=check)
 
+    @_reads_data("A.eliminate_zeros()")
     def eliminate_zeros(self) -> DiaMatrix:
         """The matrix without the diagonals that are zero in bounds (in every batch member).
 
@@ -912,6 +1028,7 @@ class DiaMatrix:
 
         return _ops.eliminate_zeros(self)
 
+    @_reads_data("A.with_diagonal(values, k)")
     def with_diagonal(self, values: Any, k: int = 0) -> DiaMatrix:
         """SciPy's ``setdiag(values, k)`` as a pure function: a new matrix.
 
@@ -936,6 +1053,24 @@ class DiaMatrix:
         return _ops.with_diagonal(self, values, k)
 
 
+def _serialize_aux_data(aux_data: tuple[tuple[int, ...], tuple[int, int]]) -> bytes:
+    return json.dumps(aux_data).encode()
+
+
+def _deserialize_aux_data(serialized: bytes) -> tuple[tuple[int, ...], tuple[int, int]]:
+    offsets, (m, n) = json.loads(serialized)
+    return tuple(offsets), (m, n)
+
+
+# ``jax.export``: a serialized Exported that takes or returns a DiaMatrix names it so.
+export.register_pytree_node_serialization(
+    DiaMatrix,
+    serialized_name="jaxdia.DiaMatrix",
+    serialize_auxdata=_serialize_aux_data,
+    deserialize_auxdata=_deserialize_aux_data,
+)
+
+
 def matmul(A: DiaMatrix, X: Any, *, implementation: str | None = None) -> Array:
     """``A @ X`` with a choice of implementation.
 
@@ -957,6 +1092,5 @@ def matmul(A: DiaMatrix, X: Any, *, implementation: str | None = None) -> Array:
       >>> jaxdia.matmul(A, np.ones(3), implementation="xla")
       Array([-1.,  0., -1.], dtype=float32)
     """
-    if not isinstance(A, DiaMatrix):
-        raise TypeError(f"matmul expects a DiaMatrix as A, got {type(A).__name__}")
+    as_matrix(A, "matmul: A")
     return dia_matmul(A.data, A.offsets, A.shape, X, implementation=implementation)

@@ -33,16 +33,10 @@ from jax import Array, lax
 from ._convert import dense_to_dia, slot_indices
 from ._dtypes import check_dtype, is_int, is_numeric, native
 from ._matmul import dia_matmul, dia_rmatmul
-from ._matrix import DiaMatrix, as_offsets, holds_entries
+from ._matrix import DiaMatrix, as_matrix, as_offsets, holds_entries
 from ._xla import accumulation_dtype, diagonal_bounds, index_dtype, pairwise_sum
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _check_matrix(value: Any, name: str) -> DiaMatrix:
-    if not isinstance(value, DiaMatrix):
-        raise TypeError(f"{name} must be a DiaMatrix, got {type(value).__name__}")
-    return value
 
 
 def _is_traced(value: Any) -> bool:
@@ -619,7 +613,7 @@ def align(*matrices: DiaMatrix) -> tuple[DiaMatrix, ...]:
       Array([1., 0., 0.], dtype=float32)
     """
     for i, M in enumerate(matrices):
-        _check_matrix(M, f"align: argument {i}")
+        as_matrix(M, f"align: argument {i}")
     shapes = {M.shape for M in matrices}
     if len(shapes) > 1:
         raise ValueError(
@@ -660,8 +654,8 @@ def kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
       >>> float(K.todense()[3, 2])
       0.0
     """
-    _check_matrix(A, "kron: A")
-    _check_matrix(B, "kron: B")
+    as_matrix(A, "kron: A")
+    as_matrix(B, "kron: B")
     return _kron(A, B)
 
 

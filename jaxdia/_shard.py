@@ -39,7 +39,7 @@ import numpy as np
 from jax import Array, lax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
-from ._matrix import DiaMatrix
+from ._matrix import DiaMatrix, as_matrix
 from ._primitives import spmm
 from ._xla import diagonal_bounds
 
@@ -112,7 +112,7 @@ def _place(x: Array, sharding: NamedSharding) -> Array:
     return lax.with_sharding_constraint(x, sharding)
 
 
-@jax.tree_util.register_pytree_node_class
+@jax.tree_util.register_pytree_with_keys_class
 class ShardedDiaMatrix:
     """A square DIA matrix whose rows are split over one axis of a device mesh.
 
@@ -175,6 +175,10 @@ class ShardedDiaMatrix:
 
     def tree_flatten(self) -> tuple[tuple[Array], tuple[Any, ...]]:
         return (self.windows,), (self.offsets, self.shape, self.mesh, self.axis)
+
+    def tree_flatten_with_keys(self) -> tuple[tuple[tuple[Any, Array]], tuple[Any, ...]]:
+        (windows,), aux_data = self.tree_flatten()
+        return ((jax.tree_util.GetAttrKey("windows"), windows),), aux_data
 
     @classmethod
     def tree_unflatten(cls, aux_data: tuple[Any, ...], children: Any) -> ShardedDiaMatrix:
@@ -471,8 +475,7 @@ def shard(A: DiaMatrix, mesh: Mesh, axis: Any) -> ShardedDiaMatrix:
       >>> S.unshard_vector(S @ S.shard_vector(jnp.arange(4.0)))
       Array([ 1.,  0.,  0., -4.], dtype=float32)
     """
-    if not isinstance(A, DiaMatrix):
-        raise TypeError(f"shard expects a DiaMatrix as A, got {type(A).__name__}")
+    as_matrix(A, "shard: A")
     shards = _check_mesh_axis(mesh, axis)
     m, n = A.shape
     if m != n:

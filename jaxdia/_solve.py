@@ -24,14 +24,13 @@ from jax import Array, lax
 from scipy.linalg import get_lapack_funcs
 
 from ._dtypes import native
-from ._matrix import DiaMatrix
+from ._matrix import DiaMatrix, as_matrix
 from ._primitives import spmm
 from ._xla import diagonal_bounds
 
 
 def _check_square(A: Any, function: str) -> None:
-    if not isinstance(A, DiaMatrix):
-        raise TypeError(f"{function}: A must be a jaxdia.DiaMatrix, got {type(A).__name__}")
+    as_matrix(A, f"{function}: A")
     m, n = A.shape
     if m != n:
         raise ValueError(f"{function}: A must be square, got shape {A.shape}")

@@ -394,9 +394,10 @@ def traces(M: Any, q: Any) -> Array:
       >>> jaxdia.traces(M, [-2, -1, 3])
       Array([ 8., 13.,  3.], dtype=float32)
     """
-    from ._matrix import DiaMatrix  # deferred: _matrix imports this module
+    from ._matrix import DiaMatrix, check_layout  # deferred: _matrix imports this module
 
     if isinstance(M, DiaMatrix):
+        check_layout(M, "traces: M")
         return dia_traces(M.data, M.offsets, M.shape, q)
     offsets = _requested_offsets(q)
     given = type(M).__name__
@@ -446,19 +447,6 @@ def _dia_runs(
     return tuple(runs)
 
 
-def _dia_data(data: Any, offsets: tuple[int, ...], what: str) -> Any:
-    """``data`` as an array, checked to hold one row per offset."""
-    data = _as_array(data)
-    if data.ndim < 2 or data.shape[-2] != len(offsets):
-        # e.g. vmap over a matrix without batch dims: it would read the wrong slots
-        raise ValueError(
-            f"{what}: data of shape {data.shape} does not hold the {len(offsets)} diagonals "
-            f"{offsets} as (..., {len(offsets)}, width); vmap maps a DiaMatrix's batch "
-            "dims, so a matrix mapped over needs one"
-        )
-    return data
-
-
 def dia_traces(data: Array, offsets: tuple[int, ...], shape: tuple[int, int], q: Any) -> Array:
     """Offset traces of a DIA matrix: the sums of its diagonals ``k`` for ``k`` in ``q``.
 
@@ -482,7 +470,7 @@ def dia_traces(data: Array, offsets: tuple[int, ...], shape: tuple[int, int], q:
       Array([ 0.,  6., 11.], dtype=float32)
     """
     requested = _requested_offsets(q)
-    data = _dia_data(data, offsets, "traces")
+    data = _as_array(data)
     return _run_sums(data, _dia_runs(data.shape[-1], offsets, shape, requested))
 
 
@@ -522,7 +510,7 @@ def dia_diagonal(
       Array([0., 0.], dtype=float32)
     """
     k = _static_int(k, "k")
-    data = jnp.asarray(_dia_data(data, offsets, "diagonal"))
+    data = jnp.asarray(data)
     start, stop = diagonal_bounds(k, shape)
     stop = max(start, stop)
     if k not in offsets:

@@ -20,7 +20,7 @@ import jaxdia.testing
 API_MD = Path(__file__).resolve().parents[1] / "docs" / "api.md"
 
 # The pytree protocol hooks: public by name, but called by JAX, not by users.
-PROTOCOL = {"tree_flatten", "tree_unflatten"}
+PROTOCOL = {"tree_flatten", "tree_flatten_with_keys", "tree_unflatten"}
 # Classes whose public methods and properties are checked one by one (DiaLinearOperator's
 # members implement lineax's AbstractLinearOperator interface and are documented there).
 CLASSES_WITH_MEMBERS = ("DiaMatrix", "ShardedDiaMatrix")

@@ -92,7 +92,7 @@ def test_paths(tmp_path):
 
 
 def test_save_errors():
-    with pytest.raises(TypeError, match="matrix must be a DiaMatrix, got dia_array"):
+    with pytest.raises(TypeError, match="matrix must be a jaxdia.DiaMatrix, got dia_array"):
         jaxdia.save_npz(io.BytesIO(), sp.eye_array(3, format="dia"))
     batched = jaxdia.DiaMatrix(np.ones((2, 1, 3)), 0, (3, 3))
     with pytest.raises(ValueError, match=r"batch shape \(2,\)"):

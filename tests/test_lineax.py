@@ -164,7 +164,7 @@ def test_vmap_over_operators():
 
 
 def test_errors():
-    with pytest.raises(TypeError, match="expects a jaxdia.DiaMatrix, got ndarray"):
+    with pytest.raises(TypeError, match="matrix must be a jaxdia.DiaMatrix, got ndarray"):
         jaxdia.DiaLinearOperator(np.eye(3))
     batched = jaxdia.DiaMatrix(jnp.ones((2, 1, 3)), (0,), (3, 3))
     with pytest.raises(ValueError, match=r"batch shape \(2,\).*vmap"):

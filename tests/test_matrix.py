@@ -202,6 +202,22 @@ def test_bcoo_batched_and_jit():
         jaxdia.DiaMatrix.from_bcoo(B, offsets=(0,))
 
 
+@pytest.mark.parametrize("index_dtype", [np.uint8, np.uint16, np.uint32, np.int8])
+def test_from_bcoo_with_narrow_or_unsigned_indices(index_dtype):
+    """cols - rows of unsigned indices wrapped around: sub-diagonals were dropped (offsets
+    found), rejected (offsets given) or an OverflowError (under jit)."""
+    M = np.diag([1.0, 2.0, 3.0, 4.0]) + np.diag([5.0, 6.0, 7.0], -1) + np.diag([8.0, 9.0], 2)
+    B = jsparse.BCOO.fromdense(jnp.asarray(M), index_dtype=index_dtype)
+    offsets = (-1, 0, 2)
+    for A in (
+        jaxdia.DiaMatrix.from_bcoo(B),
+        jaxdia.DiaMatrix.from_bcoo(B, offsets=offsets),
+        jax.jit(lambda B: jaxdia.DiaMatrix.from_bcoo(B, offsets=offsets))(B),
+    ):
+        assert A.offsets == offsets
+        np.testing.assert_array_equal(A.todense(), M)
+
+
 def test_dtypes_supported_and_rejected():
     for dtype in (jnp.bfloat16, np.float16, np.float32, np.float64, np.complex64, np.complex128):
         assert jaxdia.DiaMatrix(np.ones((1, 2), dtype), 0, (2, 2)).dtype == dtype
@@ -274,6 +290,33 @@ def test_pytree_flatten_unflatten():
     np.testing.assert_array_equal(doubled.todense(), 2 * A.todense())
 
 
+def test_key_paths_name_the_data():
+    """Key paths (tree_flatten_with_path, JAX's errors about traced arguments) say .data."""
+    ((path, leaf),) = jax.tree_util.tree_flatten_with_path({"A": laplacian(3)})[0]
+    assert jax.tree_util.keystr(path) == "['A'].data" and leaf.shape == (3, 3)
+    with pytest.raises(jax.errors.ConcretizationTypeError, match=r"argument A\.data"):
+        jax.jit(lambda A: float(A.data[0, 0]))(laplacian(3))
+
+
+def test_abstract_matrices_for_lower_and_export():
+    """The idiom the constructor's error gives for a ShapeDtypeStruct builds a matrix spec
+    that lowers and compiles; a serialized jax.export round trip keeps the DiaMatrix."""
+    spec = jax.ShapeDtypeStruct((3, 8), jnp.float32)
+    with pytest.raises(TypeError, match=r"ShapeDtypeStruct.*jax\.eval_shape\(lambda d"):
+        jaxdia.DiaMatrix(spec, (-1, 0, 1), (8, 8))
+    A_spec = jax.eval_shape(lambda d: jaxdia.DiaMatrix(d, (-1, 0, 1), (8, 8)), spec)
+    x_spec = jax.ShapeDtypeStruct((8,), jnp.float32)
+    A, x = laplacian(8).astype(jnp.float32), np.arange(8.0, dtype=np.float32)
+    compiled = jax.jit(lambda A, x: A @ x).lower(A_spec, x_spec).compile()
+    np.testing.assert_allclose(compiled(A, x), A.todense() @ x)
+
+    exported = jax.export.export(jax.jit(lambda A, x: (A @ x, A.T * 2)))(A_spec, x_spec)
+    y, B = jax.export.deserialize(exported.serialize()).call(A, x)
+    np.testing.assert_allclose(y, A.todense() @ x)
+    assert isinstance(B, jaxdia.DiaMatrix) and (B.offsets, B.shape) == ((-1, 0, 1), (8, 8))
+    np.testing.assert_array_equal(B.todense(), 2 * A.todense().T)
+
+
 def test_jit_argument_and_result_no_recompile():
     traces = []
 
@@ -342,6 +385,83 @@ def test_pickle_and_copy():
 
 
 # -- validation -------------------------------------------------------------------------------
+
+_UNBATCHED = jaxdia.DiaMatrix(np.arange(18.0).reshape(3, 6), (-2, 0, 1), (6, 6))
+
+# Every operation that reads data, as a function of one matrix.
+_READS_DATA = {
+    "A @ x": lambda A: A @ jnp.ones(6),
+    "x @ A": lambda A: jnp.ones(6) @ A,
+    "A.dot": lambda A: A.dot(jnp.ones(6)),
+    "matmul": lambda A: jaxdia.matmul(A, jnp.ones(6)),
+    "A @ A": lambda A: A @ _UNBATCHED,
+    "todense": lambda A: A.todense(),
+    "to_bcoo": lambda A: A.to_bcoo(),
+    "traces": lambda A: A.traces(2),
+    "trace": lambda A: A.trace(),
+    "diagonal": lambda A: A.diagonal(1),
+    "jaxdia.traces": lambda A: jaxdia.traces(A, 2),
+    "T": lambda A: A.T,
+    "H": lambda A: A.H,
+    "conj": lambda A: A.conj(),
+    "real": lambda A: A.real,
+    "imag": lambda A: A.imag,
+    "astype": lambda A: A.astype(jnp.bfloat16),
+    "neg": lambda A: -A,
+    "abs": lambda A: abs(A),
+    "A + A": lambda A: _UNBATCHED + A,
+    "A - A": lambda A: A - _UNBATCHED,
+    "A * s": lambda A: 2.0 * A,
+    "A / s": lambda A: A / 2.0,
+    "A ** p": lambda A: A**2,
+    "multiply": lambda A: A.multiply(jnp.ones(6)),
+    "power": lambda A: A.power(3),
+    "sum": lambda A: A.sum(axis=0),
+    "mean": lambda A: A.mean(),
+    "count_nonzero": lambda A: A.count_nonzero(),
+    "with_offsets": lambda A: A.with_offsets((-2, 0, 1, 3)),
+    "with_diagonal": lambda A: A.with_diagonal(1.0, 2),
+    "kron": lambda A: jaxdia.kron(A, _UNBATCHED),
+    "align": lambda A: jaxdia.align(_UNBATCHED, A),
+    "jacobi": lambda A: jaxdia.jacobi(A),
+    "solve_banded": lambda A: jaxdia.solve_banded(A, jnp.ones(6)),
+}
+
+
+@pytest.mark.parametrize("operation", _READS_DATA.values(), ids=_READS_DATA.keys())
+def test_vmap_over_a_matrix_without_batch_dims_is_an_error(operation):
+    """vmap maps the leading dims of data; over an unbatched matrix they are the diagonals,
+    and each mapped call gets data of shape (6,). Many operations returned plausible
+    shapes holding wrong values; every one must say what went wrong instead."""
+    np.asarray(jax.tree.leaves(operation(_UNBATCHED))[0])  # fine without vmap
+    with pytest.raises(ValueError, match=r"data has shape \(6,\).*\(\.\.\., 3, 6\).*in_axes=None"):
+        jax.vmap(operation)(_UNBATCHED)
+
+
+def test_batch_axis_behind_the_diagonals_is_an_error():
+    """out_axes=1 on a DiaMatrix result puts its batch axis behind the diagonals."""
+    batch = jaxdia.DiaMatrix(np.ones((4, 3, 6)), (-2, 0, 1), (6, 6))
+    moved = jax.vmap(lambda A: A * 2.0, out_axes=1)(batch)
+    assert repr(moved) == (
+        "DiaMatrix(shape=(6, 6), offsets=(-2, 0, 1), data of shape (3, 4, 6): not (..., 3, 6))"
+    )
+    with pytest.raises(ValueError, match=r"data has shape \(3, 4, 6\).*out_axes other than 0"):
+        moved.todense()
+    with pytest.raises(ValueError, match=r"save_npz: matrix: the DiaMatrix's data has shape"):
+        jaxdia.save_npz("unused.npz", moved)
+
+
+def test_repr_of_pytrees_holding_other_leaves():
+    """jax.hessian with respect to a matrix nests a DiaMatrix in the data of another."""
+    A = laplacian(3)
+    hessian = jax.hessian(lambda A: jnp.sum((A @ jnp.ones(3)) ** 2))(A)
+    assert isinstance(hessian.data, jaxdia.DiaMatrix)
+    assert repr(hessian).startswith("DiaMatrix(shape=(3, 3), offsets=(-1, 0, 1), data=DiaMatrix(")
+
+
+def test_to_scipy_under_jit_says_it_needs_concrete_data():
+    with pytest.raises(ValueError, match="to_scipy needs concrete data"):
+        jax.jit(lambda A: A.to_scipy().nnz)(laplacian(3))
 
 
 @pytest.mark.parametrize(

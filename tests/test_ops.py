@@ -590,7 +590,7 @@ def test_align_for_cond():
 def test_align_errors():
     with pytest.raises(ValueError, match=r"one shape.*\(3, 3\), \(3, 4\)"):
         jaxdia.align(jaxdia.eye(3), jaxdia.eye(3, 4))
-    with pytest.raises(TypeError, match="argument 1 must be a DiaMatrix, got ndarray"):
+    with pytest.raises(TypeError, match="argument 1 must be a jaxdia.DiaMatrix, got ndarray"):
         jaxdia.align(jaxdia.eye(3), np.eye(3))
 
 
@@ -666,7 +666,7 @@ def test_kron_square_offsets_and_errors():
     assert K.offsets == (-1, 2, 5)
     for i in range(2):
         np.testing.assert_allclose(K.todense()[i], np.kron(A.todense()[i], B.todense()))
-    with pytest.raises(TypeError, match="kron: B must be a DiaMatrix"):
+    with pytest.raises(TypeError, match="kron: B must be a jaxdia.DiaMatrix"):
         jaxdia.kron(T, np.eye(3))
 
 

@@ -472,15 +472,6 @@ def test_empty_batches():
     assert A.trace().shape == (0,) and A.traces(2).shape == (0, 2)
 
 
-def test_vmap_over_a_matrix_without_batch_dims_is_an_error():
-    """vmap maps the batch dims of ``data``; over an unbatched matrix it would map the
-    diagonals, and the sums would read the wrong slots (it returned a wrong shape)."""
-    A = jaxdia.DiaMatrix(np.arange(18.0).reshape(3, 6), (-2, 0, 1), (6, 6))
-    for method in (lambda A: A.traces(2), lambda A: A.trace(), lambda A: A.diagonal(1)):
-        with pytest.raises(ValueError, match=r"data of shape \(6,\) does not hold the 3 diagonals"):
-            jax.vmap(method)(A)
-
-
 @pytest.mark.parametrize("k", [0.0, True, "1", None])
 def test_bad_diagonal_index(k):
     with pytest.raises(TypeError):
