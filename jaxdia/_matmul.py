@@ -63,7 +63,7 @@ def _check_shapes(op: str, shape: tuple[int, int], data: Array, x: Array | np.nd
         problem = f"X needs {need} {what}, it has {have}"
     elif data.ndim > 2 or x.ndim > 2:
         try:
-            np.broadcast_shapes(data.shape[:-2], x.shape[:-2])
+            jnp.broadcast_shapes(data.shape[:-2], x.shape[:-2])
         except ValueError:
             problem = "batch dims do not broadcast"
     if problem is not None:

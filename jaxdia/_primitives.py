@@ -92,7 +92,7 @@ def _batch_shape(a, b, what):
     if len(a.shape) != len(b.shape):
         raise ValueError(f"{what}: operand ranks differ: {a.shape} and {b.shape}")
     try:
-        return tuple(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+        return tuple(jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     except ValueError:
         raise ValueError(f"{what}: batch dims do not broadcast: {a.shape} and {b.shape}") from None
 

@@ -115,7 +115,7 @@ def kernel_out_shape(shape: Sequence[int], dtype, like: Array) -> jax.ShapeDtype
 
 
 def _broadcast_batch(*shapes: Sequence[int]) -> tuple[int, ...]:
-    return tuple(np.broadcast_shapes(*(tuple(s) for s in shapes)))
+    return tuple(jnp.broadcast_shapes(*(tuple(s) for s in shapes)))
 
 
 def _pad_axis(x: Array, axis: int, before: int, after: int) -> Array:
@@ -241,7 +241,11 @@ def spmm_xla(
     if hi - lo < _MIN_INTERIOR_FRACTION * out_rows:
         out = _bounded(data, x, terms, 0, out_rows, (*batch, out_rows, columns), acc)
         return out.astype(out_dtype)
-    vector = columns == 1 and math.prod(batch) * out_rows >= _VECTOR_MIN_SIZE
+    # Shapes are ints, or symbolic dims under jax.export (taken as several columns and
+    # a large batch; they may not be compared with ints).
+    several = not isinstance(columns, int) or columns > 1
+    size = math.prod(batch) * out_rows
+    vector = not several and (not isinstance(size, int) or size >= _VECTOR_MIN_SIZE)
     if vector:
         # A matrix-vector product runs on vectors: ``A @ v`` reshapes ``v`` to ``(n, 1)``
         # and the product back, and those reshapes then cancel with these. A reshape
@@ -250,14 +254,14 @@ def spmm_xla(
     trailing = () if vector else (columns,)
     axis = len(batch)  # the rows
     # Each piece is cast before it is placed, so that no pass over the output follows.
-    interior = _interior(data, x, terms, lo, hi, acc, pairwise=columns > 1).astype(out_dtype)
+    interior = _interior(data, x, terms, lo, hi, acc, pairwise=several).astype(out_dtype)
     interior = jnp.broadcast_to(interior, (*batch, hi - lo, *trailing))
 
     def edge(start, stop):
         block = (*batch, stop - start, *trailing)
         return _bounded(data, x, terms, start, stop, block, acc).astype(out_dtype)
 
-    if columns > 1:
+    if several:
         # Rows of several columns: one concatenation, which XLA CPU emits as one loop per
         # piece, so the interior loop has no branch and is vectorized over the columns
         # (a pad of the interior left a branch per row in it, and a scalar loop).

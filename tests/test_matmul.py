@@ -176,6 +176,40 @@ def test_bad_operands_and_implementation():
     np.testing.assert_array_equal(jaxdia.matmul(A, np.ones(3), implementation="xla"), np.ones(3))
 
 
+@pytest.mark.parametrize(
+    "product, x_shape, dense",
+    [
+        (lambda A, X: A @ X, ("n", "c"), lambda M, X: M @ X),
+        (lambda A, X: X @ A, ("c", "n"), lambda M, X: X @ M),
+        (lambda A, X: A @ X, ("b", "n", "c"), lambda M, X: M @ X),
+        (lambda A, X: jax.vmap(lambda x: A @ x)(X), ("b", "n"), lambda M, X: X @ M.T),
+        (lambda A, X: A.T @ jnp.sin(A @ X), ("n", "c"), lambda M, X: M.T @ np.sin(M @ X)),
+    ],
+    ids=["A @ X", "X @ A", "batched X", "vmap", "A.T @ sin(A @ X)"],
+)
+def test_export_with_symbolic_columns_and_batch(product, x_shape, dense):
+    """jax.export with symbolic columns or batch dims, as jnp.matmul allows (the matrix
+    shape is static), serialized and called at several sizes; the gradient too."""
+    A = jaxdia.diags([1.0, -2.0, 3.0], offsets=[-1, 0, 2], shape=(8, 8), dtype=np.float32)
+    M = np.asarray(A.todense())
+    A_spec = jax.eval_shape(lambda d: jaxdia.DiaMatrix(d, A.offsets, A.shape), A.data)
+    symbols = dict(zip("bc", jax.export.symbolic_shape("b, c")), n=8)
+    x_spec = jax.ShapeDtypeStruct(tuple(symbols[d] for d in x_shape), np.float32)
+    loss = lambda A, X: jnp.sum(product(A, X) ** 2)
+    exported = [
+        jax.export.deserialize(jax.export.export(jax.jit(f))(A_spec, x_spec).serialize())
+        for f in (product, jax.grad(loss, argnums=(0, 1)))
+    ]
+    rng = np.random.default_rng(0)
+    for size in (1, 3):
+        X = rng.standard_normal([size if d in "bc" else 8 for d in x_shape]).astype(np.float32)
+        np.testing.assert_allclose(exported[0].call(A, X), dense(M, X), rtol=1e-5, atol=1e-5)
+        grads = exported[1].call(A, X)
+        want = jax.grad(loss, argnums=(0, 1))(A, X)
+        np.testing.assert_allclose(grads[0].data, want[0].data, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(grads[1], want[1], rtol=1e-5, atol=1e-5)
+
+
 def test_numpy_and_jax_arrays_on_the_left_defer_to_diamatrix():
     A = jaxdia.diags([1.0, 2.0], offsets=[0, 1], shape=(2, 2))
     expected = np.array([1.0, 1.0]) @ np.asarray(A.todense())
