@@ -59,7 +59,7 @@ def diags(
              [ 0.,  1., -2.]], dtype=float32)
     """
     _check_format(format, "diags")
-    scalar_offset = np.ndim(offsets) == 0 and not isinstance(offsets, (list, tuple))
+    scalar_offset = not isinstance(offsets, (list, tuple)) and np.ndim(offsets) == 0
     if scalar_offset:
         if len(diagonals) == 0 or np.ndim(diagonals[0]) == 0:
             diagonals = [diagonals]

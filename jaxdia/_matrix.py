@@ -188,6 +188,45 @@ _SCIPY_EQUIVALENTS = {
     "A": "A.toarray()",
     "getH": "A.H",
     "format": "nothing: a DiaMatrix is always in DIA format",
+    "getformat": "nothing: a DiaMatrix is always in DIA format",
+    "get_shape": "A.shape",
+    "set_shape": "nothing: matrices are immutable",
+    "getmaxprint": "repr(A)",
+    "asfptype": "A itself (a DiaMatrix is always floating)",
+    "getrow": "A.todense()[i]",
+    "getcol": "A @ e_j for the unit vector e_j, or A.todense()[:, j]",
+    "nonzero": "A.to_scipy().nonzero() (index arrays of data-dependent length: host only)",
+    "reshape": "A.to_scipy() (it changes the diagonal structure)",
+    "resize": "A.to_scipy() (it changes the diagonal structure)",
+    **{
+        extremum: f"A2, B2 = jaxdia.align(A, B), then "
+        f"jaxdia.DiaMatrix(jnp.{extremum}(A2.data, B2.data), A2.offsets, A2.shape)"
+        for extremum in ("maximum", "minimum")
+    },
+    # SciPy's elementwise maps that keep 0 at 0
+    **{
+        ufunc: f"jaxdia.DiaMatrix(jnp.{ufunc}(A.data), A.offsets, A.shape)"
+        for ufunc in (
+            "sin",
+            "sinh",
+            "tan",
+            "tanh",
+            "arcsin",
+            "arcsinh",
+            "arctan",
+            "arctanh",
+            "sqrt",
+            "expm1",
+            "log1p",
+            "deg2rad",
+            "rad2deg",
+            "sign",
+            "rint",
+            "floor",
+            "ceil",
+            "trunc",
+        )
+    },
 }
 
 
@@ -256,6 +295,15 @@ class DiaMatrix:
             "scipy.sparse dia_array (to combine it with a scipy.sparse matrix S, convert S "
             "with jaxdia.DiaMatrix.from_scipy(S))"
         )
+
+    def __bool__(self) -> bool:
+        # As SciPy's and NumPy's: ``if A:`` would otherwise be true for every matrix.
+        if self.shape != (1, 1) or self.batch_shape:
+            raise ValueError(
+                "The truth value of a DiaMatrix with more than one element is ambiguous; "
+                "test A.count_nonzero() for nonzero entries, or `A is not None`"
+            )
+        return bool(self.todense()[0, 0])
 
     def __init__(self, data: Any, offsets: Any, shape: Any):
         shape = as_shape(shape)

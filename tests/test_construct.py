@@ -116,6 +116,41 @@ def test_scipy_format_argument_and_attribute_names():
         A.setdiag(1.0)
     with pytest.raises(AttributeError, match=r"^'DiaMatrix' object has no attribute 'dat'$"):
         A.dat  # noqa: B018
+    for name in ("getrow", "getcol", "nonzero", "reshape", "resize", "maximum", "get_shape"):
+        with pytest.raises(AttributeError, match=rf"'{name}'; for SciPy's {name}, use \S"):
+            getattr(A, name)
+
+
+@pytest.mark.parametrize(
+    "ufunc",
+    ["sin", "sinh", "tan", "tanh", "arcsin", "arcsinh", "arctan", "arctanh", "sqrt"]
+    + ["expm1", "log1p", "deg2rad", "rad2deg", "sign", "rint", "floor", "ceil", "trunc"],
+)
+def test_scipy_elementwise_maps_point_to_a_recipe_that_matches_scipy(ufunc):
+    """A.sqrt() and friends name a recipe; the recipe computes what SciPy's method does."""
+    S = sp.dia_array(([[0.25, -0.5, 0.75, 0.0], [0.3, 0.6, -0.2, 0.9]], [0, 1]), shape=(4, 4))
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    with pytest.raises(AttributeError, match=f"for SciPy's {ufunc}, use ") as error:
+        getattr(A, ufunc)
+    recipe = str(error.value).split(", use ", 1)[1]
+    with np.errstate(invalid="ignore"):  # sqrt/arctanh of negative entries: NaN on both sides
+        expected = getattr(S, ufunc)().toarray()
+    result = eval(recipe, {"jaxdia": jaxdia, "jnp": jnp, "A": A})
+    np.testing.assert_allclose(result.todense(), expected, rtol=1e-6)
+
+
+def test_truth_value_is_ambiguous_as_in_scipy():
+    """``if A:`` was true for every matrix; SciPy and NumPy raise, except for one element."""
+    for A in (jaxdia.eye(3), jaxdia.DiaMatrix(np.ones((2, 1, 1)), 0, (1, 1))):
+        with pytest.raises(ValueError, match="truth value of a DiaMatrix .* is ambiguous"):
+            bool(A)
+    assert bool(jaxdia.eye(1)) and not bool(jaxdia.eye(1) * 0.0)
+
+
+def test_traced_offsets_in_diags_say_they_must_be_static():
+    for as_offsets in (lambda k: [k], lambda k: k):
+        with pytest.raises(TypeError, match="offsets must be static Python ints"):
+            jax.jit(lambda k: jaxdia.diags([1.0], as_offsets(k), shape=(3, 3)))(1)
 
 
 def test_diags_under_jit_and_grad():
