@@ -97,7 +97,7 @@ def test_copy_and_deepcopy(mesh):
 
 def test_rejects_bad_arguments(mesh):
     square = jaxdia.eye(4)
-    with pytest.raises(TypeError, match="DiaMatrix as A"):
+    with pytest.raises(TypeError, match="shard: A must be a jaxdia.DiaMatrix"):
         jaxdia.shard(np.eye(4), mesh, "rows")
     with pytest.raises(TypeError, match="jax.sharding.Mesh"):
         jaxdia.shard(square, "rows", "rows")
