@@ -23,7 +23,7 @@ import numpy as np
 from jax import Array, lax
 from scipy.linalg import get_lapack_funcs
 
-from ._dtypes import native
+from ._dtypes import is_numeric, native
 from ._matrix import DiaMatrix, as_matrix
 from ._primitives import spmm
 from ._xla import diagonal_bounds
@@ -339,7 +339,7 @@ def solve_banded(A: DiaMatrix, b: Any) -> Array:
     n = A.shape[0]
     if not isinstance(b, (jax.Array, jax.core.Tracer)):
         host = np.asarray(b)
-        if host.dtype.kind not in "biufc":
+        if not is_numeric(host.dtype):
             raise TypeError(
                 f"solve_banded: b must be a numeric array, got {type(b).__name__}"
                 + (f" of dtype {host.dtype}" if host.dtype != object else "")

@@ -396,6 +396,8 @@ def test_solve_banded_edge_cases():
     low = jaxdia.diags([[4.0] * 5, [1.0] * 4, [0.5] * 3], offsets=[0, 1, 2]).astype(jnp.bfloat16)
     x = jaxdia.solve_banded(low, jnp.ones(5, jnp.bfloat16))
     assert x.dtype == jnp.bfloat16
+    # a NumPy bfloat16 b (its dtype kind is "V") was refused as not numeric
+    np.testing.assert_array_equal(jaxdia.solve_banded(low, np.ones(5, jnp.bfloat16)), x)
     np.testing.assert_allclose(
         np.asarray(x, np.float64), np.linalg.solve(dense_f64(low), np.ones(5)), rtol=2e-2
     )
