@@ -465,6 +465,8 @@ class DiaMatrix:
         A ``dia_array``/``dia_matrix`` keeps its offsets and data (explicit zeros too);
         other formats go through SciPy's ``todia()`` (duplicate COO entries are summed).
         float64 input becomes float32 unless ``jax_enable_x64`` is on (JAX's usual rule).
+        SciPy data narrower than the matrix is padded to width ``n``, so ``A.nnz`` counts
+        slots that ``S.nnz`` leaves out (see :attr:`nnz`).
 
         Example:
           >>> from jaxdia import DiaMatrix
