@@ -113,6 +113,11 @@ def _data_shape(A: DiaMatrix) -> tuple[int, ...] | None:
     return shape if isinstance(shape, tuple) and not isinstance(A.data, DiaMatrix) else None
 
 
+def _data_tail(A: DiaMatrix) -> tuple[int, int]:
+    """The trailing dims ``(n_diags, n)`` that ``A.data`` must have."""
+    return len(A.offsets), A.shape[1]
+
+
 def check_layout(A: DiaMatrix, what: str) -> None:
     """Raises a ValueError unless ``A.data`` is laid out as ``(..., n_diags, n)``.
 
@@ -125,7 +130,7 @@ def check_layout(A: DiaMatrix, what: str) -> None:
     checks first. Non-array leaves are left to fail on their own.
     """
     shape = _data_shape(A)
-    expected = (len(A.offsets), A.shape[1])
+    expected = _data_tail(A)
     if shape is None or shape[-2:] == expected:
         return
     raise ValueError(
@@ -446,10 +451,11 @@ class DiaMatrix:
             # a pytree with other leaves, e.g. from jax.tree.map, a vmap in_axes spec, or
             # the nested matrices of jax.hessian with respect to a DiaMatrix
             return f"DiaMatrix(shape={self.shape}, offsets={self.offsets}, data={self.data!r})"
-        if shape[-2:] != (self.n_diags, self.shape[1]):
+        if shape[-2:] != _data_tail(self):
+            k, n = _data_tail(self)
             return (
                 f"DiaMatrix(shape={self.shape}, offsets={self.offsets}, data of shape {shape}: "
-                f"not (..., {self.n_diags}, {self.shape[1]}))"
+                f"not (..., {k}, {n}))"
             )
         batch = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
         return (
