@@ -33,7 +33,7 @@ import scipy  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
 import jaxdia  # noqa: E402
-from jaxdia._traces import traces  # noqa: E402
+from jaxdia import traces  # noqa: E402
 
 
 def timed(fn, rounds, inner):

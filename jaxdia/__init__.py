@@ -4,12 +4,11 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from ._construct import diags as diags, eye as eye
+from ._functions import align as align, kron as kron, matmul as matmul, traces as traces
 from ._io import load_npz as load_npz, save_npz as save_npz
-from ._matrix import DiaMatrix as DiaMatrix, matmul as matmul
-from ._ops import align as align, kron as kron
+from ._linalg import jacobi as jacobi, solve_banded as solve_banded
+from ._matrix import DiaMatrix as DiaMatrix
 from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard
-from ._solve import jacobi as jacobi, solve_banded as solve_banded
-from ._traces import traces as traces
 
 try:
     __version__ = version("jaxdia")

@@ -11,8 +11,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from ._dtypes import check_dtype, is_int, is_numeric, native, warn_if_unavailable
-from ._matrix import DiaMatrix, as_offsets, as_shape
+from ._checks import (
+    as_array,
+    as_offsets,
+    as_shape,
+    check_distinct,
+    check_dtype,
+    static_int,
+    warn_if_unavailable,
+)
+from ._matrix import DiaMatrix
 
 
 def _default_dtype(dtype: Any) -> np.dtype:
@@ -72,8 +80,7 @@ def diags(
     diagonals = [_as_diagonal(d, i) for i, d in enumerate(diagonals)]
     if len(diagonals) != len(offsets):
         raise ValueError("Different number of diagonals and offsets.")
-    if len(set(offsets)) != len(offsets):
-        raise ValueError(f"offset array contains duplicate values: {offsets}")
+    check_distinct(offsets)
     if shape is None:
         size = diagonals[0].shape[0] + abs(offsets[0])
         shape = (size, size)
@@ -115,15 +122,8 @@ def diags(
 
 def _as_diagonal(diagonal: Any, index: int) -> Array | np.ndarray:
     """A 1-D diagonal: a JAX array as given, anything else as a NumPy array."""
-    if isinstance(diagonal, (jax.Array, jax.core.Tracer)):
-        array = jnp.atleast_1d(diagonal)
-    else:
-        array = np.atleast_1d(native(np.asarray(diagonal)))
-        if not is_numeric(array.dtype):
-            raise TypeError(
-                f"diagonals[{index}] must be numeric, got {type(diagonal).__name__} of dtype "
-                f"{array.dtype}"
-            )
+    array = as_array(diagonal, f"diagonals[{index}]", expected="numeric")
+    array = jnp.atleast_1d(array) if isinstance(array, jax.Array) else np.atleast_1d(array)
     if array.ndim != 1:
         raise ValueError(f"diagonals[{index}] must be 1-D, got shape {array.shape}")
     return array
@@ -167,8 +167,7 @@ def eye(
              [0., 0., 1.]], dtype=float32)
     """
     _check_format(format, "eye")
-    if not is_int(k):
-        raise TypeError(f"k must be an int, got {type(k).__name__}: {k!r}")
+    k = static_int(k, "k")
     if dtype is None:
         dtype = jnp.result_type(float)
     else:

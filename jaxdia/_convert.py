@@ -1,24 +1,50 @@
-"""Array-level conversions between DIA ``data`` and dense or COO index form.
+"""Array-level conversions between DIA ``data`` and canonical, dense, COO or BCOO form.
 
-These functions know nothing of :class:`jaxdia.DiaMatrix`; they map ``(data, offsets,
-shape)`` to and from other layouts with static slices and indices computed in the
-program from an iota. Index tables built on the host would be program constants of the
-size of the matrix (5.9 s to compile ``A.multiply(column)`` for 27 diagonals at
-n = 1e6); one gather or scatter over the whole ``(n_diags, n)`` grid of slots also
-compiles faster than one piece per diagonal (0.05 s against 0.3 s for 27 diagonals).
-They trace under ``jit`` and ``vmap`` and are differentiable.
+These functions work on ``(data, offsets, shape)`` (see :mod:`jaxdia._parts`) with static
+slices and indices computed in the program from an iota: index tables built on the host
+would be program constants of the size of the matrix, and one gather or scatter over the
+whole ``(n_diags, n)`` grid of slots compiles faster than one piece per diagonal. They
+trace under ``jit`` and ``vmap`` and are differentiable.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from ._xla import diagonal_bounds, index_dtype
+from ._geometry import diagonal_bounds, holds_entries, index_dtype, slot_indices
+from ._parts import DiaParts
+
+
+def canonical(data: Any, offsets: tuple[int, ...], shape: tuple[int, int]) -> DiaParts:
+    """The canonical parts of a checked matrix: offsets sorted ascending (``data`` rows
+    permuted to match), diagonals with no slot inside the matrix dropped, and ``data``
+    zero-padded or truncated to width ``n`` (as SciPy reads it).
+
+    ``data`` is a JAX array or tracer, or a NumPy array, which is canonicalized on the
+    host and transferred once.
+    """
+    order = sorted(range(len(offsets)), key=offsets.__getitem__)
+    kept = [i for i in order if holds_entries(offsets[i], shape)]
+    if kept != list(range(len(offsets))):
+        data = data[..., np.asarray(kept, dtype=np.int64), :]
+    width, n = data.shape[-1], shape[1]
+    if width < n:
+        pad = [(0, 0)] * (data.ndim - 1) + [(0, n - width)]
+        data = np.pad(data, pad) if isinstance(data, np.ndarray) else jnp.pad(data, pad)
+    elif width > n:
+        data = data[..., :n]
+    if isinstance(data, np.ndarray):
+        # A private host copy, transferred as it is: on CPU device_put may alias a
+        # NumPy buffer (which the caller could still change), and jnp.asarray, like
+        # row selection or padding on the device, costs one more pass over data.
+        data = jax.device_put(np.array(data, copy=True))
+    return DiaParts(data, tuple(offsets[i] for i in kept), shape)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
@@ -28,8 +54,7 @@ def dia_to_coo(
     """``(values, indices)`` of every in-bounds slot, diagonal by diagonal: ``values``
     ``(..., nse)`` and ``indices`` ``(..., nse, 2)`` of ``(row, col)`` pairs.
 
-    Static slices of ``data`` and indices from an iota: no gather (eager NumPy index
-    arrays made a 27-diagonal matrix at n = 1e6 take 1.6 s, against 0.16 s jitted).
+    Static slices of ``data`` and indices from an iota: no gather.
     """
     index = index_dtype(sum(shape))
     values, rows, cols = [], [], []
@@ -47,17 +72,6 @@ def dia_to_coo(
     indices = jnp.stack([jnp.concatenate(rows), jnp.concatenate(cols)], axis=1)
     values = jnp.concatenate(values, axis=-1)
     return values, jnp.broadcast_to(indices, (*data.shape[:-2], *indices.shape))
-
-
-def slot_indices(offsets: tuple[int, ...], shape: tuple[int, int]) -> tuple[Array, Array, Array]:
-    """``(rows, cols, inside)``, each ``(len(offsets), n)``: slot ``(k, j)`` of ``data``
-    holds ``A[rows[k, j], cols[k, j]]`` where ``inside``; from an iota, so XLA computes
-    them inside the gather or scatter that uses them."""
-    m, n = shape
-    index = index_dtype(m + n)
-    cols = lax.broadcasted_iota(index, (len(offsets), n), 1)
-    rows = cols - np.asarray(offsets, index).reshape(-1, 1)
-    return rows, cols, (rows >= 0) & (rows < m)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
@@ -92,3 +106,33 @@ def nonzero_offsets(dense: np.ndarray) -> tuple[int, ...]:
     mask = np.asarray(dense != 0)
     rows, cols = np.nonzero(mask.any(axis=tuple(range(mask.ndim - 2))))
     return tuple(int(k) for k in np.unique(cols - rows))
+
+
+def coo_offsets(indices: np.ndarray, shape: tuple[int, int]) -> set[int]:
+    """The diagonals that concrete COO ``indices`` ``(nse, 2)`` (signed) have entries on;
+    indices outside ``shape`` (BCOO's padding) are ignored."""
+    m, n = shape
+    valid = (indices[:, 0] < m) & (indices[:, 1] < n)
+    return set((indices[valid, 1] - indices[valid, 0]).tolist())
+
+
+def coo_to_dia(
+    values: Array, indices: Array, offsets: tuple[int, ...], shape: tuple[int, int]
+) -> Array:
+    """DIA ``data`` of the COO entries (duplicates summed) on the sorted ``offsets``;
+    entries on other diagonals or outside ``shape`` are dropped.
+
+    ``indices`` ``(nse, 2)`` must be of a signed dtype (``cols - rows`` must not wrap).
+    """
+    m, n = shape
+    if not offsets:
+        return jnp.zeros((0, n), values.dtype)
+    rows, cols = indices[:, 0], indices[:, 1]
+    table = jnp.asarray(offsets, dtype=indices.dtype)
+    slot = jnp.searchsorted(table, cols - rows)
+    on_diagonal = (
+        (rows < m) & (cols < n) & (table[jnp.minimum(slot, len(offsets) - 1)] == cols - rows)
+    )
+    values = jnp.where(on_diagonal, values, 0)
+    data = jnp.zeros((len(offsets), n), values.dtype)
+    return data.at[jnp.where(on_diagonal, slot, 0), jnp.where(on_diagonal, cols, 0)].add(values)

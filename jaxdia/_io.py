@@ -16,7 +16,7 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 
-from ._dtypes import check_dtype, warn_if_unavailable
+from ._checks import check_dtype, warn_if_unavailable
 from ._matrix import DiaMatrix, as_matrix
 
 _KEYS = ("format", "shape", "data", "offsets")

@@ -21,8 +21,8 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 import jax
 import jax.numpy as jnp
 
+from ._geometry import diagonal_bounds
 from ._matrix import DiaMatrix, as_matrix
-from ._xla import diagonal_bounds
 
 
 class DiaLinearOperator(lx.AbstractLinearOperator):

@@ -9,96 +9,33 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import jax
 import jax.core
-import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 from jax import Array, export
 from jax.experimental import sparse as jsparse
 
-from ._convert import dense_to_dia, dia_to_coo, dia_to_dense, nonzero_offsets
-from ._dtypes import check_dtype, is_int, is_numeric, native
-from ._matmul import dia_matmul, dia_rmatmul
-from ._traces import dia_diagonal, dia_trace, dia_traces
-from ._xla import diagonal_bounds, index_dtype
-
-_TRACED_OFFSETS_HELP = (
-    "offsets must be static Python ints, but a traced JAX array was given (inside jit, "
-    "vmap, grad, cond or scan). Pass offsets as a tuple of Python ints (close over them, or "
-    "mark them static with jax.jit(..., static_argnames=...)), or pass the DiaMatrix itself "
-    "through the transformation: its offsets travel as static pytree aux data."
+from . import _ops
+from ._checks import as_array, as_offsets, as_shape, check_distinct, check_dtype
+from ._convert import (
+    canonical,
+    coo_offsets,
+    coo_to_dia,
+    dense_to_dia,
+    dia_to_coo,
+    dia_to_dense,
+    nonzero_offsets,
 )
-
-
-def as_offsets(offsets: Any, name: str = "offsets") -> tuple[int, ...]:
-    """Validates static offsets and returns them as a tuple of Python ints (unsorted)."""
-    if isinstance(offsets, jax.core.Tracer):
-        raise TypeError(f"{name}: {_TRACED_OFFSETS_HELP}")
-    if isinstance(offsets, (np.ndarray, jax.Array)):
-        array = np.asarray(offsets)
-        if array.ndim > 1:
-            raise ValueError(f"{name} must be 1-D, got an array of shape {array.shape}")
-        if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
-            raise TypeError(f"{name} must hold integers, got an array of dtype {array.dtype}")
-        return tuple(int(k) for k in array.reshape(-1))
-    if is_int(offsets):
-        return (int(offsets),)
-    if isinstance(offsets, (str, bytes)) or not isinstance(offsets, Sequence):
-        raise TypeError(
-            f"{name} must be an int or a sequence of ints, got {type(offsets).__name__}: "
-            f"{offsets!r}"
-        )
-    result = []
-    for k in offsets:
-        if isinstance(k, jax.core.Tracer):
-            raise TypeError(f"{name}: {_TRACED_OFFSETS_HELP}")
-        if isinstance(k, (np.ndarray, jax.Array)) and np.ndim(k) == 0:
-            k = np.asarray(k).item()
-        if not is_int(k):
-            raise TypeError(f"{name} must be integers, got {type(k).__name__}: {k!r}")
-        result.append(int(k))
-    return tuple(result)
-
-
-def holds_entries(offset: int, shape: tuple[int, int]) -> bool:
-    """Whether diagonal ``offset`` has at least one slot inside an ``shape`` matrix."""
-    start, stop = diagonal_bounds(offset, shape)
-    return start < stop
-
-
-def as_shape(shape: Any) -> tuple[int, int]:
-    """Validates a matrix shape ``(m, n)`` of non-negative ints."""
-    if isinstance(shape, np.ndarray) and shape.ndim == 1:
-        shape = tuple(shape.tolist())
-    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or len(shape) != 2:
-        raise ValueError(f"shape must be a pair (m, n) of non-negative ints, got {shape!r}")
-    if not all(is_int(s) for s in shape):
-        raise TypeError(f"shape must be a pair (m, n) of non-negative ints, got {shape!r}")
-    m, n = (int(s) for s in shape)
-    if m < 0 or n < 0:
-        raise ValueError(f"shape must be a pair (m, n) of non-negative ints, got {shape!r}")
-    return m, n
+from ._geometry import diagonal_bounds, holds_entries, index_dtype
+from ._parts import DiaParts
+from ._products import dense_dia_product, dia_dense_product, dia_dia_product
+from ._scipy_names import SCIPY_EQUIVALENTS
+from ._traces import dia_diagonal, dia_trace, dia_traces
 
 
 def _as_data(data: Any) -> Array | np.ndarray:
     """``data`` checked: a JAX array as given, anything else as a NumPy array (which the
     constructor canonicalizes on the host and transfers once)."""
-    if isinstance(data, (jax.Array, jax.core.Tracer)):
-        array = data
-    elif isinstance(data, jax.ShapeDtypeStruct):
-        raise TypeError(
-            "data must be an array, got a jax.ShapeDtypeStruct; for an abstract matrix (for "
-            "jit(...).lower or jax.export) trace the constructor: jax.eval_shape(lambda d: "
-            "DiaMatrix(d, offsets, shape), jax.ShapeDtypeStruct((n_diags, n), dtype))"
-        )
-    else:
-        host = np.asarray(data)
-        if not is_numeric(host.dtype):
-            raise TypeError(
-                f"data must be a numeric array of shape (..., n_diags, width), got "
-                f"{type(data).__name__} of dtype {host.dtype}"
-            )
-        check_dtype(host.dtype)
-        array = native(host)
+    array = as_array(data, "data", expected="a numeric array of shape (..., n_diags, width)")
     check_dtype(array.dtype)
     if array.ndim < 2:
         raise ValueError(
@@ -172,67 +109,6 @@ def _reads_data(what: str) -> Callable[[_Method], _Method]:
         return cast(_Method, checked)
 
     return decorate
-
-
-_TO_OTHER_FORMATS = "A.to_scipy() and SciPy's conversions, or A.to_bcoo() for JAX"
-
-#: What to write instead of ``scipy.sparse.dia_array`` attributes that DiaMatrix lacks.
-_SCIPY_EQUIVALENTS = {
-    "setdiag": "A.with_diagonal(values, k) (matrices are immutable: it returns a new one)",
-    "copy": "A itself (matrices are immutable)",
-    "todia": "A itself (a DiaMatrix is DIA), or A.to_scipy() for SciPy",
-    "tocsr": _TO_OTHER_FORMATS,
-    "tocsc": _TO_OTHER_FORMATS,
-    "tocoo": _TO_OTHER_FORMATS,
-    "tobsr": _TO_OTHER_FORMATS,
-    "tolil": _TO_OTHER_FORMATS,
-    "todok": _TO_OTHER_FORMATS,
-    "asformat": _TO_OTHER_FORMATS,
-    "getnnz": "A.nnz",
-    "size": "A.nnz (SciPy's size counts the stored entries)",
-    "A": "A.toarray()",
-    "getH": "A.H",
-    "format": "nothing: a DiaMatrix is always in DIA format",
-    "getformat": "nothing: a DiaMatrix is always in DIA format",
-    "get_shape": "A.shape",
-    "set_shape": "nothing: matrices are immutable",
-    "getmaxprint": "repr(A)",
-    "asfptype": "A itself (a DiaMatrix is always floating)",
-    "getrow": "A.todense()[i]",
-    "getcol": "A @ e_j for the unit vector e_j, or A.todense()[:, j]",
-    "nonzero": "A.to_scipy().nonzero() (index arrays of data-dependent length: host only)",
-    "reshape": "A.to_scipy() (it changes the diagonal structure)",
-    "resize": "A.to_scipy() (it changes the diagonal structure)",
-    **{
-        extremum: f"A2, B2 = jaxdia.align(A, B), then "
-        f"jaxdia.DiaMatrix(jnp.{extremum}(A2.data, B2.data), A2.offsets, A2.shape)"
-        for extremum in ("maximum", "minimum")
-    },
-    # SciPy's elementwise maps that keep 0 at 0
-    **{
-        ufunc: f"jaxdia.DiaMatrix(jnp.{ufunc}(A.data), A.offsets, A.shape)"
-        for ufunc in (
-            "sin",
-            "sinh",
-            "tan",
-            "tanh",
-            "arcsin",
-            "arcsinh",
-            "arctan",
-            "arctanh",
-            "sqrt",
-            "expm1",
-            "log1p",
-            "deg2rad",
-            "rad2deg",
-            "sign",
-            "rint",
-            "floor",
-            "ceil",
-            "trunc",
-        )
-    },
-}
 
 
 @jax.tree_util.register_pytree_with_keys_class
@@ -319,24 +195,25 @@ class DiaMatrix:
                 f"data has {data.shape[-2]} diagonals (shape {data.shape}) but "
                 f"{len(offsets)} offsets were given: {offsets}"
             )
-        if len(set(offsets)) != len(offsets):
-            raise ValueError(f"offset array contains duplicate values: {offsets}")
-        order = sorted(range(len(offsets)), key=offsets.__getitem__)
-        kept = [i for i in order if holds_entries(offsets[i], shape)]
-        if kept != list(range(len(offsets))):
-            data = data[..., np.asarray(kept, dtype=np.int64), :]
-        width, n = data.shape[-1], shape[1]
-        if width < n:
-            pad = [(0, 0)] * (data.ndim - 1) + [(0, n - width)]
-            data = np.pad(data, pad) if isinstance(data, np.ndarray) else jnp.pad(data, pad)
-        elif width > n:
-            data = data[..., :n]
-        if isinstance(data, np.ndarray):
-            # A private host copy, transferred as it is: on CPU device_put may alias a
-            # NumPy buffer (which the caller could still change), and jnp.asarray, like
-            # row selection or padding on the device, costs one more pass over data.
-            data = jax.device_put(np.array(data, copy=True))
-        self._set(data, tuple(offsets[i] for i in kept), shape)
+        self._set(*canonical(data, check_distinct(offsets), shape))
+
+    @classmethod
+    def _wrap(cls, parts: DiaParts) -> DiaMatrix:
+        """The matrix of canonical ``parts`` (what the array-level layer returns)."""
+        matrix = object.__new__(cls)
+        matrix._set(*parts)
+        return matrix
+
+    @property
+    def _parts(self) -> DiaParts:
+        return DiaParts(self.data, self.offsets, self.shape)
+
+    def _result(self, parts: DiaParts, value: Any) -> Any:
+        """What an array-level operation on ``parts`` (this matrix's) returned, as a
+        DiaMatrix where it is a matrix: this one where it is ``parts`` unchanged."""
+        if value is parts:
+            return self
+        return self._wrap(value) if isinstance(value, DiaParts) else value
 
     def _set(self, data, offsets, shape) -> None:
         object.__setattr__(self, "data", data)
@@ -350,7 +227,7 @@ class DiaMatrix:
 
         def __getattr__(self, name: str) -> Any:
             # Only reached for names DiaMatrix lacks: point SciPy's names to jaxdia's.
-            hint = _SCIPY_EQUIVALENTS.get(name)
+            hint = SCIPY_EQUIVALENTS.get(name)
             message = f"'DiaMatrix' object has no attribute {name!r}"
             raise AttributeError(f"{message}; for SciPy's {name}, use {hint}" if hint else message)
 
@@ -374,9 +251,7 @@ class DiaMatrix:
         cls, aux_data: tuple[tuple[int, ...], tuple[int, int]], children: Sequence[Any]
     ) -> DiaMatrix:
         # JAX unflattens with tracers, None or placeholder objects: do not validate here.
-        matrix = object.__new__(cls)
-        matrix._set(children[0], *aux_data)
-        return matrix
+        return cls._wrap(DiaParts(children[0], *aux_data))
 
     # -- properties ------------------------------------------------------------------------
 
@@ -561,16 +436,12 @@ class DiaMatrix:
             offsets = nonzero_offsets(host)
         else:
             offsets = as_offsets(offsets)
-        array = (
-            dense if isinstance(dense, (jax.Array, jax.core.Tracer)) else native(np.asarray(dense))
-        )
+        array = as_array(dense, "dense", expected="a numeric array of shape (..., m, n)")
         if array.ndim < 2:
             raise ValueError(f"dense must have shape (..., m, n), got shape {array.shape}")
         check_dtype(array.dtype, "dense")
         m, n = array.shape[-2:]
-        if len(set(offsets)) != len(offsets):
-            raise ValueError(f"offset array contains duplicate values: {offsets}")
-        offsets = tuple(sorted(k for k in offsets if holds_entries(k, (m, n))))
+        offsets = tuple(sorted(k for k in check_distinct(offsets) if holds_entries(k, (m, n))))
         return cls(dense_to_dia(array, offsets, (m, n)), offsets, (m, n))
 
     @_reads_data("A.todense()")
@@ -649,9 +520,7 @@ class DiaMatrix:
         concrete = not isinstance(indices, jax.core.Tracer)
         found: set[int] = set()
         if concrete:
-            host = np.asarray(indices)
-            valid = (host[:, 0] < m) & (host[:, 1] < n)  # BCOO pads with out-of-range indices
-            found = set((host[valid, 1] - host[valid, 0]).tolist())
+            found = coo_offsets(np.asarray(indices), (m, n))
         if offsets is None:
             if not concrete:
                 raise ValueError(
@@ -667,32 +536,19 @@ class DiaMatrix:
                     f"that are not among offsets={offsets}"
                 )
         offsets = tuple(k for k in offsets if holds_entries(k, (m, n)))
-        if not offsets:  # every entry is off the matrix or (under jit) dropped
-            return cls(jnp.zeros((0, n), matrix.dtype), (), (m, n))
-        rows, cols = indices[:, 0], indices[:, 1]
-        table = jnp.asarray(offsets, dtype=indices.dtype)
-        slot = jnp.searchsorted(table, cols - rows)
-        on_diagonal = (
-            (rows < m) & (cols < n) & (table[jnp.minimum(slot, len(offsets) - 1)] == cols - rows)
-        )
-        values = jnp.where(on_diagonal, matrix.data, 0)
-        data = jnp.zeros((len(offsets), n), matrix.dtype)
-        data = data.at[jnp.where(on_diagonal, slot, 0), jnp.where(on_diagonal, cols, 0)].add(values)
-        return cls(data, offsets, (m, n))
+        return cls(coo_to_dia(matrix.data, indices, offsets, (m, n)), offsets, (m, n))
 
     # -- products --------------------------------------------------------------------------
 
     @_reads_data("A @ X")
     def __matmul__(self, other: Any) -> Array | DiaMatrix:
         if isinstance(other, DiaMatrix):
-            from . import _ops
-
-            return _ops.matmul(self, other)
-        return dia_matmul(self.data, self.offsets, self.shape, other)
+            return self._wrap(dia_dia_product(self._parts, other._parts))
+        return dia_dense_product(self._parts, other)
 
     @_reads_data("X @ A")
     def __rmatmul__(self, other: Any) -> Array:
-        return dia_rmatmul(self.data, self.offsets, self.shape, other)
+        return dense_dia_product(self._parts, other)
 
     def dot(self, other: Any) -> Array | DiaMatrix:
         """``A @ other`` (SciPy's spelling): a dense array, or a DiaMatrix for a DiaMatrix.
@@ -756,7 +612,6 @@ class DiaMatrix:
         return dia_diagonal(self.data, self.offsets, self.shape, k)
 
     # -- SciPy parity (see _ops.py) ---------------------------------------------------------
-    # Thin delegations to jaxdia._ops, imported lazily (_ops imports this module).
     # ``==`` is not elementwise: DiaMatrix keeps object identity for ``==`` and hashing.
     # Compare values with ``A.todense() == B.todense()``, or ``jaxdia.align(A, B)`` and
     # compare the aligned ``data`` on in-bounds slots.
@@ -775,9 +630,7 @@ class DiaMatrix:
           >>> A.T.offsets, A.T.todense()[1:, 0:2].tolist()
           ((-1,), [[1.0, 0.0], [0.0, 2.0]])
         """
-        from . import _ops
-
-        return _ops.transpose(self)
+        return self._wrap(_ops.transpose(self._parts))
 
     def transpose(self, axes: Any = None) -> DiaMatrix:
         """``A.T``; ``axes`` may only be None or ``(1, 0)`` (as in SciPy).
@@ -807,9 +660,7 @@ class DiaMatrix:
         """
         if self.dtype.kind != "c":
             return self  # matrices are immutable: no copy needed (eager jnp.conj copies)
-        from . import _ops
-
-        return _ops.with_data(self, jnp.conj(self.data))
+        return self._wrap(_ops.conj(self._parts))
 
     conjugate = conj
 
@@ -838,9 +689,7 @@ class DiaMatrix:
         """
         if self.dtype.kind != "c":
             return self
-        from . import _ops
-
-        return _ops.with_data(self, jnp.real(self.data))
+        return self._wrap(_ops.real(self._parts))
 
     @property
     @_reads_data("A.imag")
@@ -853,9 +702,7 @@ class DiaMatrix:
           >>> A.imag.diagonal()
           Array([ 2., -1.], dtype=float32)
         """
-        from . import _ops
-
-        return _ops.with_data(self, jnp.imag(self.data))
+        return self._wrap(_ops.imag(self._parts))
 
     @_reads_data("A.astype(dtype)")
     def astype(self, dtype: Any, copy: bool = True) -> DiaMatrix:
@@ -874,21 +721,15 @@ class DiaMatrix:
           >>> jaxdia.eye(2).astype(jnp.bfloat16).dtype
           dtype(bfloat16)
         """
-        from . import _ops
-
-        return _ops.astype(self, dtype)
+        return self._wrap(_ops.astype(self._parts, dtype))
 
     @_reads_data("-A")
     def __neg__(self) -> DiaMatrix:
-        from . import _ops
-
-        return _ops.neg(self)
+        return self._wrap(_ops.neg(self._parts))
 
     @_reads_data("abs(A)")
     def __abs__(self) -> DiaMatrix:
-        from . import _ops
-
-        return _ops.absolute(self)
+        return self._wrap(_ops.absolute(self._parts))
 
     @_reads_data("A + B")
     def __add__(self, other: Any) -> Any:
@@ -897,30 +738,26 @@ class DiaMatrix:
         ``A + 0`` is ``A``; a nonzero scalar raises NotImplementedError (as in SciPy); a
         dense array gives a dense array.
         """
-        from . import _ops
-
-        return _ops.add(self, other)
+        parts = self._parts
+        return self._result(parts, _ops.add(parts, _operand(other)))
 
     __radd__ = __add__
 
     @_reads_data("A - B")
     def __sub__(self, other: Any) -> Any:
-        from . import _ops
-
-        return _ops.add(self, other, subtract=True)
+        parts = self._parts
+        return self._result(parts, _ops.add(parts, _operand(other), subtract=True))
 
     @_reads_data("B - A")
     def __rsub__(self, other: Any) -> Any:
-        from . import _ops
-
-        return _ops.add(self, other, subtract=True, reverse=True)
+        parts = self._parts
+        return self._result(parts, _ops.add(parts, _operand(other), subtract=True, reverse=True))
 
     @_reads_data("A * B")
     def __mul__(self, other: Any) -> Any:
         """Elementwise ``A * other``, as ``A.multiply(other)`` (``dia_array`` semantics)."""
-        from . import _ops
-
-        return _ops.multiply(self, other, strict=False)
+        parts = self._parts
+        return self._result(parts, _ops.multiply(parts, _operand(other), strict=False))
 
     __rmul__ = __mul__
 
@@ -928,9 +765,8 @@ class DiaMatrix:
     def __truediv__(self, other: Any) -> Any:
         """``A / s`` for a scalar, or ``A / X`` for a dense ``X``: A's stored entries
         divided by X's (A's offsets, as SciPy's ``dia_array / ndarray``)."""
-        from . import _ops
-
-        return _ops.divide(self, other)
+        parts = self._parts
+        return self._result(parts, _ops.divide(parts, _operand(other)))
 
     def __pow__(self, p: Any) -> DiaMatrix:
         """Elementwise ``A ** p``, as ``A.power(p)`` (``dia_array`` semantics)."""
@@ -957,9 +793,8 @@ class DiaMatrix:
           >>> A.multiply(jnp.array([1.0, 10.0, 100.0])).data
           Array([[  1.,  20., 300.]], dtype=float32)
         """
-        from . import _ops
-
-        return _ops.multiply(self, other)
+        parts = self._parts
+        return self._result(parts, _ops.multiply(parts, _operand(other)))
 
     @_reads_data("A.power(p)")
     def power(self, p: Any, dtype: Any = None) -> DiaMatrix:
@@ -981,9 +816,7 @@ class DiaMatrix:
                  [1., 4., 9.],
                  [0., 1., 4.]], dtype=float32)
         """
-        from . import _ops
-
-        return _ops.power(self, p, dtype)
+        return self._wrap(_ops.power(self._parts, p, dtype))
 
     @_reads_data("A.sum()")
     def sum(self, axis: Any = None, dtype: Any = None, out: None = None) -> Array:
@@ -999,9 +832,7 @@ class DiaMatrix:
           >>> A.sum(axis=1)
           Array([-1.,  0., -1.], dtype=float32)
         """
-        from . import _ops
-
-        return _ops.reduce_sum(self, axis, dtype, out)
+        return _ops.reduce_sum(self._parts, axis, dtype, out)
 
     @_reads_data("A.mean()")
     def mean(self, axis: Any = None, dtype: Any = None, out: None = None) -> Array:
@@ -1017,9 +848,7 @@ class DiaMatrix:
           >>> A.mean(axis=1)
           Array([-0.33333334,  0.        , -0.33333334], dtype=float32)
         """
-        from . import _ops
-
-        return _ops.reduce_mean(self, axis, dtype, out)
+        return _ops.reduce_mean(self._parts, axis, dtype, out)
 
     @_reads_data("A.count_nonzero()")
     def count_nonzero(self, axis: Any = None) -> Any:
@@ -1036,9 +865,7 @@ class DiaMatrix:
           >>> A.nnz, A.count_nonzero()
           (3, 2)
         """
-        from . import _ops
-
-        return _ops.count_nonzero(self, axis)
+        return _ops.count_nonzero(self._parts, axis)
 
     @_reads_data("A.with_offsets(offsets)")
     def with_offsets(self, offsets: Any, *, check: bool = True) -> DiaMatrix:
@@ -1062,9 +889,7 @@ class DiaMatrix:
           >>> jaxdia.eye(3).with_offsets([-1, 0]).offsets
           (-1, 0)
         """
-        from . import _ops
-
-        return _ops.with_offsets(self, offsets, check=check)
+        return self._wrap(_ops.with_offsets(self._parts, offsets, check=check))
 
     @_reads_data("A.eliminate_zeros()")
     def eliminate_zeros(self) -> DiaMatrix:
@@ -1080,9 +905,7 @@ class DiaMatrix:
           >>> (jaxdia.eye(3) * 0.0).eliminate_zeros().offsets
           ()
         """
-        from . import _ops
-
-        return _ops.eliminate_zeros(self)
+        return self._wrap(_ops.eliminate_zeros(self._parts))
 
     @_reads_data("A.with_diagonal(values, k)")
     def with_diagonal(self, values: Any, k: int = 0) -> DiaMatrix:
@@ -1104,9 +927,8 @@ class DiaMatrix:
                  [0., 1., 6.],
                  [0., 0., 1.]], dtype=float32)
         """
-        from . import _ops
-
-        return _ops.with_diagonal(self, values, k)
+        parts = self._parts
+        return self._result(parts, _ops.with_diagonal(parts, values, k))
 
 
 def _serialize_aux_data(aux_data: tuple[tuple[int, ...], tuple[int, int]]) -> bytes:
@@ -1127,26 +949,6 @@ export.register_pytree_node_serialization(
 )
 
 
-def matmul(A: DiaMatrix, X: Any, *, implementation: str | None = None) -> Array:
-    """``A @ X`` with a choice of implementation.
-
-    Follows ``jnp.matmul``'s rules with ``A`` as an array of shape
-    ``A.batch_shape + A.shape``: a 1-D ``X`` of length ``n`` is a vector, an N-D ``X`` is
-    a stack of ``(n, c)`` matrices whose batch dims broadcast with ``A.batch_shape``.
-    dtypes promote with JAX's rules; bfloat16/float16 products accumulate in float32.
-
-    Args:
-      A: the sparse matrix.
-      X: the dense right-hand side.
-      implementation: None picks the best for the platform (Pallas kernels on GPU/TPU,
-        XLA on CPU); ``"xla"`` or ``"pallas"`` force one, and a forced choice that
-        cannot run on the platform raises when the computation is lowered.
-
-    Example:
-      >>> import numpy as np, jaxdia
-      >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
-      >>> jaxdia.matmul(A, np.ones(3), implementation="xla")
-      Array([-1.,  0., -1.], dtype=float32)
-    """
-    as_matrix(A, "matmul: A")
-    return dia_matmul(A.data, A.offsets, A.shape, X, implementation=implementation)
+def _operand(value: Any) -> Any:
+    """An operand of an operation with a DiaMatrix, for the array-level layer."""
+    return value._parts if isinstance(value, DiaMatrix) else value

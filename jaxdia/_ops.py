@@ -1,19 +1,18 @@
-"""SciPy-parity operations on :class:`DiaMatrix` that return DIA matrices.
+"""SciPy-parity operations on DIA matrices, at the array level.
 
-Each function takes and returns ``DiaMatrix`` objects (or dense arrays where SciPy returns
-them). Result offsets are computed from the operands' static offsets, so everything here
-traces under ``jit`` and ``vmap`` and is differentiable in ``data``. Padding slots of the
-inputs are never read: diagonals are cut out with static slices, or padding is replaced
-with ``jnp.where`` before data meets another operand or a nonlinear map (so neither values
-nor gradients ever see it). Linear maps (negation, conjugation, sums) carry padding along
-into the result's padding, which is never read either.
+Each function takes and returns :class:`jaxdia._parts.DiaParts` (or dense arrays where
+SciPy returns them); the ``DiaMatrix`` methods (``A.T``, ``A + B``, ``A.sum()``, ...) are
+thin calls into this module. Result offsets are computed from the operands' static
+offsets, so everything here traces under ``jit`` and ``vmap`` and is differentiable in
+``data``. Padding slots of the inputs are never read: diagonals are cut out with static
+slices, or padding is replaced with ``jnp.where`` before data meets another operand or a
+nonlinear map (so neither values nor gradients ever see it). Linear maps (negation,
+conjugation, sums) carry padding along into the result's padding, which is never read
+either.
 
-The array work runs inside ``jax.jit`` (static offsets and shapes travel as the
-DiaMatrix's pytree aux data), so eager calls compile once per structure instead of once
-per primitive; checks that need concrete values stay outside the jitted cores.
-
-The ``DiaMatrix`` methods (``A.T``, ``A + B``, ``A.sum()``, ...) delegate here; only
-:func:`align` and :func:`kron` are public functions.
+The array work runs inside ``jax.jit`` (static offsets and shapes travel as the parts'
+pytree aux data), so eager calls compile once per structure instead of once per
+primitive; checks that need concrete values stay outside the jitted cores.
 """
 
 from __future__ import annotations
@@ -27,73 +26,52 @@ import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
-import scipy.sparse as sp
 from jax import Array, lax
 
-from ._convert import dense_to_dia, slot_indices
-from ._dtypes import check_dtype, is_int, is_numeric, native
-from ._matmul import dia_matmul, dia_rmatmul
-from ._matrix import DiaMatrix, as_matrix, as_offsets, holds_entries
-from ._xla import accumulation_dtype, diagonal_bounds, index_dtype, pairwise_sum
+from ._checks import (
+    as_array,
+    as_offsets,
+    broadcast_batch,
+    check_distinct,
+    check_dtype,
+    is_int,
+    reject_sparse,
+    static_int,
+)
+from ._convert import dense_to_dia, dia_to_dense
+from ._geometry import (
+    accumulation_dtype,
+    diagonal_bounds,
+    holds_entries,
+    in_bounds,
+    index_dtype,
+    pairwise_sum,
+    place_row,
+    slot_indices,
+)
+from ._parts import DiaParts
+from ._products import dense_dia_product, dia_dense_product
 
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _is_traced(value: Any) -> bool:
-    return isinstance(value, jax.core.Tracer)
-
-
-def _in_bounds(offsets: tuple[int, ...], shape: tuple[int, int]) -> Array:
-    """``(len(offsets), n)`` booleans, True on the in-bounds slots of ``data``.
-
-    Computed from an iota and each diagonal's bounds, so XLA fuses it into its consumer.
-    A NumPy mask would be embedded in the program as a constant the size of ``data``
-    (108 MB, and 2.4 s to compile ``2 * A``, for 27 diagonals at n = 4e6).
-    """
-    index = index_dtype(shape[1])
-    bounds = np.array([diagonal_bounds(k, shape) for k in offsets], index).reshape(-1, 2)
-    column = lax.broadcasted_iota(index, (len(offsets), shape[1]), 1)
-    return (column >= bounds[:, :1]) & (column < bounds[:, 1:])
-
-
-def _filled(A: DiaMatrix, fill: Any = 0) -> Array:
+def _filled(A: DiaParts, fill: Any = 0) -> Array:
     """A's ``data`` with its padding slots set to ``fill``.
 
     Used wherever data meets another operand or a nonlinear map: a select (unlike a
     product with a mask) sends zero gradient to padding, so NaN or inf there cannot reach
     a gradient through ``0 * nan``.
     """
-    return jnp.where(_in_bounds(A.offsets, A.shape), A.data, fill)
+    return jnp.where(in_bounds(A.offsets, A.shape), A.data, fill)
 
 
-def _any_nonzero_in_bounds(host: np.ndarray, A: DiaMatrix, k: int) -> bool:
+def _any_nonzero_in_bounds(host: np.ndarray, A: DiaParts, k: int) -> bool:
     """Whether row ``k`` of the host copy of ``A.data`` holds a nonzero in-bounds entry."""
     start, stop = diagonal_bounds(A.offsets[k], A.shape)
     return bool(np.any(host[..., k, start:stop] != 0))
 
 
-def _place(values: Array, start: int, width: int) -> Array:
-    """A row of ``width`` slots holding ``values`` from ``start`` on and zeros elsewhere."""
-    pad = [(0, 0)] * (values.ndim - 1) + [(start, width - start - values.shape[-1])]
-    return jnp.pad(values, pad)
-
-
-def _stack(rows: list[Array], batch: tuple[int, ...], width: int, dtype: Any) -> Array:
-    """Stacks rows of width ``width`` (broadcast to ``batch``) into ``(*batch, len, width)``."""
-    if not rows:
-        return jnp.zeros((*batch, 0, width), dtype)
-    return jnp.stack([jnp.broadcast_to(r, (*batch, width)).astype(dtype) for r in rows], -2)
-
-
-def _broadcast_batch(what: str, *matrices_or_shapes: Any) -> tuple[int, ...]:
-    shapes = [m.batch_shape if isinstance(m, DiaMatrix) else tuple(m) for m in matrices_or_shapes]
-    try:
-        return tuple(np.broadcast_shapes(*shapes))
-    except ValueError:
-        raise ValueError(f"{what}: batch shapes {shapes} do not broadcast") from None
-
-
-def _same_shape(what: str, A: DiaMatrix, B: DiaMatrix) -> None:
+def _same_shape(what: str, A: DiaParts, B: DiaParts) -> None:
     if A.shape != B.shape:
         raise ValueError(
             f"{what}: inconsistent shapes: the first matrix has shape {A.shape}, the second "
@@ -105,38 +83,37 @@ def _is_array_like(value: Any) -> bool:
     return isinstance(value, (numbers.Number, np.generic, np.ndarray, jax.Array))
 
 
-def _as_operand(value: Any) -> Any:
-    """An elementwise operand as JAX takes it: numeric lists and tuples as NumPy arrays
-    (SciPy accepts them), NumPy arrays in native byte order."""
+def _traced(value: Any) -> bool:
+    return isinstance(value, jax.core.Tracer)
+
+
+def _as_operand(A: DiaParts, value: Any, what: str) -> Any:
+    """An operand of an elementwise operation with ``A``, as JAX takes it.
+
+    Numeric lists and tuples become NumPy arrays (SciPy accepts them). Integer and bool
+    scalars and NumPy arrays are converted on the host to A's dtype, as SciPy computes
+    with them: JAX would first make them int32 (x64 off), where 2**40 wraps to 0, or
+    int64, where 2**70 overflows. Other values are returned as they are (the caller
+    decides whether it knows them).
+    """
+    reject_sparse(value, f"{what}: the other operand")
+    if isinstance(value, (int, np.integer, np.bool_)):
+        return np.asarray(value, dtype=A.dtype)
     if isinstance(value, (list, tuple)):
         array = np.asarray(value)
-        value = array if is_numeric(array.dtype) else value
+        value = array if array.dtype != object else value
     if isinstance(value, np.ndarray):
-        value = native(value)
+        value = as_array(value, f"{what}: the other operand")
+        if value.dtype == np.bool_ or np.issubdtype(value.dtype, np.integer):
+            value = value.astype(A.dtype)
     return value
-
-
-def _as_scalar(A: DiaMatrix, s: Any) -> Any:
-    """A concrete integer scalar in A's dtype: JAX would first make it an int32 (x64 off),
-    where 2**40 wraps to 0, or an int64, where 2**70 overflows; SciPy scales exactly."""
-    if isinstance(s, (int, np.integer, np.bool_)):
-        return np.asarray(s, dtype=A.dtype)
-    return s
-
-
-def _reject_scipy(what: str, other: Any) -> None:
-    if sp.issparse(other):
-        raise TypeError(
-            f"{what}: got a scipy.sparse {type(other).__name__}; convert it first with "
-            "jaxdia.DiaMatrix.from_scipy(...)"
-        )
 
 
 # -- structure -------------------------------------------------------------------------------
 
 
 @jax.jit
-def transpose(A: DiaMatrix) -> DiaMatrix:
+def transpose(A: DiaParts) -> DiaParts:
     """``A.T``: offsets negate, and each diagonal's in-bounds slice shifts by its offset.
 
     Row ``k`` of ``data`` (offset ``o``) holds ``A[j - o, j]`` at column ``j``; in ``A.T``
@@ -149,53 +126,59 @@ def transpose(A: DiaMatrix) -> DiaMatrix:
     """
     m, n = A.shape
     if A.n_diags == 0:
-        return DiaMatrix(jnp.zeros((*A.batch_shape, 0, m), A.dtype), (), (n, m))
+        return DiaParts(jnp.zeros((*A.batch_shape, 0, m), A.dtype), (), (n, m))
     rows = []
     for k in reversed(range(A.n_diags)):
         offset = A.offsets[k]
         start, stop = diagonal_bounds(offset, A.shape)
-        rows.append(_place(A.data[..., k : k + 1, start:stop], start - offset, m))
+        rows.append(place_row(A.data[..., k : k + 1, start:stop], start - offset, m))
     data = jnp.concatenate(rows, axis=-2)
-    return DiaMatrix(data, tuple(-k for k in reversed(A.offsets)), (n, m))
+    return DiaParts(data, tuple(-k for k in reversed(A.offsets)), (n, m))
 
 
-def with_data(A: DiaMatrix, data: Array) -> DiaMatrix:
-    """A matrix with A's offsets and shape and new ``data`` (elementwise maps of A's)."""
-    return DiaMatrix(data, A.offsets, A.shape)
+def conj(A: DiaParts) -> DiaParts:
+    return A.with_data(jnp.conj(A.data))
 
 
-def astype(A: DiaMatrix, dtype: Any) -> DiaMatrix:
+def real(A: DiaParts) -> DiaParts:
+    return A.with_data(jnp.real(A.data))
+
+
+def imag(A: DiaParts) -> DiaParts:
+    return A.with_data(jnp.imag(A.data))
+
+
+def astype(A: DiaParts, dtype: Any) -> DiaParts:
     dtype = check_dtype(dtype, "dtype")
     if A.dtype.kind == "c" and dtype.kind != "c":
         raise TypeError(
             f"astype: casting {A.dtype} to {dtype} would discard the imaginary part (JAX "
             "refuses complex-to-real casts); take A.real or A.imag first"
         )
-    return with_data(A, A.data.astype(dtype))
+    return A.with_data(A.data.astype(dtype))
 
 
 # -- arithmetic ------------------------------------------------------------------------------
 
 
-def add(A: DiaMatrix, other: Any, *, subtract: bool = False, reverse: bool = False) -> Any:
+def add(A: DiaParts, other: Any, *, subtract: bool = False, reverse: bool = False) -> Any:
     """``A + other`` (``A - other`` with ``subtract``; ``other - A`` with ``reverse`` too).
 
     Returns NotImplemented for operand types it does not know (Python then raises).
     """
     symbol = "-" if subtract else "+"
     what = f"A {symbol} B"
-    _reject_scipy(what, other)
-    other = _as_operand(other)
+    other = _as_operand(A, other, what)
     sign_a = -1 if (subtract and reverse) else 1
     sign_b = -1 if (subtract and not reverse) else 1
-    if isinstance(other, DiaMatrix):
+    if isinstance(other, DiaParts):
         _same_shape(what, A, other)
-        _broadcast_batch(what, A, other)
+        broadcast_batch(what, A.batch_shape, other.batch_shape)
         return _add_dia(A, other, sign_a, sign_b)
     if not _is_array_like(other):
         return NotImplemented
     if np.ndim(other) == 0:
-        if not _is_traced(other) and np.asarray(other) == 0:
+        if not _traced(other) and np.asarray(other) == 0:
             return A if sign_a == 1 else neg(A)
         raise NotImplementedError(
             f"adding a nonzero scalar to a sparse matrix is not supported (it would make "
@@ -210,25 +193,25 @@ def add(A: DiaMatrix, other: Any, *, subtract: bool = False, reverse: bool = Fal
             f"{what}: A of shape {matrix_shape} and a dense B of shape {np.shape(other)} "
             "do not broadcast"
         ) from None
-    dense = A.todense()
+    dense = dia_to_dense(A.data, A.offsets, A.shape)
     return sign_a * dense + sign_b * jnp.asarray(other)
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
-def _add_dia(A: DiaMatrix, B: DiaMatrix, sign_a: int, sign_b: int) -> DiaMatrix:
-    batch = _broadcast_batch("A + B", A, B)
+def _add_dia(A: DiaParts, B: DiaParts, sign_a: int, sign_b: int) -> DiaParts:
+    batch = broadcast_batch("A + B", A.batch_shape, B.batch_shape)
     offsets = tuple(sorted(set(A.offsets) | set(B.offsets)))
     dtype = jnp.result_type(A.dtype, B.dtype)
     a, b = _data_on(A.data, A.offsets, offsets), _data_on(B.data, B.offsets, offsets)
     data = sign_a * a.astype(dtype) + sign_b * b.astype(dtype)
-    return DiaMatrix(jnp.broadcast_to(data, (*batch, *data.shape[-2:])), offsets, A.shape)
+    return DiaParts(jnp.broadcast_to(data, (*batch, *data.shape[-2:])), offsets, A.shape)
 
 
 def _data_on(data: Array, offsets: tuple[int, ...], wanted: tuple[int, ...]) -> Array:
     """``data``'s rows for the offsets ``wanted`` (zero rows for offsets not stored).
 
-    One gather along the diagonals' axis, fused into the elementwise op that uses it:
-    stacking the rows one by one took 2x a plain add of two ``data`` arrays.
+    One gather along the diagonals' axis, which XLA fuses into the elementwise op that
+    uses it (stacked one by one, the rows would be copied first).
     """
     if offsets == wanted:
         return data
@@ -239,50 +222,49 @@ def _data_on(data: Array, offsets: tuple[int, ...], wanted: tuple[int, ...]) -> 
     return jnp.take(data, index, axis=-2, mode="fill", fill_value=0)
 
 
-def neg(A: DiaMatrix) -> DiaMatrix:
-    return with_data(A, -A.data)
+def neg(A: DiaParts) -> DiaParts:
+    return A.with_data(-A.data)
 
 
-def multiply(A: DiaMatrix, other: Any, *, strict: bool = True) -> Any:
+def multiply(A: DiaParts, other: Any, *, strict: bool = True) -> Any:
     """Elementwise ``A * other`` (SciPy's ``dia_array.multiply``), staying in DIA.
 
     With ``strict=False`` (the ``*`` operator) unknown operand types give NotImplemented.
     """
-    _reject_scipy("A.multiply(other)", other)
-    other = _as_operand(other)
-    if not isinstance(other, DiaMatrix) and not _is_array_like(other):
+    other = _as_operand(A, other, "A.multiply(other)")
+    if not isinstance(other, DiaParts) and not _is_array_like(other):
         if strict:
             raise TypeError(
                 "A.multiply(other): other must be a DiaMatrix, a scalar or a dense array, "
                 f"got {type(other).__name__}"
             )
         return NotImplemented
-    if isinstance(other, DiaMatrix):
+    if isinstance(other, DiaParts):
         return _multiply_dia(A, other)
     if np.ndim(other) == 0:
-        return _with_scalar(A, _as_scalar(A, other), op=operator.mul)
+        return _with_scalar(A, other, op=operator.mul)
     return _with_dense(A, other, op=operator.mul)
 
 
 @functools.partial(jax.jit, static_argnames=("op", "fill"))
-def _with_scalar(A: DiaMatrix, s: Any, *, op: Any, fill: Any = 0) -> DiaMatrix:
+def _with_scalar(A: DiaParts, s: Any, *, op: Any, fill: Any = 0) -> DiaParts:
     """``op(data, s)`` on the in-bounds slots, padding set to ``fill`` first, in one call."""
-    return with_data(A, op(_filled(A, fill), s))
+    return A.with_data(op(_filled(A, fill), s))
 
 
 @jax.jit
-def _multiply_dia(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
+def _multiply_dia(A: DiaParts, B: DiaParts) -> DiaParts:
     _same_shape("A.multiply(B)", A, B)
-    batch = _broadcast_batch("A.multiply(B)", A, B)
+    batch = broadcast_batch("A.multiply(B)", A.batch_shape, B.batch_shape)
     offsets = tuple(k for k in A.offsets if k in set(B.offsets))
     dtype = jnp.result_type(A.dtype, B.dtype)
     a = _data_on(_filled(A), A.offsets, offsets).astype(dtype)
     b = _data_on(_filled(B), B.offsets, offsets).astype(dtype)
-    return DiaMatrix(jnp.broadcast_to(a * b, (*batch, *a.shape[-2:])), offsets, A.shape)
+    return DiaParts(jnp.broadcast_to(a * b, (*batch, *a.shape[-2:])), offsets, A.shape)
 
 
 @functools.partial(jax.jit, static_argnames="op")
-def _with_dense(A: DiaMatrix, x: Array, *, op: Any) -> DiaMatrix:
+def _with_dense(A: DiaParts, x: Array, *, op: Any) -> DiaParts:
     """``op(A, X)`` on A's stored entries for a dense ``X`` that broadcasts to A's shape
     (``A.multiply(X)`` and ``A / X``, as SciPy computes them): the result keeps A's
     offsets."""
@@ -295,7 +277,7 @@ def _with_dense(A: DiaMatrix, x: Array, *, op: Any) -> DiaMatrix:
             f"{what}: X of shape {x.shape} does not broadcast to the matrix shape "
             f"{A.shape}; expected (..., {m} or 1, {n} or 1)"
         )
-    batch = _broadcast_batch(what, A, x.shape[:-2])
+    batch = broadcast_batch(what, A.batch_shape, x.shape[:-2])
     if x.shape[-2] == 1:
         # A row: slot (k, j) of data lies in column j, so X's row lines up with data's
         # columns as it is.
@@ -303,105 +285,69 @@ def _with_dense(A: DiaMatrix, x: Array, *, op: Any) -> DiaMatrix:
     else:
         x = dense_to_dia(jnp.broadcast_to(x, (*batch, *x.shape[-2:])), A.offsets, A.shape)
     # 1 in X's padding slots: A / X stays 0 there, with finite values and gradients.
-    stored = jnp.where(_in_bounds(A.offsets, A.shape), x, 1)
-    return with_data(A, op(_filled(A), stored))
+    stored = jnp.where(in_bounds(A.offsets, A.shape), x, 1)
+    return A.with_data(op(_filled(A), stored))
 
 
-def divide(A: DiaMatrix, other: Any) -> Any:
+def divide(A: DiaParts, other: Any) -> Any:
     """``A / s`` for a scalar, ``A / X`` for a dense ``X`` (A's stored entries divided,
     as SciPy does); NotImplemented for other operand types."""
-    _reject_scipy("A / X", other)
-    if isinstance(other, DiaMatrix):
+    if isinstance(other, DiaParts):
         raise TypeError(
             "A / B of two sparse matrices is dense (NaN for 0 / 0 wherever neither stores "
             "an entry, as SciPy's result): use A.todense() / B.todense()"
         )
-    other = _as_operand(other)
+    other = _as_operand(A, other, "A / X")
     if not _is_array_like(other):
         return NotImplemented
     if np.ndim(other) == 0:
-        return _with_scalar(A, _as_scalar(A, other), op=operator.truediv)
+        return _with_scalar(A, other, op=operator.truediv)
     return _with_dense(A, other, op=operator.truediv)
 
 
-def power(A: DiaMatrix, p: Any, dtype: Any = None) -> DiaMatrix:
+def power(A: DiaParts, p: Any, dtype: Any = None) -> DiaParts:
     """Elementwise ``A ** p`` on the stored entries (SciPy's ``dia_array.power``)."""
     if not _is_array_like(p) or np.ndim(p) != 0:
         raise TypeError(
             f"power: p must be a scalar, got {type(p).__name__}"
             + (f" of shape {np.shape(p)}" if _is_array_like(p) else "")
         )
-    if not _is_traced(p) and np.asarray(p) == 0:
+    if not _traced(p) and np.asarray(p) == 0:
         raise NotImplementedError(
             "zero power is not supported as it would densify the matrix. "
             "Use jnp.ones(A.shape, dtype=A.dtype) for this case."
         )
     if dtype is not None:
         A = astype(A, dtype)
-    if not _is_traced(p) and not np.iscomplexobj(p):
-        # A concrete real exponent is compiled in. Passed as a traced exponent it was a
-        # general ``pow``: eager ``A ** 2`` took 42 ms for 5 x 1e6 float32 entries, 2.6 ms
-        # inside a ``jit`` (where XLA sees the 2). A complex one (even ``2 + 0j``) makes
-        # the result complex, as in NumPy, and takes the general path.
-        return _static_power(A, float(p))
-    # 1 in padding: finite values and derivatives.
+    if not _traced(p) and not np.iscomplexobj(p):
+        p = float(p)
+        if (p.is_integer() and abs(p) <= _MAX_MULTIPLIED_POWER) or p == 0.5:
+            # A few exponents are compiled in (XLA then multiplies, or takes the square
+            # root, instead of a general ``pow``): a bounded set of programs.
+            return _static_power(A, p)
+    # Every other exponent is an argument of one compiled ``pow`` per structure, not a
+    # program per value. A complex one (even ``2 + 0j``) makes the result complex, as in
+    # NumPy. 1 in padding: finite values and derivatives.
     return _with_scalar(A, p, op=operator.pow, fill=1)
 
 
 # Integral exponents up to this size multiply (``lax.integer_pow``, as ``x ** 2`` in JAX);
 # repeated squaring rounds once per step, so larger ones take ``pow`` as NumPy does
-# (``A ** 1000`` of float32 entries near 1 was off by 3.7e-5 relative; ``pow``: 5e-8).
+# (``A ** 1000`` of float32 entries near 1 lost four digits to repeated squaring).
 _MAX_MULTIPLIED_POWER = 4
 
 
 @functools.partial(jax.jit, static_argnums=1)
-def _static_power(A: DiaMatrix, p: float) -> DiaMatrix:
+def _static_power(A: DiaParts, p: float) -> DiaParts:
     base = _filled(A, 1)  # 1 in padding: finite values and derivatives
-    if p.is_integer() and abs(p) <= _MAX_MULTIPLIED_POWER:
-        return with_data(A, lax.integer_pow(base, int(p)))
     if p == 0.5:
-        return with_data(A, jnp.sqrt(base))  # as NumPy computes it
-    return with_data(A, jnp.power(base, p))
+        return A.with_data(jnp.sqrt(base))  # as NumPy computes it
+    return A.with_data(lax.integer_pow(base, int(p)))
 
 
 @jax.jit
-def absolute(A: DiaMatrix) -> DiaMatrix:
-    return with_data(A, jnp.abs(_filled(A)))
-
-
-@jax.jit
-def matmul(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
-    """``A @ B`` of two DIA matrices, as a DIA matrix.
-
-    Diagonal ``a`` of A times diagonal ``b`` of B lands on diagonal ``c = a + b``:
-    ``C[j - c, j] += A[j - c, j - b] * B[j - b, j]``, i.e. ``Cdata[c, j] += Adata[a, j - b]
-    * Bdata[b, j]`` for ``max(0, c, b) <= j < min(p, m + c, n + b)``. That range is empty
-    exactly when ``c`` lies outside the result, so the result offsets are the sums of
-    pairs clipped to the result's shape, as SciPy's ``dia_matmat`` computes them.
-    16-bit floats accumulate in float32.
-    """
-    if A.shape[1] != B.shape[0]:
-        raise ValueError(
-            f"A @ B: dimension mismatch: A has shape {A.shape} and B has shape {B.shape}; "
-            "A.shape[1] must equal B.shape[0]"
-        )
-    batch = _broadcast_batch("A @ B", A, B)
-    (m, n), p = A.shape, B.shape[1]
-    dtype = jnp.result_type(A.dtype, B.dtype)
-    wide = accumulation_dtype(dtype)
-    terms: dict[int, list[Array]] = {}
-    for ia, a in enumerate(A.offsets):
-        for ib, b in enumerate(B.offsets):
-            c = a + b
-            low, high = max(0, c, b), min(p, m + c, n + b)
-            if low < high:
-                product = A.data[..., ia, low - b : high - b].astype(wide) * B.data[
-                    ..., ib, low:high
-                ].astype(wide)
-                terms.setdefault(c, []).append(_place(product, low, p))
-    offsets = tuple(sorted(terms))
-    rows = [functools.reduce(jnp.add, terms[c]) for c in offsets]
-    return DiaMatrix(_stack(rows, batch, p, dtype), offsets, (m, p))
+def absolute(A: DiaParts) -> DiaParts:
+    return A.with_data(jnp.abs(_filled(A)))
 
 
 # -- reductions ------------------------------------------------------------------------------
@@ -427,14 +373,14 @@ def _reject_out(what: str, out: Any) -> None:
         )
 
 
-def reduce_sum(A: DiaMatrix, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:
+def reduce_sum(A: DiaParts, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:
     """Sum of the entries (axis None), of each column (axis 0) or of each row (axis 1)."""
     _reject_out("sum", out)
     return _sum(A, _axis(axis), None if dtype is None else np.dtype(dtype))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
-def _sum(A: DiaMatrix, axis: int | None, dtype: np.dtype | None) -> Array:
+def _sum(A: DiaParts, axis: int | None, dtype: np.dtype | None) -> Array:
     inexact = dtype is None or jnp.issubdtype(dtype, jnp.inexact)
     if not inexact or (A.dtype.kind == "c" and np.dtype(dtype).kind != "c"):
         # An integer or bool sum of the entries (as np.sum(..., dtype=int)), or a real
@@ -445,22 +391,22 @@ def _sum(A: DiaMatrix, axis: int | None, dtype: np.dtype | None) -> Array:
             return _sum_diagonals(_filled(A), dtype)
         return jnp.sum(_filled(A), axis=(-2, -1), dtype=dtype)
     # Products with ones: the product's loop reads each diagonal once without temporaries
-    # and runs on every core. XLA CPU's reductions of the masked data were 5-10x slower
-    # for 27 diagonals at n = 1e6 (37 ms for A.sum() in float32, SciPy 8 ms, now 6 ms).
+    # and runs on every core, where XLA CPU reduces the masked data several times slower
+    # (benchmarks/README.md).
     A = A if dtype is None else astype(A, dtype)
     m, n = A.shape
     if axis == 0:
-        return dia_rmatmul(A.data, A.offsets, A.shape, jnp.ones(m, A.dtype))
-    rows = dia_matmul(A.data, A.offsets, A.shape, jnp.ones(n, A.dtype))
+        return dense_dia_product(A, jnp.ones(m, A.dtype))
+    rows = dia_dense_product(A, jnp.ones(n, A.dtype))
     return rows if axis == 1 else jnp.sum(rows, axis=-1)
 
 
 def _sum_diagonals(data: Array, dtype: np.dtype | None = None) -> Array:
     """``jnp.sum(data, axis=-2, dtype=dtype)`` as adds of the rows, pairwise.
 
-    XLA CPU reduces over the leading axis of an ``(n_diags, n)`` array 40-70x slower than
-    it adds the rows (5 x 1e6 float32: 48 ms against 0.7 ms). 16-bit floats are added in
-    float32, as ``jnp.sum`` accumulates them.
+    XLA CPU reduces over the leading axis of an ``(n_diags, n)`` array one strided
+    element at a time, where adding rows streams them (tens of times faster). 16-bit
+    floats are added in float32, as ``jnp.sum`` accumulates them.
     """
     spec = jax.ShapeDtypeStruct(data.shape, data.dtype)
     result = jax.eval_shape(functools.partial(jnp.sum, axis=-2, dtype=dtype), spec).dtype
@@ -470,14 +416,14 @@ def _sum_diagonals(data: Array, dtype: np.dtype | None = None) -> Array:
     return pairwise_sum([data[..., k, :].astype(acc) for k in range(data.shape[-2])]).astype(result)
 
 
-def reduce_mean(A: DiaMatrix, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:
+def reduce_mean(A: DiaParts, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:
     """The mean over all entries (zeros included), or over axis 0 or 1."""
     _reject_out("mean", out)
     return _mean(A, _axis(axis), None if dtype is None else np.dtype(dtype))
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
-def _mean(A: DiaMatrix, axis: int | None, dtype: np.dtype | None) -> Array:
+def _mean(A: DiaParts, axis: int | None, dtype: np.dtype | None) -> Array:
     # As np.mean: sum in ``dtype``, divide, return ``dtype``. 16-bit floats are summed and
     # divided in float32 (as jnp.mean does): the count alone can exceed float16's range.
     result = np.dtype(A.dtype if dtype is None else dtype)
@@ -488,21 +434,21 @@ def _mean(A: DiaMatrix, axis: int | None, dtype: np.dtype | None) -> Array:
     return (total / float(count)).astype(result)  # an int count over 2**31 overflows int32
 
 
-def count_nonzero(A: DiaMatrix, axis: Any = None) -> Any:
+def count_nonzero(A: DiaParts, axis: Any = None) -> Any:
     """Nonzero in-bounds entries: per matrix (an int if concrete and unbatched), or per
     column (axis 0) or row (axis 1)."""
     axis = _axis(axis)
     count = _count_nonzero(A, axis)
-    if axis is not None or _is_traced(count) or A.batch_shape:
+    if axis is not None or _traced(count) or A.batch_shape:
         return count
     return int(count)
 
 
 @functools.partial(jax.jit, static_argnums=1)
-def _count_nonzero(A: DiaMatrix, axis: int | None) -> Array:
+def _count_nonzero(A: DiaParts, axis: int | None) -> Array:
     if axis == 1:  # the rows of A are the columns of A.T, whose padding is zero
         return _count_nonzero(transpose(A), 0)
-    nonzero = _in_bounds(A.offsets, A.shape) & (A.data != 0)
+    nonzero = in_bounds(A.offsets, A.shape) & (A.data != 0)
     if axis == 0:
         return _sum_diagonals(nonzero)
     return jnp.sum(nonzero, axis=(-2, -1))
@@ -511,15 +457,13 @@ def _count_nonzero(A: DiaMatrix, axis: int | None) -> Array:
 # -- structure helpers -----------------------------------------------------------------------
 
 
-def with_offsets(A: DiaMatrix, offsets: Any, *, check: bool = True) -> DiaMatrix:
+def with_offsets(A: DiaParts, offsets: Any, *, check: bool = True) -> DiaParts:
     """A with exactly the diagonals ``offsets`` (new ones zero, dropped ones checked)."""
-    wanted = as_offsets(offsets)
-    if len(set(wanted)) != len(wanted):
-        raise ValueError(f"offsets contains duplicate values: {wanted}")
+    wanted = check_distinct(as_offsets(offsets))
     wanted = tuple(sorted(k for k in wanted if holds_entries(k, A.shape)))
     dropped = [i for i, k in enumerate(A.offsets) if k not in set(wanted)]
     if dropped and check:
-        if _is_traced(A.data):
+        if _traced(A.data):
             raise ValueError(
                 f"with_offsets would drop diagonals {[A.offsets[i] for i in dropped]}, and "
                 "under jit/vmap/grad it cannot check that they are zero. Pass check=False to "
@@ -532,18 +476,18 @@ def with_offsets(A: DiaMatrix, offsets: Any, *, check: bool = True) -> DiaMatrix
                 f"with_offsets would drop diagonals {nonzero}, which hold nonzero entries; "
                 "pass check=False to drop them anyway"
             )
-    return _select(A, wanted)
+    return select(A, wanted)
 
 
 @functools.partial(jax.jit, static_argnums=1)
-def _select(A: DiaMatrix, offsets: tuple[int, ...]) -> DiaMatrix:
+def select(A: DiaParts, offsets: tuple[int, ...]) -> DiaParts:
     """A stored with exactly ``offsets`` (canonical): missing ones zero, others dropped."""
-    return DiaMatrix(_data_on(A.data, A.offsets, offsets), offsets, A.shape)
+    return DiaParts(_data_on(A.data, A.offsets, offsets), offsets, A.shape)
 
 
-def eliminate_zeros(A: DiaMatrix) -> DiaMatrix:
+def eliminate_zeros(A: DiaParts) -> DiaParts:
     """A without the diagonals that are zero in bounds (in every batch member)."""
-    if _is_traced(A.data):
+    if _traced(A.data):
         raise ValueError(
             "eliminate_zeros needs concrete data: the result's offsets depend on the values, "
             "and under jit/vmap/grad they are traced. Call it outside the transformation, or "
@@ -551,14 +495,12 @@ def eliminate_zeros(A: DiaMatrix) -> DiaMatrix:
         )
     host = np.asarray(A.data)
     kept = tuple(k for i, k in enumerate(A.offsets) if _any_nonzero_in_bounds(host, A, i))
-    return _select(A, kept)
+    return select(A, kept)
 
 
-def with_diagonal(A: DiaMatrix, values: Any, k: Any = 0) -> DiaMatrix:
+def with_diagonal(A: DiaParts, values: Any, k: Any = 0) -> DiaParts:
     """SciPy's ``setdiag(values, k)`` as a pure function."""
-    if not is_int(k):
-        raise TypeError(f"k must be an int, got {type(k).__name__}: {k!r}")
-    k = int(k)
+    k = static_int(k, "k")
     m, n = A.shape
     if (k > 0 and k >= n) or (k < 0 and -k >= m):
         raise ValueError(f"k exceeds array dimensions: k={k} for a matrix of shape {A.shape}")
@@ -570,12 +512,12 @@ def with_diagonal(A: DiaMatrix, values: Any, k: Any = 0) -> DiaMatrix:
         )
     if not holds_entries(k, A.shape):  # k == 0 on a matrix with no entries
         return A
-    _broadcast_batch("with_diagonal", A, values.shape[:-1])
+    broadcast_batch("with_diagonal", A.batch_shape, values.shape[:-1])
     return _set_diagonal(A, values, k)
 
 
 @functools.partial(jax.jit, static_argnums=2)
-def _set_diagonal(A: DiaMatrix, values: Array, k: int) -> DiaMatrix:
+def _set_diagonal(A: DiaParts, values: Array, k: int) -> DiaParts:
     start, stop = diagonal_bounds(k, A.shape)
     if values.ndim == 0:
         count = stop - start
@@ -583,91 +525,16 @@ def _set_diagonal(A: DiaMatrix, values: Array, k: int) -> DiaMatrix:
     else:
         count = min(stop - start, values.shape[-1])
         values = values[..., :count]
-    batch = _broadcast_batch("with_diagonal", A, values.shape[:-1])
+    batch = broadcast_batch("with_diagonal", A.batch_shape, values.shape[:-1])
     n = A.shape[1]
     offsets = tuple(sorted(set(A.offsets) | {k}))
     data = jnp.broadcast_to(_data_on(A.data, A.offsets, offsets), (*batch, len(offsets), n))
     row = offsets.index(k)
     data = data.at[..., row, start : start + count].set(values.astype(A.dtype))
-    return DiaMatrix(data, offsets, A.shape)
+    return DiaParts(data, offsets, A.shape)
 
 
-def align(*matrices: DiaMatrix) -> tuple[DiaMatrix, ...]:
-    """The same matrices, each stored with the union of their offsets.
-
-    Matrices with equal offsets, shape, dtype and batch shape have equal pytree
-    structure, which ``lax.cond`` branches, ``lax.scan`` carries and ``lax.while_loop``
-    states require. The added diagonals are zero; dtypes and batch shapes are kept.
-
-    Args:
-      *matrices: DiaMatrix instances of one shape.
-
-    Returns:
-      A tuple of DiaMatrix, one per argument, in order.
-
-    Raises:
-      TypeError: if an argument is not a DiaMatrix.
-      ValueError: if the shapes differ.
-
-    Example:
-      >>> import jax, jaxdia
-      >>> A = jaxdia.eye(3)
-      >>> B = jaxdia.eye(3, k=1)
-      >>> A2, B2 = jaxdia.align(A, B)
-      >>> A2.offsets, B2.offsets
-      ((0, 1), (0, 1))
-      >>> C = jax.lax.cond(True, lambda: A2, lambda: B2)
-      >>> C.todense()[0]
-      Array([1., 0., 0.], dtype=float32)
-    """
-    for i, M in enumerate(matrices):
-        as_matrix(M, f"align: argument {i}")
-    shapes = {M.shape for M in matrices}
-    if len(shapes) > 1:
-        raise ValueError(
-            f"align: the matrices must have one shape, got {[M.shape for M in matrices]}"
-        )
-    union = sorted(set().union(*(M.offsets for M in matrices)))
-    return tuple(_select(M, tuple(union)) for M in matrices)
-
-
-def kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
-    """The Kronecker product ``A ⊗ B`` as a DiaMatrix, like ``scipy.sparse.kron``.
-
-    Entry ``A[i1, j1] * B[i2, j2]`` sits at row ``i1 * mB + i2`` and column
-    ``j1 * nB + j2``. For a square ``B`` of size ``s`` the result offsets are
-    ``a * s + b`` for the offsets ``a`` of A and ``b`` of B; a rectangular ``B`` spreads
-    each pair over ``a * nB + b + i1 * (nB - mB)`` for every row ``i1`` of diagonal ``a``.
-    Every stored in-bounds entry of A and B contributes (explicit zeros too), so the
-    offsets are static; SciPy's result (BSR or COO) drops explicit zeros. Batch
-    dimensions broadcast.
-
-    Args:
-      A: the left factor, shape ``(mA, nA)``.
-      B: the right factor, shape ``(mB, nB)``.
-
-    Returns:
-      The DiaMatrix of shape ``(mA * mB, nA * nB)``.
-
-    Raises:
-      TypeError: if A or B is not a DiaMatrix.
-      ValueError: if the batch shapes do not broadcast.
-
-    Example:
-      >>> import jaxdia
-      >>> T = jaxdia.diags([1.0, 2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
-      >>> K = jaxdia.kron(jaxdia.eye(2), T)
-      >>> K.shape, K.offsets
-      ((6, 6), (-1, 0, 1))
-      >>> float(K.todense()[3, 2])
-      0.0
-    """
-    as_matrix(A, "kron: A")
-    as_matrix(B, "kron: B")
-    return _kron(A, B)
-
-
-def _kron_offsets(A: DiaMatrix, B: DiaMatrix) -> np.ndarray:
+def _kron_offsets(A: DiaParts, B: DiaParts) -> np.ndarray:
     """The sorted offsets of ``kron(A, B)``: ``a * nB + b + i1 * (nB - mB)`` for each row
     ``i1`` of each diagonal ``a`` of A and each diagonal ``b`` of B."""
     mb, nb = B.shape
@@ -681,8 +548,9 @@ def _kron_offsets(A: DiaMatrix, B: DiaMatrix) -> np.ndarray:
 
 
 @jax.jit
-def _kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
-    batch = _broadcast_batch("kron", A, B)
+def kron(A: DiaParts, B: DiaParts) -> DiaParts:
+    """The Kronecker product ``A ⊗ B`` (see :func:`jaxdia.kron`)."""
+    batch = broadcast_batch("kron", A.batch_shape, B.batch_shape)
     (ma, na), (mb, nb) = A.shape, B.shape
     shape = (ma * mb, na * nb)
     dtype = jnp.result_type(A.dtype, B.dtype)
@@ -709,7 +577,7 @@ def _kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
             outer = (
                 jnp.zeros((*batch, len(offsets), shape[1]), dtype).at[..., diagonal, :].add(outer)
             )
-        return DiaMatrix(outer, tuple(map(int, offsets)), shape)
+        return DiaParts(outer, tuple(map(int, offsets)), shape)
     # A rectangular B spreads each pair of diagonals over several: scatter the product
     # of every pair of slots to its place (the diagonal found by binary search), dropping
     # pairs that involve padding (sent to distinct rows past the last, so that indices
@@ -728,4 +596,4 @@ def _kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
     values = a[..., :, :, None, None] * b[..., None, None, :, :]
     data = jnp.zeros((*batch, len(offsets), shape[1]), dtype)
     data = data.at[..., which, cols].set(values, mode="drop", unique_indices=True)
-    return DiaMatrix(data, tuple(map(int, offsets)), shape)
+    return DiaParts(data, tuple(map(int, offsets)), shape)

@@ -6,7 +6,7 @@ so importing :mod:`jaxdia` never imports Pallas. Only float32 and bfloat16 are h
 (TPUs have no 64-bit vector types; bfloat16 is computed in float32); everything else stays
 on XLA.
 
-Design (see DESIGN.md §4):
+Design (``docs/design.md`` records the designs that lower and those that did not):
 
 * the matrix dimension lies on the 128 lanes: ``X`` (and SDDMM's ``G``) is transposed to
   ``(c, rows)`` (free for one column), ``data`` is viewed as ``(n_diags, 1, n)``; the grid
@@ -42,7 +42,8 @@ from jax import Array, lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxdia._xla import broadcast_batch_index, diagonal_bounds, kernel_out_shape
+from ._geometry import diagonal_bounds, holds_entries
+from ._pallas_common import broadcast_batch_index, kernel_out_shape
 
 _SUPPORTED = frozenset(np.dtype(d) for d in (jnp.float32, jnp.bfloat16))
 _LANES = 128
@@ -153,7 +154,7 @@ def _operand_plan(offsets, shape, block: int, transpose: bool):
 
     For ``A^T @ X`` the data list is empty: one aligned block of all diagonals is used.
     """
-    live = [k for k, o in enumerate(offsets) if _nonempty(o, shape)]
+    live = [k for k, o in enumerate(offsets) if holds_entries(o, shape)]
     x_shifts, data_ops = set(), []
     for k in live:
         q, r = _shift_split(-offsets[k] if transpose else offsets[k], block)
@@ -161,11 +162,6 @@ def _operand_plan(offsets, shape, block: int, transpose: bool):
         if not transpose:
             data_ops.extend((k, s) for s in _needed(q, r))
     return sorted(x_shifts), data_ops
-
-
-def _nonempty(offset: int, shape) -> bool:
-    start, stop = diagonal_bounds(offset, shape)
-    return start < stop
 
 
 def _join_shifted(low: Array, high: Array | None, r: int, lane: Array) -> Array:
@@ -289,7 +285,7 @@ def spmm(
     n_cols = x.shape[-1]
     out_shape = (*batch, out_rows, n_cols)
     offsets = tuple(offsets)
-    if math.prod(out_shape) == 0 or not any(_nonempty(o, shape) for o in offsets):
+    if math.prod(out_shape) == 0 or not any(holds_entries(o, shape) for o in offsets):
         return jnp.zeros(out_shape, dtype)
     if block_sizes is None:
         block_sizes = BlockSizes.default(
@@ -461,7 +457,11 @@ def sddmm(
     n_cols = x.shape[-1]
     offsets = tuple(offsets)
     out_shape = (*batch, len(offsets), n)
-    if math.prod(out_shape) == 0 or n_cols == 0 or not any(_nonempty(o, shape) for o in offsets):
+    if (
+        math.prod(out_shape) == 0
+        or n_cols == 0
+        or not any(holds_entries(o, shape) for o in offsets)
+    ):
         return jnp.zeros(out_shape, dtype)
     if block_sizes is None:
         block_sizes = BlockSizes.default(shape, n_cols, dtype, offsets=offsets, op="sddmm")

@@ -4,7 +4,7 @@ The semantics are exactly those of :mod:`jaxdia._xla` (``spmm_xla``, ``sddmm_xla
 module only changes how they run on an NVIDIA or AMD GPU. It is imported lazily by the
 platform lowering rules, so importing :mod:`jaxdia` never imports Pallas.
 
-Design (see DESIGN.md §4):
+Design (``docs/design.md`` records the designs that lower and those that did not):
 
 * whole-array refs (no BlockSpecs); the grid is ``(row blocks, column blocks of X, batch)``
   for ``spmm`` and ``(data-column blocks, batch)`` for ``sddmm``, where the batch axis runs
@@ -34,12 +34,8 @@ from jax import Array, lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from jaxdia._xla import (
-    accumulation_dtype,
-    broadcast_batch_index,
-    diagonal_bounds,
-    kernel_out_shape,
-)
+from ._geometry import accumulation_dtype, diagonal_bounds
+from ._pallas_common import broadcast_batch_index, kernel_out_shape
 
 _SUPPORTED = frozenset(
     np.dtype(d)

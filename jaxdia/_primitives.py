@@ -1,13 +1,16 @@
-"""The two bilinear JAX primitives behind every DIA product.
+"""The JAX primitives of jaxdia: two bilinear ones behind every product, one linear one
+behind traces and diagonals.
 
 * ``dia_spmm(data, x; offsets, shape, transpose)``: ``A @ x``, or ``A^T @ x`` reading the
   same ``data`` (plain transpose, no conjugation).
 * ``dia_sddmm(g, x; offsets, shape)``: ``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]``
   in bounds, 0 in padding slots: the cotangent of ``data``.
+* ``jaxdia_run_sums(x; runs)``: sums of *runs* of the flattened ``x`` (see
+  :mod:`jaxdia._xla_runs`): the diagonals of a dense matrix or of DIA ``data``.
 
-Each is linear in each argument, and the transpose of one is the other, so
+The two products are linear in each argument, and the transpose of one is the other, so
 ``ad.defbilinear`` gives JVP and transpose rules that close under any order of
-differentiation (see DESIGN.md §3 for the designs that did not). Batching rules fold a
+differentiation (``docs/design.md`` lists the designs that did not). Batching rules fold a
 batch of ``x`` alone into columns and otherwise give the operands a leading batch axis
 (the primitives accept batch dims of equal rank that broadcast). Inside ``shard_map``
 (with its default ``check_vma=True``) the operands are first made to vary over the same
@@ -16,6 +19,11 @@ them too; differentiation then sums the cotangent of a replicated operand over t
 (the transpose of that cast). Lowering is chosen per platform: the Pallas kernels
 (``_pallas_triton`` on cuda/rocm, ``_pallas_tpu`` on tpu, imported only when lowering for
 those platforms) where they support the dtype, else the XLA implementation of ``_xla``.
+
+Run sums are linear: ``ad.deflinear2`` gives their JVP and transpose (a scatter of the
+cotangent onto the runs; reverse mode through the kernel's loops would carry an
+O(m * n) cotangent through every iteration), and their batching rule hands ``vmap``'s
+batch to the kernel as leading dims, so the kernel's strategy sees the whole batch.
 """
 
 from __future__ import annotations
@@ -32,9 +40,9 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
+from ._geometry import index_dtype
 from ._xla import sddmm_xla, spmm_xla
-
-IMPLEMENTATIONS = (None, "xla", "pallas")
+from ._xla_runs import Run, positions, run_sums_xla, sum_dtype
 
 _XLA_IMPLS = {"spmm": spmm_xla, "sddmm": sddmm_xla}
 
@@ -259,3 +267,49 @@ for _name, _prim in (("spmm", spmm_p), ("sddmm", sddmm_p)):
     mlir.register_lowering(_prim, _lowering_rule(_name, None))
     for _platform in _KERNEL_MODULES:
         mlir.register_lowering(_prim, _lowering_rule(_name, _platform), platform=_platform)
+
+
+# -- run sums (linear: ``ad.deflinear2`` gives JVP and transpose) -----------------------------
+
+run_sums_p = Primitive("jaxdia_run_sums")
+run_sums_p.def_impl(partial(dispatch.apply_primitive, run_sums_p))
+run_sums_p.def_abstract_eval(
+    lambda x, *, runs: output_aval((*x.shape[:-2], len(runs)), sum_dtype(x.dtype), x)
+)
+mlir.register_lowering(run_sums_p, mlir.lower_fun(run_sums_xla, multiple_results=False))
+
+
+@partial(jax.jit, static_argnums=1)
+def run_sums(x, runs: tuple[Run, ...]):
+    """Sums of ``runs`` of ``x`` (``(..., r, c)``, flattened over its last two axes).
+
+    Jitted: an eager call is one C++ dispatch, where an eager bind of the primitive costs
+    Python overhead on every call.
+    """
+    return run_sums_p.bind(x, runs=runs)
+
+
+def _run_sums_transpose(ct, x, *, runs):
+    # d(out[..., j]) / d(flat[..., i]) is 1 on run j's elements: scatter ct onto them.
+    if type(ct) is ad.Zero or not runs:
+        return (ad.Zero(x.aval),)
+    *batch, r, c = x.aval.shape
+    dtype = x.aval.dtype
+    flat = jnp.zeros((*batch, r * c), dtype)
+    length = max(size for _, _, size in runs)
+    # Indices computed in the program: a static table would embed q * length ints.
+    t = lax.broadcasted_iota(index_dtype(r * c), (len(runs), length), 1)
+    index, valid = positions(runs, t)
+    values = jnp.where(valid, ct[..., :, None].astype(dtype), jnp.zeros((), dtype))
+    return (flat.at[..., index].add(values, mode="promise_in_bounds").reshape(x.aval.shape),)
+
+
+ad.deflinear2(run_sums_p, _run_sums_transpose)
+
+
+def _run_sums_batch(args, dims, *, runs):
+    (x,), (dim,) = args, dims
+    return run_sums_p.bind(jnp.moveaxis(x, dim, 0), runs=runs), 0
+
+
+batching.primitive_batchers[run_sums_p] = _run_sums_batch

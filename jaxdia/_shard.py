@@ -39,14 +39,9 @@ import numpy as np
 from jax import Array, lax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from ._geometry import band_widths, index_dtype, slot_indices
 from ._matrix import DiaMatrix, as_matrix
 from ._primitives import spmm
-from ._xla import diagonal_bounds
-
-
-def _halo_widths(offsets: tuple[int, ...]) -> tuple[int, int]:
-    """``(lower, upper)``: the rows a device needs from before and after its own."""
-    return max(0, -min(offsets, default=0)), max(0, max(offsets, default=0))
 
 
 def _halos(block: Array, lower: int, upper: int, axis_name: Any, shards: int, dim: int):
@@ -241,7 +236,7 @@ class ShardedDiaMatrix:
           >>> jaxdia.shard(A, jax.make_mesh((1,), ("rows",)), "rows").halo
           (2, 1)
         """
-        return _halo_widths(self.offsets)
+        return band_widths(self.offsets)
 
     @property
     def vector_sharding(self) -> NamedSharding:
@@ -369,7 +364,7 @@ class ShardedDiaMatrix:
 @jax.jit(static_argnames=("offsets", "rows", "mesh", "axis"))
 def _sharded_product(windows, x, *, offsets, rows, mesh, axis):
     """``y = A x`` for ``x`` of shape ``(N, c)`` sharded over ``axis``."""
-    lower, upper = _halo_widths(offsets)
+    lower, upper = band_widths(offsets)
     shards = int(mesh.shape[axis])
     local_offsets = tuple(k + lower for k in offsets)
     local_shape = (rows, lower + rows + upper)
@@ -415,18 +410,17 @@ def _sharded_product(windows, x, *, offsets, rows, mesh, axis):
 @jax.jit(static_argnames=("offsets", "shape", "rows", "mesh", "axis"))
 def _windows(data, *, offsets, shape, rows, mesh, axis):
     """Each device's columns ``[p L - lower, p L + L + upper)`` of ``data`` (N columns)."""
-    lower, upper = _halo_widths(offsets)
+    lower, upper = band_widths(offsets)
     shards = int(mesh.shape[axis])
-    bounds = np.array([diagonal_bounds(k, shape) for k in offsets], np.int64).reshape(-1, 2)
 
     def local(block):
         # Zero every slot outside the matrix (SciPy's padding and the padded columns), so
         # that the rectangular local matrices read zeros there.
-        index = jnp.int32 if rows * shards < 2**31 else jnp.int64
+        index = index_dtype(rows * shards + shape[0])
         column = lax.axis_index(axis).astype(index) * rows + lax.broadcasted_iota(
             index, block.shape, 1
         )
-        inside = (column >= bounds[:, :1]) & (column < bounds[:, 1:])
+        _, _, inside = slot_indices(offsets, shape, columns=column)
         block = jnp.where(inside, block, jnp.zeros((), block.dtype))
         before, after = _halos(block, lower, upper, axis, shards, dim=1)
         return jnp.concatenate([*before, block, *after], axis=1)[None]

@@ -1,13 +1,9 @@
-"""Linear solves with a :class:`DiaMatrix`: a Jacobi preconditioner and banded direct solves.
+"""Linear solves at the array level: the Jacobi preconditioner and banded direct solves.
 
-Iterative solves need nothing from this module: ``jax.scipy.sparse.linalg.cg``,
-``gmres`` and ``bicgstab`` accept a DiaMatrix as the operator (they call ``A @ x``),
-and :func:`jacobi` builds the preconditioner ``M`` they take.
-
-:func:`solve_banded` is the direct solver: ``jax.lax.linalg.tridiagonal_solve`` for
-tridiagonal matrices; otherwise, on CPU from :data:`_LAPACK_FROM` rows on, LAPACK's banded
-LU (``gbsv``, reached through SciPy in a host callback), and elsewhere a banded LU with
-partial pivoting in ``lax.scan``.
+:func:`solve_banded` uses ``jax.lax.linalg.tridiagonal_solve`` for tridiagonal matrices;
+otherwise, on CPU from :data:`_LAPACK_FROM` rows on, LAPACK's banded LU (``gbsv``, reached
+through SciPy in a host callback), and elsewhere a banded LU with partial pivoting in
+``lax.scan``.
 """
 
 from __future__ import annotations
@@ -23,20 +19,14 @@ import numpy as np
 from jax import Array, lax
 from scipy.linalg import get_lapack_funcs
 
-from ._dtypes import is_numeric, native
-from ._matrix import DiaMatrix, as_matrix
+from ._checks import as_array, broadcast_batch
+from ._geometry import diagonal_bounds, in_bounds
+from ._ops import transpose
+from ._parts import DiaParts
 from ._primitives import spmm
-from ._xla import diagonal_bounds
 
 
-def _check_square(A: Any, function: str) -> None:
-    as_matrix(A, f"{function}: A")
-    m, n = A.shape
-    if m != n:
-        raise ValueError(f"{function}: A must be square, got shape {A.shape}")
-
-
-def _main_diagonal(A: DiaMatrix) -> Array:
+def _main_diagonal(A: DiaParts) -> Array:
     """The main diagonal of a square ``A``, shape ``(*batch_shape, n)`` (zeros if unstored)."""
     if 0 not in A.offsets:
         return jnp.zeros((*A.batch_shape, A.shape[1]), A.dtype)
@@ -47,41 +37,11 @@ def _scale(inverse_diagonal: Array, v: Array) -> Array:
     return inverse_diagonal * v
 
 
-def jacobi(A: DiaMatrix) -> jax.tree_util.Partial:
-    """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)`` of a square ``A``.
+def jacobi_preconditioner(A: DiaParts) -> jax.tree_util.Partial:
+    """``M(v) = v / diag(A)`` for a square ``A`` (see :func:`jaxdia.jacobi`).
 
-    Pass it as ``M`` to ``jax.scipy.sparse.linalg.cg``, ``gmres`` or ``bicgstab``. The
-    result is a ``jax.tree_util.Partial``: callable, and a pytree, so it can be an
-    argument of a jitted function. ``M`` applies to vectors of shape ``(n,)`` (or
-    ``(*batch_shape, n)`` for a batched ``A``).
-
-    For ``cg`` the preconditioner must be Hermitian positive definite, which the Jacobi
-    preconditioner of a Hermitian positive definite ``A`` is.
-
-    Args:
-      A: a square DiaMatrix, possibly batched.
-
-    Returns:
-      ``M``, with ``M(v) == v / diag(A)``.
-
-    Raises:
-      TypeError: if ``A`` is not a DiaMatrix.
-      ValueError: if ``A`` is not square, or (when ``A.data`` is concrete) its diagonal
-        holds a zero. Under ``jit``/``vmap`` the diagonal cannot be checked and a zero
-        entry gives ``inf`` in ``M(v)``.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> import jax.scipy.sparse.linalg as jsl
-      >>> import jaxdia
-      >>> n = 50
-      >>> A = jaxdia.diags([-1.0, 2.5, -1.0], offsets=[-1, 0, 1], shape=(n, n))
-      >>> b = jnp.ones(n)
-      >>> x, _ = jsl.cg(A, b, M=jaxdia.jacobi(A), tol=1e-6)
-      >>> bool(jnp.linalg.norm(A @ x - b) < 1e-4 * jnp.linalg.norm(b))
-      True
+    Raises a ValueError naming the zeros of a concrete diagonal.
     """
-    _check_square(A, "jacobi")
     diagonal = _main_diagonal(A)
     if not isinstance(diagonal, jax.core.Tracer):
         host = np.asarray(diagonal)
@@ -108,7 +68,7 @@ def _pad_last(x: Array, before: int, after: int) -> Array:
 
 def _transposed(data: Array, offsets: tuple[int, ...], n: int):
     """``(data, offsets)`` of ``A^T`` for a square ``A``; its padding slots hold zeros."""
-    transposed = DiaMatrix(data, offsets, (n, n)).T
+    transposed = transpose(DiaParts(data, offsets, (n, n)))
     return transposed.data, transposed.offsets
 
 
@@ -179,10 +139,8 @@ def _banded_lu_solve(
 
 
 #: Systems of this many rows or more are solved by LAPACK on CPU. Below it the callback's
-#: fixed cost (~0.2 ms) exceeds the whole scan (pentadiagonal float64: 0.12 ms at
-#: n = 200, 0.29 ms at 512 where LAPACK takes 0.25 ms); a vmapped scan also shares its
-#: per-row overhead among the systems of a batch (256 systems of 256 rows: 4 ms, 6 ms
-#: with LAPACK).
+#: fixed cost exceeds the whole scan, and a vmapped scan shares its per-row overhead
+#: among the systems of a batch (the crossover is measured in benchmarks/README.md).
 _LAPACK_FROM = 512
 
 
@@ -191,11 +149,11 @@ def _lapack_solve(
 ) -> Array:
     """Solves ``A x = b`` (``b`` of shape ``(n, k)``) with LAPACK's ``gbsv`` on the host.
 
-    The ``lax.scan`` LU spends ~0.5 us of loop overhead per row in XLA CPU (pentadiagonal
-    float64 at n = 1e5: 59 ms; SciPy's ``solve_banded`` 7.4 ms); ``gbsv`` is the same
-    algorithm, in one call. JAX copies a callback's operands, so the callback gets
-    ``data`` as it is and lays out LAPACK's band storage itself; ``b`` goes transposed,
-    so that LAPACK's column-major operand is a view of it.
+    The ``lax.scan`` LU pays XLA CPU's loop overhead on every row, several times the
+    arithmetic of a narrow band; ``gbsv`` is the same algorithm, in one call. JAX copies
+    a callback's operands, so the callback gets ``data`` as it is and lays out LAPACK's
+    band storage itself; ``b`` goes transposed, so that LAPACK's column-major operand is a
+    view of it.
     """
     x = jax.pure_callback(
         partial(_gbsv_on_host, offsets=offsets, lower=lower, upper=upper),
@@ -217,14 +175,12 @@ def _gbsv_on_host(
     n = x.shape[-1]
     (gbsv,) = get_lapack_funcs(("gbsv",), (data, x))
     rows = np.array([lower + upper - offset for offset in offsets])
-    bounds = [diagonal_bounds(offset, (n, n)) for offset in offsets]
     # gbsv's band storage: ab[lower + upper + i - j, j] = A[i, j], so diagonal k sits in
     # row lower + upper - k; the first ``lower`` rows are room for the fill-in. Built
     # transposed (rows of a column-major ab are strided), for the whole batch at once.
     bands = np.zeros((*x.shape[:-2], n, 2 * lower + upper + 1), data.dtype)
-    bands[..., rows] = np.swapaxes(data, -1, -2)
-    for row, (start, stop) in zip(rows, bounds):  # padding slots hold anything
-        bands[..., :start, row] = bands[..., stop:, row] = 0
+    inside = in_bounds(offsets, (n, n), host=True)  # padding slots hold anything
+    bands[..., rows] = np.swapaxes(np.where(inside, data, 0), -1, -2)
     for index in np.ndindex(*x.shape[:-2]):
         *_, info = gbsv(
             lower, upper, bands[index].T, x[index].T, overwrite_ab=True, overwrite_b=True
@@ -280,83 +236,16 @@ def _solve_one(data: Array, b: Array, offsets: tuple[int, ...], n: int, lapack: 
     return lax.custom_linear_solve(matvec, b, solve, transpose_solve)
 
 
-def solve_banded(A: DiaMatrix, b: Any) -> Array:
-    """Solves ``A @ x == b`` directly, for a square banded DiaMatrix ``A``.
-
-    * Tridiagonal ``A`` (offsets within ``{-1, 0, 1}``):
-      ``jax.lax.linalg.tridiagonal_solve``. On CPU that is LAPACK's ``gtsv`` (LU with
-      partial pivoting) and on NVIDIA GPUs cuSPARSE's ``gtsv2`` (pivoting too); on other
-      platforms JAX's Thomas algorithm, which does not pivot and so needs, e.g., a
-      diagonally dominant matrix.
-    * Any other band (offsets within ``[-l, u]``): a banded LU with partial pivoting
-      within the band (row swaps widen the upper band of ``U`` to ``l + u``), O(n l (l + u))
-      work per right-hand side. On CPU, from 512 rows on, LAPACK's ``gbsv`` (the routine
-      of ``scipy.linalg.solve_banded``) runs it on the host through ``jax.pure_callback``
-      (one call per system of a batch), so a program holding such a solve cannot be
-      serialized with ``jax.export``. Otherwise the same algorithm runs as a sequential
-      ``lax.scan`` over the ``n`` columns, with compile time independent of ``n`` but
-      ~0.5 us of loop overhead per row on CPU (6-10x LAPACK's time in float64).
-
-    The band is what the offsets span, whatever the entries: corner entries of periodic
-    boundary conditions (offsets ``±(n - 1)``) make it the whole matrix and the solve
-    O(n^3) (950x ``scipy.sparse.linalg.spsolve``'s time at n = 2400). Solve such systems,
-    and 2-D/3-D stencils, with ``jax.scipy.sparse.linalg.gmres`` or ``bicgstab``.
-
-    A singular matrix (an exactly zero pivot, e.g. a zero column) gives an all-NaN
-    solution on CPU; no exception is raised, as none can be under ``jit``. An
-    ill-conditioned matrix gives a finite solution with a small residual
-    (partial pivoting is backward stable in practice) but a forward error that grows with
-    the condition number.
-
-    Batches follow :func:`jaxdia.matmul`'s rules: a 1-D ``b`` of length ``n`` is a
-    vector; an N-D ``b`` is a stack of ``(n, k)`` right-hand sides whose batch dims
-    broadcast with ``A.batch_shape``. The solve works under ``jit`` and ``vmap`` (over
-    ``A.data``, ``b`` or both) and is differentiable in ``A.data`` and ``b`` (forward
-    and reverse mode) by implicit differentiation: a gradient costs another solve, with
-    ``A^T``, and never differentiates the LU itself.
-
-    Args:
-      A: a square DiaMatrix (possibly batched).
-      b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
-
-    Returns:
-      ``x``, of the broadcast batch shape and ``b``'s trailing shape, in the promoted
-      dtype of ``A`` and ``b`` (16-bit floats are solved in float32 and cast back).
-
-    Raises:
-      TypeError: if ``A`` is not a DiaMatrix, or ``b`` is not numeric.
-      ValueError: if ``A`` is not square, or ``b``'s shape does not fit.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> import jaxdia
-      >>> A = jaxdia.diags([[1.0] * 4, [4.0] * 5, [2.0] * 3], offsets=[-1, 0, 2])
-      >>> x = jaxdia.solve_banded(A, jnp.arange(5.0))
-      >>> bool(jnp.allclose(A @ x, jnp.arange(5.0), atol=1e-5))
-      True
-    """
-    _check_square(A, "solve_banded")
+def solve_banded(A: DiaParts, b: Any) -> Array:
+    """Solves ``A @ x == b`` for a square ``A`` (see :func:`jaxdia.solve_banded`)."""
     n = A.shape[0]
-    if not isinstance(b, (jax.Array, jax.core.Tracer)):
-        host = np.asarray(b)
-        if not is_numeric(host.dtype):
-            raise TypeError(
-                f"solve_banded: b must be a numeric array, got {type(b).__name__}"
-                + (f" of dtype {host.dtype}" if host.dtype != object else "")
-            )
-        b = native(host)  # transferred by the compiled call
+    b = as_array(b, "solve_banded: b")
     if b.ndim == 0 or b.shape[-2 if b.ndim > 1 else 0] != n:
         raise ValueError(
             f"solve_banded: b must have shape ({n},) or (..., {n}, k) for A of shape "
             f"{A.shape}, got shape {b.shape}"
         )
-    try:
-        batch = np.broadcast_shapes(A.batch_shape, b.shape[:-2])
-    except ValueError:
-        raise ValueError(
-            f"solve_banded: A's batch shape {A.batch_shape} and b's batch shape "
-            f"{b.shape[:-2]} (b of shape {b.shape}) do not broadcast"
-        ) from None
+    batch = broadcast_batch("solve_banded: A and b", A.batch_shape, b.shape[:-2])
     dtype = jnp.result_type(A.data, b)  # arrays: a NumPy float64 b is no explicit request
     if not jnp.issubdtype(dtype, jnp.inexact):
         dtype = jnp.result_type(float)
@@ -377,9 +266,9 @@ def _solve(
 ) -> Array:
     """:func:`solve_banded` for checked operands, as one compiled call.
 
-    Eagerly, the casts and reshapes around the solve ran op by op (tridiagonal, n = 1000:
-    0.33 ms against 0.06 ms jitted), and ``lax.scan`` and ``custom_linear_solve`` were
-    traced again on every call. Systems are stacked on one batch axis for the solve.
+    Eagerly, the casts and reshapes around the solve would run op by op, and
+    ``lax.scan`` and ``custom_linear_solve`` would be traced again on every call. Systems
+    are stacked on one batch axis for the solve.
     """
     n = data.shape[-1]
     work = np.dtype(np.float32) if dtype.itemsize == 2 else dtype

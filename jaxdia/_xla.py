@@ -42,12 +42,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import Array, lax
+
+from ._geometry import accumulation_dtype, live_terms, pairwise_sum, slot_indices
 
 # Below this fraction of interior rows the interior/edge split is not worth a second and
 # third fused loop; the all-bounds-checked formulation is used instead.
@@ -60,60 +59,6 @@ _MIN_INTERIOR_FRACTION = 0.5
 _VECTOR_MIN_SIZE = 20_000
 
 
-def accumulation_dtype(dtype) -> np.dtype:
-    """The dtype sums run in: float32 for 16-bit floats, else ``dtype`` itself."""
-    dtype = np.dtype(dtype)
-    if dtype.itemsize <= 2 and jnp.issubdtype(dtype, jnp.floating):
-        return np.dtype(np.float32)
-    return dtype
-
-
-def index_dtype(size: int) -> type:
-    """int32 where it can index ``size`` elements (int64 only exists with x64)."""
-    return np.int64 if size > np.iinfo(np.int32).max else np.int32
-
-
-def diagonal_bounds(offset: int, shape: tuple[int, int]) -> tuple[int, int]:
-    """Columns ``[start, stop)`` of the matrix that diagonal ``offset`` occupies."""
-    m, n = shape
-    return max(0, offset), min(n, m + offset)
-
-
-def broadcast_batch_index(
-    flat: Array, batch: tuple[int, ...], operand_batch: tuple[int, ...]
-) -> Array | int:
-    """Flat index into ``operand_batch`` of entry ``flat`` of the broadcast ``batch``.
-
-    The Pallas kernels run a grid axis over the flattened broadcast batch and find each
-    operand's entry with this. Static index arithmetic: a dimension the operand broadcasts
-    (size 1) is not advanced. ``lax.div``/``lax.rem`` (the indices are non-negative) avoid
-    the sign logic of ``//``.
-    """
-    if operand_batch == batch:
-        return flat
-    index = 0
-    stride_out, stride_op = 1, 1
-    for size, op_size in zip(reversed(batch), reversed(operand_batch)):
-        if op_size == size and size > 1:
-            position = flat if stride_out == 1 else lax.div(flat, np.int32(stride_out))
-            if stride_out * size < math.prod(batch):
-                position = lax.rem(position, np.int32(size))
-            index = index + position * stride_op
-        stride_out *= size
-        stride_op *= op_size
-    return index
-
-
-def kernel_out_shape(shape: Sequence[int], dtype, like: Array) -> jax.ShapeDtypeStruct:
-    """A Pallas ``out_shape`` that varies over the manual mesh axes ``like`` varies over.
-
-    Inside ``shard_map`` with ``check_vma=True`` (its default) ``pallas_call`` must be
-    told which; outside, the set is empty.
-    """
-    mat = jax.typeof(like).manual_axis_type
-    return jax.ShapeDtypeStruct(tuple(shape), dtype, manual_axis_type=mat)
-
-
 def _broadcast_batch(*shapes: Sequence[int]) -> tuple[int, ...]:
     return tuple(jnp.broadcast_shapes(*(tuple(s) for s in shapes)))
 
@@ -122,31 +67,6 @@ def _pad_axis(x: Array, axis: int, before: int, after: int) -> Array:
     config = [(0, 0, 0)] * x.ndim
     config[axis] = (before, after, 0)
     return lax.pad(x, jnp.zeros((), x.dtype), config)
-
-
-class _Term(NamedTuple):
-    """Diagonal ``k`` adds ``data[k, r + shift_d] * x[r + shift_x]`` to rows ``[lo, hi)``."""
-
-    k: int
-    shift_d: int
-    shift_x: int
-    lo: int
-    hi: int
-
-
-def _spmm_terms(offsets, shape, transpose) -> list[_Term]:
-    terms = []
-    for k, offset in enumerate(offsets):
-        start, stop = diagonal_bounds(offset, shape)
-        if stop <= start:
-            continue
-        if transpose:
-            # y[j] += data[k, j] * x[j - offset] for matrix columns j in [start, stop).
-            terms.append(_Term(k, 0, -offset, start, stop))
-        else:
-            # y[i] += data[k, i + offset] * x[i + offset] for rows i = j - offset.
-            terms.append(_Term(k, offset, offset, start - offset, stop - offset))
-    return terms
 
 
 def _term_product(data, x, term, lo, hi, acc):
@@ -178,15 +98,6 @@ def _interior(data, x, terms, lo, hi, acc, *, pairwise):
     for part in parts[1:]:
         out = out + part
     return out
-
-
-def pairwise_sum(parts: Sequence[Array]) -> Array:
-    """``parts[0] + parts[1] + ...`` added as a balanced tree (dependency depth log2)."""
-    parts = list(parts)
-    while len(parts) > 1:
-        pairs = [a + b for a, b in zip(parts[::2], parts[1::2])]
-        parts = pairs + parts[2 * len(pairs) :]
-    return parts[0]
 
 
 def _bounded(data, x, terms, lo, hi, out_shape, acc):
@@ -233,7 +144,7 @@ def spmm_xla(
     acc = accumulation_dtype(out_dtype)
     batch = _broadcast_batch(data.shape[:-2], x.shape[:-2])
     columns = x.shape[-1]
-    terms = _spmm_terms(offsets, shape, transpose)
+    terms = live_terms(offsets, shape, transpose)
     if not terms or out_rows == 0:
         return jnp.zeros((*batch, out_rows, columns), out_dtype)
     lo = max(term.lo for term in terms)
@@ -299,11 +210,8 @@ def sddmm_xla(
     batch = _broadcast_batch(g.shape[:-2], x.shape[:-2])
     if not offsets or m == 0 or n == 0:
         return jnp.zeros((*batch, len(offsets), n), out_dtype)
-    index = index_dtype(m + n)  # rows j - offsets[k] lie in (-m, m + n)
-    column = lax.broadcasted_iota(index, (len(offsets), n), 1)
-    rows = column - np.asarray(offsets, index)[:, None]
-    in_bounds = (rows >= 0) & (rows < m)
+    rows, _, inside = slot_indices(offsets, shape)
     shifted = jnp.take(g, jnp.clip(rows, 0, m - 1), axis=-2, mode="clip")  # (*B, k, n, c)
     products = (shifted.astype(acc) * x[..., None, :, :].astype(acc)).sum(axis=-1)
-    out = jnp.where(in_bounds, products, jnp.zeros((), acc)).astype(out_dtype)
+    out = jnp.where(inside, products, jnp.zeros((), acc)).astype(out_dtype)
     return jnp.broadcast_to(out, (*batch, len(offsets), n))

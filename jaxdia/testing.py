@@ -25,8 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import strategies as st
 
+from ._geometry import in_bounds
 from ._matrix import DiaMatrix
-from ._xla import diagonal_bounds
 
 __all__ = ["batch_shapes", "dia_matrices", "dtypes", "offsets", "random_values", "shapes"]
 
@@ -170,9 +170,6 @@ def dia_matrices(
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     data = random_values(rng, (*batch_shape, len(diagonal_offsets), shape[1]), dtype)
     if padding != "random":
-        mask = np.ones(data.shape[-2:], bool)
-        for k, offset in enumerate(diagonal_offsets):
-            start, stop = diagonal_bounds(offset, shape)
-            mask[k, start:stop] = False
-        data[..., mask] = np.nan if padding == "nan" else 0
+        padded = ~in_bounds(diagonal_offsets, shape, host=True)
+        data[..., padded] = np.nan if padding == "nan" else 0
     return DiaMatrix(data, diagonal_offsets, shape)

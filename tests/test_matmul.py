@@ -101,15 +101,15 @@ def test_many_diagonals():
 def test_eager_products_are_one_jitted_call():
     """Eager ``A @ x`` and ``x @ A`` run promotion, reshapes and the primitive as one
     jitted program, compiled once per structure and operand shapes (no retracing)."""
-    from jaxdia import _matmul
+    from jaxdia import _products
 
     A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(6, 6))
     S = to_scipy_f64(A)
-    before = _matmul._product._cache_size()
+    before = _products._product._cache_size()
     for x in (np.arange(6.0), np.ones(6), np.zeros(6)):
         assert_close(A @ x, S @ np.asarray(x, np.float64), A.dtype)
         assert_close(x @ A, np.asarray(x, np.float64) @ S, A.dtype)
-    assert _matmul._product._cache_size() == before + 2  # one for A @ x, one for x @ A
+    assert _products._product._cache_size() == before + 2  # one for A @ x, one for x @ A
 
 
 @pytest.mark.parametrize(

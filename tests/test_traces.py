@@ -11,8 +11,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from jax.test_util import check_grads
 
 import jaxdia
-from jaxdia import _traces
-from jaxdia._traces import dia_diagonal, dia_trace, dia_traces, traces
+from jaxdia import _traces, _xla_runs
+from jaxdia._functions import traces
+from jaxdia._traces import dia_diagonal, dia_trace, dia_traces
 from jaxdia.testing import batch_shapes, dia_matrices, random_values, shapes
 
 from .helpers import assert_close, to_scipy_f64
@@ -123,7 +124,7 @@ def path(request, monkeypatch):
     gather for dense matrices, slices for DIA data).
     """
     for name, value in PATHS[request.param][0].items():
-        monkeypatch.setattr(_traces, name, value)
+        monkeypatch.setattr(_xla_runs, name, value)
     jax.clear_caches()  # the thresholds are read when the kernel is traced
     yield request.param
     jax.clear_caches()
@@ -131,7 +132,7 @@ def path(request, monkeypatch):
 
 def test_each_path_is_taken(path):
     runs = _traces._dense_runs((9, 9), tuple(range(4)))
-    jaxpr = jax.make_jaxpr(partial(_traces._kernel, runs=runs))(np.ones((3, 9, 9)))
+    jaxpr = jax.make_jaxpr(partial(_xla_runs.run_sums_xla, runs=runs))(np.ones((3, 9, 9)))
     loops = [eqn for eqn in jaxpr.eqns if eqn.primitive.name == "scan"]  # static fori_loop
     body = [eqn.primitive.name for loop in loops for eqn in loop.params["jaxpr"].eqns]
     assert (bool(loops), "gather" in body) == PATHS[path][1:]
@@ -459,7 +460,7 @@ def test_bad_matrix(M, error):
 def test_bad_matrix_types_are_named():
     with pytest.raises(TypeError, match="got NoneType$"):
         traces(None, 2)
-    with pytest.raises(TypeError, match="got scipy.sparse.csr_array; .*from_scipy"):
+    with pytest.raises(TypeError, match="M is a scipy.sparse csr_array; .*from_scipy"):
         traces(sp.eye_array(3, format="csr"), 2)
 
 

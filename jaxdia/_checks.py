@@ -1,0 +1,200 @@
+"""Argument checks: dtypes, offsets, shapes, static ints and array operands.
+
+Each rule and each message is written here once; every public entry point checks its
+arguments through these functions before anything is traced, so bad input gets a
+``TypeError``/``ValueError`` naming the argument, what was given and what was expected.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.core
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+
+# -- dtypes ----------------------------------------------------------------------------------
+
+#: dtypes a DiaMatrix can hold. Integer and bool matrices are rejected: convert them with
+#: ``.astype`` first (the products, gradients and kernels are defined for inexact types).
+SUPPORTED_DTYPES = tuple(
+    np.dtype(d)
+    for d in (jnp.bfloat16, np.float16, np.float32, np.float64, np.complex64, np.complex128)
+)
+
+
+def is_int(value: Any) -> bool:
+    """Whether ``value`` is a Python or NumPy integer (bools excluded)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def is_numeric(dtype: Any) -> bool:
+    """Whether ``dtype`` is a bool, integer, floating (bfloat16 included) or complex type."""
+    dtype = np.dtype(dtype)
+    return dtype == np.bool_ or bool(jnp.issubdtype(dtype, jnp.number))
+
+
+def native(array: np.ndarray) -> np.ndarray:
+    """``array`` in the machine's byte order (JAX rejects the other, e.g. data in a file
+    written on a big-endian machine)."""
+    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+
+
+def check_dtype(dtype: Any, what: str = "data") -> np.dtype:
+    """Returns ``dtype`` (in native byte order) if a DiaMatrix can hold it, else raises a
+    TypeError saying why."""
+    dtype = np.dtype(dtype).newbyteorder("=")
+    if dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(d.name for d in SUPPORTED_DTYPES)
+        if what == "dtype":  # a requested result dtype, not the dtype of given values
+            raise TypeError(
+                f"dtype {dtype.name} is not supported: a DiaMatrix holds one of {names}"
+            )
+        hint = (
+            " Convert integer or bool matrices first, e.g. S.astype(np.float64)."
+            if dtype == np.bool_ or np.issubdtype(dtype, np.integer)
+            else ""
+        )
+        raise TypeError(f"{what} has dtype {dtype.name}; a DiaMatrix holds one of {names}.{hint}")
+    return dtype
+
+
+def warn_if_unavailable(dtype: np.dtype, function: str) -> None:
+    """Warns, as JAX does, when an explicitly requested ``dtype`` will be narrowed (float64
+    and complex128 without x64): JAX would otherwise narrow it silently here."""
+    available = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    if available != dtype:
+        warnings.warn(
+            f"Explicitly requested dtype {dtype.name} requested in {function} is not "
+            f"available, and will be truncated to dtype {available.name}. To enable more "
+            "dtypes, set the jax_enable_x64 configuration option or the JAX_ENABLE_X64 "
+            "shell environment variable.",
+            UserWarning,
+            stacklevel=3,
+        )
+
+
+# -- static values: offsets, shapes, ints ----------------------------------------------------
+
+_STATIC_HELP = (
+    "must be static Python ints, but a traced JAX value was given (inside jit, vmap, grad, "
+    "cond or scan). Pass Python ints (close over them, or mark them static with "
+    "jax.jit(..., static_argnames=...)); a DiaMatrix passed through a transformation keeps "
+    "its offsets static as pytree aux data."
+)
+
+
+def static_int(value: Any, name: str, expected: str = "an int") -> int:
+    """``value`` as a Python int: an int, or a 0-d integer array that is not traced."""
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(f"{name} {_STATIC_HELP}")
+    if isinstance(value, (np.ndarray, jax.Array)) and np.ndim(value) == 0:
+        array = np.asarray(value)
+        if np.issubdtype(array.dtype, np.integer):
+            return int(array)
+    if not is_int(value):
+        raise TypeError(f"{name} must be {expected}, got {type(value).__name__}: {value!r}")
+    return int(value)
+
+
+def as_offsets(offsets: Any, name: str = "offsets") -> tuple[int, ...]:
+    """Validates static offsets and returns them as a tuple of Python ints (unsorted)."""
+    if isinstance(offsets, jax.core.Tracer):
+        raise TypeError(f"{name} {_STATIC_HELP}")
+    if isinstance(offsets, (np.ndarray, jax.Array)):
+        array = np.asarray(offsets)
+        if array.ndim > 1:
+            raise ValueError(f"{name} must be 1-D, got an array of shape {array.shape}")
+        if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
+            raise TypeError(f"{name} must hold integers, got an array of dtype {array.dtype}")
+        return tuple(int(k) for k in array.reshape(-1))
+    if is_int(offsets):
+        return (int(offsets),)
+    if isinstance(offsets, (str, bytes)) or not isinstance(offsets, Sequence):
+        raise TypeError(
+            f"{name} must be an int or a sequence of ints, got {type(offsets).__name__}: "
+            f"{offsets!r}"
+        )
+    return tuple(static_int(k, name, "integers") for k in offsets)
+
+
+def check_distinct(offsets: tuple[int, ...]) -> tuple[int, ...]:
+    """``offsets``, or SciPy's ValueError if one repeats."""
+    if len(set(offsets)) != len(offsets):
+        raise ValueError(f"offset array contains duplicate values: {offsets}")
+    return offsets
+
+
+def as_shape(shape: Any) -> tuple[int, int]:
+    """Validates a matrix shape ``(m, n)`` of non-negative ints."""
+    if isinstance(shape, np.ndarray) and shape.ndim == 1:
+        shape = tuple(shape.tolist())
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or len(shape) != 2:
+        raise ValueError(f"shape must be a pair (m, n) of non-negative ints, got {shape!r}")
+    if not all(is_int(s) for s in shape):
+        raise TypeError(f"shape must be a pair (m, n) of non-negative ints, got {shape!r}")
+    m, n = (int(s) for s in shape)
+    if m < 0 or n < 0:
+        raise ValueError(f"shape must be a pair (m, n) of non-negative ints, got {shape!r}")
+    return m, n
+
+
+# -- array operands --------------------------------------------------------------------------
+
+
+def reject_sparse(value: Any, name: str, hint: str = "") -> None:
+    """A TypeError if ``value`` is a ``scipy.sparse`` matrix: it must be converted first."""
+    if sp.issparse(value):
+        raise TypeError(
+            f"{name} is a scipy.sparse {type(value).__name__}; convert it with "
+            f"jaxdia.DiaMatrix.from_scipy(...){hint}"
+        )
+
+
+def as_array(value: Any, name: str, *, expected: str = "a numeric array", hint: str = "") -> Any:
+    """``value`` as an array operand: a JAX array (or tracer) as given, anything else as a
+    NumPy array in native byte order (a jitted call transfers it; ``jnp.asarray`` first
+    would cost one more pass).
+
+    Raises:
+      TypeError: for ``scipy.sparse`` matrices (``hint`` is added to the message) and
+        non-numeric values, naming ``name`` and saying what was ``expected``.
+    """
+    if isinstance(value, jax.Array):  # tracers are jax.Array instances too
+        return value
+    reject_sparse(value, name, hint)
+    if isinstance(value, jax.ShapeDtypeStruct):
+        raise TypeError(
+            f"{name} must be an array, got a jax.ShapeDtypeStruct; for an abstract matrix (for "
+            "jit(...).lower or jax.export) trace the constructor: jax.eval_shape(lambda d: "
+            "DiaMatrix(d, offsets, shape), jax.ShapeDtypeStruct((n_diags, n), dtype))"
+        )
+    host = np.asarray(value)
+    if not is_numeric(host.dtype):
+        raise TypeError(
+            f"{name} must be {expected}, got {type(value).__name__}"
+            + (f" of dtype {host.dtype}" if host.dtype != object else "")
+        )
+    return native(host)
+
+
+#: The ``implementation`` choices of the products.
+IMPLEMENTATIONS = (None, "xla", "pallas")
+
+
+def check_implementation(implementation: Any) -> None:
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+
+
+def broadcast_batch(what: str, *shapes: Sequence[int]) -> tuple[int, ...]:
+    """The broadcast of batch ``shapes``, or a ValueError naming ``what`` and them."""
+    shapes_ = [tuple(s) for s in shapes]
+    try:
+        return tuple(np.broadcast_shapes(*shapes_))
+    except ValueError:
+        raise ValueError(f"{what}: batch shapes {shapes_} do not broadcast") from None

@@ -1,0 +1,169 @@
+"""The geometry of SciPy's DIA layout: where each diagonal lies, which slots are inside.
+
+``data[..., k, j]`` holds ``A[j - offsets[k], j]``. Slot ``(k, j)`` is *inside* the
+matrix when its row ``j - offsets[k]`` lies in ``[0, m)``; every other slot is padding,
+which no jaxdia operation reads. Everything here is static arithmetic on offsets and
+shapes (Python ints, NumPy, or iotas that XLA fuses into their consumer); nothing imports
+the rest of the package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+
+
+def diagonal_bounds(offset: int, shape: tuple[int, int]) -> tuple[int, int]:
+    """Columns ``[start, stop)`` of the matrix that diagonal ``offset`` occupies.
+
+    ``stop <= start`` when the diagonal lies outside the matrix.
+
+    Example:
+      >>> from jaxdia._geometry import diagonal_bounds
+      >>> diagonal_bounds(1, (3, 3)), diagonal_bounds(-1, (3, 3))
+      ((1, 3), (0, 2))
+    """
+    m, n = shape
+    return max(0, offset), min(n, m + offset)
+
+
+def holds_entries(offset: int, shape: tuple[int, int]) -> bool:
+    """Whether diagonal ``offset`` has at least one slot inside a ``shape`` matrix."""
+    start, stop = diagonal_bounds(offset, shape)
+    return start < stop
+
+
+def band_widths(offsets: Sequence[int]) -> tuple[int, int]:
+    """``(lower, upper)``: how far the diagonals reach below and above the main one.
+
+    Example:
+      >>> from jaxdia._geometry import band_widths
+      >>> band_widths((-2, 0, 3)), band_widths((1, 2)), band_widths(())
+      ((2, 3), (0, 2), (0, 0))
+    """
+    return max(0, -min(offsets, default=0)), max(0, max(offsets, default=0))
+
+
+def index_dtype(size: int) -> type:
+    """int32 where it can index ``size`` elements (int64 only exists with x64)."""
+    return np.int64 if size > np.iinfo(np.int32).max else np.int32
+
+
+def accumulation_dtype(dtype: Any) -> np.dtype:
+    """The dtype sums run in: float32 for 16-bit floats, else ``dtype`` itself."""
+    dtype = np.dtype(dtype)
+    if dtype.itemsize <= 2 and jnp.issubdtype(dtype, jnp.floating):
+        return np.dtype(np.float32)
+    return dtype
+
+
+def slot_indices(
+    offsets: Sequence[int],
+    shape: tuple[int, int],
+    *,
+    columns: Any = None,
+    host: bool = False,
+) -> tuple[Any, Any, Any]:
+    """``(rows, cols, inside)`` for the slots of ``data``: slot ``(k, j)`` holds
+    ``A[rows[k, j], cols[k, j]]`` where ``inside`` is true, and is padding elsewhere.
+
+    This is the one definition of padding in jaxdia.
+
+    Args:
+      offsets: the diagonals, one per row of ``data``.
+      shape: ``(m, n)`` of the matrix.
+      columns: the matrix columns of ``data``'s columns; by default ``0 .. n - 1`` (the
+        whole ``data``). Given explicitly (e.g. a device's shifted window of columns),
+        columns outside ``[0, n)`` count as padding too.
+      host: NumPy arrays (for host-side code) instead of an iota that XLA computes
+        inside the gather, scatter or select that uses it. NumPy index tables in a
+        program would be constants the size of ``data``.
+
+    Returns:
+      Arrays broadcastable to ``(len(offsets), width)``.
+
+    Example:
+      >>> from jaxdia._geometry import slot_indices
+      >>> rows, cols, inside = slot_indices((-1, 1), (3, 3), host=True)
+      >>> inside.astype(int)
+      array([[1, 1, 0],
+             [0, 1, 1]])
+    """
+    m, n = shape
+    index = index_dtype(m + n)  # rows j - offsets[k] lie in (-m, m + n)
+    explicit = columns is not None
+    if not explicit:
+        if host:
+            columns = np.arange(n, dtype=index)[None, :]
+        else:
+            columns = lax.broadcasted_iota(index, (len(offsets), n), 1)
+    rows = columns - np.asarray(offsets, index)[:, None]
+    inside = (rows >= 0) & (rows < m)
+    if explicit:
+        inside = inside & (columns >= 0) & (columns < n)
+    return rows, columns, inside
+
+
+def in_bounds(offsets: Sequence[int], shape: tuple[int, int], *, host: bool = False) -> Any:
+    """``(len(offsets), n)`` booleans, true on the slots of ``data`` inside the matrix."""
+    return slot_indices(offsets, shape, host=host)[2]
+
+
+class Term(NamedTuple):
+    """Diagonal ``k`` adds ``data[k, r + shift_d] * x[r + shift_x]`` to rows ``[lo, hi)``."""
+
+    k: int
+    shift_d: int
+    shift_x: int
+    lo: int
+    hi: int
+
+
+def live_terms(
+    offsets: Sequence[int], shape: tuple[int, int], transpose: bool = False
+) -> list[Term]:
+    """The terms of ``A @ x`` (or ``A^T @ x``): one per diagonal holding entries.
+
+    Example:
+      >>> from jaxdia._geometry import live_terms
+      >>> live_terms((-1, 5), (3, 3))  # offset 5 lies outside the matrix
+      [Term(k=0, shift_d=-1, shift_x=-1, lo=1, hi=3)]
+    """
+    terms = []
+    for k, offset in enumerate(offsets):
+        start, stop = diagonal_bounds(offset, shape)
+        if stop <= start:
+            continue
+        if transpose:
+            # y[j] += data[k, j] * x[j - offset] for matrix columns j in [start, stop).
+            terms.append(Term(k, 0, -offset, start, stop))
+        else:
+            # y[i] += data[k, i + offset] * x[i + offset] for rows i = j - offset.
+            terms.append(Term(k, offset, offset, start - offset, stop - offset))
+    return terms
+
+
+def pairwise_sum(parts: Sequence[Array]) -> Array:
+    """``parts[0] + parts[1] + ...`` added as a balanced tree (dependency depth log2)."""
+    parts = list(parts)
+    while len(parts) > 1:
+        pairs = [a + b for a, b in zip(parts[::2], parts[1::2])]
+        parts = pairs + parts[2 * len(pairs) :]
+    return parts[0]
+
+
+def place_row(values: Array, start: int, width: int) -> Array:
+    """A row of ``width`` slots holding ``values`` from ``start`` on and zeros elsewhere."""
+    pad = [(0, 0)] * (values.ndim - 1) + [(start, width - start - values.shape[-1])]
+    return jnp.pad(values, pad)
+
+
+def stack_rows(rows: list[Array], batch: tuple[int, ...], width: int, dtype: Any) -> Array:
+    """Stacks rows of width ``width`` (broadcast to ``batch``) into ``(*batch, len, width)``."""
+    if not rows:
+        return jnp.zeros((*batch, 0, width), dtype)
+    return jnp.stack([jnp.broadcast_to(r, (*batch, width)).astype(dtype) for r in rows], -2)

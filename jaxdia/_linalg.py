@@ -1,0 +1,120 @@
+"""Public linear solvers of a DiaMatrix: :func:`jacobi` and :func:`solve_banded`.
+
+Iterative solves need nothing more: ``jax.scipy.sparse.linalg.cg``, ``gmres`` and
+``bicgstab`` accept a DiaMatrix as the operator (they call ``A @ x``), and :func:`jacobi`
+builds the preconditioner ``M`` they take.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax import Array
+
+from . import _solve
+from ._matrix import DiaMatrix, as_matrix
+
+
+def square(A: Any, function: str) -> DiaMatrix:
+    """``A``, checked to be a square DiaMatrix (``function`` names the caller)."""
+    as_matrix(A, f"{function}: A")
+    m, n = A.shape
+    if m != n:
+        raise ValueError(f"{function}: A must be square, got shape {A.shape}")
+    return A
+
+
+def jacobi(A: DiaMatrix) -> jax.tree_util.Partial:
+    """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)`` of a square ``A``.
+
+    Pass it as ``M`` to ``jax.scipy.sparse.linalg.cg``, ``gmres`` or ``bicgstab``. The
+    result is a ``jax.tree_util.Partial``: callable, and a pytree, so it can be an
+    argument of a jitted function. ``M`` applies to vectors of shape ``(n,)`` (or
+    ``(*batch_shape, n)`` for a batched ``A``).
+
+    For ``cg`` the preconditioner must be Hermitian positive definite, which the Jacobi
+    preconditioner of a Hermitian positive definite ``A`` is.
+
+    Args:
+      A: a square DiaMatrix, possibly batched.
+
+    Returns:
+      ``M``, with ``M(v) == v / diag(A)``.
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix.
+      ValueError: if ``A`` is not square, or (when ``A.data`` is concrete) its diagonal
+        holds a zero. Under ``jit``/``vmap`` the diagonal cannot be checked and a zero
+        entry gives ``inf`` in ``M(v)``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jax.scipy.sparse.linalg as jsl
+      >>> import jaxdia
+      >>> n = 50
+      >>> A = jaxdia.diags([-1.0, 2.5, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+      >>> b = jnp.ones(n)
+      >>> x, _ = jsl.cg(A, b, M=jaxdia.jacobi(A), tol=1e-6)
+      >>> bool(jnp.linalg.norm(A @ x - b) < 1e-4 * jnp.linalg.norm(b))
+      True
+    """
+    return _solve.jacobi_preconditioner(square(A, "jacobi")._parts)
+
+
+def solve_banded(A: DiaMatrix, b: Any) -> Array:
+    """Solves ``A @ x == b`` directly, for a square banded DiaMatrix ``A``.
+
+    * Tridiagonal ``A`` (offsets within ``{-1, 0, 1}``):
+      ``jax.lax.linalg.tridiagonal_solve``. On CPU that is LAPACK's ``gtsv`` (LU with
+      partial pivoting) and on NVIDIA GPUs cuSPARSE's ``gtsv2`` (pivoting too); on other
+      platforms JAX's Thomas algorithm, which does not pivot and so needs, e.g., a
+      diagonally dominant matrix.
+    * Any other band (offsets within ``[-l, u]``): a banded LU with partial pivoting
+      within the band (row swaps widen the upper band of ``U`` to ``l + u``), O(n l (l + u))
+      work per right-hand side. On CPU, from 512 rows on, LAPACK's ``gbsv`` (the routine
+      of ``scipy.linalg.solve_banded``) runs it on the host through ``jax.pure_callback``
+      (one call per system of a batch), so a program holding such a solve cannot be
+      serialized with ``jax.export``. Otherwise the same algorithm runs as a sequential
+      ``lax.scan`` over the ``n`` columns, with compile time independent of ``n`` but
+      a loop overhead per row on CPU that makes it several times slower than LAPACK.
+
+    The band is what the offsets span, whatever the entries: corner entries of periodic
+    boundary conditions (offsets ``±(n - 1)``) make it the whole matrix and the solve
+    O(n^3), far slower than ``scipy.sparse.linalg.spsolve``'s sparse LU. Solve such systems,
+    and 2-D/3-D stencils, with ``jax.scipy.sparse.linalg.gmres`` or ``bicgstab``.
+
+    A singular matrix (an exactly zero pivot, e.g. a zero column) gives an all-NaN
+    solution on CPU; no exception is raised, as none can be under ``jit``. An
+    ill-conditioned matrix gives a finite solution with a small residual
+    (partial pivoting is backward stable in practice) but a forward error that grows with
+    the condition number.
+
+    Batches follow :func:`jaxdia.matmul`'s rules: a 1-D ``b`` of length ``n`` is a
+    vector; an N-D ``b`` is a stack of ``(n, k)`` right-hand sides whose batch dims
+    broadcast with ``A.batch_shape``. The solve works under ``jit`` and ``vmap`` (over
+    ``A.data``, ``b`` or both) and is differentiable in ``A.data`` and ``b`` (forward
+    and reverse mode) by implicit differentiation: a gradient costs another solve, with
+    ``A^T``, and never differentiates the LU itself.
+
+    Args:
+      A: a square DiaMatrix (possibly batched).
+      b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
+
+    Returns:
+      ``x``, of the broadcast batch shape and ``b``'s trailing shape, in the promoted
+      dtype of ``A`` and ``b`` (16-bit floats are solved in float32 and cast back).
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix, or ``b`` is not numeric.
+      ValueError: if ``A`` is not square, or ``b``'s shape does not fit.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([[1.0] * 4, [4.0] * 5, [2.0] * 3], offsets=[-1, 0, 2])
+      >>> x = jaxdia.solve_banded(A, jnp.arange(5.0))
+      >>> bool(jnp.allclose(A @ x, jnp.arange(5.0), atol=1e-5))
+      True
+    """
+    return _solve.solve_banded(square(A, "solve_banded")._parts, b)

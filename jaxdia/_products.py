@@ -1,0 +1,148 @@
+"""The three products of a DIA matrix: with a dense operand on either side, and with
+another DIA matrix.
+
+* :func:`dia_dense_product` (``A @ X``) and :func:`dense_dia_product` (``X @ A``) follow
+  ``jnp.matmul``: the matrix is an array of shape ``batch_shape + (m, n)``, a 1-D operand
+  is a vector, an N-D operand is a stack of matrices whose batch dims broadcast. They
+  check the operand and call the ``dia_spmm`` primitive (:mod:`jaxdia._primitives`).
+* :func:`dia_dia_product` (``A @ B``) is a DIA matrix, computed diagonal by diagonal.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from ._checks import as_array, broadcast_batch, check_implementation
+from ._geometry import accumulation_dtype, place_row, stack_rows
+from ._parts import DiaParts
+from ._primitives import spmm
+
+
+def _as_operand(x: Any) -> Array | Any:
+    """The dense operand ``X``, checked (NumPy arrays are transferred by the jitted call)."""
+    x = as_array(
+        x,
+        "X",
+        hint=" (the product of two DiaMatrix is a DiaMatrix) or pass a dense array",
+    )
+    if x.ndim == 0:
+        raise ValueError("X must be at least 1-D for a matrix product, got a scalar")
+    return x
+
+
+def _promote(data: Array, x: Array) -> tuple[Array, Array]:
+    dtype = jnp.result_type(data.dtype, x.dtype)
+    return data.astype(dtype), x.astype(dtype)
+
+
+def _check_shapes(op: str, shape: tuple[int, int], data: Array, x: Any) -> None:
+    """A ``ValueError`` naming both shapes unless ``x`` fits ``A`` in ``op`` (``"A @ X"`` or
+    ``"X @ A"``): the contracted length, and batch dims that broadcast."""
+    if op == "A @ X":
+        need, have, what = shape[1], x.shape[0] if x.ndim == 1 else x.shape[-2], "rows"
+    else:
+        need, have, what = shape[0], x.shape[-1], "columns"
+    problem = None
+    if have != need:
+        problem = f"X needs {need} {what}, it has {have}"
+    elif data.ndim > 2 or x.ndim > 2:
+        try:
+            jnp.broadcast_shapes(data.shape[:-2], x.shape[:-2])
+        except ValueError:
+            problem = "batch dims do not broadcast"
+    if problem is not None:
+        batch = f" with batch shape {data.shape[:-2]}" if data.ndim > 2 else ""
+        raise ValueError(f"{op}: A of shape {shape}{batch} and X of shape {x.shape}: {problem}")
+
+
+def _align_batch(data: Array, x: Array) -> tuple[Array, Array]:
+    """Gives ``data`` and ``x`` batch dims of equal rank (leading ones)."""
+    rank = max(data.ndim, x.ndim) - 2
+    data = data.reshape((1,) * (rank - (data.ndim - 2)) + data.shape)
+    x = x.reshape((1,) * (rank - (x.ndim - 2)) + x.shape)
+    return data, x
+
+
+@functools.partial(jax.jit, static_argnames=("offsets", "shape", "transpose", "implementation"))
+def _product(data, x, *, offsets, shape, transpose, implementation) -> Array:
+    """``A @ x`` (``x @ A`` with ``transpose``) for checked operands, as one jitted call.
+
+    Jitted so that an eager product is one dispatch (run op by op, the promotion, the
+    reshapes around a vector and the primitive would each be dispatched, and cost more
+    than the product itself at n = 1e4). Under an outer ``jit`` it is inlined.
+    """
+    data, x = _promote(data, x)
+    vector = x.ndim == 1
+    if vector:
+        x = x[:, None]
+    elif transpose:
+        x = jnp.swapaxes(x, -1, -2)
+    data, x = _align_batch(data, x)
+    y = spmm(
+        data, x, offsets=offsets, shape=shape, transpose=transpose, implementation=implementation
+    )
+    if vector:
+        return y[..., 0]
+    return jnp.swapaxes(y, -1, -2) if transpose else y
+
+
+def dia_dense_product(A: DiaParts, x: Any, *, implementation: str | None = None) -> Array:
+    """``A @ x`` for a dense ``x``."""
+    check_implementation(implementation)
+    data, offsets, shape = A
+    x = _as_operand(x)
+    _check_shapes("A @ X", shape, data, x)
+    return _product(
+        data, x, offsets=offsets, shape=shape, transpose=False, implementation=implementation
+    )
+
+
+def dense_dia_product(A: DiaParts, x: Any, *, implementation: str | None = None) -> Array:
+    """``x @ A`` for a dense ``x``, computed as ``(A^T x^T)^T``."""
+    check_implementation(implementation)
+    data, offsets, shape = A
+    x = _as_operand(x)
+    _check_shapes("X @ A", shape, data, x)
+    return _product(
+        data, x, offsets=offsets, shape=shape, transpose=True, implementation=implementation
+    )
+
+
+@jax.jit
+def dia_dia_product(A: DiaParts, B: DiaParts) -> DiaParts:
+    """``A @ B`` of two DIA matrices, as a DIA matrix.
+
+    Diagonal ``a`` of A times diagonal ``b`` of B lands on diagonal ``c = a + b``:
+    ``C[j - c, j] += A[j - c, j - b] * B[j - b, j]``, i.e. ``Cdata[c, j] += Adata[a, j - b]
+    * Bdata[b, j]`` for ``max(0, c, b) <= j < min(p, m + c, n + b)``. That range is empty
+    exactly when ``c`` lies outside the result, so the result offsets are the sums of
+    pairs clipped to the result's shape, as SciPy's ``dia_matmat`` computes them.
+    16-bit floats accumulate in float32.
+    """
+    if A.shape[1] != B.shape[0]:
+        raise ValueError(
+            f"A @ B: dimension mismatch: A has shape {A.shape} and B has shape {B.shape}; "
+            "A.shape[1] must equal B.shape[0]"
+        )
+    batch = broadcast_batch("A @ B", A.batch_shape, B.batch_shape)
+    (m, n), p = A.shape, B.shape[1]
+    dtype = jnp.result_type(A.dtype, B.dtype)
+    wide = accumulation_dtype(dtype)
+    terms: dict[int, list[Array]] = {}
+    for ia, a in enumerate(A.offsets):
+        for ib, b in enumerate(B.offsets):
+            c = a + b
+            low, high = max(0, c, b), min(p, m + c, n + b)
+            if low < high:
+                product = A.data[..., ia, low - b : high - b].astype(wide) * B.data[
+                    ..., ib, low:high
+                ].astype(wide)
+                terms.setdefault(c, []).append(place_row(product, low, p))
+    offsets = tuple(sorted(terms))
+    rows = [functools.reduce(jnp.add, terms[c]) for c in offsets]
+    return DiaParts(stack_rows(rows, batch, p, dtype), offsets, (m, p))
