@@ -13,7 +13,7 @@ Shapes (``B`` are batch dimensions of equal rank that broadcast against each oth
   ``(*B, n_diags, n)`` with ``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]`` in bounds
   and 0 in padding slots: the cotangent of ``data`` in ``y = A @ x``.
 
-How ``spmm_xla`` is formulated (measured on a 2-core x86 CPU, see
+How ``spmm_xla`` is formulated (the measurements behind each choice are in
 ``benchmarks/README.md``). Each diagonal contributes ``d_k[r + a_k] * x[r + b_k]`` to the
 output rows ``r`` of a static range ``[lo_k, hi_k)``. The rows where every diagonal is in
 range (the *interior*, all of them but ``max|offset|`` or so at each end) are one sum of
@@ -27,8 +27,8 @@ written once and no ``(n_diags, n)`` temporary exists:
   1-D vectors (see ``_VECTOR_MIN_SIZE``);
 * several columns: one ``concatenate`` of edge, interior and edge, which XLA CPU emits
   as one loop per piece, so the interior loop is branch-free and vectorized over the
-  columns (1.1-2.1x faster than the pad for 2-8 columns, the same for 16-64). For one
-  column it is the other way round (see ``spmm_xla``). The interior's terms are summed
+  columns (a pad of the interior would leave a branch per row in it). For one column
+  it is the other way round (see ``spmm_xla``). The interior's terms are summed
   pairwise, which shortens each output's chain of dependent adds (see ``_interior``).
 
 When the interior is small next to the edges (wide offsets on a short matrix), the whole
@@ -54,7 +54,7 @@ _MIN_INTERIOR_FRACTION = 0.5
 
 # Matrix-vector products with at least this many output elements (batch included) run on
 # 1-D vectors (see ``spmm_xla``). Below, the ``(rows, 1)`` form is kept: XLA's cost model
-# splits the 1-D loop over two threads, and at n = 1e4 the hand-off cost more (~30 us)
+# splits the 1-D loop over two threads, and for small outputs the hand-off costs more
 # than the copy it saves.
 _VECTOR_MIN_SIZE = 20_000
 
@@ -87,9 +87,8 @@ def _interior(data, x, terms, lo, hi, acc, *, pairwise):
     ``pairwise`` sums the terms as a balanced tree rather than in order. Summed in order,
     each output vector of a product with several columns waits on a chain of ``n_diags``
     dependent multiply-adds, and XLA CPU's loop over the columns is bound by that latency
-    once the operands are in cache (27 diagonals with 8-64 columns at n = 1e4-1e6:
-    1.05-1.25x faster pairwise; 3 to 7 diagonals: the same). Matrix-vector products sum
-    in order, which measured as fast or faster there.
+    once the operands are in cache (it matters for many diagonals; for few it makes no
+    difference). Matrix-vector products sum in order, which is as fast or faster there.
     """
     parts = [_term_product(data, x, term, lo, hi, acc) for term in terms]
     if pairwise:
@@ -182,8 +181,8 @@ def spmm_xla(
             pieces.append(edge(hi, out_rows))
         return lax.concatenate(pieces, axis)
     # One column: a concatenation would run every piece's loop over the interior's length
-    # with masked loads and stores (33 ms instead of 1 ms at n = 1e6), so the interior is
-    # padded to the output and the edges are written into it in place.
+    # with masked loads and stores (many times slower than the interior alone), so the
+    # interior is padded to the output and the edges are written into it in place.
     out = _pad_axis(interior, axis, lo, out_rows - hi)
     for start, stop in ((0, lo), (hi, out_rows)):
         if stop > start:
@@ -202,7 +201,8 @@ def sddmm_xla(
 
     One gather of ``g`` rows at ``j - offsets[k]`` (indices from an iota, clamped, and the
     out-of-range slots masked): a single fused loop whatever the number of diagonals, so
-    compile time does not grow with it (per-diagonal slices took seconds at 200).
+    compile time does not grow with it (per-diagonal slices would compile one piece per
+    diagonal).
     """
     m, n = shape
     out_dtype = jnp.result_type(g, x)

@@ -118,10 +118,11 @@ def test_eager_products_are_one_jitted_call():
     ids=["vector", "columns", "batched"],
 )
 def test_documented_donation_writes_into_the_donated_buffer(n, x_shape, batch):
-    """README's recipe, ``jax.jit(lambda A, x, y: A @ x, donate_argnums=2,
-    keep_unused=True)``, makes XLA write the product into ``y``'s buffer for each shape of
-    the compiled product (1-D vector with in-place edges, a concatenation for several
-    columns, a batch); without ``keep_unused`` JAX drops ``y`` and donates nothing."""
+    """The recipe in benchmarks/README.md, ``jax.jit(lambda A, x, y: A @ x,
+    donate_argnums=2, keep_unused=True)``, makes XLA write the product into ``y``'s buffer
+    for each shape of the compiled product (1-D vector with in-place edges, a
+    concatenation for several columns, a batch); without ``keep_unused`` JAX drops ``y``
+    and donates nothing."""
     rng = np.random.default_rng(0)
     offsets = [-7, 0, 5]
     data = rng.standard_normal((*batch, 3, n)).astype(np.float32)
