@@ -7,6 +7,7 @@ arguments through these functions before anything is traced, so bad input gets a
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -61,6 +62,30 @@ def check_dtype(dtype: Any, what: str = "data") -> np.dtype:
         )
         raise TypeError(f"{what} has dtype {dtype.name}; a DiaMatrix holds one of {names}.{hint}")
     return dtype
+
+
+def narrow(values: Any, function: str) -> Any:
+    """``values`` (a NumPy array) converted on the host to the precision JAX has, with a
+    warning if that narrows float64 or complex128 (x64 off); anything else as it is.
+
+    JAX would narrow such input silently, and a float32 result may be far less accurate
+    than the float64 program being ported. Python scalars and lists are not warned about:
+    as in JAX, they take the default precision.
+    """
+    if not isinstance(values, np.ndarray) or values.dtype.kind not in "fc":
+        return values
+    available = np.dtype(jax.dtypes.canonicalize_dtype(values.dtype))
+    if available == values.dtype:
+        return values
+    warnings.warn(
+        f"{function}: {values.dtype.name} input becomes {available.name}, as JAX computes "
+        "without x64 by default. To keep double precision, enable x64 first: "
+        'jax.config.update("jax_enable_x64", True) or JAX_ENABLE_X64=1; to silence this '
+        f"warning, convert the input to {available.name} yourself.",
+        UserWarning,
+        stacklevel=3,
+    )
+    return values.astype(available)
 
 
 def warn_if_unavailable(dtype: np.dtype, function: str) -> None:
@@ -129,8 +154,30 @@ def check_distinct(offsets: tuple[int, ...]) -> tuple[int, ...]:
     return offsets
 
 
+#: XLA computes array sizes in bytes as int64, so no array can hold 2**63 bytes or more: a
+#: complex128 vector of 2**59 entries is already too large. Larger extents abort the
+#: process inside XLA instead of raising.
+MAX_ARRAY_BYTES = 2**63 - 1
+#: The largest matrix side: a vector of that length exists in every supported dtype.
+MAX_SIDE = MAX_ARRAY_BYTES // 16
+
+
+def check_array_size(shape: Sequence[Any], dtype: Any, what: str) -> None:
+    """A ValueError unless an array of ``shape`` and ``dtype`` can exist in XLA (symbolic
+    dims of ``jax.export`` are not checked)."""
+    if not all(isinstance(d, int) for d in shape):
+        return
+    size = math.prod(shape) * np.dtype(dtype).itemsize
+    if size > MAX_ARRAY_BYTES:
+        raise ValueError(
+            f"{what} would be an array of shape {tuple(shape)} and dtype {np.dtype(dtype).name}: "
+            f"{size:,} bytes, beyond what XLA can address (2**63 bytes)"
+        )
+
+
 def as_shape(shape: Any) -> tuple[int, int]:
-    """Validates a matrix shape ``(m, n)`` of non-negative ints."""
+    """Validates a matrix shape ``(m, n)`` of non-negative ints, each at most
+    :data:`MAX_SIDE`."""
     if isinstance(shape, np.ndarray) and shape.ndim == 1:
         shape = tuple(shape.tolist())
     if isinstance(shape, (str, bytes)) or not isinstance(shape, Sequence) or len(shape) != 2:
@@ -140,6 +187,11 @@ def as_shape(shape: Any) -> tuple[int, int]:
     m, n = (int(s) for s in shape)
     if m < 0 or n < 0:
         raise ValueError(f"shape must be a pair (m, n) of non-negative ints, got {shape!r}")
+    if max(m, n) > MAX_SIDE:
+        raise ValueError(
+            f"shape {(m, n)} has a side longer than {MAX_SIDE} (2**59 - 1): no vector of "
+            "that length can exist in XLA, which counts array bytes in int64"
+        )
     return m, n
 
 
@@ -180,6 +232,21 @@ def as_array(value: Any, name: str, *, expected: str = "a numeric array", hint: 
             + (f" of dtype {host.dtype}" if host.dtype != object else "")
         )
     return native(host)
+
+
+def integers_as(value: Any, dtype: Any) -> Any:
+    """``value`` converted on the host to the inexact ``dtype`` if it is a NumPy integer or
+    bool array (or scalar), else as it is.
+
+    An operand of an operation with a matrix of ``dtype`` promotes to ``dtype`` anyway;
+    converted by JAX instead, a NumPy int64 would first become int32 without x64, where
+    2**40 wraps to 0 (SciPy computes with the exact value).
+    """
+    if isinstance(value, (np.ndarray, np.generic)) and (
+        value.dtype == np.bool_ or np.issubdtype(value.dtype, np.integer)
+    ):
+        return np.asarray(value, dtype=dtype)
+    return value
 
 
 #: The ``implementation`` choices of the products.

@@ -17,6 +17,7 @@ from ._checks import (
     as_shape,
     check_distinct,
     check_dtype,
+    narrow,
     static_int,
     warn_if_unavailable,
 )
@@ -77,6 +78,8 @@ def diags(
     # Python scalars are weakly typed, as in JAX: [2.0] next to a float16 diagonal stays
     # float16.
     weak = [d if isinstance(d, (int, float, complex)) else None for d in diagonals]
+    # NumPy input keeps its precision as far as JAX allows (Python values take JAX's default)
+    given_arrays = [d for d in diagonals if isinstance(d, (np.ndarray, np.generic))]
     diagonals = [_as_diagonal(d, i) for i, d in enumerate(diagonals)]
     if len(diagonals) != len(offsets):
         raise ValueError("Different number of diagonals and offsets.")
@@ -88,6 +91,8 @@ def diags(
     if dtype is not None:
         warn_if_unavailable(check_dtype(dtype, "dtype"), "diags")
     elif diagonals:
+        if given_arrays:  # NumPy float64 diagonals become float32 without x64: say so, once
+            narrow(np.empty(0, np.result_type(*given_arrays)), "diags")
         dtype = _default_dtype(
             jnp.result_type(*(w if w is not None else d for w, d in zip(weak, diagonals)))
         )
@@ -173,4 +178,5 @@ def eye(
     else:
         dtype = check_dtype(dtype, "dtype")
         warn_if_unavailable(dtype, "eye")
-    return diags([np.ones(1, dtype)], [k], (m, m if n is None else n))
+    ones = np.ones(1, jax.dtypes.canonicalize_dtype(dtype))  # warned about above
+    return diags([ones], [k], (m, m if n is None else n))

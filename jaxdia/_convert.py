@@ -17,7 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from ._geometry import diagonal_bounds, holds_entries, index_dtype, slot_indices
+from ._checks import check_array_size
+from ._geometry import diagonal_bounds, holds_entries, in_bounds, index_dtype, slot_indices
 from ._parts import DiaParts
 
 
@@ -74,6 +75,12 @@ def dia_to_coo(
     return values, jnp.broadcast_to(indices, (*data.shape[:-2], *indices.shape))
 
 
+def to_dense(A: DiaParts) -> Array:
+    """The dense ``(..., m, n)`` array of ``A``, or a ValueError if it cannot exist."""
+    check_array_size((*A.batch_shape, *A.shape), A.dtype, "A.todense()")
+    return dia_to_dense(A.data, A.offsets, A.shape)
+
+
 @functools.partial(jax.jit, static_argnums=(1, 2))
 def dia_to_dense(data: Array, offsets: tuple[int, ...], shape: tuple[int, int]) -> Array:
     """The dense ``(..., m, n)`` array of a DIA matrix (padding slots ignored)."""
@@ -99,6 +106,23 @@ def dense_to_dia(dense: Array, offsets: tuple[int, ...], shape: tuple[int, int])
         cols = jnp.zeros_like(cols)
     values = dense.at[..., rows, cols].get(mode="promise_in_bounds")
     return jnp.where(inside, values, 0)
+
+
+def to_host(A: DiaParts) -> tuple[np.ndarray, np.ndarray]:
+    """``(data, offsets)`` of a concrete, unbatched matrix as NumPy arrays for SciPy.
+
+    ``data`` is a writable copy (SciPy's conversions return writable arrays; NumPy views
+    of JAX arrays are read-only) with its padding slots zeroed: SciPy's ``dia_array``
+    reads some of them (``sum(axis=0)`` does), and they may hold anything. SciPy has no
+    16-bit float types, so those become float32. ``offsets`` are int32 where they fit,
+    else int64 (a tall matrix may hold an offset below ``-2**31``).
+    """
+    dtype = np.dtype(A.data.dtype)
+    wide = np.float32 if dtype.itemsize == 2 and dtype.kind != "c" else dtype
+    data = np.asarray(A.data).astype(wide)
+    data[~in_bounds(A.offsets, A.shape, host=True)] = 0
+    offsets = np.asarray(A.offsets, dtype=index_dtype(max(map(abs, A.offsets), default=0)))
+    return data, offsets
 
 
 def nonzero_offsets(dense: np.ndarray) -> tuple[int, ...]:

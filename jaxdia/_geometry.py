@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
@@ -49,8 +50,16 @@ def band_widths(offsets: Sequence[int]) -> tuple[int, int]:
 
 
 def index_dtype(size: int) -> type:
-    """int32 where it can index ``size`` elements (int64 only exists with x64)."""
-    return np.int64 if size > np.iinfo(np.int32).max else np.int32
+    """int32 where it can index ``size`` elements, else int64, which only exists with x64:
+    without it, a ValueError saying so (JAX would silently make the indices int32)."""
+    if size <= np.iinfo(np.int32).max:
+        return np.int32
+    if not jax.config.read("jax_enable_x64"):
+        raise ValueError(
+            f"indexing {size} elements needs 64-bit indices, which JAX only has with x64: "
+            'set jax.config.update("jax_enable_x64", True)'
+        )
+    return np.int64
 
 
 def accumulation_dtype(dtype: Any) -> np.dtype:

@@ -15,27 +15,31 @@ from jax import Array, export
 from jax.experimental import sparse as jsparse
 
 from . import _ops
-from ._checks import as_array, as_offsets, as_shape, check_distinct, check_dtype
+from ._checks import as_array, as_offsets, as_shape, check_distinct, check_dtype, narrow
 from ._convert import (
     canonical,
     coo_offsets,
     coo_to_dia,
     dense_to_dia,
     dia_to_coo,
-    dia_to_dense,
     nonzero_offsets,
+    to_dense,
+    to_host,
 )
 from ._geometry import diagonal_bounds, holds_entries, index_dtype
 from ._parts import DiaParts
-from ._products import dense_dia_product, dia_dense_product, dia_dia_product
+from ._products import dense_dia_product, dia_dense_product, dia_dia_product, operator_product
 from ._scipy_names import SCIPY_EQUIVALENTS
 from ._traces import dia_diagonal, dia_trace, dia_traces
 
 
-def _as_data(data: Any) -> Array | np.ndarray:
+def _as_data(data: Any, function: str) -> Array | np.ndarray:
     """``data`` checked: a JAX array as given, anything else as a NumPy array (which the
-    constructor canonicalizes on the host and transfers once)."""
-    array = as_array(data, "data", expected="a numeric array of shape (..., n_diags, width)")
+    constructor canonicalizes on the host and transfers once) in the precision JAX has
+    (see :func:`jaxdia._checks.narrow`)."""
+    array = as_array(
+        narrow(data, function), "data", expected="a numeric array of shape (..., n_diags, width)"
+    )
     check_dtype(array.dtype)
     if array.ndim < 2:
         raise ValueError(
@@ -77,6 +81,30 @@ def check_layout(A: DiaMatrix, what: str) -> None:
         "in_axes=None) or from in_axes/out_axes other than 0 for a DiaMatrix (its batch "
         "dims lead data)."
     )
+
+
+def _two_dimensional(X: Any, what: str) -> Any:
+    if np.ndim(X) != 2:
+        raise ValueError(f"{what}: X must be 2-D, got shape {np.shape(X)}")
+    return X
+
+
+def host_arrays(A: DiaMatrix, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(data, offsets)`` of one concrete matrix on the host, as SciPy stores them (see
+    :func:`jaxdia._convert.to_host`); ``what`` names the caller in the ValueError for a
+    batched or traced matrix."""
+    if A.batch_shape:
+        raise ValueError(
+            f"{what} takes one matrix; this one has batch shape {A.batch_shape}. Take each "
+            "matrix, e.g. DiaMatrix(A.data[i], A.offsets, A.shape)."
+        )
+    if isinstance(A.data, jax.core.Tracer):
+        raise ValueError(
+            f"{what} needs concrete data (it works on the host); under jit, vmap or grad "
+            f"the data is traced: return the DiaMatrix from the transformation and call "
+            f"{what} outside"
+        )
+    return to_host(A._parts)
 
 
 def as_matrix(value: Any, name: str) -> DiaMatrix:
@@ -189,7 +217,7 @@ class DiaMatrix:
     def __init__(self, data: Any, offsets: Any, shape: Any):
         shape = as_shape(shape)
         offsets = as_offsets(offsets)
-        data = _as_data(data)
+        data = _as_data(data, type(self).__name__)
         if data.shape[-2] != len(offsets):
             raise ValueError(
                 f"data has {data.shape[-2]} diagonals (shape {data.shape}) but "
@@ -345,7 +373,8 @@ class DiaMatrix:
 
         A ``dia_array``/``dia_matrix`` keeps its offsets and data (explicit zeros too);
         other formats go through SciPy's ``todia()`` (duplicate COO entries are summed).
-        float64 input becomes float32 unless ``jax_enable_x64`` is on (JAX's usual rule).
+        float64 input becomes float32 unless ``jax_enable_x64`` is on (JAX's usual rule),
+        with a warning: convert ``S.astype(np.float32)`` first to keep it quiet.
         SciPy data narrower than the matrix is padded to width ``n``, so ``A.nnz`` counts
         slots that ``S.nnz`` leaves out (see :attr:`nnz`).
 
@@ -353,9 +382,17 @@ class DiaMatrix:
           >>> from jaxdia import DiaMatrix
           >>> import scipy.sparse as sp
           >>> S = sp.diags_array([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(4, 4))
-          >>> A = DiaMatrix.from_scipy(S)
+          >>> S.dtype
+          dtype('float64')
+          >>> import warnings
+          >>> with warnings.catch_warnings(record=True) as caught:  # x64 is off
+          ...     warnings.simplefilter("always")
+          ...     A = DiaMatrix.from_scipy(S)
           >>> A
           DiaMatrix(shape=(4, 4), dtype=float32, offsets=(-1, 0, 1))
+          >>> str(caught[0].message)[:41]
+          'from_scipy: float64 input becomes float32'
+          >>> A = DiaMatrix.from_scipy(S.astype("float32"))  # no warning
         """
         if not sp.issparse(matrix):
             raise TypeError(
@@ -366,14 +403,16 @@ class DiaMatrix:
         check_dtype(matrix.dtype, "the scipy matrix")
         if matrix.format != "dia":
             matrix = matrix.todia()
-        return cls(matrix.data, matrix.offsets, matrix.shape)
+        return cls(narrow(matrix.data, "from_scipy"), matrix.offsets, matrix.shape)
 
     @_reads_data("A.to_scipy()")
     def to_scipy(self) -> sp.dia_array:
         """Returns a ``scipy.sparse.dia_array`` with the same offsets and data.
 
         For a ``dia_matrix``, wrap it: ``scipy.sparse.dia_matrix(A.to_scipy())``. SciPy has
-        no 16-bit float types: bfloat16 and float16 matrices come back as float32.
+        no 16-bit float types: bfloat16 and float16 matrices come back as float32. The
+        result owns a writable copy of the data, with zeros in its padding slots (SciPy
+        reads some of them, e.g. in ``sum(axis=0)``).
 
         Example:
           >>> from jaxdia import DiaMatrix
@@ -384,23 +423,7 @@ class DiaMatrix:
                  [0., 1., 0.],
                  [0., 0., 1.]], dtype=float32)
         """
-        if self.batch_shape:
-            raise ValueError(
-                f"to_scipy converts one matrix; this one has batch shape {self.batch_shape}. "
-                "Convert each matrix, e.g. DiaMatrix(A.data[i], A.offsets, A.shape).to_scipy()."
-            )
-        if isinstance(self.data, jax.core.Tracer):
-            raise ValueError(
-                "to_scipy needs concrete data (it builds a SciPy matrix on the host); under "
-                "jit, vmap or grad the data is traced: return the DiaMatrix and convert it "
-                "outside"
-            )
-        # A writable copy (NumPy views of JAX arrays are read-only), as SciPy's own
-        # conversions return: in-place operations such as ``S *= 2`` or ``S.setdiag``
-        # must work on it. SciPy has no 16-bit float types.
-        wide = self.dtype.itemsize == 2 and self.dtype.kind != "c"
-        data = np.array(self.data, dtype=np.float32 if wide else None)
-        return sp.dia_array((data, np.asarray(self.offsets, dtype=np.int32)), shape=self.shape)
+        return sp.dia_array(host_arrays(self, "to_scipy"), shape=self.shape)
 
     @classmethod
     def from_dense(cls, dense: Any, offsets: Any = None) -> DiaMatrix:
@@ -415,7 +438,7 @@ class DiaMatrix:
         Example:
           >>> from jaxdia import DiaMatrix
           >>> import numpy as np
-          >>> A = DiaMatrix.from_dense(np.array([[1., 2.], [0., 3.]]))
+          >>> A = DiaMatrix.from_dense(np.array([[1., 2.], [0., 3.]], np.float32))
           >>> A.offsets
           (0, 1)
         """
@@ -436,7 +459,9 @@ class DiaMatrix:
             offsets = nonzero_offsets(host)
         else:
             offsets = as_offsets(offsets)
-        array = as_array(dense, "dense", expected="a numeric array of shape (..., m, n)")
+        array = as_array(
+            narrow(dense, "from_dense"), "dense", expected="a numeric array of shape (..., m, n)"
+        )
         if array.ndim < 2:
             raise ValueError(f"dense must have shape (..., m, n), got shape {array.shape}")
         check_dtype(array.dtype, "dense")
@@ -465,7 +490,7 @@ class DiaMatrix:
                 "out must be None (JAX arrays are immutable; use the returned array), "
                 f"got {type(out).__name__}"
             )
-        return dia_to_dense(self.data, self.offsets, self.shape)
+        return to_dense(self._parts)
 
     toarray = todense
 
@@ -549,6 +574,68 @@ class DiaMatrix:
     @_reads_data("X @ A")
     def __rmatmul__(self, other: Any) -> Array:
         return dense_dia_product(self._parts, other)
+
+    # -- SciPy's LinearOperator protocol (scipy.sparse.linalg.aslinearoperator) -----------
+
+    @_reads_data("A.matvec(x)")
+    def matvec(self, x: Any) -> np.ndarray:
+        """``A @ x`` as SciPy's ``LinearOperator.matvec``: NumPy in, NumPy out.
+
+        With :meth:`rmatvec`, :meth:`matmat`, :meth:`rmatmat`, ``shape`` and ``dtype``
+        this is SciPy's ``LinearOperator`` protocol, so ``scipy.sparse.linalg``'s solvers
+        (``cg``, ``gmres``, ``minres``, ``eigsh``, ``svds``, ``lobpcg``, ``onenormest``
+        ...) and ``aslinearoperator`` take a ``DiaMatrix`` as it is. Each product is one
+        compiled call.
+
+        Example:
+          >>> import numpy as np, scipy.sparse.linalg as spla, jaxdia
+          >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(4, 4))
+          >>> A.matvec(np.ones(4))
+          array([1., 0., 0., 1.], dtype=float32)
+          >>> x, info = spla.cg(A, np.ones(4))
+          >>> info, np.allclose(A @ x, 1.0, atol=1e-4)
+          (0, True)
+        """
+        return operator_product(self._parts, x, adjoint=False)
+
+    @_reads_data("A.rmatvec(x)")
+    def rmatvec(self, x: Any) -> np.ndarray:
+        """``A^H @ x`` (the conjugate transpose) as SciPy's ``LinearOperator.rmatvec``.
+
+        Example:
+          >>> import numpy as np, jaxdia
+          >>> A = jaxdia.diags([[1j, 2j]], offsets=[1], shape=(3, 3))
+          >>> v = np.ones(3, np.complex64)
+          >>> A.rmatvec(v).tolist() == (A.H @ v).tolist() == [0, -1j, -2j]
+          True
+        """
+        return operator_product(self._parts, x, adjoint=True)
+
+    @_reads_data("A.matmat(X)")
+    def matmat(self, X: Any) -> np.ndarray:
+        """``A @ X`` for a 2-D ``X``, as SciPy's ``LinearOperator.matmat``.
+
+        Example:
+          >>> import numpy as np, jaxdia
+          >>> jaxdia.eye(3, k=1).matmat(np.arange(6.0).reshape(3, 2))
+          array([[2., 3.],
+                 [4., 5.],
+                 [0., 0.]], dtype=float32)
+        """
+        return operator_product(self._parts, _two_dimensional(X, "A.matmat(X)"), adjoint=False)
+
+    @_reads_data("A.rmatmat(X)")
+    def rmatmat(self, X: Any) -> np.ndarray:
+        """``A^H @ X`` for a 2-D ``X``, as SciPy's ``LinearOperator.rmatmat``.
+
+        Example:
+          >>> import numpy as np, jaxdia
+          >>> jaxdia.eye(3, k=1).rmatmat(np.arange(6.0).reshape(3, 2))
+          array([[0., 0.],
+                 [0., 1.],
+                 [2., 3.]], dtype=float32)
+        """
+        return operator_product(self._parts, _two_dimensional(X, "A.rmatmat(X)"), adjoint=True)
 
     def dot(self, other: Any) -> Array | DiaMatrix:
         """``A @ other`` (SciPy's spelling): a dense array, or a DiaMatrix for a DiaMatrix.

@@ -34,11 +34,12 @@ from ._checks import (
     broadcast_batch,
     check_distinct,
     check_dtype,
+    integers_as,
     is_int,
     reject_sparse,
     static_int,
 )
-from ._convert import dense_to_dia, dia_to_dense
+from ._convert import dense_to_dia, to_dense
 from ._geometry import (
     accumulation_dtype,
     diagonal_bounds,
@@ -103,13 +104,15 @@ def _as_operand(A: DiaParts, value: Any, what: str) -> Any:
         array = np.asarray(value)
         value = array if array.dtype != object else value
     if isinstance(value, np.ndarray):
-        value = as_array(value, f"{what}: the other operand")
-        if value.dtype == np.bool_ or np.issubdtype(value.dtype, np.integer):
-            value = value.astype(A.dtype)
+        value = integers_as(as_array(value, f"{what}: the other operand"), A.dtype)
     return value
 
 
 # -- structure -------------------------------------------------------------------------------
+
+#: Above this many diagonals, operations that would handle each diagonal with its own
+#: slices (compile time growing with their number) use one gather instead.
+_MAX_UNROLLED_DIAGONALS = 64
 
 
 @jax.jit
@@ -127,13 +130,20 @@ def transpose(A: DiaParts) -> DiaParts:
     m, n = A.shape
     if A.n_diags == 0:
         return DiaParts(jnp.zeros((*A.batch_shape, 0, m), A.dtype), (), (n, m))
+    offsets = tuple(-k for k in reversed(A.offsets))
+    if A.n_diags > _MAX_UNROLLED_DIAGONALS:
+        # One gather: row r of the result (offset -o) at column c is A.data[k, c + o].
+        # The unrolled slices below compile one piece per diagonal.
+        rows, _, inside = slot_indices(offsets, (n, m))
+        index = jnp.clip(rows, 0, n - 1).reshape((1,) * len(A.batch_shape) + rows.shape)
+        gathered = jnp.take_along_axis(A.data[..., ::-1, :], index, axis=-1)
+        return DiaParts(jnp.where(inside, gathered, 0), offsets, (n, m))
     rows = []
     for k in reversed(range(A.n_diags)):
         offset = A.offsets[k]
         start, stop = diagonal_bounds(offset, A.shape)
         rows.append(place_row(A.data[..., k : k + 1, start:stop], start - offset, m))
-    data = jnp.concatenate(rows, axis=-2)
-    return DiaParts(data, tuple(-k for k in reversed(A.offsets)), (n, m))
+    return DiaParts(jnp.concatenate(rows, axis=-2), offsets, (n, m))
 
 
 def conj(A: DiaParts) -> DiaParts:
@@ -193,7 +203,7 @@ def add(A: DiaParts, other: Any, *, subtract: bool = False, reverse: bool = Fals
             f"{what}: A of shape {matrix_shape} and a dense B of shape {np.shape(other)} "
             "do not broadcast"
         ) from None
-    dense = dia_to_dense(A.data, A.offsets, A.shape)
+    dense = to_dense(A)
     return sign_a * dense + sign_b * jnp.asarray(other)
 
 
@@ -555,7 +565,8 @@ def kron(A: DiaParts, B: DiaParts) -> DiaParts:
     shape = (ma * mb, na * nb)
     dtype = jnp.result_type(A.dtype, B.dtype)
     offsets = _kron_offsets(A, B)
-    a, b = _filled(A).astype(dtype), _filled(B).astype(dtype)  # padding zero: no NaN * 0
+    # Padding zeroed first: no NaN from padding reaches a value or a gradient.
+    a, b = _filled(A).astype(dtype), _filled(B).astype(dtype)
     if mb == nb:
         # Diagonals a of A and b of B fill diagonal a * nB + b: its columns j1 * nB + j2
         # hold A[j1 - a, j1] * B[j2 - b, j2], the outer product of the two rows of data
@@ -568,7 +579,13 @@ def kron(A: DiaParts, B: DiaParts) -> DiaParts:
             for k, offset_b in enumerate(B.offsets)
         )
         pick_a, pick_b = (np.array([p[side] for p in pairs], np.int32) for side in (1, 2))
-        outer = a[..., pick_a, :, None] * b[..., pick_b, None, :]
+        # And a select: a stored inf or NaN of one factor times a padding slot of the
+        # other is 0, as in SciPy, not inf * 0.
+        inside = (
+            in_bounds(A.offsets, A.shape)[pick_a, :, None]
+            & in_bounds(B.offsets, B.shape)[pick_b, None, :]
+        )
+        outer = jnp.where(inside, a[..., pick_a, :, None] * b[..., pick_b, None, :], 0)
         outer = jnp.broadcast_to(outer, (*batch, len(pairs), na, nb)).reshape(
             *batch, len(pairs), na * nb
         )

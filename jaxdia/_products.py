@@ -15,16 +15,27 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
-from ._checks import as_array, broadcast_batch, check_implementation
+from ._checks import (
+    as_array,
+    broadcast_batch,
+    check_array_size,
+    check_implementation,
+    integers_as,
+)
 from ._geometry import accumulation_dtype, place_row, stack_rows
 from ._parts import DiaParts
 from ._primitives import spmm
 
 
-def _as_operand(x: Any) -> Array | Any:
-    """The dense operand ``X``, checked (NumPy arrays are transferred by the jitted call)."""
+def _as_operand(x: Any, data_dtype: Any) -> Any:
+    """The dense operand ``X``, checked (NumPy arrays are transferred by the jitted call).
+
+    A NumPy integer or bool ``X`` is converted on the host to the product's dtype (see
+    :func:`jaxdia._checks.integers_as`).
+    """
     x = as_array(
         x,
         "X",
@@ -32,7 +43,7 @@ def _as_operand(x: Any) -> Array | Any:
     )
     if x.ndim == 0:
         raise ValueError("X must be at least 1-D for a matrix product, got a scalar")
-    return x
+    return integers_as(x, data_dtype)
 
 
 def _promote(data: Array, x: Array) -> tuple[Array, Array]:
@@ -58,6 +69,13 @@ def _check_shapes(op: str, shape: tuple[int, int], data: Array, x: Any) -> None:
     if problem is not None:
         batch = f" with batch shape {data.shape[:-2]}" if data.ndim > 2 else ""
         raise ValueError(f"{op}: A of shape {shape}{batch} and X of shape {x.shape}: {problem}")
+    rows = shape[1] if op == "X @ A" else shape[0]
+    if x.ndim == 1:
+        out_shape = (*data.shape[:-2], rows)
+    else:
+        columns = x.shape[-1 if op == "A @ X" else -2]
+        out_shape = (*jnp.broadcast_shapes(data.shape[:-2], x.shape[:-2]), rows, columns)
+    check_array_size(out_shape, data.dtype, op)
 
 
 def _align_batch(data: Array, x: Array) -> tuple[Array, Array]:
@@ -93,24 +111,53 @@ def _product(data, x, *, offsets, shape, transpose, implementation) -> Array:
 
 def dia_dense_product(A: DiaParts, x: Any, *, implementation: str | None = None) -> Array:
     """``A @ x`` for a dense ``x``."""
-    check_implementation(implementation)
-    data, offsets, shape = A
-    x = _as_operand(x)
-    _check_shapes("A @ X", shape, data, x)
-    return _product(
-        data, x, offsets=offsets, shape=shape, transpose=False, implementation=implementation
-    )
+    return _dense_product(A, x, transpose=False, implementation=implementation)
 
 
 def dense_dia_product(A: DiaParts, x: Any, *, implementation: str | None = None) -> Array:
     """``x @ A`` for a dense ``x``, computed as ``(A^T x^T)^T``."""
+    return _dense_product(A, x, transpose=True, implementation=implementation)
+
+
+def _dense_product(A: DiaParts, x: Any, *, transpose: bool, implementation: Any) -> Array:
     check_implementation(implementation)
     data, offsets, shape = A
-    x = _as_operand(x)
-    _check_shapes("X @ A", shape, data, x)
+    x = _as_operand(x, data.dtype)
+    _check_shapes("X @ A" if transpose else "A @ X", shape, data, x)
     return _product(
-        data, x, offsets=offsets, shape=shape, transpose=True, implementation=implementation
+        data, x, offsets=offsets, shape=shape, transpose=transpose, implementation=implementation
     )
+
+
+def operator_product(A: DiaParts, x: Any, *, adjoint: bool) -> np.ndarray:
+    """``A @ x`` or ``A^H @ x`` for SciPy's ``LinearOperator`` protocol: ``x`` of shape
+    ``(rows,)`` or ``(rows, k)``, a NumPy result of the same rank, one compiled call."""
+    name = "A.rmatvec/rmatmat" if adjoint else "A.matvec/matmat"
+    if A.batch_shape:
+        raise ValueError(
+            f"{name}: SciPy's LinearOperator is one matrix; this one has batch shape "
+            f"{A.batch_shape}"
+        )
+    x = _as_operand(x, A.data.dtype)
+    rows = A.shape[0] if adjoint else A.shape[1]
+    if x.ndim > 2 or x.shape[0] != rows:
+        raise ValueError(
+            f"{name}: A of shape {A.shape} needs x of shape ({rows},) or ({rows}, k), got "
+            f"shape {x.shape}"
+        )
+    y = _operator_product(A.data, x, offsets=A.offsets, shape=A.shape, adjoint=adjoint)
+    return np.array(y)  # writable, as SciPy's solvers need (a view of y would be read-only)
+
+
+@functools.partial(jax.jit, static_argnames=("offsets", "shape", "adjoint"))
+def _operator_product(data, x, *, offsets, shape, adjoint) -> Array:
+    data, x = _promote(data, x)
+    columns = x if x.ndim == 2 else x[:, None]
+    if adjoint:  # A^H x = conj(A^T conj(x))
+        y = jnp.conj(spmm(data, jnp.conj(columns), offsets=offsets, shape=shape, transpose=True))
+    else:
+        y = spmm(data, columns, offsets=offsets, shape=shape)
+    return y if x.ndim == 2 else y[:, 0]
 
 
 @jax.jit

@@ -19,7 +19,7 @@ import numpy as np
 from jax import Array, lax
 from scipy.linalg import get_lapack_funcs
 
-from ._checks import as_array, broadcast_batch
+from ._checks import as_array, broadcast_batch, integers_as
 from ._geometry import diagonal_bounds, in_bounds
 from ._ops import transpose
 from ._parts import DiaParts
@@ -239,7 +239,7 @@ def _solve_one(data: Array, b: Array, offsets: tuple[int, ...], n: int, lapack: 
 def solve_banded(A: DiaParts, b: Any) -> Array:
     """Solves ``A @ x == b`` for a square ``A`` (see :func:`jaxdia.solve_banded`)."""
     n = A.shape[0]
-    b = as_array(b, "solve_banded: b")
+    b = integers_as(as_array(b, "solve_banded: b"), A.dtype)
     if b.ndim == 0 or b.shape[-2 if b.ndim > 1 else 0] != n:
         raise ValueError(
             f"solve_banded: b must have shape ({n},) or (..., {n}, k) for A of shape "

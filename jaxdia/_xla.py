@@ -44,13 +44,23 @@ import math
 from collections.abc import Sequence
 
 import jax.numpy as jnp
+import numpy as np
 from jax import Array, lax
 
-from ._geometry import accumulation_dtype, live_terms, pairwise_sum, slot_indices
+from ._geometry import accumulation_dtype, index_dtype, live_terms, pairwise_sum, slot_indices
 
 # Below this fraction of interior rows the interior/edge split is not worth a second and
 # third fused loop; the all-bounds-checked formulation is used instead.
 _MIN_INTERIOR_FRACTION = 0.5
+
+# Products with more terms (diagonals holding entries) than this run as one loop over the
+# diagonals (see ``_looped``): the unrolled formulations compile one piece per term, so
+# their compile time grows past seconds, where the loop's stays constant. For one column
+# the loop is as fast beyond this; for several it stays a few times slower than the
+# unrolled loops (it revisits the output window once per diagonal), so those unroll up
+# to the point where compile time reaches about a second (benchmarks/README.md).
+_MAX_UNROLLED_TERMS = 64
+_MAX_UNROLLED_TERMS_SEVERAL_COLUMNS = 200
 
 # Matrix-vector products with at least this many output elements (batch included) run on
 # 1-D vectors (see ``spmm_xla``). Below, the ``(rows, 1)`` form is kept: XLA's cost model
@@ -115,6 +125,47 @@ def _bounded(data, x, terms, lo, hi, out_shape, acc):
     return out
 
 
+def _looped(data, x, offsets, shape, transpose, batch, acc):
+    """All rows as one ``fori_loop`` over the diagonals: compile time independent of their
+    number, and only static-size slices (a gather per diagonal is several times slower).
+
+    Each diagonal's contribution is aligned with its own data row: ``A @ x`` adds
+    ``data[k, j] * x[j]`` to output row ``j - offsets[k]`` (a window of a padded output),
+    ``A^T @ x`` adds ``data[k, j] * x[j - offsets[k]]`` to output row ``j`` (a window of a
+    padded ``x``). Padding slots are masked out with a select.
+    """
+    m, n = shape
+    # Row j - offset of the output (or of x) sits at j - offset + shift >= 0 in the
+    # padded array, which is long enough for every window of n rows.
+    shift = max(0, max(offsets))
+    length = shift + max(m, n - min(offsets))
+    index = index_dtype(length + n)
+    table = jnp.asarray(np.array(offsets, index))
+    column = lax.iota(index, n)
+    axis = data.ndim - 2  # the rows of x and of the output
+    columns = x.shape[-1]
+    if transpose:
+        x = _pad_axis(x, axis, shift, length - shift - m)
+        out = jnp.zeros((*batch, n, columns), acc)
+    else:
+        out = jnp.zeros((*batch, length, columns), acc)
+
+    def add_diagonal(k, out):
+        offset = table[k]
+        diagonal = lax.dynamic_index_in_dim(data, k, axis=axis, keepdims=False)
+        inside = ((column >= offset) & (column < m + offset))[:, None]
+        start = shift - offset
+        xs = lax.dynamic_slice_in_dim(x, start, n, axis=axis) if transpose else x
+        term = jnp.where(inside, diagonal[..., None].astype(acc) * xs.astype(acc), 0)
+        if transpose:
+            return out + term
+        window = lax.dynamic_slice_in_dim(out, start, n, axis=axis)
+        return lax.dynamic_update_slice_in_dim(out, window + term, start, axis=axis)
+
+    out = lax.fori_loop(0, len(offsets), add_diagonal, out)
+    return out if transpose else lax.slice_in_dim(out, shift, shift + m, axis=axis)
+
+
 def spmm_xla(
     data: Array,
     x: Array,
@@ -146,14 +197,16 @@ def spmm_xla(
     terms = live_terms(offsets, shape, transpose)
     if not terms or out_rows == 0:
         return jnp.zeros((*batch, out_rows, columns), out_dtype)
+    # Shapes are ints, or symbolic dims under jax.export (taken as several columns and
+    # a large batch; they may not be compared with ints).
+    several = not isinstance(columns, int) or columns > 1
+    if len(terms) > (_MAX_UNROLLED_TERMS_SEVERAL_COLUMNS if several else _MAX_UNROLLED_TERMS):
+        return _looped(data, x, offsets, shape, transpose, batch, acc).astype(out_dtype)
     lo = max(term.lo for term in terms)
     hi = min(term.hi for term in terms)
     if hi - lo < _MIN_INTERIOR_FRACTION * out_rows:
         out = _bounded(data, x, terms, 0, out_rows, (*batch, out_rows, columns), acc)
         return out.astype(out_dtype)
-    # Shapes are ints, or symbolic dims under jax.export (taken as several columns and
-    # a large batch; they may not be compared with ints).
-    several = not isinstance(columns, int) or columns > 1
     size = math.prod(batch) * out_rows
     vector = not several and (not isinstance(size, int) or size >= _VECTOR_MIN_SIZE)
     if vector:

@@ -20,7 +20,8 @@ measurements are in ``benchmarks/README.md``, "Offset traces"):
   on every call).
 * Long contiguous runs (DIA data): a loop of slice-and-add per run. A reduction over a
   slice makes XLA:CPU copy the slice first.
-* Long strided runs (large dense matrices): gathered a chunk at a time in a loop.
+* Long strided runs (large dense matrices), and many long runs: gathered a chunk at a
+  time in one loop (a loop per run would compile one loop per run).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ _INLINE_FLOPS = 960
 #: The most loop iterations worth trading for inline dispatch (each costs about as much
 #: as the hand-off they avoid, divided by this).
 _MAX_INLINE_CHUNKS = 32
-#: The most runs a small window is sliced from (compile time grows with each slice).
+#: The most runs a small window is sliced from, or summed one loop each (compile time
+#: grows with each slice or loop; more runs are gathered).
 _MAX_SLICED_RUNS = 8
 #: Windows (batch * q * run length) up to this size are summed in inline-sized chunks;
 #: larger ones are read in chunks of this size (512 KiB of float64: in cache, and no page
@@ -248,7 +250,7 @@ def run_sums_xla(x: Array, *, runs: tuple[Run, ...]) -> Array:
         sums = _inline_sums(flat, runs, acc)
     elif q * length <= _WINDOW_ELEMENTS:
         sums = _blockwise_sums(flat, runs, acc)
-    elif all(stride == 1 for _, stride, _ in runs):
+    elif q <= _MAX_SLICED_RUNS and all(stride == 1 for _, stride, _ in runs):
         sums = jnp.stack([_contiguous_sum(flat, run, acc) for run in runs], axis=-1)
     else:
         sums = _streamed_sums(flat, runs, acc)

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from hypothesis import strategies as st
 
+from ._checks import check_dtype, warn_if_unavailable
 from ._geometry import in_bounds
 from ._matrix import DiaMatrix
 
@@ -146,7 +147,9 @@ def dia_matrices(
 
     Args:
       shape: a fixed ``(m, n)``, or None to draw one with sides up to ``max_side``.
-      dtype: a fixed dtype, or None to draw from :func:`dtypes`.
+      dtype: a fixed dtype, or None to draw from :func:`dtypes`. A dtype a DiaMatrix
+        cannot hold raises a TypeError; float64 or complex128 without x64 warns (as JAX
+        does) and draws the 32-bit type.
       batch_shape: a fixed batch shape (default ``()``), or None to draw one.
       max_side: the largest side drawn.
       max_diags: the most diagonals given to the constructor.
@@ -164,7 +167,11 @@ def dia_matrices(
     if padding not in ("nan", "zero", "random"):
         raise ValueError(f"padding must be 'nan', 'zero' or 'random', got {padding!r}")
     shape = draw(shapes(max_side)) if shape is None else cast(tuple[int, int], tuple(shape))
-    dtype = draw(dtypes()) if dtype is None else np.dtype(dtype)
+    if dtype is None:
+        dtype = draw(dtypes())
+    else:  # as the constructors: unsupported types raise, narrowed 64-bit types warn
+        dtype = check_dtype(dtype, "dtype")
+        warn_if_unavailable(dtype, "dia_matrices")
     batch_shape = draw(batch_shapes()) if batch_shape is None else tuple(batch_shape)
     diagonal_offsets = draw(offsets(shape, max_diags=max_diags, out_of_range=out_of_range))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))

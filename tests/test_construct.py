@@ -199,3 +199,43 @@ def test_eye_defaults_and_errors():
         jaxdia.eye(3, k=0.5)
     with pytest.raises(ValueError, match="non-negative"):
         jaxdia.eye(-1)
+
+
+def test_float64_numpy_input_without_x64_warns_once_naming_the_function():
+    """No silent precision loss: NumPy/SciPy float64 or complex128 input narrowed to 32 bits
+    (x64 off) warns once per call, as ``astype`` does; Python values and float32 do not."""
+    import warnings
+
+    import scipy.sparse as sp
+
+    S = sp.diags_array([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(4, 4))
+    data64 = np.ones((2, 4))
+    cases = {
+        "from_scipy": lambda: jaxdia.DiaMatrix.from_scipy(S),
+        "DiaMatrix": lambda: jaxdia.DiaMatrix(data64, [0, 1], (4, 4)),
+        "from_dense": lambda: jaxdia.DiaMatrix.from_dense(np.eye(4)),
+        "diags": lambda: jaxdia.diags([np.ones(4), np.ones(3) + 0j], [0, 1]),
+    }
+    quiet = [
+        lambda: jaxdia.diags([1.0, -2.0], [0, 1], (4, 4)),
+        lambda: jaxdia.diags([[1.0] * 4], [0]),
+        lambda: jaxdia.DiaMatrix([[1.0] * 4], 0, (4, 4)),
+        lambda: jaxdia.DiaMatrix.from_scipy(S.astype(np.float32)),
+        lambda: jaxdia.diags([np.ones(4)], [0], dtype=np.float32),
+    ]
+    with jax.enable_x64(False):
+        for function, call in cases.items():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                A = call()
+            assert len(caught) == 1, (function, [str(w.message) for w in caught])
+            message = str(caught[0].message)
+            assert message.startswith(function) and "jax_enable_x64" in message, message
+            assert A.dtype in (np.float32, np.complex64)
+        for call in quiet:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                call()
+    with warnings.catch_warnings():  # x64 on: nothing is narrowed
+        warnings.simplefilter("error")
+        assert jaxdia.DiaMatrix.from_scipy(S).dtype == np.float64
