@@ -133,8 +133,9 @@ def test_from_scipy_sums_duplicate_coo_entries():
 
 
 def test_from_scipy_float64_without_x64_follows_jax_rule():
+    """float32, as JAX narrows without x64, with a warning (no silent precision loss)."""
     S = sp.eye_array(3, format="dia")
-    with jax.enable_x64(False):
+    with jax.enable_x64(False), pytest.warns(UserWarning, match="from_scipy: float64 input"):
         A = jaxdia.DiaMatrix.from_scipy(S)
         assert A.dtype == np.float32
     np.testing.assert_array_equal(A.todense(), S.toarray())
