@@ -24,6 +24,7 @@ from ._geometry import diagonal_bounds, in_bounds
 from ._ops import transpose
 from ._parts import DiaParts
 from ._primitives import spmm
+from ._sharding import on_auto_axes
 
 
 def _main_diagonal(A: DiaParts) -> Array:
@@ -255,6 +256,7 @@ def solve_banded(A: DiaParts, b: Any) -> Array:
 
 
 @partial(jax.jit, static_argnames=("offsets", "batch", "dtype", "lapack"))
+@on_auto_axes(last=False)
 def _solve(
     data: Array,
     b: Array,
