@@ -305,38 +305,38 @@ class ShardedDiaMatrix:
     def _check_vector(self, x: Any, what: str) -> None:
         """Raises a ValueError when ``x`` is sharded in a way ``S``'s vectors cannot be
         (``x`` is then neither moved nor gathered behind the caller's back)."""
-        spec = explicit_spec(x)
         fix = "build it with S.shard_vector or place it with jax.device_put(x, S.vector_sharding)"
         mesh = self.mesh
-        if any(spec):
-            other = mesh_of(x)
-            if (other.axis_names, other.axis_sizes) != (mesh.axis_names, mesh.axis_sizes):
-                raise ValueError(
-                    f"{what}: x is sharded on a mesh of axes {dict(other.shape)}, but S's rows "
-                    f"are split over axis {self.axis!r} of a mesh of axes {dict(mesh.shape)}; "
-                    f"{fix}"
-                )
-            if spec[0] not in ((), (self.axis,)):
-                raise ValueError(
-                    f"{what}: x's rows are sharded over mesh axes {spec[0]}, but S's rows over "
-                    f"{self.axis!r} (vectors must be laid out like them, "
-                    f"S.vector_sharding = {self.vector_sharding.spec}); reshard it with "
-                    "jax.sharding.reshard(x, S.vector_sharding) or "
-                    f"{fix.removeprefix('build it with ')}"
-                )
-            if len(spec) == 2 and self.axis in spec[1]:
-                raise ValueError(
-                    f"{what}: the columns of the block x are sharded over {spec[1]}, which "
-                    f"includes S's row axis {self.axis!r}; shard its columns over another "
-                    "mesh axis, or none"
-                )
-            return
-        sharding = getattr(x, "sharding", None)
+        sharding = getattr(x, "sharding", None)  # a concrete array's
         devices = set(mesh.devices.flat)
         if isinstance(sharding, NamedSharding) and sharding.device_set != devices:
             raise ValueError(
                 f"{what}: x lives on devices {sorted(d.id for d in sharding.device_set)}, "
                 f"S on devices {sorted(d.id for d in devices)}; {fix}"
+            )
+        spec = explicit_spec(x)
+        if not any(spec):
+            return
+        other = mesh_of(x)
+        if (other.axis_names, other.axis_sizes) != (mesh.axis_names, mesh.axis_sizes):
+            raise ValueError(
+                f"{what}: x is sharded on a mesh of axes {dict(other.shape)}, but S's rows "
+                f"are split over axis {self.axis!r} of a mesh of axes {dict(mesh.shape)}; "
+                f"{fix}"
+            )
+        if spec[0] not in ((), (self.axis,)):
+            raise ValueError(
+                f"{what}: x's rows are sharded over mesh axes {spec[0]}, but S's rows over "
+                f"{self.axis!r} (vectors must be laid out like them, "
+                f"S.vector_sharding = {self.vector_sharding.spec}); reshard it with "
+                "jax.sharding.reshard(x, S.vector_sharding) or "
+                f"{fix.removeprefix('build it with ')}"
+            )
+        if len(spec) == 2 and self.axis in spec[1]:
+            raise ValueError(
+                f"{what}: the columns of the block x are sharded over {spec[1]}, which "
+                f"includes S's row axis {self.axis!r}; shard its columns over another "
+                "mesh axis, or none"
             )
 
     def diagonal(self) -> Array:
@@ -411,6 +411,7 @@ class ShardedDiaMatrix:
             rows=self.rows_per_shard,
             mesh=_in_context(self.mesh),
             axis=self.axis,
+            columns=spec_entry(explicit_spec(x)[1]) if x.ndim == 2 else None,
         )
         return y if x.ndim == 2 else y[:, 0]
 
@@ -446,9 +447,10 @@ class ShardedDiaMatrix:
         return DiaMatrix(data[:, : self.shape[1]], self.offsets, self.shape)
 
 
-@jax.jit(static_argnames=("offsets", "rows", "mesh", "axis"))
-def _sharded_product(windows, x, *, offsets, rows, mesh, axis):
-    """``y = A x`` for ``x`` of shape ``(N, c)`` sharded over ``axis``."""
+@jax.jit(static_argnames=("offsets", "rows", "mesh", "axis", "columns"))
+def _sharded_product(windows, x, *, offsets, rows, mesh, axis, columns=None):
+    """``y = A x`` for ``x`` of shape ``(N, c)`` sharded over ``axis`` (and its columns
+    over the ``Explicit`` axes ``columns``, if any)."""
     lower, upper = band_widths(offsets)
     shards = int(mesh.shape[axis])
     local_offsets = tuple(k + lower for k in offsets)
@@ -488,11 +490,13 @@ def _sharded_product(windows, x, *, offsets, rows, mesh, axis):
             y = y.at[rows - upper :].add(bottom)
         return y
 
-    spec = PartitionSpec(axis)
-    # Manual over the rows' axis only: other mesh axes (e.g. one splitting a block's
-    # columns) keep their shardings, typed on Explicit axes and left to XLA on Auto ones.
+    # Manual over the rows' axis and the Explicit axes splitting x's columns (each device
+    # multiplies its own columns); other axes are left to XLA (on Auto axes, a block's
+    # columns stay split as they are).
+    spec = PartitionSpec(axis, columns)
+    manual = {axis, *_names(columns)}
     return jax.shard_map(
-        local, mesh=mesh, in_specs=(spec, spec), out_specs=spec, axis_names={axis}
+        local, mesh=mesh, in_specs=(PartitionSpec(axis), spec), out_specs=spec, axis_names=manual
     )(windows, x)
 
 

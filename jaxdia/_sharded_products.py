@@ -217,13 +217,12 @@ def sharded_spmm(
             return lax.psum_scatter(whole, axis, scatter_dimension=whole.ndim - 2, tiled=True)
         return lax.psum(whole, axis)
 
-    manual = set(axes)
+    # Manual over every axis the operands are split over: each device then works on its
+    # own blocks of the batch and of x's columns too (left to the partitioner, those
+    # would be gathered around the shard_map).
+    manual = {name for spec in (data_spec, x_spec, out_spec) for e in spec for name in _names(e)}
     return jax.shard_map(
-        local,
-        mesh=mesh,
-        in_specs=(_only(data_spec, manual), _only(x_spec, manual)),
-        out_specs=_only(out_spec, manual),
-        axis_names=manual,
+        local, mesh=mesh, in_specs=(data_spec, x_spec), out_specs=out_spec, axis_names=manual
     )(data, x)
 
 
@@ -236,13 +235,10 @@ def _broadcast(batch: tuple[Axes, ...], operand: Any) -> list[Axes]:
     return [axes if operand.shape[i] != 1 else () for i, axes in enumerate(batch)]
 
 
-def _only(spec: PartitionSpec, manual: set[Any]) -> PartitionSpec:
-    """``spec`` with only the ``manual`` axes (shard_map's specs name no other)."""
-    entries = []
-    for entry in spec:
-        names = () if entry is None else (entry if isinstance(entry, tuple) else (entry,))
-        entries.append(spec_entry(tuple(name for name in names if name in manual)))
-    return PartitionSpec(*entries)
+def _names(entry: Any) -> Axes:
+    if entry is None:
+        return ()
+    return tuple(entry) if isinstance(entry, tuple) else (entry,)
 
 
 def _spec(x: Any, *, rows: Axes) -> PartitionSpec:
