@@ -26,6 +26,13 @@ Padding slots of ``data`` (outside the matrix) and the rows and columns added to
 ``N`` are stored as zeros when the matrix is sharded. Sharded vectors have length ``N``;
 their padding rows must be zero (``shard_vector`` writes zeros, and products write zeros
 there), which keeps padded vectors exact under any Krylov iteration.
+
+Both mesh axis types work. On ``Explicit`` axes (``jax.make_mesh``'s default) a vector's
+sharding is in its type, so ``S @ x`` checks it (and refuses rows split over another
+axis rather than moving them); the ``shard_map`` is manual over the rows' axis and over
+the Explicit axes splitting a block's columns, so each device multiplies its own columns.
+JAX's Krylov solvers run inside ``jax.sharding.auto_axes`` there: the matrix then builds
+its shardings on the region's mesh (the same devices, ``Auto`` axes).
 """
 
 from __future__ import annotations
@@ -556,21 +563,27 @@ def shard(A: DiaMatrix, mesh: Mesh, axis: Any) -> ShardedDiaMatrix:
 
     Args:
       A: a square, unbatched DiaMatrix.
-      mesh: the device mesh (``jax.make_mesh``). Products work with ``Auto`` and
-        ``Explicit`` axis types (with ``Explicit`` ones, JAX requires jitted functions
-        that take unsharded inputs to run inside ``jax.set_mesh(mesh)``). JAX's Krylov
-        solvers (``cg``, ``gmres``, ``bicgstab``) need an ``Auto`` axis: their ``vdot``
-        of two sharded vectors raises ``ShardingTypeError`` on an ``Explicit`` one. Make
-        the mesh with ``axis_types=(jax.sharding.AxisType.Auto,)`` for them.
+      mesh: the device mesh (``jax.make_mesh``), with ``Explicit`` axes (JAX's default)
+        or ``Auto`` ones. On ``Explicit`` axes JAX's Krylov solvers (``cg``, ``gmres``,
+        ``bicgstab``) must run inside ``jax.sharding.auto_axes`` (their ``jnp.vdot``
+        refuses vectors split over an Explicit axis); the matrix follows the region's
+        axis types. With ``Explicit`` axes, JAX also requires jitted functions that take
+        unsharded inputs to run inside ``jax.set_mesh(mesh)``.
       axis: the name of the mesh axis to split the rows over.
 
     Returns:
-      A :class:`ShardedDiaMatrix`. Halos wider than a shard are supported (they are
-      fetched from several neighbours), at the cost of one collective per neighbour.
+      A :class:`ShardedDiaMatrix`. Its products ``S @ x`` are sharded like ``x``: rows
+      over ``axis`` (``S.vector_sharding``), the columns of an ``(N, c)`` block as they
+      were (e.g. over a second mesh axis). ``S.diagonal()`` and
+      ``jaxdia.jacobi(S)(v)`` are sharded like the vectors; ``unshard_vector`` and
+      ``to_dia`` replicate. Halos wider than a shard are supported (they are fetched from
+      several neighbours), at the cost of one collective per neighbour.
 
     Raises:
       TypeError: if ``A`` is not a DiaMatrix or ``mesh`` is not a Mesh.
       ValueError: if ``A`` is not square, is batched, or ``axis`` is not a mesh axis.
+        ``S @ x`` raises a ValueError for an ``x`` on other devices or another mesh, or
+        (on Explicit axes) with its rows split over another axis.
 
     Example:
       >>> import jax, jax.numpy as jnp, jaxdia
