@@ -148,8 +148,8 @@ def sharded_spmm(
     mesh = mesh_of(data) if not mesh_of(data).empty else mesh_of(x)
     m, n = shape
     shards = axes_size(mesh, axes)
-    if n % shards:  # only x is sharded (over rows of length m): the plain product
-        x = jax.sharding.reshard(x, _spec(x, rows=()))
+    if n % shards:  # only x is split (over its m rows), A's columns cannot be: gather x
+        x = jax.sharding.reshard(x, jax.NamedSharding(mesh, _spec(x, rows=())))
         return spmm(
             data,
             x,

@@ -586,6 +586,7 @@ def explicit_plain_products_match_scipy():
         (4, (24, 40), (-6, 0, 9, 30), "sharded"),  # m < n, m a multiple of 4
         (8, (70, 32), (-40, -3, 0, 2), "sharded"),  # m > n, not a multiple of 8
         (2, (30, 16), (-1, 0, 1), "only x"),  # x @ A: x of 30 rows, A's 16 columns
+        (4, (32, 30), (-2, 0, 3), "only x"),  # w @ A: w split, A's 30 columns cannot be
     ]
     for devices, (m, n), offsets, how in cases:
         mesh = jax.make_mesh(
@@ -598,8 +599,8 @@ def explicit_plain_products_match_scipy():
         w = rng.standard_normal((2, m))
         spec = (None,) if how == "only x" else (None, "c")
         sharded = jaxdia.DiaMatrix(put(A.data, mesh, *spec), offsets, (m, n))
-        xs = put(x, mesh) if how == "replicated" else put(x, mesh, "c")
-        Xs = put(X, mesh) if how == "replicated" else put(X, mesh, "c")
+        split = how != "replicated" and n % devices == 0
+        xs, Xs = (put(x, mesh, "c"), put(X, mesh, "c")) if split else (put(x, mesh), put(X, mesh))
         ws = put(w, mesh, None, "c") if how == "only x" and m % devices == 0 else put(w, mesh)
         with jax.set_mesh(mesh):
             run = jax.jit(lambda A, x, X, w: (A @ x, A @ X, w @ A))
@@ -610,8 +611,24 @@ def explicit_plain_products_match_scipy():
                 # Documented result shardings: A @ x's rows over the columns' axis (for a
                 # rectangular A, only when m is a multiple of its size), x @ A's columns.
                 rows = ("c",) if m == n or m % devices == 0 else ()
+                columns = (None, "c")
+                if n % devices:  # nothing for A's columns to be split over: replicated
+                    rows = columns = ()
                 assert spec_of(y) == rows and spec_of(Y) == rows, (m, n, how, y.sharding)
-                assert spec_of(z) == (None, "c"), (m, n, how, z.sharding)
+                assert spec_of(z) == columns, (m, n, how, z.sharding)
+    # Two mesh axes: the columns split over both, or over one while x is split over the
+    # other (x is resharded to the columns' layout).
+    mesh = explicit_mesh_of((2, 4), ("a", "c"))
+    n, offsets = 64, (-11, 0, 3)
+    A = random_matrix(rng, n, offsets)
+    x = rng.standard_normal(n)
+    for data_axes, x_axes in ((("a", "c"), ("a", "c")), (("a", "c"), "c"), ("c", "a")):
+        sharded = jaxdia.DiaMatrix(put(A.data, mesh, None, data_axes), offsets, (n, n))
+        with jax.set_mesh(mesh):
+            y, z = jax.jit(lambda A, x: (A @ x, x @ A))(sharded, put(x, mesh, x_axes))
+        close(y, scipy_of(A) @ x)
+        close(z, scipy_of(A).T @ x)
+        assert spec_of(y) == spec_of(z) == (data_axes,), (data_axes, y.sharding, z.sharding)
 
 
 @check
