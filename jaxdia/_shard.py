@@ -50,7 +50,7 @@ from ._geometry import band_widths, index_dtype, slot_indices
 from ._matrix import DiaMatrix, as_matrix
 from ._primitives import spmm
 from ._sharded_products import halos
-from ._sharding import explicit_spec, mesh_of, spec_entry
+from ._sharding import explicit_spec, mesh_of, names_of, spec_entry
 
 
 def _check_mesh_axis(mesh: Any, axis: Any) -> int:
@@ -95,7 +95,7 @@ def _place(x: Array, mesh: Mesh, spec: PartitionSpec) -> Array:
     if not isinstance(x, jax.core.Tracer):
         return jax.device_put(x, sharding)
     types = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_types))
-    named = [name for entry in sharding.spec for name in _names(entry) if name in types]
+    named = [name for entry in sharding.spec for name in names_of(entry) if name in types]
     if named:  # e.g. P("rows"): follow that axis's type
         explicit = all(types[name] == AxisType.Explicit for name in named)
     else:  # P(): replicated, which an Explicit axis anywhere must be told with reshard
@@ -106,12 +106,6 @@ def _place(x: Array, mesh: Mesh, spec: PartitionSpec) -> Array:
         )
         return jax.sharding.reshard(x, NamedSharding(sharding.mesh, spec))
     return lax.with_sharding_constraint(x, sharding)
-
-
-def _names(entry: Any) -> tuple[Any, ...]:
-    if entry is None or entry is PartitionSpec.UNCONSTRAINED:
-        return ()
-    return tuple(entry) if isinstance(entry, tuple) else (entry,)
 
 
 def _column_spec(x: Any, mesh: Mesh) -> Any:
@@ -501,7 +495,7 @@ def _sharded_product(windows, x, *, offsets, rows, mesh, axis, columns=None):
     # multiplies its own columns); other axes are left to XLA (on Auto axes, a block's
     # columns stay split as they are).
     spec = PartitionSpec(axis, columns)
-    manual = {axis, *_names(columns)}
+    manual = {axis, *names_of(columns)}
     return jax.shard_map(
         local, mesh=mesh, in_specs=(PartitionSpec(axis), spec), out_specs=spec, axis_names=manual
     )(windows, x)
@@ -611,5 +605,7 @@ def shard(A: DiaMatrix, mesh: Mesh, axis: Any) -> ShardedDiaMatrix:
     rows = max(1, -(-n // shards))
     data = jnp.pad(A.data, [(0, 0), (0, rows * shards - n)])
     data = _place(data, mesh, PartitionSpec(None, axis))
-    windows = _windows(data, offsets=A.offsets, shape=A.shape, rows=rows, mesh=mesh, axis=axis)
+    windows = _windows(
+        data, offsets=A.offsets, shape=A.shape, rows=rows, mesh=_in_context(mesh), axis=axis
+    )
     return ShardedDiaMatrix(windows, A.offsets, A.shape, mesh, axis)

@@ -45,7 +45,7 @@ from jax.sharding import PartitionSpec
 
 from ._geometry import band_widths, index_dtype, slot_indices
 from ._primitives import spmm
-from ._sharding import Axes, axes_size, explicit_spec, mesh_of, spec_entry
+from ._sharding import Axes, axes_size, explicit_spec, mesh_of, names_of, spec_entry
 
 
 def _exchange(piece: Array, axis: Any, shards: int, hop: int) -> Array:
@@ -220,7 +220,7 @@ def sharded_spmm(
     # Manual over every axis the operands are split over: each device then works on its
     # own blocks of the batch and of x's columns too (left to the partitioner, those
     # would be gathered around the shard_map).
-    manual = {name for spec in (data_spec, x_spec, out_spec) for e in spec for name in _names(e)}
+    manual = {name for spec in (data_spec, x_spec, out_spec) for e in spec for name in names_of(e)}
     return jax.shard_map(
         local, mesh=mesh, in_specs=(data_spec, x_spec), out_specs=out_spec, axis_names=manual
     )(data, x)
@@ -233,12 +233,6 @@ def _pad_rows(x: Array, before: int, after: int) -> Array:
 def _broadcast(batch: tuple[Axes, ...], operand: Any) -> list[Axes]:
     """``batch``'s shardings for ``operand``'s batch dims (none where it has length 1)."""
     return [axes if operand.shape[i] != 1 else () for i, axes in enumerate(batch)]
-
-
-def _names(entry: Any) -> Axes:
-    if entry is None:
-        return ()
-    return tuple(entry) if isinstance(entry, tuple) else (entry,)
 
 
 def _spec(x: Any, *, rows: Axes) -> PartitionSpec:

@@ -35,9 +35,10 @@ Axes = tuple[Any, ...]
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def _names(entry: Any) -> Axes:
-    """The axis names of one entry of a ``PartitionSpec`` (None, a name or a tuple)."""
-    if entry is None:
+def names_of(entry: Any) -> Axes:
+    """The axis names of one entry of a ``PartitionSpec``: None (or ``UNCONSTRAINED``),
+    a name, or a tuple of names."""
+    if entry is None or entry is PartitionSpec.UNCONSTRAINED:
         return ()
     return tuple(entry) if isinstance(entry, tuple) else (entry,)
 
@@ -74,14 +75,9 @@ def explicit_spec(x: Any) -> tuple[Axes, ...]:
     types = dict(zip(mesh.axis_names, mesh.axis_types))
     spec = tuple(sharding.spec) + (None,) * (ndim - len(sharding.spec))
     return tuple(
-        tuple(name for name in _names(entry) if types.get(name) == AxisType.Explicit)
+        tuple(name for name in names_of(entry) if types.get(name) == AxisType.Explicit)
         for entry in spec[:ndim]
     )
-
-
-def is_explicitly_sharded(*values: Any) -> bool:
-    """Whether any array among the leaves of ``values`` is sharded over an Explicit axis."""
-    return any(any(explicit_spec(leaf)) for leaf in jax.tree.leaves(values) if _is_array(leaf))
 
 
 def axes_size(mesh: Any, axes: Axes) -> int:
@@ -125,14 +121,13 @@ def result_spec(shape: Sequence[int], like: Any, *, last: bool, mesh: Any) -> Pa
     return PartitionSpec(*map(spec_entry, entries))
 
 
-def on_auto_axes(last: bool | Callable[..., bool] = True) -> Callable[[_F], _F]:
+def on_auto_axes(last: bool = True) -> Callable[[_F], _F]:
     """Runs the decorated function on ``Auto`` axes when an operand is sharded over an
     ``Explicit`` one; a plain call otherwise (the same program as without the decorator).
 
     Args:
       last: whether the last dim of each result indexes matrix rows or columns (then it
-        keeps the operand's column sharding, see :func:`result_spec`), or a function of
-        the decorated function's arguments saying so.
+        keeps the operand's column sharding, see :func:`result_spec`).
 
     Put it under ``jax.jit`` (it reads the types of the traced operands).
     """
@@ -149,7 +144,6 @@ def on_auto_axes(last: bool | Callable[..., bool] = True) -> Callable[[_F], _F]:
             auto = mesh.update_axis_types(
                 {name: AxisType.Auto for name in mesh.axis_names if name in _explicit(mesh)}
             )
-            keeps_columns = last(*args, **kwargs) if callable(last) else last
 
             def to_auto(value: Any) -> Any:
                 return jax.sharding.reshard(value, PartitionSpec()) if _is_array(value) else value
@@ -160,7 +154,7 @@ def on_auto_axes(last: bool | Callable[..., bool] = True) -> Callable[[_F], _F]:
             def to_explicit(value: Any) -> Any:
                 if not _is_array(value):
                     return value
-                spec = result_spec(value.shape, like, last=keeps_columns, mesh=mesh)
+                spec = result_spec(value.shape, like, last=last, mesh=mesh)
                 return jax.sharding.reshard(value, NamedSharding(mesh, spec))
 
             return jax.tree.map(to_explicit, out)

@@ -11,6 +11,7 @@ Run one by hand: ``python tests/shard_checks.py [name ...]``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -845,6 +846,22 @@ def krylov_solves_with_jacobi_on_both_axis_types():
             assert spec_of(x) == ("rows",), x.sharding
             assert not np.any(np.asarray(x)[side * side :])
             close(S.unshard_vector(x), expected, 1e-9)
+    # grad through shard and a preconditioned cg, all inside one auto_axes region.
+    mesh = explicit_mesh_of()
+
+    def loss(d, b, sharded=True):
+        A_ = jaxdia.DiaMatrix(d, A.offsets, A.shape)
+        S = jaxdia.shard(A_, mesh, "rows") if sharded else A_
+        b = S.shard_vector(b) if sharded else b
+        x = jla.cg(S, b, tol=1e-13, maxiter=500, M=jaxdia.jacobi(S))[0]
+        return jnp.sum((S.unshard_vector(x) if sharded else x) ** 2)
+
+    region = jax.sharding.auto_axes(loss, out_sharding=NamedSharding(mesh, PartitionSpec()))
+    with jax.set_mesh(mesh):
+        got = jax.jit(jax.grad(region, argnums=(0, 1)))(A.data, rhs)
+    want = jax.grad(functools.partial(loss, sharded=False), argnums=(0, 1))(A.data, rhs)
+    for g, w in zip(got, want):
+        close(g, w, 1e-8)
     zero = jaxdia.DiaMatrix(np.ones((1, 16)), (1,), (16, 16))
     try:
         jaxdia.jacobi(jaxdia.shard(zero, explicit_mesh_of(), "rows"))
