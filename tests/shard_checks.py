@@ -712,11 +712,19 @@ def explicit_plain_matrix_operations():
         sharded = jaxdia.DiaMatrix(put(data, mesh, None, "c"), offsets, (n, n))
         xs, ds = put(x, mesh, "c"), put(dense, mesh, None, "c")
         with jax.set_mesh(mesh):
-            traced = jax.jit(_matrix_operations)(sharded, xs, ds)
-            # Eagerly only on Explicit axes (on Auto ones the code is the unsharded one).
-            eager = _matrix_operations(sharded, xs, ds) if kind == AxisType.Explicit else {}
-        for name, value in want.items():
-            close(traced[name], value)
+            if kind == AxisType.Explicit:
+                traced = jax.jit(_matrix_operations)(sharded, xs, ds)
+                eager = _matrix_operations(sharded, xs, ds)
+            else:  # the unsharded code, left to XLA's partitioner: a few under jit
+                few = ("A.T", "A.T @ x", "todense", "traces", "A @ A", "sum(1)", "jacobi")
+                traced = jax.jit(
+                    lambda A, x, d: {
+                        k: v for k, v in _matrix_operations(A, x, d).items() if k in few
+                    }
+                )(sharded, xs, ds)
+                eager = {}
+        for name, value in traced.items():
+            close(value, want[name])
         for name, value in eager.items():
             close(value, want[name])
         if kind == AxisType.Explicit:
