@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_sharded.py [--quick]
+    python benchmarks/bench_sharded.py [--quick] [--only bytes paper cg scaling]
 
 Three ways to compute ``A @ x`` with the rows of ``A`` and ``x`` split over 8 devices:
 
@@ -13,8 +13,12 @@ Three ways to compute ``A @ x`` with the rows of ``A`` and ``x`` split over 8 de
   ``x``, left to XLA's SPMD partitioner.
 
 Part 1 reads the bytes each device sends and receives per product from the compiled HLO
-and extrapolates the halo and all-gather designs to ``n = 1e9`` rows on 64 devices.
-Part 2 is a weak-scaling table on the fake devices. They share this machine's cores, so
+(also for a plain ``DiaMatrix`` whose ``data`` columns are split over an ``Explicit`` axis,
+which jaxdia multiplies with its own halo exchange) and extrapolates the halo and
+all-gather designs to ``n = 1e9`` rows on 64 devices. Part 3 reads the communication of
+one iteration of ``jax.scipy.sparse.linalg.cg`` (plain and with ``jaxdia.jacobi``) on a
+``ShardedDiaMatrix`` from the compiled loop, on ``Explicit`` and ``Auto`` axes.
+Part 4 is a weak-scaling table on the fake devices. They share this machine's cores, so
 the times measure the overhead of the sharded program (halo slicing, collectives,
 ``shard_map``), not a speed-up: with ``P`` fake devices on ``C`` cores, perfect weak
 scaling shows time growing like ``P / C``.
@@ -47,15 +51,14 @@ import jaxdia  # noqa: E402
 from jaxdia._primitives import spmm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from shard_checks import collective_traffic  # noqa: E402
+from jax.scipy.sparse import linalg as jla  # noqa: E402
+from shard_checks import collective_traffic, loop_traffic  # noqa: E402
 
 AXIS = "rows"
 
 
-def mesh_of(devices: int):
-    return jax.make_mesh(
-        (devices,), (AXIS,), axis_types=(AxisType.Auto,), devices=jax.devices()[:devices]
-    )
+def mesh_of(devices: int, kind=AxisType.Auto):
+    return jax.make_mesh((devices,), (AXIS,), axis_types=(kind,), devices=jax.devices()[:devices])
 
 
 def stencil(shape: tuple[int, ...]) -> jaxdia.DiaMatrix:
@@ -115,10 +118,16 @@ def check_and_count(A, devices):
     expected = sp.dia_array((np.asarray(A.data), A.offsets), shape=A.shape) @ x
     xs = S.shard_vector(x)
     data, auto = auto_design(A, mesh)
+    # The same plain product on an Explicit axis: jaxdia reads the sharding from the types
+    # and exchanges the output halos itself (jaxdia/_sharded_products.py).
+    explicit = mesh_of(devices, AxisType.Explicit)
+    data_e, plain_e = auto_design(A, explicit)
+    x_e = jax.device_put(x, NamedSharding(explicit, PartitionSpec(AXIS)))
     runs = {
         "halo (jaxdia.shard)": (halo_design(S), (S, xs)),
         "all-gather": (allgather_design(S), (S, xs)),
         "XLA auto": (auto, (data, xs)),
+        "plain DiaMatrix, Explicit axis": (plain_e, (data_e, x_e)),
     }
     traffic = {}
     for name, (fn, args) in runs.items():
@@ -189,6 +198,56 @@ def part_extrapolation():
     )
 
 
+def part_cg(quick: bool):
+    """Communication of one CG iteration, read from the compiled while loop."""
+    cases = [("2-D 5-point, 256 x 256", (256, 256)), ("3-D 7-point, 32^3", (32, 32, 32))]
+    if not quick:
+        cases.append(("3-D 7-point, 64^3", (64, 64, 64)))
+    print("## Communication per CG iteration (8 fake CPU devices, float64, one vector)\n")
+    print(
+        "| matrix | halo rows (lower, upper) | axis type | preconditioner | collectives per "
+        "iteration | halo KiB sent | all-reduce bytes |"
+    )
+    print("|---|---|---|---|---|---:|---:|")
+    for label, grid in cases:
+        A = stencil(grid)
+        n = A.shape[0]
+        rhs = np.random.default_rng(2).standard_normal(n)
+        expected = None
+        for kind in (AxisType.Explicit, AxisType.Auto):
+            mesh = mesh_of(8, kind)
+            S = jaxdia.shard(A, mesh, AXIS)
+            b = S.shard_vector(rhs)
+            for name, jacobi in (("none", False), ("jaxdia.jacobi", True)):
+
+                def solve(S, b, jacobi=jacobi):
+                    M = jaxdia.jacobi(S) if jacobi else None
+                    return jla.cg(S, b, tol=1e-10, maxiter=20, M=M)[0]
+
+                if kind == AxisType.Explicit:  # JAX's cg needs Auto axes (jnp.vdot)
+                    solve = jax.sharding.auto_axes(solve, out_sharding=S.vector_sharding)
+                solve = jax.jit(solve)
+                x = np.asarray(S.unshard_vector(solve(S, b)))
+                if expected is None:
+                    expected = x
+                # Every variant agrees (20 iterations, not converged: the same iterates
+                # for the same preconditioner).
+                plain = jax.jit(
+                    lambda A, b, jacobi=jacobi: jla.cg(
+                        A, b, tol=1e-10, maxiter=20, M=jaxdia.jacobi(A) if jacobi else None
+                    )[0]
+                )(A, jnp.asarray(rhs))
+                np.testing.assert_allclose(x, np.asarray(plain), rtol=1e-9, atol=1e-9)
+                traffic = loop_traffic(solve.lower(S, b).compile().as_text())
+                permute = traffic.get("collective-permute", {"sent": 0})
+                reduce = traffic.get("all-reduce", {"sent": 0})
+                print(
+                    f"| {label} | {S.halo} | {kind.name} | {name} | {describe(traffic)} "
+                    f"| {kib(permute['sent'])} | {reduce['sent']} |"
+                )
+    print()
+
+
 def timed(fn, args, repeats, inner):
     """Best seconds per product, ``inner`` products chained inside one jitted loop.
 
@@ -251,11 +310,18 @@ def part_weak_scaling(quick: bool):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats")
+    parts = ("bytes", "paper", "cg", "scaling")
+    parser.add_argument("--only", choices=parts, nargs="+", default=parts, help="parts to run")
     args = parser.parse_args()
     print(f"jax {jax.__version__}, {len(jax.devices())} fake CPU devices\n")
-    part_bytes(args.quick)
-    part_extrapolation()
-    part_weak_scaling(args.quick)
+    if "bytes" in args.only:
+        part_bytes(args.quick)
+    if "paper" in args.only:
+        part_extrapolation()
+    if "cg" in args.only:
+        part_cg(args.quick)
+    if "scaling" in args.only:
+        part_weak_scaling(args.quick)
 
 
 if __name__ == "__main__":

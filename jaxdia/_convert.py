@@ -20,6 +20,7 @@ from jax import Array, lax
 from ._checks import check_array_size
 from ._geometry import diagonal_bounds, holds_entries, in_bounds, index_dtype, slot_indices
 from ._parts import DiaParts
+from ._sharding import on_auto_axes
 
 
 def canonical(data: Any, offsets: tuple[int, ...], shape: tuple[int, int]) -> DiaParts:
@@ -49,6 +50,7 @@ def canonical(data: Any, offsets: tuple[int, ...], shape: tuple[int, int]) -> Di
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
+@on_auto_axes(last=False)
 def dia_to_coo(
     data: Array, offsets: tuple[int, ...], shape: tuple[int, int]
 ) -> tuple[Array, Array]:
@@ -82,6 +84,7 @@ def to_dense(A: DiaParts) -> Array:
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
+@on_auto_axes()
 def dia_to_dense(data: Array, offsets: tuple[int, ...], shape: tuple[int, int]) -> Array:
     """The dense ``(..., m, n)`` array of a DIA matrix (padding slots ignored)."""
     rows, cols, inside = slot_indices(offsets, shape)
@@ -93,6 +96,7 @@ def dia_to_dense(data: Array, offsets: tuple[int, ...], shape: tuple[int, int]) 
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
+@on_auto_axes()
 def dense_to_dia(dense: Array, offsets: tuple[int, ...], shape: tuple[int, int]) -> Array:
     """DIA ``data`` ``(..., len(offsets), n)`` holding the given diagonals of ``dense``.
 

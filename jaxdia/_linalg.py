@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import numpy as np
 from jax import Array
 
 from . import _solve
@@ -25,7 +26,7 @@ def square(A: Any, function: str) -> DiaMatrix:
     return A
 
 
-def jacobi(A: DiaMatrix) -> jax.tree_util.Partial:
+def jacobi(A: Any) -> jax.tree_util.Partial:
     """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)`` of a square ``A``.
 
     Pass it as ``M`` to ``jax.scipy.sparse.linalg.cg``, ``gmres`` or ``bicgstab``. The
@@ -33,17 +34,24 @@ def jacobi(A: DiaMatrix) -> jax.tree_util.Partial:
     argument of a jitted function. ``M`` applies to vectors of shape ``(n,)`` (or
     ``(*batch_shape, n)`` for a batched ``A``).
 
+    ``A`` may also be a :class:`jaxdia.ShardedDiaMatrix` (from :func:`jaxdia.shard`), or
+    any linear operator whose ``diagonal()`` returns its main diagonal laid out like the
+    vectors it multiplies: ``M`` then applies to those vectors (for a sharded matrix,
+    padded and sharded; ``M`` is elementwise, so it needs no communication and keeps
+    their sharding and zero padding rows).
+
     For ``cg`` the preconditioner must be Hermitian positive definite, which the Jacobi
     preconditioner of a Hermitian positive definite ``A`` is.
 
     Args:
-      A: a square DiaMatrix, possibly batched.
+      A: a square DiaMatrix, possibly batched; or a ShardedDiaMatrix (or an operator
+        with ``@`` and ``diagonal()``).
 
     Returns:
       ``M``, with ``M(v) == v / diag(A)``.
 
     Raises:
-      TypeError: if ``A`` is not a DiaMatrix.
+      TypeError: if ``A`` is neither a DiaMatrix nor an operator with ``diagonal()``.
       ValueError: if ``A`` is not square, or (when ``A.data`` is concrete) its diagonal
         holds a zero. Under ``jit``/``vmap`` the diagonal cannot be checked and a zero
         entry gives ``inf`` in ``M(v)``.
@@ -59,7 +67,27 @@ def jacobi(A: DiaMatrix) -> jax.tree_util.Partial:
       >>> bool(jnp.linalg.norm(A @ x - b) < 1e-4 * jnp.linalg.norm(b))
       True
     """
+    if not isinstance(A, DiaMatrix) and _is_operator(A):
+        shape = tuple(A.shape)
+        if len(shape) != 2 or shape[0] != shape[1]:
+            raise ValueError(f"jacobi: A must be square, got shape {shape}")
+        return _solve.inverse_diagonal_preconditioner(A.diagonal())
+    if not isinstance(A, DiaMatrix):
+        raise TypeError(
+            "jacobi: A must be a jaxdia.DiaMatrix, a ShardedDiaMatrix or a linear operator "
+            f"with @, shape and diagonal(), got {type(A).__name__}"
+        )
     return _solve.jacobi_preconditioner(square(A, "jacobi")._parts)
+
+
+def _is_operator(A: Any) -> bool:
+    """Whether ``A`` has what :func:`jacobi` needs of an operator other than a DiaMatrix."""
+    return (
+        callable(getattr(A, "diagonal", None))
+        and hasattr(A, "__matmul__")
+        and hasattr(A, "shape")
+        and not isinstance(A, (np.ndarray, jax.Array))
+    )
 
 
 def solve_banded(A: DiaMatrix, b: Any) -> Array:

@@ -52,6 +52,7 @@ from ._geometry import (
 )
 from ._parts import DiaParts
 from ._products import dense_dia_product, dia_dense_product
+from ._sharding import on_auto_axes
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -116,6 +117,7 @@ _MAX_UNROLLED_DIAGONALS = 64
 
 
 @jax.jit
+@on_auto_axes()
 def transpose(A: DiaParts) -> DiaParts:
     """``A.T``: offsets negate, and each diagonal's in-bounds slice shifts by its offset.
 
@@ -274,6 +276,7 @@ def _multiply_dia(A: DiaParts, B: DiaParts) -> DiaParts:
 
 
 @functools.partial(jax.jit, static_argnames="op")
+@on_auto_axes()
 def _with_dense(A: DiaParts, x: Array, *, op: Any) -> DiaParts:
     """``op(A, X)`` on A's stored entries for a dense ``X`` that broadcasts to A's shape
     (``A.multiply(X)`` and ``A / X``, as SciPy computes them): the result keeps A's
@@ -390,6 +393,7 @@ def reduce_sum(A: DiaParts, axis: Any = None, dtype: Any = None, out: Any = None
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
+@on_auto_axes()
 def _sum(A: DiaParts, axis: int | None, dtype: np.dtype | None) -> Array:
     inexact = dtype is None or jnp.issubdtype(dtype, jnp.inexact)
     if not inexact or (A.dtype.kind == "c" and np.dtype(dtype).kind != "c"):
@@ -433,6 +437,7 @@ def reduce_mean(A: DiaParts, axis: Any = None, dtype: Any = None, out: Any = Non
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2))
+@on_auto_axes()
 def _mean(A: DiaParts, axis: int | None, dtype: np.dtype | None) -> Array:
     # As np.mean: sum in ``dtype``, divide, return ``dtype``. 16-bit floats are summed and
     # divided in float32 (as jnp.mean does): the count alone can exceed float16's range.
@@ -455,6 +460,7 @@ def count_nonzero(A: DiaParts, axis: Any = None) -> Any:
 
 
 @functools.partial(jax.jit, static_argnums=1)
+@on_auto_axes()
 def _count_nonzero(A: DiaParts, axis: int | None) -> Array:
     if axis == 1:  # the rows of A are the columns of A.T, whose padding is zero
         return _count_nonzero(transpose(A), 0)
@@ -527,6 +533,7 @@ def with_diagonal(A: DiaParts, values: Any, k: Any = 0) -> DiaParts:
 
 
 @functools.partial(jax.jit, static_argnums=2)
+@on_auto_axes()
 def _set_diagonal(A: DiaParts, values: Array, k: int) -> DiaParts:
     start, stop = diagonal_bounds(k, A.shape)
     if values.ndim == 0:
@@ -558,6 +565,7 @@ def _kron_offsets(A: DiaParts, B: DiaParts) -> np.ndarray:
 
 
 @jax.jit
+@on_auto_axes()
 def kron(A: DiaParts, B: DiaParts) -> DiaParts:
     """The Kronecker product ``A ⊗ B`` (see :func:`jaxdia.kron`)."""
     batch = broadcast_batch("kron", A.batch_shape, B.batch_shape)

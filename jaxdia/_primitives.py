@@ -41,6 +41,7 @@ from jax.interpreters import ad, batching, mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ._geometry import index_dtype
+from ._sharding import on_auto_axes
 from ._xla import sddmm_xla, spmm_xla
 from ._xla_runs import Run, positions, run_sums_xla, sum_dtype
 
@@ -105,9 +106,22 @@ def _batch_shape(a, b, what):
         raise ValueError(f"{what}: batch dims do not broadcast: {a.shape} and {b.shape}") from None
 
 
-def output_aval(out_shape, dtype, *operands: ShapedArray) -> ShapedArray:
+def _spec_entries(aval: ShapedArray) -> tuple:
+    spec = tuple(aval.sharding.spec)
+    return spec + (None,) * (len(aval.shape) - len(spec))
+
+
+def output_aval(
+    out_shape, dtype, *operands: ShapedArray, tail: tuple = (None, None)
+) -> ShapedArray:
     """A primitive's result type: inside ``shard_map``, varying over the operands' manual
-    mesh axes (which must agree: see ``_vary_alike``)."""
+    mesh axes (which must agree: see ``_vary_alike``); on ``Explicit`` mesh axes, sharded
+    as the operands' types say.
+
+    The operands have equal rank. The result's dims before its last ``len(tail)`` are
+    batch dims, sharded as the operands of full length there are (operands sharded
+    differently raise); ``tail`` gives the spec entries of the last dims.
+    """
     first, *rest = operands
     mat = first.manual_axis_type
     for other in rest:
@@ -116,9 +130,23 @@ def output_aval(out_shape, dtype, *operands: ShapedArray) -> ShapedArray:
                 "operands vary over different manual mesh axes: "
                 f"{[sorted(a.manual_axis_type.varying, key=str) for a in operands]}"
             )
-    if not mat.varying:
+    typed = [a for a in operands if any(e is not None for e in _spec_entries(a))]
+    if not mat.varying and not typed:
         return ShapedArray(out_shape, dtype)
-    sharding = NamedSharding(first.sharding.mesh, PartitionSpec())
+    batch = []
+    for i in range(len(out_shape) - len(tail)):
+        entries = {_spec_entries(a)[i] for a in typed if a.shape[i] == out_shape[i]}
+        entries.discard(None)
+        if len(entries) > 1:
+            raise ValueError(
+                f"operands are sharded differently along batch dim {i}: "
+                f"{[a.str_short() for a in operands]}; reshard one like the other"
+            )
+        batch.append(entries.pop() if entries else None)
+    mesh = (typed[0] if typed else first).sharding.mesh
+    sharding = NamedSharding(mesh, PartitionSpec(*batch, *tail))
+    if not mat.varying:
+        return ShapedArray(out_shape, dtype, sharding=sharding)
     return ShapedArray(out_shape, dtype, sharding=sharding, manual_axis_type=mat)
 
 
@@ -133,7 +161,9 @@ def _spmm_abstract_eval(data, x, *, offsets, shape, transpose, implementation):
     if data.dtype != x.dtype:
         raise TypeError(f"dia_spmm: dtypes differ: {data.dtype} and {x.dtype}")
     batch = _batch_shape(data, x, "dia_spmm")
-    return output_aval((*batch, n if transpose else m, x.shape[-1]), x.dtype, data, x)
+    out_shape = (*batch, n if transpose else m, x.shape[-1])
+    # The rows are never split here (sharded products run per device); x's columns are.
+    return output_aval(out_shape, x.dtype, data, x, tail=(None, _spec_entries(x)[-1]))
 
 
 def _sddmm_abstract_eval(g, x, *, offsets, shape, implementation):
@@ -274,12 +304,13 @@ for _name, _prim in (("spmm", spmm_p), ("sddmm", sddmm_p)):
 run_sums_p = Primitive("jaxdia_run_sums")
 run_sums_p.def_impl(partial(dispatch.apply_primitive, run_sums_p))
 run_sums_p.def_abstract_eval(
-    lambda x, *, runs: output_aval((*x.shape[:-2], len(runs)), sum_dtype(x.dtype), x)
+    lambda x, *, runs: output_aval((*x.shape[:-2], len(runs)), sum_dtype(x.dtype), x, tail=(None,))
 )
 mlir.register_lowering(run_sums_p, mlir.lower_fun(run_sums_xla, multiple_results=False))
 
 
 @partial(jax.jit, static_argnums=1)
+@on_auto_axes(last=False)
 def run_sums(x, runs: tuple[Run, ...]):
     """Sums of ``runs`` of ``x`` (``(..., r, c)``, flattened over its last two axes).
 

@@ -28,6 +28,8 @@ from ._checks import (
 from ._geometry import accumulation_dtype, place_row, stack_rows
 from ._parts import DiaParts
 from ._primitives import spmm
+from ._sharded_products import contracted_axes, sharded_spmm
+from ._sharding import on_auto_axes
 
 
 def _as_operand(x: Any, data_dtype: Any) -> Any:
@@ -86,6 +88,17 @@ def _align_batch(data: Array, x: Array) -> tuple[Array, Array]:
     return data, x
 
 
+def _spmm(data: Array, x: Array, *, transpose: bool = False, **params: Any) -> Array:
+    """The ``dia_spmm`` primitive, or, when the matrix's columns (or ``x``'s contracted
+    rows) are split over Explicit mesh axes, the halo-exchanging product of
+    :mod:`jaxdia._sharded_products`. Which one is a static property of the operands'
+    types: unsharded operands are traced exactly as the primitive alone."""
+    axes = contracted_axes(data, x, transpose)
+    if axes:
+        return sharded_spmm(data, x, axes=axes, transpose=transpose, **params)
+    return spmm(data, x, transpose=transpose, **params)
+
+
 @functools.partial(jax.jit, static_argnames=("offsets", "shape", "transpose", "implementation"))
 def _product(data, x, *, offsets, shape, transpose, implementation) -> Array:
     """``A @ x`` (``x @ A`` with ``transpose``) for checked operands, as one jitted call.
@@ -101,7 +114,7 @@ def _product(data, x, *, offsets, shape, transpose, implementation) -> Array:
     elif transpose:
         x = jnp.swapaxes(x, -1, -2)
     data, x = _align_batch(data, x)
-    y = spmm(
+    y = _spmm(
         data, x, offsets=offsets, shape=shape, transpose=transpose, implementation=implementation
     )
     if vector:
@@ -154,13 +167,23 @@ def _operator_product(data, x, *, offsets, shape, adjoint) -> Array:
     data, x = _promote(data, x)
     columns = x if x.ndim == 2 else x[:, None]
     if adjoint:  # A^H x = conj(A^T conj(x))
-        y = jnp.conj(spmm(data, jnp.conj(columns), offsets=offsets, shape=shape, transpose=True))
+        y = jnp.conj(
+            _spmm(
+                data,
+                jnp.conj(columns),
+                offsets=offsets,
+                shape=shape,
+                transpose=True,
+                implementation=None,
+            )
+        )
     else:
-        y = spmm(data, columns, offsets=offsets, shape=shape)
+        y = _spmm(data, columns, offsets=offsets, shape=shape, implementation=None)
     return y if x.ndim == 2 else y[:, 0]
 
 
 @jax.jit
+@on_auto_axes()
 def dia_dia_product(A: DiaParts, B: DiaParts) -> DiaParts:
     """``A @ B`` of two DIA matrices, as a DIA matrix.
 

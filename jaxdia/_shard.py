@@ -26,6 +26,13 @@ Padding slots of ``data`` (outside the matrix) and the rows and columns added to
 ``N`` are stored as zeros when the matrix is sharded. Sharded vectors have length ``N``;
 their padding rows must be zero (``shard_vector`` writes zeros, and products write zeros
 there), which keeps padded vectors exact under any Krylov iteration.
+
+Both mesh axis types work. On ``Explicit`` axes (``jax.make_mesh``'s default) a vector's
+sharding is in its type, so ``S @ x`` checks it (and refuses rows split over another
+axis rather than moving them); the ``shard_map`` is manual over the rows' axis and over
+the Explicit axes splitting a block's columns, so each device multiplies its own columns.
+JAX's Krylov solvers run inside ``jax.sharding.auto_axes`` there: the matrix then builds
+its shardings on the region's mesh (the same devices, ``Auto`` axes).
 """
 
 from __future__ import annotations
@@ -42,34 +49,8 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from ._geometry import band_widths, index_dtype, slot_indices
 from ._matrix import DiaMatrix, as_matrix
 from ._primitives import spmm
-
-
-def _halos(block: Array, lower: int, upper: int, axis_name: Any, shards: int, dim: int):
-    """The ``lower`` rows before ``block`` and the ``upper`` rows after it, as lists of pieces.
-
-    Runs inside ``shard_map``: ``block`` is this device's slice along dimension ``dim``
-    of an array sharded over ``axis_name`` in ``shards`` equal blocks. Rows from beyond
-    the first or last shard are zeros (``ppermute`` fills devices that receive nothing
-    with zeros). A halo wider than a block spans several neighbours: one ``ppermute`` per
-    neighbour, each sending only the rows the receiver needs. Joined in order,
-    ``[*before, block, *after]`` are the rows ``[p L - lower, p L + L + upper)``.
-    """
-    rows = block.shape[dim]
-
-    def fetch(piece, hop):
-        pairs = [(s, s + hop) for s in range(max(0, -hop), min(shards, shards - hop))]
-        return lax.ppermute(piece, axis_name, pairs) if pairs else jnp.zeros_like(piece)
-
-    before, after = [], []
-    # Rows [p L - lower, p L): the last rows of shard p - hops first, down to shard p - 1.
-    for hop in range(-(-lower // rows) if lower else 0, 0, -1):
-        need = min(rows, lower - (hop - 1) * rows)
-        before.append(fetch(lax.slice_in_dim(block, rows - need, rows, axis=dim), hop))
-    # Rows [p L + L, p L + L + upper): the first rows of shard p + 1, p + 2, ...
-    for hop in range(1, (-(-upper // rows) if upper else 0) + 1):
-        need = min(rows, upper - (hop - 1) * rows)
-        after.append(fetch(lax.slice_in_dim(block, 0, need, axis=dim), -hop))
-    return before, after
+from ._sharded_products import halos
+from ._sharding import explicit_spec, mesh_of, names_of, spec_entry
 
 
 def _check_mesh_axis(mesh: Any, axis: Any) -> int:
@@ -86,25 +67,62 @@ def _check_mesh_axis(mesh: Any, axis: Any) -> int:
     return int(mesh.shape[axis])
 
 
-def _place(x: Array, sharding: NamedSharding) -> Array:
-    """``x`` laid out as ``sharding`` says, eagerly or under a transformation.
+def _in_context(mesh: Mesh) -> Mesh:
+    """``mesh``, with the axis types of the mesh being traced under when that is the same
+    mesh with other types: inside ``jax.sharding.auto_axes``, which makes ``Explicit``
+    axes ``Auto`` for a region (the way to run JAX's Krylov solvers on them)."""
+    context = jax.sharding.get_abstract_mesh()
+    if (
+        context.empty
+        or context.axis_names != mesh.axis_names
+        or context.axis_sizes != mesh.axis_sizes
+        or context.axis_types == mesh.axis_types
+        or not set(context.axis_types) <= {AxisType.Auto, AxisType.Explicit}
+    ):
+        return mesh
+    return Mesh(mesh.devices, mesh.axis_names, axis_types=context.axis_types)
+
+
+def _place(x: Array, mesh: Mesh, spec: PartitionSpec) -> Array:
+    """``x`` laid out as ``spec`` on ``mesh`` says, eagerly or under a transformation.
 
     Eagerly that is a transfer (``device_put``). Traced, ``device_put`` does not constrain
     the layout on ``Auto`` mesh axes and ignores ``vmap``'s batch axis, so it is
     ``with_sharding_constraint`` there and ``reshard`` on ``Explicit`` axes (where the
     former only asserts).
     """
+    sharding = NamedSharding(_in_context(mesh), spec)
     if not isinstance(x, jax.core.Tracer):
         return jax.device_put(x, sharding)
     types = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_types))
-    named = [name for name in sharding.spec if name is not None]
+    named = [name for entry in sharding.spec for name in names_of(entry) if name in types]
     if named:  # e.g. P("rows"): follow that axis's type
         explicit = all(types[name] == AxisType.Explicit for name in named)
     else:  # P(): replicated, which an Explicit axis anywhere must be told with reshard
         explicit = any(kind == AxisType.Explicit for kind in types.values())
     if explicit:
-        return jax.sharding.reshard(x, sharding)
+        spec = PartitionSpec(
+            *(None if e is PartitionSpec.UNCONSTRAINED else e for e in sharding.spec)
+        )
+        return jax.sharding.reshard(x, NamedSharding(sharding.mesh, spec))
     return lax.with_sharding_constraint(x, sharding)
+
+
+def _column_spec(x: Any, mesh: Mesh) -> Any:
+    """How the columns of an ``(N, c)`` block are to stay sharded: as ``x``'s type says on
+    ``Explicit`` axes, as a concrete ``x`` on ``mesh`` is, else left to XLA on ``Auto``
+    axes (``UNCONSTRAINED``) and replicated eagerly."""
+    if isinstance(x, jax.core.Tracer):
+        explicit = explicit_spec(x)[1]
+        return spec_entry(explicit) if explicit else PartitionSpec.UNCONSTRAINED
+    sharding = getattr(x, "sharding", None)
+    if (
+        isinstance(sharding, NamedSharding)
+        and sharding.mesh.axis_names == mesh.axis_names
+        and len(sharding.spec) > 1
+    ):
+        return sharding.spec[1]
+    return None
 
 
 @jax.tree_util.register_pytree_with_keys_class
@@ -277,7 +295,74 @@ class ShardedDiaMatrix:
                 f"shape {x.shape}"
             )
         pad = [(0, self.padded_size - n)] + [(0, 0)] * (x.ndim - 1)
-        return _place(jnp.pad(x, pad), self.vector_sharding)
+        return _place(jnp.pad(x, pad), self.mesh, self._rows_spec(x))
+
+    def _rows_spec(self, x: Any) -> PartitionSpec:
+        """``vector_sharding``'s spec; an ``(N, c)`` block's columns keep their sharding."""
+        if x.ndim == 1:
+            return PartitionSpec(self.axis)
+        return PartitionSpec(self.axis, _column_spec(x, self.mesh))
+
+    def _check_vector(self, x: Any, what: str) -> None:
+        """Raises a ValueError when ``x`` is sharded in a way ``S``'s vectors cannot be
+        (``x`` is then neither moved nor gathered behind the caller's back)."""
+        fix = "build it with S.shard_vector or place it with jax.device_put(x, S.vector_sharding)"
+        mesh = self.mesh
+        sharding = getattr(x, "sharding", None)  # a concrete array's
+        devices = set(mesh.devices.flat)
+        if isinstance(sharding, NamedSharding) and sharding.device_set != devices:
+            raise ValueError(
+                f"{what}: x lives on devices {sorted(d.id for d in sharding.device_set)}, "
+                f"S on devices {sorted(d.id for d in devices)}; {fix}"
+            )
+        spec = explicit_spec(x)
+        if not any(spec):
+            return
+        other = mesh_of(x)
+        if (other.axis_names, other.axis_sizes) != (mesh.axis_names, mesh.axis_sizes):
+            raise ValueError(
+                f"{what}: x is sharded on a mesh of axes {dict(other.shape)}, but S's rows "
+                f"are split over axis {self.axis!r} of a mesh of axes {dict(mesh.shape)}; "
+                f"{fix}"
+            )
+        if spec[0] not in ((), (self.axis,)):
+            raise ValueError(
+                f"{what}: x's rows are sharded over mesh axes {spec[0]}, but S's rows over "
+                f"{self.axis!r} (vectors must be laid out like them, "
+                f"S.vector_sharding = {self.vector_sharding.spec}); reshard it with "
+                "jax.sharding.reshard(x, S.vector_sharding) or "
+                f"{fix.removeprefix('build it with ')}"
+            )
+        if len(spec) == 2 and self.axis in spec[1]:
+            raise ValueError(
+                f"{what}: the columns of the block x are sharded over {spec[1]}, which "
+                f"includes S's row axis {self.axis!r}; shard its columns over another "
+                "mesh axis, or none"
+            )
+
+    def diagonal(self) -> Array:
+        """The main diagonal, laid out like the vectors: length ``N``, rows over ``axis``.
+
+        Its padding rows (from ``n`` on) hold 1, so that dividing a sharded vector by it
+        keeps the vector's padding rows 0 (what :func:`jaxdia.jacobi` does); zeros where
+        the matrix stores no main diagonal. Each device reads its own rows: no
+        communication. A preconditioner built from ``@``, ``diagonal()`` and elementwise
+        operations works on the sharded vectors as they are.
+
+        Example:
+          >>> import jax, jax.numpy as jnp, jaxdia
+          >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
+          >>> jaxdia.shard(A, jax.make_mesh((1,), ("rows",)), "rows").diagonal()
+          Array([-2., -2., -2.], dtype=float32)
+        """
+        return _diagonal(
+            self.windows,
+            offsets=self.offsets,
+            n=self.shape[0],
+            rows=self.rows_per_shard,
+            mesh=_in_context(self.mesh),
+            axis=self.axis,
+        )
 
     def unshard_vector(self, y: Any) -> Array:
         """The first ``n`` rows of a sharded vector, replicated on the mesh (a gather).
@@ -296,7 +381,7 @@ class ShardedDiaMatrix:
                 f"unshard_vector expects a sharded vector of shape ({self.padded_size},) or "
                 f"({self.padded_size}, c), got shape {y.shape}"
             )
-        replicated = _place(y, NamedSharding(self.mesh, PartitionSpec()))
+        replicated = _place(y, self.mesh, PartitionSpec())
         return replicated[: self.shape[0]]
 
     # -- products --------------------------------------------------------------------------
@@ -317,15 +402,17 @@ class ShardedDiaMatrix:
                 f"S @ x: S of shape {self.shape} sharded over {self.shards} devices multiplies "
                 f"vectors of shape ({N},) or blocks ({N}, c), got shape {x.shape}{hint}"
             )
+        self._check_vector(x, "S @ x")
         dtype = jnp.result_type(self.windows.dtype, x.dtype)
-        x = _place(x.astype(dtype), self.vector_sharding)
+        x = _place(x.astype(dtype), self.mesh, self._rows_spec(x))
         y = _sharded_product(
             self.windows.astype(dtype),
             x.reshape(N, -1),
             offsets=self.offsets,
             rows=self.rows_per_shard,
-            mesh=self.mesh,
+            mesh=_in_context(self.mesh),
             axis=self.axis,
+            columns=spec_entry(explicit_spec(x)[1]) if x.ndim == 2 else None,
         )
         return y if x.ndim == 2 else y[:, 0]
 
@@ -355,15 +442,16 @@ class ShardedDiaMatrix:
         """
         lower = self.halo[0]
         L = self.rows_per_shard
-        windows = _place(self.windows, NamedSharding(self.mesh, PartitionSpec()))
+        windows = _place(self.windows, self.mesh, PartitionSpec())
         own = windows[:, :, lower : lower + L]  # (P, n_diags, L): each device's own columns
         data = jnp.moveaxis(own, 0, 1).reshape(len(self.offsets), self.padded_size)
         return DiaMatrix(data[:, : self.shape[1]], self.offsets, self.shape)
 
 
-@jax.jit(static_argnames=("offsets", "rows", "mesh", "axis"))
-def _sharded_product(windows, x, *, offsets, rows, mesh, axis):
-    """``y = A x`` for ``x`` of shape ``(N, c)`` sharded over ``axis``."""
+@jax.jit(static_argnames=("offsets", "rows", "mesh", "axis", "columns"))
+def _sharded_product(windows, x, *, offsets, rows, mesh, axis, columns=None):
+    """``y = A x`` for ``x`` of shape ``(N, c)`` sharded over ``axis`` (and its columns
+    over the ``Explicit`` axes ``columns``, if any)."""
     lower, upper = band_widths(offsets)
     shards = int(mesh.shape[axis])
     local_offsets = tuple(k + lower for k in offsets)
@@ -371,7 +459,7 @@ def _sharded_product(windows, x, *, offsets, rows, mesh, axis):
 
     def local(window, block):
         window = window[0]
-        before, after = _halos(block, lower, upper, axis, shards, dim=0)
+        before, after = halos(block, lower, upper, axis, shards, dim=0)
         if lower > rows or upper > rows:  # a halo spans several neighbours: join, multiply
             extended = jnp.concatenate([*before, block, *after])
             return spmm(window, extended, offsets=local_offsets, shape=local_shape)
@@ -403,8 +491,34 @@ def _sharded_product(windows, x, *, offsets, rows, mesh, axis):
             y = y.at[rows - upper :].add(bottom)
         return y
 
+    # Manual over the rows' axis and the Explicit axes splitting x's columns (each device
+    # multiplies its own columns); other axes are left to XLA (on Auto axes, a block's
+    # columns stay split as they are).
+    spec = PartitionSpec(axis, columns)
+    manual = {axis, *names_of(columns)}
+    return jax.shard_map(
+        local, mesh=mesh, in_specs=(PartitionSpec(axis), spec), out_specs=spec, axis_names=manual
+    )(windows, x)
+
+
+@jax.jit(static_argnames=("offsets", "n", "rows", "mesh", "axis"))
+def _diagonal(windows, *, offsets, n, rows, mesh, axis):
+    """The main diagonal of the windows' matrix, length ``N``, padding rows 1."""
+    lower = band_widths(offsets)[0]
+
+    def local(window):
+        index = index_dtype(rows * int(mesh.shape[axis]) + 1)
+        row = lax.axis_index(axis).astype(index) * rows + lax.iota(index, rows)
+        if 0 in offsets:  # diagonal entry (i, i) is column i of data: own column i - p L
+            own = window[0, offsets.index(0), lower : lower + rows]
+        else:
+            own = jnp.zeros((rows,), window.dtype)
+        return jnp.where(row < n, own, jnp.ones((), window.dtype))
+
     spec = PartitionSpec(axis)
-    return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec), out_specs=spec)(windows, x)
+    return jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=spec, axis_names={axis})(
+        windows
+    )
 
 
 @jax.jit(static_argnames=("offsets", "shape", "rows", "mesh", "axis"))
@@ -422,7 +536,7 @@ def _windows(data, *, offsets, shape, rows, mesh, axis):
         )
         _, _, inside = slot_indices(offsets, shape, columns=column)
         block = jnp.where(inside, block, jnp.zeros((), block.dtype))
-        before, after = _halos(block, lower, upper, axis, shards, dim=1)
+        before, after = halos(block, lower, upper, axis, shards, dim=1)
         return jnp.concatenate([*before, block, *after], axis=1)[None]
 
     return jax.shard_map(
@@ -443,21 +557,27 @@ def shard(A: DiaMatrix, mesh: Mesh, axis: Any) -> ShardedDiaMatrix:
 
     Args:
       A: a square, unbatched DiaMatrix.
-      mesh: the device mesh (``jax.make_mesh``). Products work with ``Auto`` and
-        ``Explicit`` axis types (with ``Explicit`` ones, JAX requires jitted functions
-        that take unsharded inputs to run inside ``jax.set_mesh(mesh)``). JAX's Krylov
-        solvers (``cg``, ``gmres``, ``bicgstab``) need an ``Auto`` axis: their ``vdot``
-        of two sharded vectors raises ``ShardingTypeError`` on an ``Explicit`` one. Make
-        the mesh with ``axis_types=(jax.sharding.AxisType.Auto,)`` for them.
+      mesh: the device mesh (``jax.make_mesh``), with ``Explicit`` axes (JAX's default)
+        or ``Auto`` ones. On ``Explicit`` axes JAX's Krylov solvers (``cg``, ``gmres``,
+        ``bicgstab``) must run inside ``jax.sharding.auto_axes`` (their ``jnp.vdot``
+        refuses vectors split over an Explicit axis); the matrix follows the region's
+        axis types. With ``Explicit`` axes, JAX also requires jitted functions that take
+        unsharded inputs to run inside ``jax.set_mesh(mesh)``.
       axis: the name of the mesh axis to split the rows over.
 
     Returns:
-      A :class:`ShardedDiaMatrix`. Halos wider than a shard are supported (they are
-      fetched from several neighbours), at the cost of one collective per neighbour.
+      A :class:`ShardedDiaMatrix`. Its products ``S @ x`` are sharded like ``x``: rows
+      over ``axis`` (``S.vector_sharding``), the columns of an ``(N, c)`` block as they
+      were (e.g. over a second mesh axis). ``S.diagonal()`` and
+      ``jaxdia.jacobi(S)(v)`` are sharded like the vectors; ``unshard_vector`` and
+      ``to_dia`` replicate. Halos wider than a shard are supported (they are fetched from
+      several neighbours), at the cost of one collective per neighbour.
 
     Raises:
       TypeError: if ``A`` is not a DiaMatrix or ``mesh`` is not a Mesh.
       ValueError: if ``A`` is not square, is batched, or ``axis`` is not a mesh axis.
+        ``S @ x`` raises a ValueError for an ``x`` on other devices or another mesh, or
+        (on Explicit axes) with its rows split over another axis.
 
     Example:
       >>> import jax, jax.numpy as jnp, jaxdia
@@ -484,6 +604,8 @@ def shard(A: DiaMatrix, mesh: Mesh, axis: Any) -> ShardedDiaMatrix:
         )
     rows = max(1, -(-n // shards))
     data = jnp.pad(A.data, [(0, 0), (0, rows * shards - n)])
-    data = _place(data, NamedSharding(mesh, PartitionSpec(None, axis)))
-    windows = _windows(data, offsets=A.offsets, shape=A.shape, rows=rows, mesh=mesh, axis=axis)
+    data = _place(data, mesh, PartitionSpec(None, axis))
+    windows = _windows(
+        data, offsets=A.offsets, shape=A.shape, rows=rows, mesh=_in_context(mesh), axis=axis
+    )
     return ShardedDiaMatrix(windows, A.offsets, A.shape, mesh, axis)

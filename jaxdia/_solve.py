@@ -24,6 +24,7 @@ from ._geometry import diagonal_bounds, in_bounds
 from ._ops import transpose
 from ._parts import DiaParts
 from ._primitives import spmm
+from ._sharding import on_auto_axes
 
 
 def _main_diagonal(A: DiaParts) -> Array:
@@ -42,7 +43,16 @@ def jacobi_preconditioner(A: DiaParts) -> jax.tree_util.Partial:
 
     Raises a ValueError naming the zeros of a concrete diagonal.
     """
-    diagonal = _main_diagonal(A)
+    stored = "" if 0 in A.offsets else " (A stores no main diagonal)"
+    return inverse_diagonal_preconditioner(_main_diagonal(A), stored)
+
+
+def inverse_diagonal_preconditioner(diagonal: Array, hint: str = "") -> jax.tree_util.Partial:
+    """``M(v) = v / diagonal``, laid out (and sharded) as ``diagonal`` is.
+
+    Raises a ValueError naming the zeros of a concrete ``diagonal`` (``hint`` follows the
+    message).
+    """
     if not isinstance(diagonal, jax.core.Tracer):
         host = np.asarray(diagonal)
         zeros = np.argwhere(host == 0)
@@ -51,10 +61,9 @@ def jacobi_preconditioner(A: DiaParts) -> jax.tree_util.Partial:
                 str(int(z[0]) if len(z) == 1 else tuple(int(i) for i in z)) for z in zeros[:5]
             )
             more = f" and {len(zeros) - 5} more" if len(zeros) > 5 else ""
-            stored = "" if 0 in A.offsets else " (A stores no main diagonal)"
             raise ValueError(
                 f"jacobi: A's diagonal must be nonzero, but it is 0 at index {where}{more}"
-                f"{stored}; the Jacobi preconditioner 1/diag(A) does not exist."
+                f"{hint}; the Jacobi preconditioner 1/diag(A) does not exist."
             )
     return jax.tree_util.Partial(_scale, 1 / diagonal)
 
@@ -255,6 +264,7 @@ def solve_banded(A: DiaParts, b: Any) -> Array:
 
 
 @partial(jax.jit, static_argnames=("offsets", "batch", "dtype", "lapack"))
+@on_auto_axes(last=False)
 def _solve(
     data: Array,
     b: Array,

@@ -23,6 +23,7 @@ from jax import Array
 from ._checks import as_array, static_int
 from ._geometry import diagonal_bounds
 from ._primitives import run_sums
+from ._sharding import on_auto_axes
 from ._xla_runs import EMPTY_RUN, Run
 
 
@@ -149,6 +150,7 @@ def dia_diagonal(data: Any, offsets: tuple[int, ...], shape: tuple[int, int], k:
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
+@on_auto_axes()
 def _stored_diagonal(data: Array, row: int, start: int, stop: int) -> Array:
     """``data[..., row, start:stop]``, one compiled call (eager indexing would dispatch
     several operations)."""

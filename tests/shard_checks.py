@@ -11,6 +11,7 @@ Run one by hand: ``python tests/shard_checks.py [name ...]``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import sys
@@ -27,11 +28,12 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 import scipy.sparse.linalg as spla  # noqa: E402
 from jax.scipy.sparse import linalg as jla  # noqa: E402
-from jax.sharding import AxisType, PartitionSpec  # noqa: E402
+from jax.sharding import AxisType, NamedSharding, PartitionSpec  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
 import jaxdia  # noqa: E402
+from jaxdia._geometry import band_widths  # noqa: E402
 
 CHECKS = {}
 
@@ -531,6 +533,496 @@ def grad_through_cg():
     want = jax.jit(jax.grad(plain, argnums=(0, 1)))(A.data, rhs)
     for g, w in zip(got, want):
         close(g, w, 1e-8)
+
+
+# -- Explicit mesh axes (jax.make_mesh's default) --------------------------------------------
+
+
+def explicit_mesh_of(shape=(8,), names=("rows",), kind=AxisType.Explicit):
+    return jax.make_mesh(shape, names, axis_types=(kind,) * len(names))
+
+
+def put(array, mesh, *spec):
+    return jax.device_put(np.asarray(array), NamedSharding(mesh, PartitionSpec(*spec)))
+
+
+def spec_of(array):
+    """The sharding spec of ``array``, trailing replicated dims dropped (as JAX prints it)."""
+    spec = list(array.sharding.spec)
+    while spec and spec[-1] is None:
+        spec.pop()
+    return tuple(spec)
+
+
+def loop_traffic(hlo: str) -> dict[str, dict[str, int]]:
+    """``collective_traffic`` of one iteration of the (first) while loop in ``hlo``: its
+    body and its condition, each run once per iteration."""
+    match = re.search(r"condition=%([\w.-]+), body=%([\w.-]+)", hlo)
+    assert match, "no while loop in the HLO"
+    blocks = {}
+    for block in re.split(r"\n(?=\S)", hlo):
+        head = re.match(r"(?:ENTRY )?%([\w.-]+) ", block)
+        if head:
+            blocks[head.group(1)] = block
+    totals: dict[str, dict[str, int]] = {}
+    for name in match.groups():
+        for kind, entry in collective_traffic(blocks[name]).items():
+            into = totals.setdefault(kind, dict.fromkeys(entry, 0))
+            for key, value in entry.items():
+                into[key] += value
+    return totals
+
+
+@check
+def explicit_plain_products_match_scipy():
+    """A plain DiaMatrix whose data columns are split over an Explicit axis: A @ x and
+    x @ A against SciPy, square (halos wider than a block too) and rectangular, with x
+    sharded like the columns, replicated, or (data replicated) x alone sharded."""
+    rng = np.random.default_rng(20)
+    cases = [  # devices, (m, n), offsets, x is ...
+        (8, (64, 64), (-3, 0, 2), "sharded"),
+        (8, (64, 64), (-20, -1, 0, 17), "sharded"),  # halos of 3 blocks (8 columns each)
+        (4, (40, 40), (-1, 0, 1), "replicated"),
+        (8, (48, 48), (-2, 0, 5), "only x"),
+        (4, (24, 40), (-6, 0, 9, 30), "sharded"),  # m < n, m a multiple of 4
+        (8, (70, 32), (-40, -3, 0, 2), "sharded"),  # m > n, not a multiple of 8
+        (2, (30, 16), (-1, 0, 1), "only x"),  # x @ A: x of 30 rows, A's 16 columns
+        (4, (32, 30), (-2, 0, 3), "only x"),  # w @ A: w split, A's 30 columns cannot be
+    ]
+    for devices, (m, n), offsets, how in cases:
+        mesh = jax.make_mesh(
+            (devices,), ("c",), axis_types=(AxisType.Explicit,), devices=jax.devices()[:devices]
+        )
+        data = np.asarray(random_matrix(rng, max(m, n), offsets).data)[:, :n]
+        A = jaxdia.DiaMatrix(data, offsets, (m, n))
+        oracle = sp.dia_array((np.nan_to_num(data), offsets), shape=(m, n))
+        x, X = rng.standard_normal(n), rng.standard_normal((n, 3))
+        w = rng.standard_normal((2, m))
+        spec = (None,) if how == "only x" else (None, "c")
+        sharded = jaxdia.DiaMatrix(put(A.data, mesh, *spec), offsets, (m, n))
+        split = how != "replicated" and n % devices == 0
+        xs, Xs = (put(x, mesh, "c"), put(X, mesh, "c")) if split else (put(x, mesh), put(X, mesh))
+        ws = put(w, mesh, None, "c") if how == "only x" and m % devices == 0 else put(w, mesh)
+        with jax.set_mesh(mesh):
+            run = jax.jit(lambda A, x, X, w: (A @ x, A @ X, w @ A))
+            for y, Y, z in (run(sharded, xs, Xs, ws), (sharded @ xs, sharded @ Xs, ws @ sharded)):
+                close(y, oracle @ x)
+                close(Y, oracle @ X)
+                close(z, w @ oracle.toarray())
+                # Documented result shardings: A @ x's rows over the columns' axis (for a
+                # rectangular A, only when m is a multiple of its size), x @ A's columns.
+                rows = ("c",) if m == n or m % devices == 0 else ()
+                columns = (None, "c")
+                if n % devices:  # nothing for A's columns to be split over: replicated
+                    rows = columns = ()
+                assert spec_of(y) == rows and spec_of(Y) == rows, (m, n, how, y.sharding)
+                assert spec_of(z) == columns, (m, n, how, z.sharding)
+    # Two mesh axes: the columns split over both, or over one while x is split over the
+    # other (x is resharded to the columns' layout).
+    mesh = explicit_mesh_of((2, 4), ("a", "c"))
+    n, offsets = 64, (-11, 0, 3)
+    A = random_matrix(rng, n, offsets)
+    x = rng.standard_normal(n)
+    for data_axes, x_axes in ((("a", "c"), ("a", "c")), (("a", "c"), "c"), ("c", "a")):
+        sharded = jaxdia.DiaMatrix(put(A.data, mesh, None, data_axes), offsets, (n, n))
+        with jax.set_mesh(mesh):
+            y, z = jax.jit(lambda A, x: (A @ x, x @ A))(sharded, put(x, mesh, x_axes))
+        close(y, scipy_of(A) @ x)
+        close(z, scipy_of(A).T @ x)
+        assert spec_of(y) == spec_of(z) == (data_axes,), (data_axes, y.sharding, z.sharding)
+
+
+@check
+def explicit_plain_product_exchanges_halos():
+    """The compiled product of a column-sharded DiaMatrix holds only collective-permutes,
+    each device sending exactly its (lower + upper) halo rows: A @ x, x @ A and grad."""
+    rng = np.random.default_rng(21)
+    mesh = explicit_mesh_of(names=("c",))
+    n, offsets = 4096, (-64, -1, 0, 1, 64)
+    A = random_matrix(rng, n, offsets)
+    sharded = jaxdia.DiaMatrix(put(A.data, mesh, None, "c"), offsets, (n, n))
+    halo = sum(band_widths(offsets))
+    with jax.set_mesh(mesh):
+        for columns in (1, 3):
+            x = put(rng.standard_normal((n, columns)), mesh, "c")
+            for f in (lambda A, x: A @ x, lambda A, x: (x.T @ A).T):
+                hlo = jax.jit(f).lower(sharded, x).compile().as_text()
+                totals = collective_bytes(hlo)
+                assert set(totals) == {"collective-permute"}, totals
+                assert totals["collective-permute"] == halo * columns * 8, (totals, columns)
+        # x replicated: resharded by a local slice, no more communication.
+        hlo = jax.jit(lambda A, x: A @ x).lower(sharded, jnp.ones(n)).compile().as_text()
+        assert collective_bytes(hlo) == {"collective-permute": halo * 8}, collective_bytes(hlo)
+        loss = jax.grad(lambda A, x: jnp.sum(jnp.sin(A @ x)), argnums=(0, 1))
+        hlo = jax.jit(loss).lower(sharded, put(np.ones(n), mesh, "c")).compile().as_text()
+        assert set(collective_bytes(hlo)) == {"collective-permute"}, collective_bytes(hlo)
+
+
+def _matrix_operations(A, x, dense):
+    """Every DiaMatrix operation, as arrays: compared sharded against unsharded."""
+    I2 = jaxdia.eye(2, dtype=A.dtype)
+    shifted = A + 8 * jaxdia.eye(A.shape[0], dtype=A.dtype)
+    return {
+        "A.T": A.T.data,
+        "A.T @ x": A.T @ x,
+        "A.H": A.astype(jnp.complex128).H.data,
+        "todense": A.todense(),
+        "trace": A.trace(1),
+        "traces": A.traces(3),
+        "diagonal": A.diagonal(),
+        "diagonal(-1)": A.diagonal(-1),
+        "A + A": (A + A).data,
+        "A - 2A": (A - 2 * A).data,
+        "A * 2": (A * 2.0).data,
+        "A + dense": A + dense,
+        "A @ A": (A @ A).data,
+        "sum": A.sum(),
+        "sum(0)": A.sum(0),
+        "sum(1)": A.sum(1),
+        "mean(1)": A.mean(1),
+        "count_nonzero(0)": A.count_nonzero(0),
+        "to_bcoo": A.to_bcoo().data,
+        "abs": abs(A).data,
+        "power": (A**2).data,
+        "with_diagonal": A.with_diagonal(2.0, 1).data,
+        "multiply(row)": A.multiply(x).data,
+        "multiply(dense)": A.multiply(dense).data,
+        "A / dense": (A / (dense + 3.0)).data,
+        "with_offsets": A.with_offsets((-2, -1, 0, 1, 2), check=False).data,
+        "kron": jaxdia.kron(A, I2).data,
+        "jacobi": jaxdia.jacobi(shifted)(x),
+        "solve_banded": jaxdia.solve_banded(shifted, x),
+        "from_dense": jaxdia.DiaMatrix.from_dense(dense, offsets=(-1, 0, 1)).data,
+    }
+
+
+@check
+def explicit_plain_matrix_operations():
+    """Every DiaMatrix operation on data split over an Explicit axis (columns, batch, or
+    both) and on an Auto one: the unsharded values, eagerly and under jit; documented
+    result shardings."""
+    rng = np.random.default_rng(22)
+    n, offsets = 64, (-9, -1, 0, 1, 5)
+    data = np.asarray(random_matrix(rng, n, offsets).data)
+    x, dense = rng.standard_normal(n), rng.standard_normal((n, n))
+    A = jaxdia.DiaMatrix(data, offsets, (n, n))
+    want = _matrix_operations(A, jnp.asarray(x), jnp.asarray(dense))
+    for kind in (AxisType.Explicit, AxisType.Auto):
+        mesh = explicit_mesh_of(names=("c",), kind=kind)
+        sharded = jaxdia.DiaMatrix(put(data, mesh, None, "c"), offsets, (n, n))
+        xs, ds = put(x, mesh, "c"), put(dense, mesh, None, "c")
+        with jax.set_mesh(mesh):
+            if kind == AxisType.Explicit:
+                traced = jax.jit(_matrix_operations)(sharded, xs, ds)
+                eager = _matrix_operations(sharded, xs, ds)
+            else:  # the unsharded code, left to XLA's partitioner: a few under jit
+                few = ("A.T", "A.T @ x", "todense", "traces", "A @ A", "sum(1)", "jacobi")
+                traced = jax.jit(
+                    lambda A, x, d: {
+                        k: v for k, v in _matrix_operations(A, x, d).items() if k in few
+                    }
+                )(sharded, xs, ds)
+                eager = {}
+        for name, value in traced.items():
+            close(value, want[name])
+        for name, value in eager.items():
+            close(value, want[name])
+        if kind == AxisType.Explicit:
+            # Matrices keep data's sharding; dense results indexed by rows or columns are
+            # split over the columns' axis; traces, BCOO values, banded solves replicated.
+            for name in ("A.T", "A + A", "A @ A", "kron", "from_dense", "todense", "A + dense"):
+                assert spec_of(eager[name]) == (None, "c"), (name, eager[name].sharding)
+            for name in ("A.T @ x", "sum(0)", "sum(1)", "diagonal", "jacobi"):
+                assert spec_of(eager[name]) == ("c",), (name, eager[name].sharding)
+            for name in ("traces", "to_bcoo", "diagonal(-1)", "solve_banded", "trace"):
+                assert spec_of(eager[name]) == (), (name, eager[name].sharding)
+            assert isinstance(sharded.to_scipy(), sp.dia_array)
+            close(sharded.to_scipy().toarray(), A.to_scipy().toarray())
+            close(sharded.matvec(x), A.matvec(x))
+    # A batch split over one axis, the columns over another.
+    mesh = explicit_mesh_of((2, 4), ("b", "c"))
+    batch = np.stack([data, 2 * data])
+    sharded = jaxdia.DiaMatrix(put(batch, mesh, "b", None, "c"), offsets, (n, n))
+    plain = jaxdia.DiaMatrix(batch, offsets, (n, n))
+
+    def some(A):
+        v = jnp.ones(n)
+        return A.T.data, A.todense(), A.traces(2), A @ v, v @ A, (A @ A).data
+
+    with jax.set_mesh(mesh):
+        for got, want_ in zip(jax.jit(some)(sharded), some(plain)):
+            close(got, want_)
+            assert got.sharding.spec[0] == "b", got.sharding
+
+
+@check
+def explicit_plain_products_transform():
+    """grad, jvp, vmap and linear_transpose of products of a column-sharded DiaMatrix."""
+    rng = np.random.default_rng(23)
+    mesh = explicit_mesh_of(names=("c",))
+    n, offsets = 48, (-12, -1, 0, 3)
+    A = random_matrix(rng, n, offsets)
+    data = np.nan_to_num(np.asarray(A.data))
+    x, X = rng.standard_normal(n), rng.standard_normal((5, n))
+
+    def loss(d, v):
+        M = jaxdia.DiaMatrix(d, offsets, (n, n))
+        return jnp.sum(jnp.sin(M @ v)) + jnp.sum(jnp.cos(v @ M))
+
+    want = jax.grad(loss, argnums=(0, 1))(data, x)
+    with jax.set_mesh(mesh):
+        ds, xs = put(data, mesh, None, "c"), put(x, mesh, "c")
+        got = jax.jit(jax.grad(loss, argnums=(0, 1)))(ds, xs)
+        for g, w in zip(got, want):
+            close(g, w)
+        assert spec_of(got[0]) == (None, "c") and spec_of(got[1]) == ("c",)
+        sharded = jaxdia.DiaMatrix(ds, offsets, (n, n))
+        _, tangent = jax.jvp(lambda v: sharded @ v, (xs,), (xs,))
+        close(tangent, scipy_of(A) @ x)
+        Y = jax.jit(jax.vmap(lambda v: sharded @ v))(put(X, mesh, None, "c"))
+        close(Y, X @ scipy_of(A).T.toarray())
+        (transposed,) = jax.linear_transpose(lambda v: sharded @ v, xs)(xs)
+        close(transposed, scipy_of(A).T @ x)
+
+
+@check
+def explicit_sharded_matrix_products_and_transforms():
+    """jaxdia.shard on Explicit axes: products, grad, jvp, vmap, against the Auto mesh."""
+    rng = np.random.default_rng(24)
+    A = random_matrix(rng, 45, (-9, -1, 0, 2))
+    data = jnp.asarray(np.nan_to_num(np.asarray(A.data)))
+    x = rng.standard_normal(45)
+    results = {}
+    for kind in (AxisType.Explicit, AxisType.Auto):
+        mesh = explicit_mesh_of(kind=kind)
+
+        def loss(d, v):
+            S = jaxdia.shard(jaxdia.DiaMatrix(d, A.offsets, A.shape), mesh, "rows")
+            return jnp.sum(jnp.sin(S.unshard_vector(S @ S.shard_vector(v))))
+
+        with jax.set_mesh(mesh):
+            S = jaxdia.shard(A, mesh, "rows")
+            v = S.shard_vector(x)
+            y = S @ v
+            assert spec_of(y) == ("rows",), y.sharding
+            _, tangent = jax.jvp(lambda v: S @ v, (v,), (v,))
+            batch = jax.vmap(lambda v: S @ v)(jnp.stack([v, 2 * v]))
+            grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(data, x)
+            results[kind] = (S.unshard_vector(y), tangent, batch, *grads)
+        close(results[kind][0], scipy_of(A) @ x)
+    for got, want in zip(results[AxisType.Explicit], results[AxisType.Auto]):
+        close(got, want)
+
+
+def _solve_on(mesh, S, b, solver, jacobi=False):
+    """``solver(S, b)`` under jit; on Explicit axes inside ``jax.sharding.auto_axes``
+    (JAX's Krylov solvers call jnp.vdot, which Explicit-sharded vectors refuse). The
+    preconditioner is built inside, from the matrix the region sees."""
+
+    def solve(S, b):
+        M = jaxdia.jacobi(S) if jacobi else None
+        return solver(S, b, tol=1e-12, atol=0.0, maxiter=500, M=M)[0]
+
+    if AxisType.Explicit in mesh.axis_types:
+        solve = jax.sharding.auto_axes(solve, out_sharding=S.vector_sharding)
+    return jax.jit(solve)
+
+
+@check
+def krylov_solves_with_jacobi_on_both_axis_types():
+    """cg and gmres with jaxdia.jacobi(S) on a ShardedDiaMatrix, Explicit and Auto: the
+    SciPy solution, the vectors' sharding, zero padding rows."""
+    side = 15
+    A = poisson_2d(side)  # 225 rows, padded to 232
+    data = np.asarray(A.data).copy()
+    data[2] *= np.linspace(1.0, 3.0, side * side)  # a diagonal Jacobi can improve on
+    A = jaxdia.DiaMatrix(data, A.offsets, A.shape)
+    rhs = np.random.default_rng(25).standard_normal(side * side)
+    expected = spla.spsolve(scipy_of(A).tocsc(), rhs)
+    for kind in (AxisType.Explicit, AxisType.Auto):
+        mesh = explicit_mesh_of(kind=kind)
+        S = jaxdia.shard(A, mesh, "rows")
+        M = jaxdia.jacobi(S)
+        diagonal = S.diagonal()
+        assert spec_of(diagonal) == ("rows",) and diagonal.shape == (S.padded_size,)
+        close(np.asarray(diagonal)[: side * side], A.diagonal())
+        assert np.all(np.asarray(diagonal)[side * side :] == 1.0)
+        b = S.shard_vector(rhs)
+        close(S.unshard_vector(M(b)), rhs / np.asarray(A.diagonal()))
+        for solver in (jla.cg, jla.gmres):
+            x = _solve_on(mesh, S, b, solver, jacobi=True)(S, b)
+            assert spec_of(x) == ("rows",), x.sharding
+            assert not np.any(np.asarray(x)[side * side :])
+            close(S.unshard_vector(x), expected, 1e-9)
+    # grad through shard and a preconditioned cg, all inside one auto_axes region.
+    mesh = explicit_mesh_of()
+
+    def loss(d, b, sharded=True):
+        A_ = jaxdia.DiaMatrix(d, A.offsets, A.shape)
+        S = jaxdia.shard(A_, mesh, "rows") if sharded else A_
+        b = S.shard_vector(b) if sharded else b
+        x = jla.cg(S, b, tol=1e-13, maxiter=500, M=jaxdia.jacobi(S))[0]
+        return jnp.sum((S.unshard_vector(x) if sharded else x) ** 2)
+
+    region = jax.sharding.auto_axes(loss, out_sharding=NamedSharding(mesh, PartitionSpec()))
+    with jax.set_mesh(mesh):
+        got = jax.jit(jax.grad(region, argnums=(0, 1)))(A.data, rhs)
+    want = jax.grad(functools.partial(loss, sharded=False), argnums=(0, 1))(A.data, rhs)
+    for g, w in zip(got, want):
+        close(g, w, 1e-8)
+    zero = jaxdia.DiaMatrix(np.ones((1, 16)), (1,), (16, 16))
+    try:
+        jaxdia.jacobi(jaxdia.shard(zero, explicit_mesh_of(), "rows"))
+    except ValueError as error:
+        assert "diagonal must be nonzero, but it is 0 at index 0" in str(error), error
+    else:
+        raise AssertionError("jacobi accepted a sharded matrix with a zero diagonal")
+
+
+@check
+def cg_iteration_communication():
+    """One PCG iteration on 8 devices, read from the compiled loop: the halo rows of one
+    product (2 collective-permutes) and 3 scalar all-reduces, on both axis types."""
+    for side in (32, 64):
+        A = poisson_2d(side)  # 5-point stencil: halo of side rows each way
+        for kind in (AxisType.Explicit, AxisType.Auto):
+            mesh = explicit_mesh_of(kind=kind)
+            S = jaxdia.shard(A, mesh, "rows")
+            b = S.shard_vector(np.ones(side * side))
+            hlo = _solve_on(mesh, S, b, jla.cg, jacobi=True).lower(S, b).compile().as_text()
+            per_iteration = loop_traffic(hlo)
+            assert "all-gather" not in hlo
+            assert per_iteration["collective-permute"] == {
+                "count": 2,
+                "sent": 2 * side * 8,
+                "received": 2 * side * 8,
+            }, per_iteration
+            assert per_iteration["all-reduce"] == {"count": 3, "sent": 24, "received": 24}, (
+                per_iteration
+            )
+            print(f"  cg iteration, {side}x{side} grid, {kind}: {per_iteration}")
+
+
+@check
+def two_d_mesh_rows_and_right_hand_sides():
+    """Rows over one mesh axis, a block of right-hand sides over the other: S @ B and a
+    solve per column keep both splits and gather nothing; the same for a plain DiaMatrix
+    with its columns split (Explicit)."""
+    A = poisson_2d(16)
+    n = 256
+    rhs = np.random.default_rng(26).standard_normal((n, 6))
+    expected = np.linalg.solve(scipy_of(A).toarray(), rhs)
+    for kind in (AxisType.Explicit, AxisType.Auto):
+        mesh = explicit_mesh_of((4, 2), ("rows", "rhs"), kind)
+        S = jaxdia.shard(A, mesh, "rows")
+        B = put(S.shard_vector(rhs), mesh, "rows", "rhs")
+        assert spec_of(S.shard_vector(B[:n])) == ("rows", "rhs")
+        with jax.set_mesh(mesh):
+            product = jax.jit(lambda S, B: S @ B)
+            Y = product(S, B)
+            assert spec_of(Y) == ("rows", "rhs"), Y.sharding
+            close(S.unshard_vector(Y), scipy_of(A) @ rhs)
+            # 16 halo rows each way, 3 of the 6 columns on each device.
+            traffic = collective_bytes(product.lower(S, B).compile().as_text())
+            assert traffic == {"collective-permute": 2 * 16 * 3 * 8}, traffic
+
+            def solve(S, B):
+                M = jaxdia.jacobi(S)
+                one = lambda b: jla.cg(S, b, tol=1e-12, maxiter=500, M=M)[0]  # noqa: E731
+                return jax.vmap(one, in_axes=1, out_axes=1)(B)
+
+            if kind == AxisType.Explicit:
+                solve = jax.sharding.auto_axes(
+                    solve, out_sharding=NamedSharding(mesh, B.sharding.spec)
+                )
+            solve = jax.jit(solve)
+            X = solve(S, B)
+            assert spec_of(X) == ("rows", "rhs"), X.sharding
+            close(S.unshard_vector(X), expected, 1e-9)
+            assert "all-gather" not in solve.lower(S, B).compile().as_text()
+            if kind == AxisType.Explicit:
+                plain = jaxdia.DiaMatrix(put(A.data, mesh, None, "rows"), A.offsets, A.shape)
+                Bp = put(rhs, mesh, "rows", "rhs")
+                product = jax.jit(lambda A, B: A @ B)
+                Y = product(plain, Bp)
+                assert spec_of(Y) == ("rows", "rhs"), Y.sharding
+                close(Y, scipy_of(A) @ rhs)
+                traffic = collective_bytes(product.lower(plain, Bp).compile().as_text())
+                assert traffic == {"collective-permute": 2 * 16 * 3 * 8}, traffic
+
+
+def expect_error(kind, pattern, f):
+    try:
+        f()
+    except kind as error:
+        assert re.search(pattern, str(error)), str(error)
+    else:
+        raise AssertionError(f"no {kind.__name__} matching {pattern!r}")
+
+
+@check
+def explicit_errors_are_clear():
+    """Vectors sharded unlike S's rows, and operands sharded differently, raise early."""
+    mesh = explicit_mesh_of((4, 2), ("rows", "rhs"))
+    S = jaxdia.shard(poisson_2d(4), mesh, "rows")
+    x = np.ones(16)
+    expect_error(
+        ValueError,
+        r"x's rows are sharded over mesh axes \('rhs',\), but S's rows "
+        r"over 'rows'",
+        lambda: S @ put(x, mesh, "rhs"),
+    )
+    expect_error(
+        ValueError,
+        r"columns of the block x are sharded over \('rows',\)",
+        lambda: S @ put(np.ones((16, 4)), mesh, None, "rows"),
+    )
+    other = jax.make_mesh((2,), ("rows",), devices=jax.devices()[6:])
+    on_four = jaxdia.shard(
+        poisson_2d(4), jax.make_mesh((4,), ("rows",), devices=jax.devices()[:4]), "rows"
+    )
+    expect_error(
+        ValueError,
+        r"x lives on devices \[4, 5, 6, 7\], S on devices \[0, 1, 2, 3\]",
+        lambda: on_four @ put(x, jax.make_mesh((4,), ("rows",), devices=jax.devices()[4:]), "rows"),
+    )
+    expect_error(
+        ValueError,
+        r"x lives on devices \[6, 7\], S on devices \[0, 1, 2, 3, 4, 5, 6, 7\]",
+        lambda: S @ put(x, other, "rows"),
+    )
+    expect_error(
+        ValueError,
+        r"x is sharded on a mesh of axes \{'rows': 2\}",
+        lambda: jax.jit(lambda v: S @ v)(
+            put(x, jax.make_mesh((2,), ("rows",), devices=jax.devices()[:2]), "rows")
+        ),
+    )
+    expect_error(
+        ValueError,
+        r"axis must be one of the mesh's axis names \('rows', 'rhs'\), "
+        r"got 'cols'",
+        lambda: jaxdia.shard(poisson_2d(4), mesh, "cols"),
+    )
+    expect_error(
+        ValueError,
+        r"square matrices.*\(8, 16\)",
+        lambda: jaxdia.shard(jaxdia.DiaMatrix(np.ones((1, 16)), 0, (8, 16)), mesh, "rows"),
+    )
+    expect_error(
+        ValueError,
+        r"jacobi: A must be square",
+        lambda: jaxdia.jacobi(jaxdia.DiaMatrix(np.ones((1, 16)), 0, (8, 16))),
+    )
+    # A batch split over different axes in the two operands of a plain product.
+    cube = explicit_mesh_of((2, 2, 2), ("a", "b", "c"))
+    A = jaxdia.DiaMatrix(put(np.ones((2, 1, 8)), cube, "a"), 0, (8, 8))
+    with jax.set_mesh(cube):
+        expect_error(
+            ValueError,
+            "sharded differently along batch dim 0",
+            lambda: A @ put(np.ones((2, 8, 1)), cube, "b"),
+        )
 
 
 def main(names):

@@ -120,3 +120,33 @@ def test_rejects_bad_vectors():
         sharded @ np.ones((4, 1, 1))
     with pytest.raises(ValueError, match=r"unshard_vector expects .*got shape \(2,\)"):
         sharded.unshard_vector(np.ones(2))
+
+
+def test_diagonal_and_jacobi(mesh):
+    A = jaxdia.diags([1.0, -4.0, 2.0], offsets=[-1, 0, 1], shape=(5, 5))
+    sharded = jaxdia.shard(A, mesh, "rows")
+    np.testing.assert_array_equal(sharded.diagonal(), A.diagonal())
+    v = np.arange(5.0)
+    M = jaxdia.jacobi(sharded)
+    np.testing.assert_allclose(M(sharded.shard_vector(v)), v / np.asarray(A.diagonal()))
+    no_diagonal = jaxdia.shard(jaxdia.eye(4, k=1), mesh, "rows")
+    np.testing.assert_array_equal(no_diagonal.diagonal(), np.zeros(4))
+    with pytest.raises(ValueError, match="diagonal must be nonzero, but it is 0 at index 0"):
+        jaxdia.jacobi(no_diagonal)
+
+
+def test_jacobi_rejects_other_operands():
+    with pytest.raises(TypeError, match="A must be a jaxdia.DiaMatrix, a ShardedDiaMatrix"):
+        jaxdia.jacobi(np.eye(3))
+
+    class Wide:
+        shape = (2, 3)
+
+        def __matmul__(self, x):
+            return x
+
+        def diagonal(self):
+            return np.ones(2)
+
+    with pytest.raises(ValueError, match=r"jacobi: A must be square, got shape \(2, 3\)"):
+        jaxdia.jacobi(Wide())

@@ -1,0 +1,77 @@
+"""Writes the lowered StableHLO of unsharded operations, one file each, to compare two
+versions of jaxdia: a change meant for sharded operands must leave these unchanged.
+
+Usage, from a checkout of each version::
+
+    PYTHONPATH=$PWD .venv/bin/python scripts/lowering_snapshot.py /tmp/before
+    # ... switch to the other version ...
+    PYTHONPATH=$PWD .venv/bin/python scripts/lowering_snapshot.py /tmp/after
+    diff -r /tmp/before /tmp/after && echo unchanged
+
+Each file is ``jax.jit(f).lower(*args).as_text()`` for one operation (products both
+ways, batched and rectangular, ``A.T @ x``, ``grad``, ``vmap``, ``todense``, ``A.T``,
+traces, sums, ``A @ B``, ``cg``, ``jacobi``) on one device, float32; the script prints a
+digest per file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxdia
+
+
+def cases() -> dict:
+    rng = np.random.default_rng(0)
+
+    def matrix(n, offsets, batch=()):
+        data = rng.standard_normal((*batch, len(offsets), n)).astype(np.float32)
+        return jaxdia.DiaMatrix(jnp.asarray(data), offsets, (n, n))
+
+    A = matrix(100, (-3, 0, 2))
+    batched = matrix(50, (-1, 0, 1), (4,))
+    wide = jaxdia.DiaMatrix(jnp.ones((2, 30), jnp.float32), (-2, 1), (20, 30))
+    x, X = jnp.ones(100), jnp.ones((100, 3))
+
+    def loss(A, x):
+        return jnp.sum(jnp.sin(A @ x))
+
+    return {
+        "A_x": (lambda A, x: A @ x, A, x),
+        "A_X": (lambda A, x: A @ x, A, X),
+        "x_A": (lambda A, x: x @ A, A, x),
+        "Xt_A": (lambda A, x: x.T @ A, A, X),
+        "batched": (lambda A, x: A @ x, batched, jnp.ones((4, 50, 2))),
+        "wide_x": (lambda A, x: A @ x, wide, jnp.ones(30)),
+        "x_wide": (lambda A, x: x @ A, wide, jnp.ones(20)),
+        "AT_x": (lambda A, x: A.T @ x, A, x),
+        "grad": (lambda A, x: jax.grad(loss, argnums=(0, 1))(A, x), A, x),
+        "vmap": (lambda A, x: jax.vmap(lambda v: A @ v)(x), A, jnp.ones((5, 100))),
+        "todense": (lambda A, x: A.todense(), A, x),
+        "transpose": (lambda A, x: A.T, A, x),
+        "traces": (lambda A, x: A.traces(3), A, x),
+        "sum0": (lambda A, x: A.sum(0), A, x),
+        "A_A": (lambda A, x: A @ A, A, x),
+        "cg": (lambda A, x: jax.scipy.sparse.linalg.cg(A, x, maxiter=5)[0], A, x),
+        "jacobi": (lambda A, x: jaxdia.jacobi(A)(x), A, x),
+    }
+
+
+def main(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (f, *args) in cases().items():
+        text = jax.jit(f).lower(*args).as_text()
+        (out / f"{name}.mlir").write_text(text)
+        print(name, hashlib.sha1(text.encode()).hexdigest()[:12])
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(Path(sys.argv[1]))
