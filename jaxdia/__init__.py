@@ -9,11 +9,7 @@ from ._io import load_npz as load_npz, save_npz as save_npz
 from ._linalg import jacobi as jacobi, solve_banded as solve_banded
 from ._matrix import DiaMatrix as DiaMatrix
 from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard
-from ._spectral import (
-    EigshInfo as EigshInfo,
-    eigsh as eigsh,
-    expm_multiply as expm_multiply,
-)
+from ._spectral import eigsh as eigsh, expm_multiply as expm_multiply
 
 try:
     __version__ = version("jaxdia")
@@ -35,7 +31,6 @@ __all__ = [
     "diags",
     "DiaMatrix",
     "eigsh",
-    "EigshInfo",
     "expm_multiply",
     "eye",
     "jacobi",

@@ -61,13 +61,15 @@ from ._primitives import sddmm, spmm
 #: ``theta_m``: the largest ``||t A||_1`` for which ``s = 1`` substep of the degree-``m``
 #: Taylor series meets double precision's unit roundoff (SciPy's table: Higham's
 #: "Computing matrix functions", table A.3, and Al-Mohy & Higham 2011, table 3.1).
+# fmt: off
 THETA = {
     1: 2.29e-16, 2: 2.58e-8, 3: 1.39e-5, 4: 3.40e-4, 5: 2.40e-3, 6: 9.07e-3, 7: 2.38e-2,
     8: 5.00e-2, 9: 8.96e-2, 10: 1.44e-1, 11: 2.14e-1, 12: 3.00e-1, 13: 4.00e-1,
     14: 5.14e-1, 15: 6.41e-1, 16: 7.81e-1, 17: 9.31e-1, 18: 1.09, 19: 1.26, 20: 1.44,
     21: 1.62, 22: 1.82, 23: 2.01, 24: 2.22, 25: 2.43, 26: 2.64, 27: 2.86, 28: 3.08,
     29: 3.31, 30: 3.54, 35: 4.7, 40: 6.0, 45: 7.2, 50: 8.5, 55: 9.9,
-}  # fmt: skip
+}
+# fmt: on
 _M_MAX = 55
 _ELL = 2  # SciPy's ell: columns of its norm estimates, which enter condition (3.13)
 _P_MAX = max(p for p in range(2, _M_MAX) if p * (p - 1) <= _M_MAX + 1)  # 8
@@ -142,12 +144,12 @@ def _rows_from(grid: tuple[int, ...], shift: int, P: Array) -> Array:
     """``R[r] = P[row of grid[r] - shift]``, zero where ``grid`` lacks that offset, built
     from static slices and zero blocks (a gather would cost XLA CPU an indexed loop)."""
     row = {c: i for i, c in enumerate(grid)}
-    source = [row.get(c - shift) for c in grid]
+    source = [row.get(c - shift, -1) for c in grid]  # -1: no such diagonal in P
     pieces, start = [], 0
     while start < len(source):
         stop = start + 1
-        if source[start] is None:
-            while stop < len(source) and source[stop] is None:
+        if source[start] < 0:
+            while stop < len(source) and source[stop] < 0:
                 stop += 1
             pieces.append(jnp.zeros((stop - start, P.shape[1]), P.dtype))
         else:
@@ -185,8 +187,8 @@ def power_norms(A: DiaParts, count: int = _P_MAX + 1) -> Array:
     grid = grids[-1]
     formed = len(grids)  # A^1 .. A^formed are formed exactly
     rows = {c: i for i, c in enumerate(grid)}
-    first = jnp.zeros((len(grid), n), data.dtype).at[np.array([rows[c] for c in A.offsets])].set(
-        data
+    first = (
+        jnp.zeros((len(grid), n), data.dtype).at[np.array([rows[c] for c in A.offsets])].set(data)
     )
 
     def column_norm(P):
@@ -215,30 +217,34 @@ def power_norms(A: DiaParts, count: int = _P_MAX + 1) -> Array:
     for p in range(formed + 1, count + 1):
         norms[p] = jnp.min(jnp.stack([norms[a] * norms[p - a] for a in range(1, p)]))
     scaled = jnp.stack([norms[p] for p in range(1, count + 1)])
-    return norm * scaled.astype(norm.dtype) ** (1.0 / np.arange(1, count + 1))
+    roots = (1.0 / np.arange(1, count + 1)).astype(norm.dtype)
+    return norm * scaled.astype(norm.dtype) ** roots
 
 
 def parameters(norms: Array, scale: Array, columns: int) -> tuple[Array, Array]:
     """``(m, s)`` of code fragment 3.1 for ``scale * A``, as SciPy's ``_fragment_3_1``.
 
-    ``norms[p - 1] = ||A^p||_1^(1/p)`` (:func:`power_norms`); ``columns`` is the number of columns of ``B`` (SciPy's
-    ``n0``). A zero or non-finite norm gives ``(0, 1)``, SciPy's choice for ``t A == 0``
-    (the caller turns the result into NaN when the norm is not finite).
+    ``norms[p - 1] = ||A^p||_1^(1/p)`` (:func:`power_norms`); ``columns`` is the number
+    of columns of ``B`` (SciPy's ``n0``). A zero or non-finite norm gives ``(0, 1)``,
+    SciPy's choice for ``t A == 0`` (the caller turns the result into NaN when the norm
+    is not finite).
     """
+    real = norms.dtype  # the tables below enter with it (NumPy float64 would promote)
     norm = scale * norms[0]
     d = scale * norms[1:]  # d_p for p = 2, 3, ...
     # Condition (3.13): the plain 1-norm suffices.
-    s_norm = jnp.ceil(norm / _THETAS)
-    best_norm = jnp.argmin(_DEGREES * s_norm)
+    degrees = jnp.asarray(_DEGREES)
+    s_norm = jnp.ceil(norm / jnp.asarray(_THETAS, real))
+    best_norm = jnp.argmin(degrees.astype(real) * s_norm)
     # Equation (3.11): alpha_p = max(d_p, d_(p+1)) for the candidates (p, m).
     p_of = np.array([p for p, _ in _CANDIDATES])
-    m_of = np.array([m for _, m in _CANDIDATES], np.int32)
+    m_of = jnp.asarray([m for _, m in _CANDIDATES], np.int32)
     alpha = jnp.maximum(d[p_of - 2], d[p_of - 1])
-    s_alpha = jnp.ceil(alpha / np.array([THETA[m] for m in m_of]))
-    best_alpha = jnp.argmin(m_of * s_alpha)
+    s_alpha = jnp.ceil(alpha / jnp.asarray([THETA[m] for _, m in _CANDIDATES], real))
+    best_alpha = jnp.argmin(m_of.astype(real) * s_alpha)
     bound = 2 * _ELL * _P_MAX * (_P_MAX + 3) * THETA[_M_MAX] / (columns * _M_MAX)
     small = norm <= bound
-    m = jnp.where(small, jnp.asarray(_DEGREES)[best_norm], jnp.asarray(m_of)[best_alpha])
+    m = jnp.where(small, degrees[best_norm], m_of[best_alpha])
     s = jnp.where(small, s_norm[best_norm], jnp.maximum(s_alpha[best_alpha], 1))
     trivial = (norm == 0) | ~jnp.isfinite(norm) | ~jnp.isfinite(s)
     m = jnp.where(trivial, 0, m).astype(np.int32)
@@ -363,8 +369,13 @@ def _matvecs(A: DiaParts):
     """
 
     def product(x, transpose):
-        y = spmm(A.data, x[:, None] if x.ndim == 1 else x, offsets=A.offsets, shape=A.shape,
-                 transpose=transpose)  # fmt: skip
+        y = spmm(
+            A.data,
+            x[:, None] if x.ndim == 1 else x,
+            offsets=A.offsets,
+            shape=A.shape,
+            transpose=transpose,
+        )
         return y[:, 0] if x.ndim == 1 else y
 
     return partial(product, transpose=False), partial(product, transpose=True)
@@ -498,8 +509,9 @@ def _step_cotangent(config: Config, shifted_A: DiaParts, mu, norm, tau, x, ybar)
             u, v_nodes, u_nodes = _panel(
                 matvec, matvec_t, starts[count - 1 - l], u, delta, nodes, weights, tol
             )
-            term = sddmm(_columns(u_nodes), _columns(v_nodes), offsets=config.offsets,
-                         shape=config.shape)
+            term = sddmm(
+                _columns(u_nodes), _columns(v_nodes), offsets=config.offsets, shape=config.shape
+            )
             return u, cotangent + term
 
         u, cotangent = lax.fori_loop(0, count, panel_back, (u, cotangent))
@@ -608,9 +620,7 @@ def expm_multiply(
             )
         num = 50 if num is None else static_int(num, "expm_multiply: num")
         if num < 2:
-            raise ValueError(
-                f"expm_multiply: at least two time points are required, got num={num}"
-            )
+            raise ValueError(f"expm_multiply: at least two time points are required, got num={num}")
         if endpoint is None:
             endpoint = True
         if isinstance(endpoint, jax.core.Tracer) or not isinstance(endpoint, (bool, np.bool_)):
@@ -626,7 +636,9 @@ def expm_multiply(
     if given:
         traceA = as_array(traceA, "expm_multiply: traceA", expected="a scalar")
         try:
-            broadcast_batch("expm_multiply: traceA", np.shape(traceA), batch)
+            if np.ndim(traceA) > len(batch):
+                raise ValueError
+            np.broadcast_to(np.empty(np.shape(traceA)), batch)
         except ValueError:
             raise ValueError(
                 f"expm_multiply: traceA must be a scalar (or broadcast to the batch shape "
@@ -639,9 +651,16 @@ def expm_multiply(
         dtype = jnp.result_type(float)
     config = Config(A.offsets, n, grid, num, divisions)
     return _run(
-        A.data, B, traceA, start, stop, config=config, batch=batch, dtype=np.dtype(dtype),
+        A.data,
+        B,
+        traceA,
+        start,
+        stop,
+        config=config,
+        batch=batch,
+        dtype=np.dtype(dtype),
         trace_given=given,
-    )  # fmt: skip
+    )
 
 
 @partial(jax.jit, static_argnames=("config", "batch", "dtype", "trace_given"))
@@ -674,7 +693,7 @@ def _run(data, B, trace, start, stop, *, config: Config, batch, dtype, trace_giv
     elif batch:
         X = jax.vmap(lambda d, b, tr: _evolve(config, d, b, tr, start, stop))(data, B, trace)
     else:
-        X = _evolve(config, data[0], B[0], trace[0], start, stop)[None]
+        X = jnp.asarray(_evolve(config, data[0], B[0], trace[0], start, stop))[None]
     if one_column:
         X = X[..., None]
     X = X.reshape(*batch, *X.shape[1:]).astype(dtype)

@@ -38,7 +38,7 @@ import numpy as np
 import scipy.sparse as sp
 from jax import Array, lax
 
-from ._checks import as_array, is_int, static_int
+from ._checks import as_array, static_int
 from ._convert import dia_to_dense
 from ._geometry import in_bounds
 from ._ops import select
@@ -297,8 +297,9 @@ def _solve_jvp(config, primals, tangents):
     # d lambda_i = Re(v_i^H dA v_i) over the stored slots: sddmm(conj(v_i), v_i) is the
     # slot-wise product conj(v_i[row]) v_i[column].
     weights = jax.vmap(
-        lambda v: sddmm(jnp.conj(v)[:, None], v[:, None], offsets=config.offsets,
-                        shape=(config.n, config.n)),  # fmt: skip
+        lambda v: sddmm(
+            jnp.conj(v)[:, None], v[:, None], offsets=config.offsets, shape=(config.n, config.n)
+        ),
         in_axes=1,
     )(V)
     dlam = jnp.real(jnp.einsum("idj,dj->i", weights, ddata)).astype(lam.dtype)
@@ -308,7 +309,7 @@ def _solve_jvp(config, primals, tangents):
     return (lam, V, info), (dlam, dV, dinfo)
 
 
-def _zero_tangent(x: Array) -> Array:
+def _zero_tangent(x: Array) -> Any:
     if jnp.issubdtype(x.dtype, jnp.inexact):
         return jnp.zeros_like(x)
     return np.zeros(x.shape, jax.dtypes.float0)
@@ -373,8 +374,9 @@ def eigsh(
     else:
         ncv = static_int(ncv, "eigsh: ncv")
         if not k < ncv <= n:
-            raise ValueError(f"eigsh: ncv must satisfy k < ncv <= n ({k} < ncv <= {n}), "
-                             f"got ncv = {ncv}")  # fmt: skip
+            raise ValueError(
+                f"eigsh: ncv must satisfy k < ncv <= n ({k} < ncv <= {n}), got ncv = {ncv}"
+            )
     maxiter = n * 10 if maxiter is None else _positive_int(maxiter, "maxiter")
     tol = as_array(tol, "eigsh: tol", expected="a non-negative real number")
     if np.ndim(tol) != 0 or np.dtype(tol.dtype).kind == "c":
@@ -401,8 +403,9 @@ def eigsh(
     else:
         v0 = as_array(v0, "eigsh: v0")
         if v0.shape[-1:] != (n,):
-            raise ValueError(f"eigsh: v0 must have shape ({n},) (or a batch of them), got "
-                             f"shape {v0.shape}")  # fmt: skip
+            raise ValueError(
+                f"eigsh: v0 must have shape ({n},) (or a batch of them), got shape {v0.shape}"
+            )
         if np.dtype(v0.dtype).kind == "c" and work.kind != "c":
             raise TypeError(
                 f"eigsh: v0 is complex ({v0.dtype}) but A is real ({dtype}); pass a real v0"
@@ -410,8 +413,10 @@ def eigsh(
         try:
             np.broadcast_shapes(v0.shape[:-1], batch)
         except ValueError:
-            raise ValueError(f"eigsh: v0's batch shape {v0.shape[:-1]} does not broadcast "
-                             f"with A's batch shape {batch}") from None  # fmt: skip
+            raise ValueError(
+                f"eigsh: v0's batch shape {v0.shape[:-1]} does not broadcast "
+                f"with A's batch shape {batch}"
+            ) from None
     if not isinstance(A.data, jax.core.Tracer):
         check_hermitian(A)
     dense = n <= DENSE_UP_TO or 2 * ncv > n

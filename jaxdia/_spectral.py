@@ -13,7 +13,6 @@ import numpy as np
 from jax import Array
 
 from . import _expm, _lanczos
-from ._lanczos import EigshInfo
 from ._linalg import square
 from ._matrix import DiaMatrix
 
@@ -63,9 +62,12 @@ def eigsh(
     densely with ``jnp.linalg.eigh``. Any ``1 <= k < n`` works.
 
     Convergence is not an exception (none can be raised under ``jit``): pass
-    ``return_info=True`` to get an :class:`EigshInfo` (``converged``, ``nconv``,
-    ``iterations``, ``matvecs``, true ``residuals``). Without it, an unconverged eager
-    call warns. SciPy raises ``ArpackNoConvergence``.
+    ``return_info=True`` for a last value ``info``, a named tuple (a pytree, batched like
+    ``w``) of ``converged`` (all ``k`` pairs passed the test; always true on the dense
+    path), ``nconv`` (how many did), ``iterations`` (restarts), ``matvecs``
+    (applications of ``A`` or ``(A - sigma I)^{-1}``) and ``residuals``
+    (``||A v_i - lambda_i v_i||``, in the order of ``w``). Without it, an unconverged
+    eager call warns. SciPy raises ``ArpackNoConvergence``.
 
     ``A`` must be Hermitian (real symmetric, or complex Hermitian); with concrete data
     this is checked (to 1000 rounding errors of ``A``'s largest entry). Under ``jit``
@@ -96,7 +98,7 @@ def eigsh(
       OPinv: must be None.
       mode: must be ``"normal"`` (SciPy's ``"buckling"`` and ``"cayley"`` are not
         supported).
-      return_info: also return an :class:`EigshInfo` as the last value.
+      return_info: also return ``info`` (above) as the last value.
 
     Returns:
       ``w`` of shape ``(..., k)`` (real, ascending), then ``v`` of shape ``(..., n, k)``
@@ -241,4 +243,4 @@ def expm_multiply(
     )
 
 
-__all__ = ["EigshInfo", "eigsh", "expm_multiply"]
+__all__ = ["eigsh", "expm_multiply"]
