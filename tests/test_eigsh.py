@@ -123,8 +123,9 @@ def test_complex_hermitian_matches_scipy(sigma):
     check_pairs(nan_padded(S), w, v, expected)
 
 
-@pytest.mark.parametrize("which", ["LM", "SM", "LA", "SA", "BE"])
-@pytest.mark.parametrize("sigma", [None, 0.5])
+@pytest.mark.parametrize(
+    "which, sigma", [("LM", None), ("SM", 0.5), ("LA", None), ("SA", 0.5), ("BE", None)]
+)
 def test_dense_path_matches_scipy(which, sigma):
     """Small matrices (n <= 128) and k close to n go through jnp.linalg.eigh."""
     n, k = 40, 25
