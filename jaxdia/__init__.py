@@ -9,6 +9,7 @@ from ._io import load_npz as load_npz, save_npz as save_npz
 from ._linalg import jacobi as jacobi, solve_banded as solve_banded
 from ._matrix import DiaMatrix as DiaMatrix
 from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard
+from ._spectral import eigsh as eigsh, expm_multiply as expm_multiply
 
 try:
     __version__ = version("jaxdia")
@@ -29,6 +30,8 @@ __all__ = [
     "align",
     "diags",
     "DiaMatrix",
+    "eigsh",
+    "expm_multiply",
     "eye",
     "jacobi",
     "kron",

@@ -18,6 +18,7 @@ HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
         ("heat_equation.py", None),
         ("inverse_diffusion.py", "inverse_diffusion.png"),
         ("demo.py", "demo.png"),
+        ("quantum_oscillator.py", "quantum_oscillator.png"),
     ],
 )
 def test_example_runs_and_checks_pass(tmp_path, name, plot):
@@ -35,13 +36,14 @@ def test_example_runs_and_checks_pass(tmp_path, name, plot):
         assert (tmp_path / plot).exists() == HAS_MATPLOTLIB, output
 
 
-def test_demo_runs_without_matplotlib(tmp_path):
-    """matplotlib is an optional extra: without it the demo still runs and says so."""
+@pytest.mark.parametrize("name", ["demo", "quantum_oscillator"])
+def test_runs_without_matplotlib(tmp_path, name):
+    """matplotlib is an optional extra: without it the examples still run and say so."""
     code = (
         "import runpy, sys\n"
         "sys.modules['matplotlib'] = None\n"
-        f"sys.argv = ['demo.py', '--small', '--out', {str(tmp_path / 'demo.png')!r}]\n"
-        f"runpy.run_path({str(EXAMPLES / 'demo.py')!r}, run_name='__main__')\n"
+        f"sys.argv = ['{name}.py', '--small', '--out', {str(tmp_path / (name + '.png'))!r}]\n"
+        f"runpy.run_path({str(EXAMPLES / (name + '.py'))!r}, run_name='__main__')\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
@@ -53,4 +55,4 @@ def test_demo_runs_without_matplotlib(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "matplotlib is not installed" in result.stdout
-    assert not (tmp_path / "demo.png").exists()
+    assert not (tmp_path / f"{name}.png").exists()

@@ -1,0 +1,451 @@
+"""A few eigenpairs of a Hermitian DIA matrix, at the array level: thick-restart Lanczos.
+
+The method is thick-restart Lanczos (Wu & Simon 2000; for a Hermitian operator it is
+Stewart's Krylov-Schur) with full reorthogonalization, in fixed-size buffers:
+
+* a basis ``V`` of ``ncv + 1`` vectors and the projected matrix ``T = V^H op V``
+  (``ncv x ncv``), filled one column per step by classical Gram-Schmidt applied twice
+  against every basis vector (unused rows of ``V`` are zero, so masks are not needed);
+* after ``ncv`` steps the Ritz pairs of ``T`` are ranked by ``which``; the ``k`` wanted
+  ones are converged when ARPACK's test holds, ``|beta s_i| <= tol max(eps^(2/3),
+  |theta_i|)``; otherwise the best ``k + min(nconv, (ncv - k) // 2)`` Ritz vectors are
+  kept (ARPACK's count, ``nconv`` the converged wanted ones; ``k + (ncv - k) // 2`` for
+  ``SM``) with the residual vector,
+  ``T`` becomes their Ritz values with the exact arrow ``beta s_last``, and the Lanczos
+  steps continue from there;
+* an invariant subspace (``beta ~ 0``) is left by a random vector orthogonal to ``V``.
+
+Everything is a ``lax.while_loop`` over restarts around a ``lax.fori_loop`` over steps,
+so a solve runs under ``jit`` and ``vmap`` (a batch runs until its slowest member has
+converged). Shift-invert applies ``(A - sigma I)^{-1}`` through a banded solve; small
+problems (``n <= DENSE_UP_TO``, or ``ncv > n / 2``) take ``jnp.linalg.eigh`` of the dense
+matrix.
+
+Differentiation: the eigenvalues are a ``jax.custom_jvp``, ``d lambda = Re(v^H dA v)``
+restricted to the stored diagonals (the derivative of a simple eigenvalue of the
+Hermitian part of ``A``); the eigenvectors' tangent is NaN (not computed), and the
+convergence report has zero tangents.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.core
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+from jax import Array, lax
+
+from ._checks import as_array, static_int
+from ._convert import dia_to_dense
+from ._geometry import in_bounds
+from ._ops import select
+from ._parts import DiaParts
+from ._primitives import sddmm, spmm
+from ._solve import solve_banded
+
+#: ``which`` values: largest/smallest magnitude, largest/smallest algebraic, both ends.
+WHICH = ("LM", "SM", "LA", "SA", "BE")
+
+#: Matrices up to this size are solved densely (``jnp.linalg.eigh``): exact, and faster
+#: than the Krylov loop's per-step cost at this size.
+DENSE_UP_TO = 128
+
+
+class EigshInfo(NamedTuple):
+    """How :func:`jaxdia.eigsh` ended (a pytree; batched like the eigenvalues).
+
+    Attributes:
+      converged: whether all ``k`` wanted eigenpairs passed the convergence test
+        (always true for the dense path).
+      nconv: how many of them passed it.
+      iterations: restarts of the Lanczos loop (0 for the dense path).
+      matvecs: applications of the operator (``A`` or ``(A - sigma I)^{-1}``).
+      residuals: ``||A v_i - lambda_i v_i||`` of each returned pair, in the order of
+        the eigenvalues.
+    """
+
+    converged: Any
+    nconv: Any
+    iterations: Any
+    matvecs: Any
+    residuals: Any
+
+
+class Config(NamedTuple):
+    """The static part of a solve."""
+
+    offsets: tuple[int, ...]
+    n: int
+    k: int
+    ncv: int
+    which: str
+    shift_invert: bool
+    dense: bool
+    maxiter: int
+
+
+# -- ranking ---------------------------------------------------------------------------------
+
+
+def _rank(theta: Array, which: str) -> Array:
+    """Indices of ``theta`` from the most wanted to the least (``BE`` alternates between
+    the largest and the smallest, starting with the largest, as ARPACK's ``BE``)."""
+    if which == "LA":
+        return jnp.argsort(-theta, stable=True)
+    if which == "SA":
+        return jnp.argsort(theta, stable=True)
+    if which == "LM":
+        return jnp.argsort(-jnp.abs(theta), stable=True)
+    if which == "SM":
+        return jnp.argsort(jnp.abs(theta), stable=True)
+    ascending = jnp.argsort(theta, stable=True)
+    m = theta.shape[0]
+    positions = np.empty(m, np.int32)
+    positions[0::2] = np.arange(m - 1, m - 1 - len(positions[0::2]), -1)
+    positions[1::2] = np.arange(len(positions[1::2]))
+    return ascending[positions]
+
+
+# -- the Lanczos loop --------------------------------------------------------------------------
+
+
+def _orthogonalize(V: Array, w: Array) -> tuple[Array, Array, Array]:
+    """``(w', h, ||w'||)``: ``w`` minus its projection on the rows of ``V`` (orthonormal,
+    or zero), and the coefficients ``h = V^* w``. Classical Gram-Schmidt, repeated when it
+    cancelled most of ``w`` (ARPACK's DGKS test ``||w'|| < ||w|| / sqrt(2)``, which for an
+    orthonormal ``V`` is ``||w'|| < ||h||``): the basis stays orthogonal to rounding with
+    two passes at most."""
+    h = jnp.conj(V) @ w
+    projected = w - h @ V
+    norm = jnp.linalg.norm(projected)
+
+    def again(state):
+        projected, h, _ = state
+        correction = jnp.conj(V) @ projected
+        projected = projected - correction @ V
+        return projected, h + correction, jnp.linalg.norm(projected)
+
+    return lax.cond(norm < jnp.linalg.norm(h), again, lambda state: state, (projected, h, norm))
+
+
+def _projected(H: Array) -> Array:
+    """The Hermitian ``T`` whose upper triangle the Gram-Schmidt coefficients filled."""
+    upper = jnp.triu(H, 1)
+    return upper + jnp.conj(upper.T) + jnp.diag(jnp.real(jnp.diagonal(H)).astype(H.dtype))
+
+
+def _pseudo_random(n: int, seed: Array, dtype: Any) -> Array:
+    """A deterministic vector with entries spread over ``[-1, 1)`` (an integer hash of the
+    index and ``seed``): a starting vector, or a new direction out of an invariant
+    subspace. Cheaper to compile than ``jax.random``'s Threefry, and reproducible."""
+    index = lax.iota(np.uint32, 2 * n) + seed.astype(np.uint32) * np.uint32(0x9E3779B9)
+    h = index * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = h * np.uint32(0xC2B2AE35)
+    h = h ^ (h >> 16)
+    real = jnp.finfo(dtype).dtype
+    values = (h >> 8).astype(real) / real.type(2**23) - 1
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return (values[:n] + 1j * values[n:]).astype(dtype)
+    return values[:n].astype(dtype)
+
+
+def _lanczos(op, v0: Array, config: Config, tol: Array):
+    """``(theta, Y, converged, nconv, iterations, matvecs)``: the ``k`` wanted Ritz values
+    of ``op`` (most wanted first) and their Ritz vectors as rows of ``Y``.
+
+    ``T`` holds what the Lanczos relation ``op V = V T + beta v e^T`` says, not the
+    Gram-Schmidt coefficients: ``alpha_j = Re(v_j^H op v_j)`` on the diagonal,
+    ``beta_j = ||w_j||`` beside it, and after a restart the kept Ritz values with the
+    exact arrow ``beta s_last`` (recomputed coefficients would carry ``eps ||op||`` of
+    rounding, and the residual estimates could then never pass the test). The other
+    coefficients only orthogonalize.
+    """
+    n, k, ncv = config.n, config.k, config.ncv
+    dtype = v0.dtype
+    real = jnp.finfo(dtype).dtype
+    eps = float(jnp.finfo(dtype).eps)
+    tol = jnp.where(tol > 0, tol, eps).astype(real)
+
+    norm0 = jnp.linalg.norm(v0)
+    start = jnp.where(norm0 > 0, v0, _pseudo_random(n, jnp.int32(0), dtype))
+    start = start / jnp.linalg.norm(start)
+
+    def step(j, state):
+        V, H, beta, first, iteration = state
+        w, h, norm = _orthogonalize(V, op(V[j]))
+        H = H.at[j, j].set(jnp.real(h[j]).astype(dtype))
+        # Beside the diagonal, the previous step's beta (after a restart, the arrow).
+        H = H.at[j - 1, j].set(jnp.where(j > first, beta.astype(dtype), H[j - 1, j]))
+
+        def leave(_):  # an invariant subspace: go on in a new direction orthogonal to V
+            seed = 1 + iteration * (ncv + 1) + j
+            fresh, _, size = _orthogonalize(V, _pseudo_random(n, seed, dtype))
+            return fresh, size
+
+        lost = norm <= 10 * eps * jnp.linalg.norm(h)
+        w, size = lax.cond(lost, leave, lambda w: (w, norm), w)
+        beta = jnp.where(lost, 0, norm)
+        V = V.at[j + 1].set(w / size)
+        return V, H, beta, first, iteration
+
+    def ritz(H, beta):
+        theta, S = jnp.linalg.eigh(_projected(H))
+        order = _rank(theta, config.which)
+        residual = jnp.abs(beta) * jnp.abs(S[ncv - 1])
+        bound = tol * jnp.maximum(eps ** (2 / 3), jnp.abs(theta))
+        wanted = order[:k]
+        nconv = jnp.sum(residual[wanted] <= bound[wanted], dtype=np.int32)
+        return theta, S, order, nconv
+
+    def more(state):
+        *_, done = state
+        return ~done
+
+    def restart(state):
+        V, H, beta, first, iteration, matvecs, nconv, _ = state
+        V, H, beta, _, _ = lax.fori_loop(first, ncv, step, (V, H, beta, first, iteration))
+        matvecs = matvecs + ncv - first
+        theta, S, order, nconv = ritz(H, beta)
+        done = (nconv >= k) | (iteration + 1 >= config.maxiter)
+
+        # ARPACK's choice: the wanted vectors, plus one more per converged one (at most
+        # half of the rest), which keeps converged directions from stalling the others.
+        # Interior eigenvalues (SM without a shift) converge slowly unless half of the
+        # rest is kept from the start (5-10x fewer products in the tests' problems).
+        extra = (ncv - k) // 2 if config.which == "SM" else jnp.minimum(nconv, (ncv - k) // 2)
+        kept_count = jnp.minimum(k + extra, ncv - 1)
+
+        def thick_restart(V):
+            index = np.arange(ncv)
+            kept = index < kept_count
+            Y = jnp.where(kept[:, None], S[:, order].T @ V[:ncv], 0)
+            fresh = jnp.zeros_like(V).at[:ncv].set(Y).at[kept_count].set(V[ncv])
+            arrow = jnp.where(kept, beta * jnp.conj(S[ncv - 1, order]), 0).astype(dtype)
+            H = jnp.diag(jnp.where(kept, theta[order], 0).astype(dtype))
+            return fresh, H.at[:, kept_count].add(arrow)
+
+        V, H = lax.cond(done, lambda V: (V, H), thick_restart, V)
+        first = jnp.where(done, first, kept_count)
+        return V, H, beta, first, iteration + 1, matvecs, nconv, done
+
+    V = jnp.zeros((ncv + 1, n), dtype).at[0].set(start)
+    H = jnp.zeros((ncv, ncv), dtype)
+    zero = jnp.int32(0)
+    state = (V, H, jnp.zeros((), real), zero, zero, zero, zero, jnp.bool_(False))
+    V, H, beta, _, iterations, matvecs, nconv, _ = lax.while_loop(more, restart, state)
+    theta, S, order, nconv = ritz(H, beta)
+    wanted = order[:k]
+    Y = S[:, wanted].T @ V[:ncv]
+    return theta[wanted], Y, nconv >= k, nconv, iterations, matvecs
+
+
+# -- one matrix ------------------------------------------------------------------------------
+
+
+def _shift_invert(A: DiaParts, sigma: Array):
+    """``x -> (A - sigma I)^{-1} x``.
+
+    The one place that builds the shift-invert operator: today a banded solve that
+    factors ``A - sigma I`` on every call; a factor-once ``jaxdia.lu_factor`` replaces it
+    here (factor outside the loop, ``.solve`` inside).
+    """
+    offsets = tuple(sorted(set(A.offsets) | {0}))
+    shifted = select(A, offsets)
+    shifted = shifted.with_data(shifted.data.at[offsets.index(0)].add(-sigma))
+    return lambda x: solve_banded(shifted, x)
+
+
+def _matvec(A: DiaParts):
+    def apply(x):
+        return spmm(A.data, x[:, None], offsets=A.offsets, shape=A.shape)[:, 0]
+
+    return apply
+
+
+def _one(config: Config, data: Array, v0: Array, sigma: Array, tol: Array):
+    """``(w ascending, V as columns, EigshInfo)`` of one matrix."""
+    A = DiaParts(data, config.offsets, (config.n, config.n))
+    k = config.k
+    if config.dense:
+        evals, evecs = jnp.linalg.eigh(dia_to_dense(data, config.offsets, A.shape))
+        keys = 1 / (evals - sigma) if config.shift_invert else evals
+        wanted = _rank(keys, config.which)[:k]
+        lam, Y = evals[wanted], evecs[:, wanted].T
+        converged, nconv = jnp.bool_(True), jnp.int32(k)
+        iterations = matvecs = jnp.int32(0)
+    else:
+        op = _shift_invert(A, sigma) if config.shift_invert else _matvec(A)
+        theta, Y, converged, nconv, iterations, matvecs = _lanczos(op, v0, config, tol)
+        lam = sigma + 1 / theta if config.shift_invert else theta
+        lam = jnp.real(lam)
+    order = jnp.argsort(lam)
+    lam, Y = lam[order], Y[order]
+    V = Y.T  # eigenvectors as columns, as SciPy returns them
+    residual = spmm(data, V, offsets=config.offsets, shape=A.shape) - V * lam.astype(V.dtype)
+    info = EigshInfo(converged, nconv, iterations, matvecs, jnp.linalg.norm(residual, axis=0))
+    return lam.astype(jnp.finfo(data.dtype).dtype), V, info
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _solve(config: Config, data, v0, sigma, tol):
+    return _one(config, data, v0, sigma, tol)
+
+
+@_solve.defjvp
+def _solve_jvp(config, primals, tangents):
+    data, v0, sigma, tol = primals
+    ddata = tangents[0]
+    lam, V, info = _solve(config, data, v0, sigma, tol)
+    # d lambda_i = Re(v_i^H dA v_i) over the stored slots: sddmm(conj(v_i), v_i) is the
+    # slot-wise product conj(v_i[row]) v_i[column].
+    weights = jax.vmap(
+        lambda v: sddmm(
+            jnp.conj(v)[:, None], v[:, None], offsets=config.offsets, shape=(config.n, config.n)
+        ),
+        in_axes=1,
+    )(V)
+    dlam = jnp.real(jnp.einsum("idj,dj->i", weights, ddata)).astype(lam.dtype)
+    # Eigenvector derivatives are not computed: NaN, so that a loss reading them says so.
+    dV = jnp.full(V.shape, jnp.nan, V.dtype) * jnp.sum(ddata).astype(V.dtype)
+    dinfo = jax.tree.map(_zero_tangent, info)
+    return (lam, V, info), (dlam, dV, dinfo)
+
+
+def _zero_tangent(x: Array) -> Any:
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.zeros_like(x)
+    return np.zeros(x.shape, jax.dtypes.float0)
+
+
+# -- the entry point ---------------------------------------------------------------------------
+
+
+def check_hermitian(A: DiaParts) -> None:
+    """A ValueError unless ``A`` (concrete data) is Hermitian to 1000 rounding errors of its
+    largest entry. On the host, with SciPy: it also runs inside a trace that closes over
+    a concrete matrix."""
+    host = np.asarray(A.data)
+    host = np.where(in_bounds(A.offsets, A.shape, host=True), host, 0)
+    work = np.float32 if host.dtype.itemsize == 2 else host.dtype
+    defect = scale = 0.0
+    for index in np.ndindex(*host.shape[:-2]):
+        S = sp.dia_array((host[index].astype(work), np.array(A.offsets)), shape=A.shape).tocsr()
+        difference = abs(S - S.conj().T)
+        defect = max(defect, float(difference.max()) if difference.nnz else 0.0)
+        scale = max(scale, float(abs(S).max()) if S.nnz else 0.0)
+    if not defect <= 1000 * float(np.finfo(work).eps) * scale:
+        kind = "Hermitian" if host.dtype.kind == "c" else "symmetric"
+        raise ValueError(
+            f"eigsh: A must be {kind} (eigsh solves Hermitian problems), but max|A - A^H| = "
+            f"{defect:.3g} against max|A| = {scale:.3g}; use A + A.H (or (A + A.H) / 2) if "
+            "the asymmetry is rounding"
+        )
+
+
+def _positive_int(value: Any, name: str) -> int:
+    value = static_int(value, f"eigsh: {name}")
+    if value <= 0:
+        raise ValueError(f"eigsh: {name} must be a positive int, got {value}")
+    return value
+
+
+def eigsh(
+    A: DiaParts,
+    k: Any = 6,
+    *,
+    sigma: Any = None,
+    which: Any = "LM",
+    v0: Any = None,
+    ncv: Any = None,
+    maxiter: Any = None,
+    tol: Any = 0.0,
+) -> tuple[Array, Array, EigshInfo]:
+    """``(w, V, info)`` for a square ``A`` (see :func:`jaxdia.eigsh`)."""
+    n = A.shape[0]
+    k = _positive_int(k, "k")
+    if k >= n:
+        raise ValueError(
+            f"eigsh: k must be smaller than n = {n} (SciPy's rule), got k = {k}; for all "
+            "eigenvalues use jnp.linalg.eigh(A.todense())"
+        )
+    if not isinstance(which, str) or which.upper() not in WHICH:
+        raise ValueError(f"eigsh: which must be one of {', '.join(WHICH)}, got {which!r}")
+    which = which.upper()
+    if ncv is None:
+        ncv = min(n, max(2 * k + 1, 20))
+    else:
+        ncv = static_int(ncv, "eigsh: ncv")
+        if not k < ncv <= n:
+            raise ValueError(
+                f"eigsh: ncv must satisfy k < ncv <= n ({k} < ncv <= {n}), got ncv = {ncv}"
+            )
+    maxiter = n * 10 if maxiter is None else _positive_int(maxiter, "maxiter")
+    tol = as_array(tol, "eigsh: tol", expected="a non-negative real number")
+    if np.ndim(tol) != 0 or np.dtype(tol.dtype).kind == "c":
+        raise TypeError(f"eigsh: tol must be a real scalar, got {tol!r}")
+    if not isinstance(tol, jax.core.Tracer) and float(tol) < 0:
+        raise ValueError(f"eigsh: tol must be non-negative, got {float(tol)}")
+    dtype = A.dtype
+    work = np.dtype(np.float32) if dtype.itemsize == 2 else dtype
+    shift_invert = sigma is not None
+    if shift_invert:
+        sigma = as_array(sigma, "eigsh: sigma", expected="a real scalar")
+        if np.ndim(sigma) != 0:
+            raise ValueError(f"eigsh: sigma must be a scalar, got shape {np.shape(sigma)}")
+        if np.dtype(sigma.dtype).kind == "c":
+            raise TypeError(
+                f"eigsh: sigma must be real for a Hermitian A (its eigenvalues are real), got "
+                f"dtype {sigma.dtype}"
+            )
+    else:
+        sigma = np.zeros((), np.float32)
+    batch = A.batch_shape
+    if v0 is None:
+        v0 = np.zeros(n, work)
+    else:
+        v0 = as_array(v0, "eigsh: v0")
+        if v0.shape[-1:] != (n,):
+            raise ValueError(
+                f"eigsh: v0 must have shape ({n},) (or a batch of them), got shape {v0.shape}"
+            )
+        if np.dtype(v0.dtype).kind == "c" and work.kind != "c":
+            raise TypeError(
+                f"eigsh: v0 is complex ({v0.dtype}) but A is real ({dtype}); pass a real v0"
+            )
+        try:
+            np.broadcast_shapes(v0.shape[:-1], batch)
+        except ValueError:
+            raise ValueError(
+                f"eigsh: v0's batch shape {v0.shape[:-1]} does not broadcast "
+                f"with A's batch shape {batch}"
+            ) from None
+    if not isinstance(A.data, jax.core.Tracer):
+        check_hermitian(A)
+    dense = n <= DENSE_UP_TO or 2 * ncv > n
+    config = Config(A.offsets, n, k, ncv, which, shift_invert, dense, maxiter)
+    return _run(A.data, v0, sigma, tol, config=config, dtype=work)
+
+
+@partial(jax.jit, static_argnames=("config", "dtype"))
+def _run(data, v0, sigma, tol, *, config: Config, dtype):
+    """:func:`eigsh` for checked arguments, as one compiled call; a batch is flattened
+    and mapped with ``vmap``."""
+    batch = data.shape[:-2]
+    real = jnp.finfo(dtype).dtype
+    data = data.astype(dtype)
+    v0 = jnp.broadcast_to(v0.astype(dtype), (*batch, config.n))
+    sigma = jnp.asarray(sigma).astype(real)
+    tol = jnp.asarray(tol).astype(real)
+    if not batch:
+        return _solve(config, data, v0, sigma, tol)
+    size = math.prod(batch)
+    flat = jax.vmap(lambda d, v: _solve(config, d, v, sigma, tol))(
+        data.reshape(size, *data.shape[-2:]), v0.reshape(size, config.n)
+    )
+    return jax.tree.map(lambda x: x.reshape(*batch, *x.shape[1:]), flat)

@@ -1,0 +1,358 @@
+"""jaxdia.eigsh against scipy.sparse.linalg.eigsh (and dense eigh), under jit, vmap, grad."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+from hypothesis import given, settings, strategies as st
+from jax.test_util import check_grads
+
+import jaxdia
+from jaxdia import _lanczos
+from jaxdia._geometry import in_bounds
+
+from .helpers import dense_f64
+
+# -- problems --------------------------------------------------------------------------------
+
+N = 150  # above _lanczos.DENSE_UP_TO: the Lanczos path
+
+
+def hermitian_band(n, upper=(0, 1, 3), complex_=False, seed=0, scale=1.0):
+    """A random Hermitian band: random diagonals ``upper`` and their conjugate transposes."""
+    rng = np.random.default_rng(seed)
+    S = sp.dia_array((n, n), dtype=np.complex128 if complex_ else np.float64)
+    for k in upper:
+        values = rng.standard_normal(n - k) * scale
+        if complex_ and k:
+            values = values + 1j * rng.standard_normal(n - k) * scale
+        S = S + sp.diags_array(values, offsets=k, shape=(n, n))
+        if k:
+            S = S + sp.diags_array(np.conj(values), offsets=-k, shape=(n, n))
+    return S.todia()
+
+
+def nan_padded(S):
+    """The DiaMatrix of ``S`` with NaN in its padding slots (which must never be read)."""
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    return jaxdia.DiaMatrix(
+        jnp.where(in_bounds(A.offsets, A.shape), A.data, jnp.nan), A.offsets, A.shape
+    )
+
+
+def harmonic_oscillator(n, L=10.0):
+    """Finite differences of ``-1/2 d^2/dx^2 + x^2 / 2`` on ``[-L, L]``."""
+    x = np.linspace(-L, L, n)
+    dx = x[1] - x[0]
+    off = np.full(n - 1, -0.5 / dx**2)
+    return sp.diags_array([off, 1 / dx**2 + x**2 / 2, off], offsets=[-1, 0, 1]).todia()
+
+
+def laplacian_2d(N):
+    T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(N, N))
+    return sp.kronsum(T, T, format="dia")
+
+
+def check_pairs(A, w, v, expected, rtol=1e-10):
+    """Eigenvalues as SciPy's (relative to ||A||), eigenvectors normalized with small
+    residuals."""
+    w, v = np.asarray(w), np.asarray(v)
+    dense = dense_f64(A)
+    scale = np.abs(np.linalg.eigvalsh(dense)).max()
+    np.testing.assert_allclose(w, expected, rtol=0, atol=rtol * scale)
+    assert np.all(np.diff(w) >= 0), "eigenvalues must be ascending"
+    np.testing.assert_allclose(np.linalg.norm(v, axis=0), 1, atol=1e-10)
+    residual = np.linalg.norm(dense @ v - v * w, axis=0)
+    assert residual.max() <= 1e-8 * scale, residual
+
+
+# -- against SciPy ---------------------------------------------------------------------------
+
+
+def selected(S, k, which, sigma=None):
+    """The eigenvalues eigsh should return, from the dense spectrum (ascending)."""
+    evals = np.linalg.eigvalsh(S.toarray())
+    keys = evals if sigma is None else 1 / (evals - sigma)
+    order = {
+        "LM": np.argsort(-np.abs(keys), kind="stable"),
+        "SM": np.argsort(np.abs(keys), kind="stable"),
+        "LA": np.argsort(-keys, kind="stable"),
+        "SA": np.argsort(keys, kind="stable"),
+    }
+    if which == "BE":
+        ascending = np.argsort(keys, kind="stable")
+        wanted = np.concatenate([ascending[len(keys) - (k - k // 2) :], ascending[: k // 2]])
+    else:
+        wanted = order[which][:k]
+    return np.sort(evals[wanted])
+
+
+@pytest.mark.parametrize("which", ["LM", "SM", "LA", "SA", "BE"])
+def test_matches_scipy(which):
+    S = hermitian_band(N)
+    w, v = jaxdia.eigsh(nan_padded(S), k=3, which=which)
+    check_pairs(nan_padded(S), w, v, selected(S, 3, which))
+    if which != "SM":  # SciPy's ARPACK does not converge for SM here (1500 iterations)
+        expected = spla.eigsh(S.tocsr(), k=3, which=which, return_eigenvectors=False)
+        check_pairs(nan_padded(S), w, v, np.sort(expected))
+
+
+@pytest.mark.parametrize("which", ["LM", "SA"])
+def test_shift_invert_matches_scipy(which):
+    S = hermitian_band(N, seed=1)
+    w, v = jaxdia.eigsh(nan_padded(S), k=3, sigma=0.3, which=which)
+    expected = spla.eigsh(S.tocsc(), k=3, sigma=0.3, which=which, return_eigenvectors=False)
+    check_pairs(nan_padded(S), w, v, np.sort(expected))
+
+
+@pytest.mark.parametrize("sigma", [None, -0.2])
+def test_complex_hermitian_matches_scipy(sigma):
+    S = hermitian_band(N, upper=(0, 2), complex_=True, seed=2)
+    which = "SA" if sigma is None else "LM"
+    w, v = jaxdia.eigsh(nan_padded(S), k=3, sigma=sigma, which=which)
+    assert w.dtype == np.float64 and v.dtype == np.complex128
+    expected = np.linalg.eigvalsh(S.toarray())
+    if sigma is None:
+        expected = expected[:3]
+    else:
+        expected = np.sort(expected[np.argsort(np.abs(expected - sigma))[:3]])
+    check_pairs(nan_padded(S), w, v, expected)
+
+
+@pytest.mark.parametrize(
+    "which, sigma", [("LM", None), ("SM", 0.5), ("LA", None), ("SA", 0.5), ("BE", None)]
+)
+def test_dense_path_matches_scipy(which, sigma):
+    """Small matrices (n <= 128) and k close to n go through jnp.linalg.eigh."""
+    n, k = 40, 25
+    S = hermitian_band(n, seed=3)
+    w, v = jaxdia.eigsh(nan_padded(S), k=k, sigma=sigma, which=which)
+    solver_args = {"sigma": sigma, "which": which, "return_eigenvectors": False}
+    expected = spla.eigsh(S.tocsc() if sigma is not None else S.tocsr(), k=k, **solver_args)
+    check_pairs(nan_padded(S), w, v, np.sort(expected))
+
+
+@settings(max_examples=8)
+@given(st.integers(0, 2**31), st.sampled_from([(None, False), (0.1, True)]))
+def test_random_hermitian_bands(seed, case):
+    sigma, complex_ = case
+    S = hermitian_band(N, upper=(0, 2) if complex_ else (0, 1, 3), complex_=complex_, seed=seed)
+    w, v = jaxdia.eigsh(nan_padded(S), k=3, sigma=sigma, which="LM")
+    expected = np.linalg.eigvalsh(S.toarray())
+    key = np.abs(expected) if sigma is None else -np.abs(expected - sigma)
+    check_pairs(nan_padded(S), w, v, np.sort(expected[np.argsort(key)[::-1][:3]]))
+
+
+@pytest.mark.parametrize("mode", [{"which": "SA"}, {"sigma": 0.0}])
+def test_harmonic_oscillator_matches_scipy(mode):
+    """The 20 lowest levels, n = 2048: agreement with SciPy to 1e-10 and with n + 1/2."""
+    S = harmonic_oscillator(2048)
+    w, v = jaxdia.eigsh(jaxdia.DiaMatrix.from_scipy(S), k=20, **mode)
+    expected = np.sort(spla.eigsh(S.tocsc(), k=20, return_eigenvectors=False, **mode))
+    np.testing.assert_allclose(w, expected, rtol=1e-10, atol=0)
+    np.testing.assert_allclose(w, np.arange(20) + 0.5, atol=0.02)  # discretization error
+    residual = np.linalg.norm(S @ np.asarray(v) - np.asarray(v) * np.asarray(w), axis=0)
+    assert residual.max() < 1e-8
+
+
+@pytest.mark.parametrize("mode", [{"which": "SA"}, {"sigma": 0.0}])
+def test_laplacian_2d_matches_scipy(mode):
+    """Its eigenvalues are double: a single-vector Krylov method must still find both."""
+    S = laplacian_2d(40)
+    w, _ = jaxdia.eigsh(jaxdia.DiaMatrix.from_scipy(S), k=12, **mode)
+    expected = np.sort(spla.eigsh(S.tocsc(), k=12, return_eigenvectors=False, **mode))
+    np.testing.assert_allclose(w, expected, rtol=1e-10, atol=0)
+    N_ = 40
+    exact = np.add.outer(*[2 - 2 * np.cos(np.arange(1, N_ + 1) * np.pi / (N_ + 1))] * 2)
+    np.testing.assert_allclose(w, np.sort(exact.ravel())[:12], rtol=1e-10)
+
+
+def test_float32():
+    S = hermitian_band(N, seed=4)
+    A = jaxdia.DiaMatrix.from_scipy(S).astype(np.float32)
+    w, v = jaxdia.eigsh(A, k=3, which="LA")
+    assert w.dtype == np.float32 and v.dtype == np.float32
+    expected = np.sort(np.linalg.eigvalsh(S.toarray()))[-3:]
+    np.testing.assert_allclose(w, expected, rtol=1e-5, atol=1e-5 * np.abs(expected).max())
+
+
+# -- transformations -------------------------------------------------------------------------
+
+
+def test_jit_and_vmap_over_a_batch():
+    matrices = [hermitian_band(N, seed=s) for s in (5, 6, 7)]
+    data = jnp.stack([nan_padded(S).data for S in matrices])
+    offsets = nan_padded(matrices[0]).offsets
+    batch = jaxdia.DiaMatrix(data, offsets, (N, N))
+    w, v = jax.jit(lambda A: jaxdia.eigsh(A, k=3, which="SA"))(batch)
+    w_mapped, _ = jax.vmap(
+        lambda d: jaxdia.eigsh(jaxdia.DiaMatrix(d, offsets, (N, N)), k=3, which="SA")
+    )(data)
+    assert w.shape == (3, 3) and v.shape == (3, N, 3)
+    for i, S in enumerate(matrices):
+        expected = np.sort(np.linalg.eigvalsh(S.toarray()))[:3]
+        check_pairs(nan_padded(S), w[i], v[i], expected)
+        np.testing.assert_allclose(w_mapped[i], expected, atol=1e-10 * abs(expected).max())
+
+
+def test_v0_and_info():
+    S = hermitian_band(N, seed=8)
+    A = nan_padded(S)
+    v0 = np.random.default_rng(0).standard_normal(N)
+    w, v, info = jaxdia.eigsh(A, k=3, which="LA", v0=v0, ncv=12, return_info=True)
+    assert isinstance(info, _lanczos.EigshInfo)
+    assert bool(info.converged) and int(info.nconv) == 3
+    assert int(info.iterations) >= 1 and int(info.matvecs) >= 12
+    expected_residuals = np.linalg.norm(S @ np.asarray(v) - np.asarray(v) * np.asarray(w), axis=0)
+    np.testing.assert_allclose(info.residuals, expected_residuals, rtol=1e-6, atol=1e-13)
+    np.testing.assert_allclose(w, np.sort(np.linalg.eigvalsh(S.toarray()))[-3:], atol=1e-10)
+    only_w = jaxdia.eigsh(A, k=3, which="LA", return_eigenvectors=False)
+    np.testing.assert_allclose(only_w, w, atol=1e-10)
+
+
+def test_not_converged_is_reported():
+    S = harmonic_oscillator(600)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    w, info = jaxdia.eigsh(
+        A, k=6, which="SA", maxiter=1, return_eigenvectors=False, return_info=True
+    )
+    assert not bool(info.converged) and int(info.iterations) == 1
+    with pytest.warns(RuntimeWarning, match="not converged"):
+        jaxdia.eigsh(A, k=6, which="SA", maxiter=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jax.jit(lambda A: jaxdia.eigsh(A, k=6, which="SA", maxiter=1))(A)  # no eager check
+
+
+# -- derivatives -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n, sigma", [(N, None), (N, 0.4), (30, None)])
+def test_eigenvalue_gradient(n, sigma):
+    S = hermitian_band(n, seed=9)
+    A = nan_padded(S)
+    weights = jnp.arange(1.0, 4.0)
+
+    def loss(data):
+        w = jaxdia.eigsh(
+            jaxdia.DiaMatrix(data, A.offsets, A.shape),
+            k=3,
+            sigma=sigma,
+            which="LM",
+            return_eigenvectors=False,
+        )
+        return jnp.sum(weights * w)
+
+    clean = jnp.where(in_bounds(A.offsets, A.shape), A.data, 0)
+    # Finite differences need symmetric perturbations: parametrize A = U + U^T by the
+    # upper diagonals U.
+    upper = tuple(k for k in A.offsets if k >= 0)
+    U = jaxdia.DiaMatrix(clean[len(A.offsets) - len(upper) :], upper, A.shape)
+    U = U.with_diagonal(U.diagonal() / 2)
+
+    def symmetric_loss(values):
+        U_ = jaxdia.DiaMatrix(values, upper, A.shape)
+        return loss(jaxdia.align(U_ + U_.T, A)[0].data)
+
+    check_grads(symmetric_loss, (U.data,), order=1, modes=("fwd", "rev"), atol=1e-5, rtol=1e-5)
+
+    def dense_loss(data):  # the same eigenvalues from jnp.linalg.eigh of the dense matrix
+        dense = jaxdia.DiaMatrix(data, A.offsets, A.shape).todense()
+        evals = jnp.linalg.eigh(dense)[0]
+        key = jnp.abs(evals) if sigma is None else 1 / jnp.abs(evals - sigma)
+        return jnp.sum(weights * jnp.sort(evals[jnp.argsort(-key)[:3]]))
+
+    grad = jax.grad(loss)(A.data)
+    expected = jax.grad(dense_loss)(clean)
+    inside = in_bounds(A.offsets, A.shape)
+    np.testing.assert_allclose(np.where(inside, grad, 0), expected, atol=1e-9)
+    assert np.all(np.asarray(grad)[~np.asarray(inside)] == 0)  # padding gets no gradient
+
+
+def test_complex_hermitian_gradient_is_that_of_the_hermitian_part():
+    S = hermitian_band(N, upper=(0, 2), complex_=True, seed=10)
+    A = nan_padded(S)
+    clean = jnp.where(in_bounds(A.offsets, A.shape), A.data, 0)
+
+    def loss(data):
+        return jnp.sum(
+            jaxdia.eigsh(
+                jaxdia.DiaMatrix(data, A.offsets, A.shape),
+                k=3,
+                which="SA",
+                return_eigenvectors=False,
+            )
+        )
+
+    def dense_loss(data):
+        return jnp.sum(jnp.linalg.eigh(jaxdia.DiaMatrix(data, A.offsets, A.shape).todense())[0][:3])
+
+    np.testing.assert_allclose(jax.grad(loss)(clean), jax.grad(dense_loss)(clean), atol=1e-9)
+    tangent = jnp.asarray(np.random.default_rng(1).standard_normal(clean.shape) + 0j)
+    _, t = jax.jvp(loss, (clean,), (tangent,))
+    _, t_dense = jax.jvp(dense_loss, (clean,), (tangent,))
+    np.testing.assert_allclose(t, t_dense, atol=1e-9)
+
+
+def test_eigenvector_derivatives_are_nan():
+    S = hermitian_band(N, seed=11)
+    A = nan_padded(S)
+
+    def eigenvector_loss(data):
+        _, v = jaxdia.eigsh(jaxdia.DiaMatrix(data, A.offsets, A.shape), k=3, which="LA")
+        return jnp.sum(v**2 * jnp.arange(N)[:, None])
+
+    def eigenvalue_loss(data):  # eigenvectors returned but unused: a finite gradient
+        w, _ = jaxdia.eigsh(jaxdia.DiaMatrix(data, A.offsets, A.shape), k=3, which="LA")
+        return jnp.sum(w)
+
+    assert np.all(np.isnan(jax.grad(eigenvector_loss)(A.data)))
+    assert np.all(np.isfinite(jax.grad(eigenvalue_loss)(A.data)))
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+
+def test_errors():
+    S = hermitian_band(N)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    with pytest.raises(TypeError, match="eigsh: A must be a jaxdia.DiaMatrix"):
+        jaxdia.eigsh(S)
+    with pytest.raises(ValueError, match="eigsh: A must be square"):
+        jaxdia.eigsh(jaxdia.eye(5, 6))
+    with pytest.raises(ValueError, match="which must be one of"):
+        jaxdia.eigsh(A, which="XX")
+    with pytest.raises(ValueError, match="k must be a positive int"):
+        jaxdia.eigsh(A, k=0)
+    with pytest.raises(ValueError, match="k must be smaller than n"):
+        jaxdia.eigsh(A, k=N)
+    with pytest.raises(TypeError, match="k must be static"):
+        jax.jit(lambda k: jaxdia.eigsh(A, k=k))(3)
+    with pytest.raises(ValueError, match="ncv must satisfy"):
+        jaxdia.eigsh(A, k=5, ncv=5)
+    with pytest.raises(ValueError, match="maxiter must be a positive int"):
+        jaxdia.eigsh(A, maxiter=0)
+    with pytest.raises(ValueError, match="tol must be non-negative"):
+        jaxdia.eigsh(A, tol=-1.0)
+    with pytest.raises(NotImplementedError, match="eigsh: M is not supported"):
+        jaxdia.eigsh(A, M=A)
+    with pytest.raises(NotImplementedError, match="mode must be 'normal'"):
+        jaxdia.eigsh(A, sigma=0.0, mode="cayley")
+    with pytest.raises(TypeError, match="sigma must be real"):
+        jaxdia.eigsh(A, sigma=1j)
+    with pytest.raises(ValueError, match=r"v0 must have shape \(150,\)"):
+        jaxdia.eigsh(A, v0=np.ones(3))
+    with pytest.raises(TypeError, match="v0 is complex"):
+        jaxdia.eigsh(A, v0=np.ones(N) * 1j)
+    with pytest.raises(ValueError, match="A must be symmetric"):
+        jaxdia.eigsh(jaxdia.diags([1.0, 2.0, 3.0], offsets=[-1, 0, 1], shape=(N, N)))
+    with pytest.raises(ValueError, match="A must be Hermitian"):
+        jaxdia.eigsh(jaxdia.diags([1j, 2.0, 1j], offsets=[-1, 0, 1], shape=(N, N)))
+    with pytest.raises(TypeError, match="return_info must be a Python bool"):
+        jaxdia.eigsh(A, return_info=None)
+    with pytest.raises(TypeError, match="ncv must be static"):
+        jax.jit(lambda ncv: jaxdia.eigsh(A, ncv=ncv))(30)
