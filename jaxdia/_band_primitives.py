@@ -3,14 +3,21 @@
 
 Four kinds of factor, each LAPACK's layout (see :mod:`jaxdia._lapack`):
 
-===========  ============================  =====================================
-``kind``     factor operands               factor results
-===========  ============================  =====================================
-``"gb"``     bands ``(..., n, 2kl+ku+1)``  ``lu``, ``pivots`` ``(..., n)``, ``info``
-``"pb"``     bands ``(..., n, kd+1)``      ``c``, ``info``
-``"gt"``     rows ``(..., 4, n)``          ``lu`` (rows ``dl, d, du, du2``), ``pivots``, ``info``
+===========  ===============================  ==========================================
+``kind``     factor operands                  factor results
+===========  ===============================  ==========================================
+``"gb"``     DIA ``data`` ``(..., nd, n)``    ``lu`` ``(..., n, 2kl+ku+1)``, ``pivots``,
+                                              ``info``
+``"pb"``     DIA ``data`` ``(..., nd, n)``    ``c`` ``(..., n, kd+1)``, ``info``
+``"gt"``     rows ``(..., 4, n)``             ``lu`` (rows ``dl, d, du, du2``),
+                                              ``pivots``, ``info``
 ``"pt"``     ``d`` (real), ``e`` ``(..., n)``  ``d``, ``e``, ``info``
-===========  ============================  =====================================
+===========  ===============================  ==========================================
+
+For ``"gb"`` and ``"pb"`` the static ``placement`` says where each diagonal of ``data``
+goes: ``(offset, column)`` pairs, the column of LAPACK's band array, or -1 for a diagonal
+the factorization does not read (the other triangle, for a Cholesky factor). Only the
+slots of ``data`` inside the matrix are read.
 
 ``jaxdia_band_solve`` takes a factor's arrays (without ``info``) and right-hand sides
 ``b`` ``(..., k, n)`` (the columns one after the other) and returns ``x`` of ``b``'s shape.
@@ -57,12 +64,23 @@ SOLVE_CORE = {kind: core[:-1] for kind, core in _FACTOR_OUT_CORE.items()}
 METHODS = ("auto", "host", "scan")
 
 
-def factor(*operands, kind: str, widths: tuple[int, ...], method: str = "auto"):
+def factor(
+    *operands,
+    kind: str,
+    widths: tuple[int, ...],
+    placement: tuple[tuple[int, int], ...] = (),
+    method: str = "auto",
+):
     """The factor arrays and ``info`` of one of the four kinds (see the module docstring).
 
     ``widths``: ``(kl, ku)`` for ``"gb"``, ``(kd, lower)`` for ``"pb"``, ``()`` else.
     """
-    return factor_p.bind(*operands, kind=kind, widths=widths, method=method)
+    return factor_p.bind(*operands, kind=kind, widths=widths, placement=placement, method=method)
+
+
+def band_columns(kind: str, widths: tuple[int, ...]) -> int:
+    """``ldab``: the columns of LAPACK's band array for a ``"gb"`` or ``"pb"`` factor."""
+    return 2 * widths[0] + widths[1] + 1 if kind == "gb" else widths[0] + 1
 
 
 def solve(*operands, kind: str, widths: tuple[int, ...], trans: int = 0, method: str = "auto"):
@@ -81,17 +99,21 @@ def _batch(aval, core: int) -> tuple[int, ...]:
     return tuple(aval.shape[: aval.ndim - core])
 
 
-def _factor_abstract(*avals, kind, widths, method):
-    del widths, method
+def _factor_abstract(*avals, kind, widths, placement, method):
+    del placement, method
     batch = _batch(avals[0], _FACTOR_IN_CORE[kind][0])
     if kind == "pt":
         d, e = avals
         return [ShapedArray(d.shape, d.dtype), ShapedArray(e.shape, e.dtype),
                 ShapedArray(batch, np.int32)]  # fmt: skip
-    (bands,) = avals
-    results = [ShapedArray(bands.shape, bands.dtype)]
+    (operand,) = avals
+    n = operand.shape[-1]
+    if kind == "gt":
+        results = [ShapedArray(operand.shape, operand.dtype)]
+    else:
+        shape = (*batch, n, band_columns(kind, widths))
+        results = [ShapedArray(shape, operand.dtype)]
     if kind in ("gb", "gt"):
-        n = bands.shape[-2] if kind == "gb" else bands.shape[-1]
         results.append(ShapedArray((*batch, n), np.int32))
     return [*results, ShapedArray(batch, np.int32)]
 
@@ -115,10 +137,10 @@ def _to_front(value, dim, size):
     return jnp.moveaxis(value, dim, 0)
 
 
-def _factor_batch(args, dims, *, kind, widths, method):
+def _factor_batch(args, dims, **params):
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
     moved = [_to_front(a, d, size) for a, d in zip(args, dims)]
-    results = factor_p.bind(*moved, kind=kind, widths=widths, method=method)
+    results = factor_p.bind(*moved, **params)
     return results, [0] * len(results)
 
 
@@ -153,7 +175,7 @@ batching.primitive_batchers[solve_p] = _solve_batch
 #: systems of up to ``_SCAN_BATCH_ROWS`` rows, the scan wins (benchmarks/README.md).
 _SCAN_ROWS = 16
 _SCAN_BATCH = 64
-_SCAN_BATCH_ROWS = 2048
+_SCAN_BATCH_ROWS = 64
 #: LAPACK indexes with 32-bit ints: larger systems go to the scan.
 _INT32 = 2**31 - 1
 
@@ -173,7 +195,22 @@ def _flatten(value, core: int):
     return value.reshape(math.prod(batch), *value.shape[value.ndim - core :]), batch
 
 
-def _factor_scan(*operands, kind, widths):
+def _bands(data, placement, ldab: int):
+    """LAPACK's band arrays ``(..., n, ldab)`` of DIA ``data`` (see the module docstring)."""
+    n = data.shape[-1]
+    zeros = jnp.zeros(data.shape[:-2] + (n,), data.dtype)
+    columns = [zeros] * ldab
+    j = np.arange(n)
+    for index, (offset, column) in enumerate(placement):
+        if column >= 0:
+            inside = (j - offset >= 0) & (j - offset < n)  # padding slots hold anything
+            columns[column] = jnp.where(inside, data[..., index, :], 0)
+    return jnp.stack(columns, axis=-1)
+
+
+def _factor_scan(*operands, kind, widths, placement):
+    if kind in ("gb", "pb"):
+        operands = (_bands(operands[0], placement, band_columns(kind, widths)),)
     flat = [_flatten(o, c)[0] for o, c in zip(operands, _FACTOR_IN_CORE[kind])]
     batch = _flatten(operands[0], _FACTOR_IN_CORE[kind][0])[1]
     kernel = {
@@ -204,11 +241,11 @@ def _solve_scan(*operands, kind, widths, trans):
     return jax.vmap(kernel)(*flat_factors, flat_b).reshape(b.shape)
 
 
-def _factor_host(*operands, kind, widths):
+def _factor_host(*operands, kind, widths, placement):
     if kind == "gb":
-        return _lapack.gbtrf(*operands, kl=widths[0], ku=widths[1])
+        return _lapack.gbtrf(*operands, placement=placement, kl=widths[0], ku=widths[1])
     if kind == "pb":
-        return _lapack.pbtrf(*operands, kd=widths[0], lower=bool(widths[1]))
+        return _lapack.pbtrf(*operands, placement=placement, kd=widths[0], lower=bool(widths[1]))
     return (_lapack.gttrf if kind == "gt" else _lapack.pttrf)(*operands)
 
 
@@ -222,32 +259,37 @@ def _solve_host(*operands, kind, widths, trans):
     return _lapack.pttrs(*operands)
 
 
-def _use_host(method: str, kind: str, first, core: int) -> bool:
-    """Whether the CPU lowering calls LAPACK (``first``: the first factor operand)."""
+def _use_host(method: str, n: int, systems: int, size: int) -> bool:
+    """Whether the CPU lowering calls LAPACK for ``systems`` systems of ``n`` rows whose
+    largest factor array holds ``size`` elements per system."""
     if method != "auto":
         return method == "host"
-    n = first.shape[-2] if kind in ("gb", "pb") else first.shape[-1]
-    systems = math.prod(first.shape[: first.ndim - core])
-    return host_is_faster(n, systems, math.prod(first.shape[first.ndim - core :]))
+    return host_is_faster(n, systems, size)
 
 
-def _factor_cpu(*operands, kind, widths, method):
+def _factor_cpu(*operands, kind, widths, placement, method):
+    first = operands[0]
     core = _FACTOR_IN_CORE[kind][0]
-    if _use_host(method, kind, operands[0], core):
-        return _factor_host(*operands, kind=kind, widths=widths)
-    return _factor_scan(*operands, kind=kind, widths=widths)
+    n = first.shape[-1]
+    size = n * (band_columns(kind, widths) if kind in ("gb", "pb") else 4)
+    if _use_host(method, n, math.prod(first.shape[: first.ndim - core]), size):
+        return _factor_host(*operands, kind=kind, widths=widths, placement=placement)
+    return _factor_scan(*operands, kind=kind, widths=widths, placement=placement)
 
 
 def _solve_cpu(*operands, kind, widths, trans, method):
+    first = operands[0]
     core = SOLVE_CORE[kind][0]
-    if _use_host(method, kind, operands[0], core):
+    n = first.shape[-2] if kind in ("gb", "pb") else first.shape[-1]
+    systems = math.prod(first.shape[: first.ndim - core])
+    if _use_host(method, n, systems, math.prod(first.shape[first.ndim - core :])):
         return _solve_host(*operands, kind=kind, widths=widths, trans=trans)
     return _solve_scan(*operands, kind=kind, widths=widths, trans=trans)
 
 
-def _factor_default(*operands, kind, widths, method):
+def _factor_default(*operands, kind, widths, placement, method):
     del method
-    return _factor_scan(*operands, kind=kind, widths=widths)
+    return _factor_scan(*operands, kind=kind, widths=widths, placement=placement)
 
 
 def _solve_default(*operands, kind, widths, trans, method):

@@ -85,10 +85,11 @@ def cholesky_kind(offsets: tuple[int, ...], lower: bool) -> tuple[str, tuple[int
     return "pb", (kd, int(lower))
 
 
-def _clean(A: DiaParts, dtype: np.dtype) -> Array:
-    """``A.data`` in ``dtype`` with zeros in the padding slots (which may hold anything)."""
-    inside = in_bounds(A.offsets, A.shape)
-    return jnp.where(inside, A.data.astype(dtype), 0)
+def _clean(data: Array, offsets: tuple[int, ...]) -> Array:
+    """``data`` of a square matrix with zeros in the padding slots (which may hold
+    anything)."""
+    n = data.shape[-1]
+    return jnp.where(in_bounds(offsets, (n, n)), data, 0)
 
 
 def _diagonal(data: Array, offsets: tuple[int, ...], offset: int) -> Array:
@@ -107,48 +108,51 @@ def _shift_left(row: Array, by: int) -> Array:
     return jnp.pad(row[..., by:], pad)
 
 
-def _lu_operands(data: Array, offsets: tuple[int, ...], kind: str, widths) -> tuple[Array, ...]:
+def _lu_operands(data: Array, offsets: tuple[int, ...], kind: str, widths):
+    """The factor primitive's operands and ``placement`` (see ``_band_primitives``)."""
     if kind == "gt":
+        data = _clean(data, offsets)
         dl = _diagonal(data, offsets, -1)  # dl[i] = A[i + 1, i], column i
         du = _shift_left(_diagonal(data, offsets, 1), 1)  # du[i] = A[i, i + 1], column i + 1
         d = _diagonal(data, offsets, 0)
-        return (jnp.stack([dl, d, du, jnp.zeros_like(d)], axis=-2),)
+        return (jnp.stack([dl, d, du, jnp.zeros_like(d)], axis=-2),), ()
     kl, ku = widths
     # LAPACK's ab[j, kl + ku + i - j] = A[i, j]: diagonal o = j - i fills column kl + ku - o.
-    columns = [jnp.zeros(data.shape[:-2] + data.shape[-1:], data.dtype)] * (2 * kl + ku + 1)
-    for index, offset in enumerate(offsets):
-        columns[kl + ku - offset] = data[..., index, :]
-    return (jnp.stack(columns, axis=-1),)
+    return (data,), tuple((offset, kl + ku - offset) for offset in offsets)
 
 
-def _cholesky_operands(data, offsets, kind, widths, lower: bool) -> tuple[Array, ...]:
-    real = _real(data.dtype)
+def _cholesky_operands(data, offsets, kind, widths, lower: bool):
     if kind == "pt":
-        d = _diagonal(data, offsets, 0).real.astype(real)
+        data = _clean(data, offsets)
+        d = _diagonal(data, offsets, 0).real.astype(_real(data.dtype))
         if lower:
             e = _diagonal(data, offsets, -1)  # A[i + 1, i], column i
         else:  # A[i + 1, i] = conj(A[i, i + 1]), column i + 1
             e = _shift_left(_diagonal(data, offsets, 1), 1).conj()
-        return d, e
+        return (d, e), ()
     kd = widths[0]
-    columns = [jnp.zeros(data.shape[:-2] + data.shape[-1:], data.dtype)] * (kd + 1)
-    for index, offset in enumerate(offsets):
-        if lower and offset <= 0:  # ab[j, i - j] = A[i, j]
-            columns[-offset] = data[..., index, :]
-        elif not lower and offset >= 0:  # ab[j, kd + i - j] = A[i, j]
-            columns[kd - offset] = data[..., index, :]
-    return (jnp.stack(columns, axis=-1),)
+    # lower: ab[j, i - j] = A[i, j] (i >= j); upper: ab[j, kd + i - j] = A[i, j] (i <= j).
+    placement = tuple(
+        (
+            offset,
+            (-offset if offset <= 0 else -1) if lower else (kd - offset if offset >= 0 else -1),
+        )
+        for offset in offsets
+    )
+    return (data,), placement
 
 
 @partial(jax.jit, static_argnames=("offsets", "shape", "kind", "widths", "lower", "method"))
 def _factor(data, *, offsets, shape, kind, widths, lower, method) -> tuple[tuple, Array]:
     data = jax.lax.stop_gradient(data)  # derivatives come from the solves
-    clean = _clean(DiaParts(data, offsets, shape), work_dtype(data.dtype))
+    data = data.astype(work_dtype(data.dtype))
     if lower is None:
-        operands = _lu_operands(clean, offsets, kind, widths)
+        operands, placement = _lu_operands(data, offsets, kind, widths)
     else:
-        operands = _cholesky_operands(clean, offsets, kind, widths, lower)
-    *arrays, info = prims.factor(*operands, kind=kind, widths=widths, method=method)
+        operands, placement = _cholesky_operands(data, offsets, kind, widths, lower)
+    *arrays, info = prims.factor(
+        *operands, kind=kind, widths=widths, placement=placement, method=method
+    )
     return tuple(arrays), info
 
 

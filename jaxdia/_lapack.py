@@ -270,136 +270,174 @@ def _char(value: str) -> bytes:
     return value.encode()
 
 
-def _check_info(info: c_int, routine: str) -> None:
-    if info.value < 0:  # an argument LAPACK rejected: a bug here, not bad input
-        raise RuntimeError(f"{routine}: argument {-info.value} had an illegal value")
+class _Status:
+    """LAPACK's ``info`` argument, checked for illegal arguments (a bug here, not bad
+    input: bad values give ``info > 0``, which the callers report)."""
+
+    __slots__ = ("pointer", "value")
+
+    def __init__(self):
+        self.value = c_int(0)
+        self.pointer = ctypes.byref(self.value)
+
+    def check(self, routine: str) -> int:
+        if self.value.value < 0:
+            raise RuntimeError(f"{routine}: argument {-self.value.value} had an illegal value")
+        return self.value.value
 
 
-def _systems(*buffers: HostBuffer, core: int) -> int:
-    """The number of systems in the leading dims of the buffers (the first one's)."""
-    return math.prod(buffers[0].shape[: len(buffers[0].shape) - core])
+def _systems(buffer: HostBuffer, core: int) -> int:
+    """The number of systems in the leading dims of ``buffer``."""
+    return math.prod(buffer.shape[: len(buffer.shape) - core])
 
 
-def _stride(buffer: HostBuffer, core: int) -> int:
-    """Bytes from one system to the next in ``buffer`` (0 when it has no batch: shared)."""
-    batch = math.prod(buffer.shape[: len(buffer.shape) - core])
-    if batch <= 1:
-        return 0
-    return math.prod(buffer.shape[len(buffer.shape) - core :]) * buffer.dtype.itemsize
+def _shared(factor: HostBuffer, core: int) -> bool:
+    """Whether one factor serves every system of a solve (no batch dims, or size 1)."""
+    return _systems(factor, core) <= 1
 
 
 def _into(source: HostBuffer, target: HostBuffer) -> None:
     """Copies ``source`` into ``target`` unless XLA already aliased them."""
-    if source.address != target.address and math.prod(source.shape):
-        ctypes.memmove(
-            target.address, source.address, target.dtype.itemsize * math.prod(target.shape)
-        )
+    size = math.prod(target.shape) * target.dtype.itemsize
+    if source.address != target.address and size:
+        ctypes.memmove(target.address, source.address, size)
+
+
+def _solve_plan(factor: HostBuffer, core: int, x: HostBuffer) -> tuple[int, int]:
+    """``(systems, columns)`` of a solve: a shared factor solves the whole batch of
+    right-hand sides as the columns of one system (they lie one after the other)."""
+    k = x.shape[-2]
+    if _shared(factor, core):
+        return 1, k * _systems(x, 2)
+    return _systems(x, 2), k
 
 
 # -- the handlers: banded LU ---------------------------------------------------------------
 
 
+def _fill_bands(data: HostBuffer, layout: HostBuffer, bands: HostBuffer) -> None:
+    """LAPACK's band array of each system in ``bands`` ``(..., n, ldab)`` from DIA
+    ``data`` ``(..., n_diags, n)``: diagonal ``k`` of offset ``layout[k, 0]`` fills column
+    ``layout[k, 1]`` (none if negative) over the rows inside the matrix; the rest is 0.
+
+    Filling the output buffer here, rather than in XLA, writes each system's
+    ``n * ldab`` elements once: XLA assembles the band from ``ldab`` column pieces several
+    times slower than LAPACK factors it."""
+    *_, n, ldab = bands.shape
+    target = bands.array.reshape(-1, n, ldab)
+    target[...] = 0
+    source = data.array.reshape(-1, *data.shape[-2:])
+    for index, (offset, column) in enumerate(layout.array.tolist()):
+        if column >= 0:
+            start, stop = max(0, offset), min(n, n + offset)
+            target[:, start:stop, column] = source[:, index, start:stop]
+
+
 def _gbtrf(args, rets, *, kl: int, ku: int) -> None:
-    (ab,) = args
+    data, layout = args
     lu, pivots, info = rets
-    _into(ab, lu)
+    _fill_bands(data, layout, lu)
     *_, n, ldab = lu.shape
+    info_view = info.array.reshape(-1)
+    if n == 0:
+        info_view[...] = 0
+        return
     routine = _routine(_PREFIX[lu.dtype] + "gbtrf")
-    pivot_view, info_view = pivots.array.reshape(-1, n), info.array.reshape(-1)
     step = n * ldab * lu.dtype.itemsize
-    status = c_int(0)
-    for system in range(_systems(lu, core=2)):
-        if n:
-            routine(
-                _int(n), _int(n), _int(kl), _int(ku), lu.address + system * step, _int(ldab),
-                pivots.address + system * n * 4, ctypes.byref(status),
-            )  # fmt: skip
-            _check_info(status, "gbtrf")
-        info_view[system] = status.value
-    pivot_view -= 1  # SciPy's 0-based pivots
+    status, n_, kl_, ku_, ldab_ = _Status(), _int(n), _int(kl), _int(ku), _int(ldab)
+    for system in range(_systems(lu, 2)):
+        address, pivot_address = lu.address + system * step, pivots.address + system * n * 4
+        routine(n_, n_, kl_, ku_, address, ldab_, pivot_address, status.pointer)
+        info_view[system] = status.check("gbtrf")
+    pivots.array[...] -= 1  # SciPy's 0-based pivots
 
 
-@functools.cache
-def _identity(n: int) -> np.ndarray:
-    return np.arange(n, dtype=np.int32)
+#: From this many rows on, an LU factor computed without row interchanges is solved by
+#: two ``?tbsv`` over the bands ``L`` and ``U`` really have (see :func:`_gbtrs`); for
+#: fewer, the calls per right-hand side cost more than ``?gbtrs`` saves.
+_NARROW_FROM = 256
 
 
 def _gbtrs(args, rets, *, kl: int, ku: int, trans: int) -> None:
-    """``?gbtrs``; a factor computed without row interchanges (a diagonally dominant
-    matrix, say) has a ``U`` of bandwidth ``ku``, not ``kl + ku``: then two ``?tbsv``
-    triangular solves over the narrower bands do the work instead."""
+    """``?gbtrs``. A factor computed without row interchanges (a diagonally dominant
+    matrix, say) has a ``U`` of bandwidth ``ku``, not the ``kl + ku`` that ``?gbtrs``
+    sweeps: then ``?tbsv`` over ``L``'s and ``U``'s own bands does the work instead."""
     lu, pivots, b = args
     (x,) = rets
     _into(b, x)
     *_, n, ldab = lu.shape
-    k = x.shape[-2]
-    if n == 0 or k == 0:
+    if n == 0 or x.shape[-2] == 0:
         return
     prefix = _PREFIX[lu.dtype]
     itemsize = lu.dtype.itemsize
-    lu_step, pivot_step = _stride(lu, 2), _stride(pivots, 1)
-    shared = lu_step == 0
-    # A shared factor solves the whole batch of right-hand sides in one call.
-    systems = 1 if shared else _systems(x, core=2)
-    columns = k * (_systems(x, core=2) if shared else 1)
-    x_step = k * n * itemsize
-    pivot_array = pivots.array.reshape(-1, n)
-    status = c_int(0)
-    letter = "NTC"[trans]
+    systems, columns = _solve_plan(lu, 2, x)
+    lu_step = 0 if _shared(lu, 2) else n * ldab * itemsize
+    x_step = columns * n * itemsize
+    pivot_rows = pivots.array.reshape(-1, n)
+    one_based = pivot_rows + 1
+    pivot_address = one_based.ctypes.data
+    narrow = (pivot_rows == np.arange(n, dtype=np.int32)).all(axis=-1) & (n >= _NARROW_FROM)
+    routine = _routine(prefix + "gbtrs")
+    letter = _char("NTC"[trans])
+    status, n_, kl_, ku_, ldab_, columns_ = (
+        _Status(), _int(n), _int(kl), _int(ku), _int(ldab), _int(columns)
+    )  # fmt: skip
     for system in range(systems):
         lu_address = lu.address + system * lu_step
         x_address = x.address + system * x_step
-        piv = pivot_array[(system * pivot_step) // (4 * n)]
-        if np.array_equal(piv, _identity(n)):
-            _tbsv_lu(prefix, letter, n, kl, ku, ldab, lu_address, x_address, columns, itemsize)
+        factor = system if lu_step else 0
+        if narrow[factor]:
+            _tbsv_lu(prefix, trans, n, kl, ku, ldab, lu_address, x_address, columns, itemsize)
             continue
-        one_based = piv + 1
-        _routine(prefix + "gbtrs")(
-            _char(letter), _int(n), _int(kl), _int(ku), _int(columns), lu_address, _int(ldab),
-            one_based.ctypes.data, x_address, _int(n), ctypes.byref(status),
+        routine(
+            letter, n_, kl_, ku_, columns_, lu_address, ldab_, pivot_address + factor * n * 4,
+            x_address, n_, status.pointer,
         )  # fmt: skip
-        _check_info(status, "gbtrs")
+        status.check("gbtrs")
 
 
-def _tbsv_lu(prefix, letter, n, kl, ku, ldab, lu_address, x_address, columns, itemsize):
+def _tbsv_lu(prefix, trans, n, kl, ku, ldab, lu_address, x_address, columns, itemsize):
     """``A x = b`` (or the transposed systems) for an LU factor without interchanges:
     ``L`` is unit lower with ``kl`` subdiagonals (rows ``kl + ku`` on), ``U`` upper with
     ``ku`` superdiagonals (rows ``kl`` to ``kl + ku``)."""
     tbsv = _routine(prefix + "tbsv")
-    lower_address = lu_address + (kl + ku) * itemsize
-    upper_address = lu_address + kl * itemsize
-    steps = [("L", kl, lower_address, "U"), ("U", ku, upper_address, "N")]
-    if letter != "N":
+    letter, n_, ldab_, one = _char("NTC"[trans]), _int(n), _int(ldab), _int(1)
+    steps = [
+        (_char("L"), _int(kl), lu_address + (kl + ku) * itemsize, _char("U")),
+        (_char("U"), _int(ku), lu_address + kl * itemsize, _char("N")),
+    ]
+    if trans:
         steps.reverse()  # A^T = U^T L^T: U^T first
     for column in range(columns):
         address = x_address + column * n * itemsize
         for uplo, width, band, diagonal in steps:
-            tbsv(
-                _char(uplo), _char(letter), _char(diagonal), _int(n), _int(width), band,
-                _int(ldab), address, _int(1),
-            )  # fmt: skip
+            tbsv(uplo, letter, diagonal, n_, width, band, ldab_, address, one)
 
 
 # -- banded Cholesky -----------------------------------------------------------------------
 
 
 def _pbtrf(args, rets, *, kd: int, lower: int) -> None:
-    (ab,) = args
+    data, layout = args
     c, info = rets
-    _into(ab, c)
+    _fill_bands(data, layout, c)
     *_, n, ldab = c.shape
-    routine = _routine(_PREFIX[c.dtype] + "pbtrf")
     info_view = info.array.reshape(-1)
+    if n == 0:
+        info_view[...] = 0
+        return
+    routine = _routine(_PREFIX[c.dtype] + "pbtrf")
     step = n * ldab * c.dtype.itemsize
-    status = c_int(0)
-    for system in range(_systems(c, core=2)):
-        if n:
-            routine(
-                _char("L" if lower else "U"), _int(n), _int(kd), c.address + system * step,
-                _int(ldab), ctypes.byref(status),
-            )  # fmt: skip
-            _check_info(status, "pbtrf")
-        info_view[system] = status.value
+    status, uplo, n_, kd_, ldab_ = (
+        _Status(),
+        _char("L" if lower else "U"),
+        _int(n),
+        _int(kd),
+        _int(ldab),
+    )
+    for system in range(_systems(c, 2)):
+        routine(uplo, n_, kd_, c.address + system * step, ldab_, status.pointer)
+        info_view[system] = status.check("pbtrf")
 
 
 def _pbtrs(args, rets, *, kd: int, lower: int) -> None:
@@ -407,22 +445,18 @@ def _pbtrs(args, rets, *, kd: int, lower: int) -> None:
     (x,) = rets
     _into(b, x)
     *_, n, ldab = c.shape
-    k = x.shape[-2]
-    if n == 0 or k == 0:
+    if n == 0 or x.shape[-2] == 0:
         return
     routine = _routine(_PREFIX[c.dtype] + "pbtrs")
-    c_step = _stride(c, 2)
-    systems = 1 if c_step == 0 else _systems(x, core=2)
-    columns = k * (_systems(x, core=2) if c_step == 0 else 1)
-    x_step = k * n * x.dtype.itemsize
-    status = c_int(0)
+    systems, columns = _solve_plan(c, 2, x)
+    c_step = 0 if _shared(c, 2) else n * ldab * c.dtype.itemsize
+    x_step = columns * n * x.dtype.itemsize
+    status, uplo = _Status(), _char("L" if lower else "U")
+    n_, kd_, columns_, ldab_ = _int(n), _int(kd), _int(columns), _int(ldab)
     for system in range(systems):
-        routine(
-            _char("L" if lower else "U"), _int(n), _int(kd), _int(columns),
-            c.address + system * c_step, _int(ldab), x.address + system * x_step, _int(n),
-            ctypes.byref(status),
-        )  # fmt: skip
-        _check_info(status, "pbtrs")
+        address, x_address = c.address + system * c_step, x.address + system * x_step
+        routine(uplo, n_, kd_, columns_, address, ldab_, x_address, n_, status.pointer)
+        status.check("pbtrs")
 
 
 # -- tridiagonal LU: rows dl, d, du, du2 of a (..., 4, n) array ----------------------------
@@ -432,18 +466,19 @@ def _gttrf(args, rets) -> None:
     (bands,) = args
     lu, pivots, info = rets
     _into(bands, lu)
-    *_, n = lu.shape
-    routine = _routine(_PREFIX[lu.dtype] + "gttrf")
-    itemsize = lu.dtype.itemsize
+    n = lu.shape[-1]
     info_view = info.array.reshape(-1)
-    status = c_int(0)
-    for system in range(_systems(lu, core=2)):
-        base = lu.address + system * 4 * n * itemsize
-        if n:
-            dl, d, du, du2 = (base + row * n * itemsize for row in range(4))
-            routine(_int(n), dl, d, du, du2, pivots.address + system * n * 4, ctypes.byref(status))
-            _check_info(status, "gttrf")
-        info_view[system] = status.value
+    if n == 0:
+        info_view[...] = 0
+        return
+    routine = _routine(_PREFIX[lu.dtype] + "gttrf")
+    row = n * lu.dtype.itemsize
+    status, n_ = _Status(), _int(n)
+    for system in range(_systems(lu, 2)):
+        base = lu.address + system * 4 * row
+        routine(n_, base, base + row, base + 2 * row, base + 3 * row,
+                pivots.address + system * n * 4, status.pointer)  # fmt: skip
+        info_view[system] = status.check("gttrf")
     pivots.array[...] -= 1
 
 
@@ -451,27 +486,25 @@ def _gttrs(args, rets, *, trans: int) -> None:
     lu, pivots, b = args
     (x,) = rets
     _into(b, x)
-    *_, n = lu.shape
-    k = x.shape[-2]
-    if n == 0 or k == 0:
+    n = lu.shape[-1]
+    if n == 0 or x.shape[-2] == 0:
         return
     routine = _routine(_PREFIX[lu.dtype] + "gttrs")
-    itemsize = lu.dtype.itemsize
-    lu_step = _stride(lu, 2)
-    systems = 1 if lu_step == 0 else _systems(x, core=2)
-    columns = k * (_systems(x, core=2) if lu_step == 0 else 1)
-    pivot_array = pivots.array.reshape(-1, n)
-    status = c_int(0)
+    row = n * lu.dtype.itemsize
+    systems, columns = _solve_plan(lu, 2, x)
+    lu_step = 0 if _shared(lu, 2) else 4 * row
+    x_step = columns * n * x.dtype.itemsize
+    one_based = pivots.array.reshape(-1, n) + 1
+    pivot_address, pivot_step = one_based.ctypes.data, (n * 4 if lu_step else 0)
+    status, letter, n_, columns_ = _Status(), _char("NTC"[trans]), _int(n), _int(columns)
     for system in range(systems):
         base = lu.address + system * lu_step
-        dl, d, du, du2 = (base + row * n * itemsize for row in range(4))
-        one_based = pivot_array[system if lu_step else 0] + 1
         routine(
-            _char("NTC"[trans]), _int(n), _int(columns), dl, d, du, du2,
-            one_based.ctypes.data, x.address + system * k * n * itemsize, _int(n),
-            ctypes.byref(status),
+            letter, n_, columns_, base, base + row, base + 2 * row, base + 3 * row,
+            pivot_address + system * pivot_step, x.address + system * x_step, n_,
+            status.pointer,
         )  # fmt: skip
-        _check_info(status, "gttrs")
+        status.check("gttrs")
 
 
 # -- tridiagonal L D L^H: d (real) and e ---------------------------------------------------
@@ -483,17 +516,16 @@ def _pttrf(args, rets) -> None:
     _into(d_in, d)
     _into(e_in, e)
     n = d.shape[-1]
-    routine = _routine(_PREFIX[e.dtype] + "pttrf")
     info_view = info.array.reshape(-1)
-    status = c_int(0)
-    for system in range(_systems(d, core=1)):
-        if n:
-            routine(
-                _int(n), d.address + system * n * d.dtype.itemsize,
-                e.address + system * n * e.dtype.itemsize, ctypes.byref(status),
-            )  # fmt: skip
-            _check_info(status, "pttrf")
-        info_view[system] = status.value
+    if n == 0:
+        info_view[...] = 0
+        return
+    routine = _routine(_PREFIX[e.dtype] + "pttrf")
+    d_row, e_row = n * d.dtype.itemsize, n * e.dtype.itemsize
+    status, n_ = _Status(), _int(n)
+    for system in range(_systems(d, 1)):
+        routine(n_, d.address + system * d_row, e.address + system * e_row, status.pointer)
+        info_view[system] = status.check("pttrf")
 
 
 def _pttrs(args, rets) -> None:
@@ -501,23 +533,21 @@ def _pttrs(args, rets) -> None:
     (x,) = rets
     _into(b, x)
     n = d.shape[-1]
-    k = x.shape[-2]
-    if n == 0 or k == 0:
+    if n == 0 or x.shape[-2] == 0:
         return
-    complex_ = x.dtype.kind == "c"
     routine = _routine(_PREFIX[x.dtype] + "pttrs")
-    d_step, e_step = _stride(d, 1), _stride(e, 1)
-    systems = 1 if d_step == 0 else _systems(x, core=2)
-    columns = k * (_systems(x, core=2) if d_step == 0 else 1)
-    status = c_int(0)
+    systems, columns = _solve_plan(d, 1, x)
+    shared = _shared(d, 1)
+    d_row = 0 if shared else n * d.dtype.itemsize
+    e_row = 0 if shared else n * e.dtype.itemsize
+    x_step = columns * n * x.dtype.itemsize
+    status, n_, columns_ = _Status(), _int(n), _int(columns)
+    # e holds the subdiagonal of L (A = L D L^H): uplo "L" for the complex routine.
+    uplo = [_char("L")] if x.dtype.kind == "c" else []
     for system in range(systems):
-        # e holds the subdiagonal of L (A = L D L^H): uplo "L" for the complex routine.
-        arguments = [
-            _int(n), _int(columns), d.address + system * d_step, e.address + system * e_step,
-            x.address + system * k * n * x.dtype.itemsize, _int(n), ctypes.byref(status),
-        ]  # fmt: skip
-        routine(*([_char("L")] if complex_ else []), *arguments)
-        _check_info(status, "pttrs")
+        routine(*uplo, n_, columns_, d.address + system * d_row, e.address + system * e_row,
+                x.address + system * x_step, n_, status.pointer)  # fmt: skip
+        status.check("pttrs")
 
 
 # -- registration and the calls ------------------------------------------------------------
@@ -558,11 +588,18 @@ def _int_results(batch: tuple[int, ...], n: int) -> list[jax.ShapeDtypeStruct]:
     ]
 
 
-def gbtrf(ab, *, kl: int, ku: int):
-    """``(lu, pivots, info)`` of bands ``ab`` ``(..., n, 2 kl + ku + 1)`` (fill rows zero)."""
-    batch, n = ab.shape[:-2], ab.shape[-2]
-    results = [jax.ShapeDtypeStruct(ab.shape, ab.dtype), *_int_results(batch, n)]
-    return _call("gbtrf", results, ab, aliases={0: 0}, kl=kl, ku=ku)
+def _layout(placement) -> np.ndarray:
+    return np.asarray(placement, np.int64).reshape(-1, 2)
+
+
+def gbtrf(data, *, placement, kl: int, ku: int):
+    """``(lu, pivots, info)``: the LU factors of the matrices of DIA ``data``
+    ``(..., n_diags, n)``, whose diagonal ``k`` of offset ``placement[k][0]`` is column
+    ``placement[k][1]`` of LAPACK's bands (``2 kl + ku + 1`` columns)."""
+    *batch, _, n = data.shape
+    lu = jax.ShapeDtypeStruct((*batch, n, 2 * kl + ku + 1), data.dtype)
+    results = [lu, *_int_results(tuple(batch), n)]
+    return _call("gbtrf", results, data, _layout(placement), aliases={}, kl=kl, ku=ku)
 
 
 def gbtrs(lu, pivots, b, *, kl: int, ku: int, trans: int):
@@ -571,11 +608,13 @@ def gbtrs(lu, pivots, b, *, kl: int, ku: int, trans: int):
     return _call("gbtrs", [result], lu, pivots, b, aliases={2: 0}, kl=kl, ku=ku, trans=trans)[0]
 
 
-def pbtrf(ab, *, kd: int, lower: bool):
-    """``(c, info)`` of the Cholesky factor of bands ``ab`` ``(..., n, kd + 1)``."""
-    batch = ab.shape[:-2]
-    results = [jax.ShapeDtypeStruct(ab.shape, ab.dtype), jax.ShapeDtypeStruct(batch, np.int32)]
-    return _call("pbtrf", results, ab, aliases={0: 0}, kd=kd, lower=int(lower))
+def pbtrf(data, *, placement, kd: int, lower: bool):
+    """``(c, info)``: the Cholesky factors of the matrices of DIA ``data`` placed in
+    LAPACK's bands (``kd + 1`` columns) as for :func:`gbtrf`."""
+    *batch, _, n = data.shape
+    c = jax.ShapeDtypeStruct((*batch, n, kd + 1), data.dtype)
+    results = [c, jax.ShapeDtypeStruct(tuple(batch), np.int32)]
+    return _call("pbtrf", results, data, _layout(placement), aliases={}, kd=kd, lower=int(lower))
 
 
 def pbtrs(c, b, *, kd: int, lower: bool):
