@@ -179,8 +179,12 @@ def test_jacobi_errors():
 def banded_path(request, monkeypatch):
     """Runs a test with either implementation of solve_banded's LU, whatever the size:
     the ``lax.scan`` LU (GPU, TPU, small systems and batches of them) or LAPACK's
-    ``?gbtrf``/``?gttrf`` (CPU)."""
+    ``?gbtrf``/``?gttrf`` (CPU). The switch is read when tracing: ``jax.clear_caches``
+    drops traces made with the other one."""
+    jax.clear_caches()
     monkeypatch.setattr(_banded, "METHOD", request.param)
+    yield
+    jax.clear_caches()
 
 
 def banded(n, offsets, dtype=np.float64, seed=0, dominant=True):
