@@ -17,6 +17,7 @@ stored factor solving the transposed system, so a gradient never factors again.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -40,6 +41,14 @@ def _leaf_shape(value: Any) -> tuple[int, ...] | None:
 
 def _no_constructor(name: str, function: str) -> NoReturn:
     raise TypeError(f"{name} is not built directly: call jaxdia.{function}(A)")
+
+
+def _factories_only(cls: type) -> type:
+    """Shows the class's signature as ``Cls()`` (instances come from the factor functions)."""
+    cls.__init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
+    )
+    return cls
 
 
 class _BandedFactor:
@@ -154,6 +163,7 @@ class _BandedFactor:
 
 
 @jax.tree_util.register_pytree_with_keys_class
+@_factories_only
 class BandedLU(_BandedFactor):
     """The LU factorization with partial pivoting of a square banded matrix; see
     :func:`jaxdia.lu_factor`.
@@ -240,6 +250,7 @@ class BandedLU(_BandedFactor):
 
 
 @jax.tree_util.register_pytree_with_keys_class
+@_factories_only
 class BandedCholesky(_BandedFactor):
     """The Cholesky factorization of a Hermitian positive definite banded matrix; see
     :func:`jaxdia.cho_factor`.
