@@ -181,6 +181,31 @@ def time_stepping(name, S, u0, steps, rounds, factor="cholesky"):
     return t["scipy"][0], t["jaxdia"][0], compile_time
 
 
+def breakdown(S, rounds):
+    """Factorization and one solve apart: ``cho_factor`` against ``splu``, ``solve`` with
+    the stored factor against ``splu(...).solve``."""
+    S = S.tocsc()
+    A = jaxdia.DiaMatrix.from_scipy(S.todia())
+    b = np.random.default_rng(0).random(S.shape[0])
+    factor, _ = compiled(jaxdia.cho_factor, A)
+    c = factor(A)
+    solve, _ = compiled(lambda c, b: c.solve(b), c, jnp.asarray(b))
+    lu = spla.splu(S)
+    check("breakdown", solve(c, jnp.asarray(b)), lu.solve(b), 1e-8)
+    b_jax = jnp.asarray(b)
+    t = timed(
+        {
+            "splu": lambda: spla.splu(S),
+            "cho_factor": lambda: jax.block_until_ready(factor(A)),
+            "splu.solve": lambda: lu.solve(b),
+            "solve": lambda: jax.block_until_ready(solve(c, b_jax)),
+        },
+        rounds,
+        1,
+    )
+    return {name: median for name, (median, _) in t.items()}
+
+
 def crank_nicolson(N, rounds, inner):
     """A 2-D Schrödinger Crank-Nicolson step: ``(I + i dt/2 H) psi_next = rhs``, complex,
     band N: per-solve time of a stored factor against ``splu(...).solve``."""
@@ -333,6 +358,11 @@ def factor_once(quick: bool) -> list[str]:
             target = "<= 2" if N == 100 else "(report)"
             add(f"heat 2-D, {N} x {N} (band {N}), {steps} steps, {name} + scan", *t[:2],
                 target, t[2])  # fmt: skip
+        parts = breakdown(S2, max(2, rounds - 2))
+        add(f"  {N} x {N}: factorization alone, `cho_factor` vs `splu`", parts["splu"],
+            parts["cho_factor"], "(report)", 0.0)  # fmt: skip
+        add(f"  {N} x {N}: one solve, stored factor vs `splu(...).solve`", parts["splu.solve"],
+            parts["solve"], "(report)", 0.0)  # fmt: skip
     scipy_time, jax_time, in_loop, compile_time, fill = crank_nicolson(120, rounds, 5)
     add("Crank-Nicolson 2-D, complex, n = 14400, band 120: per solve", scipy_time, jax_time,
         "<= 2", compile_time)  # fmt: skip

@@ -175,7 +175,7 @@ batching.primitive_batchers[solve_p] = _solve_batch
 #: systems of up to ``_SCAN_BATCH_ROWS`` rows, the scan wins (benchmarks/README.md).
 _SCAN_ROWS = 16
 _SCAN_BATCH = 64
-_SCAN_BATCH_ROWS = 64
+_SCAN_BATCH_ROWS = 128
 #: LAPACK indexes with 32-bit ints: larger systems go to the scan.
 _INT32 = 2**31 - 1
 

@@ -55,8 +55,9 @@ def _row_ids(n: int) -> Array:
 # -- triangular band solves on column storage ------------------------------------------------
 
 
-def _sweep(cols: Array, b: Array, kd: int, *, lower: bool, transpose: bool, conj: bool,
-           unit: bool = False) -> Array:  # fmt: skip
+def _sweep(
+    cols: Array, b: Array, kd: int, *, lower: bool, transpose: bool, conj: bool, unit: bool = False
+) -> Array:
     """Solves ``T x = b`` (``T^T x = b`` with ``transpose``; conjugated entries with
     ``conj``) for a triangular band ``T`` stored by columns: ``cols[j, i]`` holds
     ``T[j + i, j]`` (``lower``, diagonal at ``i = 0``) or ``T[j - kd + i, j]`` (upper,
@@ -197,8 +198,9 @@ def _interchange_forward(lu: Array, pivots: Array, b: Array, *, kl: int, ku: int
     return y
 
 
-def _interchange_backward(lu: Array, pivots: Array, b: Array, *, kl: int, ku: int,
-                          conj: bool) -> Array:  # fmt: skip
+def _interchange_backward(
+    lu: Array, pivots: Array, b: Array, *, kl: int, ku: int, conj: bool
+) -> Array:
     """``x = P^T L^-T y``: for ``j`` from the last row up, subtract the dot product of
     column ``j``'s multipliers with rows ``j + 1 .. j + kl``, then swap rows ``j`` and
     ``pivots[j]`` (``gbtrs``'s transposed solve)."""
@@ -329,36 +331,103 @@ def pbtrs(c: Array, b: Array, *, kd: int, lower: bool) -> Array:
 # -- tridiagonal forms -----------------------------------------------------------------------
 
 
-def _tridiagonal_to_band(bands: Array) -> Array:
-    """Rows ``dl, d, du, du2`` ``(4, n)`` as ``gbtrf``'s ``(n, 4)`` bands for kl = ku = 1:
-    ``ab[j] = (du2[j - 2], du[j - 1], d[j], dl[j])``."""
-    dl, d, du, du2 = bands
-    return shift_columns(jnp.stack([du2, du, d, dl], axis=1), [-2, -1, 0, 0])
-
-
-def _band_to_tridiagonal(lu: Array) -> Array:
-    """The inverse of :func:`_tridiagonal_to_band` (``gttrf``'s rows ``dl, d, du, du2``)."""
-    shifted = shift_columns(lu, [2, 1, 0, 0])  # (du2[j], du[j], d[j], dl[j])
-    return jnp.stack([shifted[:, 3], shifted[:, 2], shifted[:, 1], shifted[:, 0]])
-
-
 def gttrf(bands: Array) -> tuple[Array, Array, Array]:
-    """``(lu, pivots, info)`` of the tridiagonal rows ``dl, d, du, 0`` (``(4, n)``), in
-    ``?gttrf``'s form: rows ``dl`` (multipliers), ``d``, ``du``, ``du2`` of ``U``."""
+    """``(lu, pivots, info)`` of the tridiagonal rows ``dl, d, du, 0`` (``(4, n)``,
+    ``dl[i] = A[i + 1, i]``, ``du[i] = A[i, i + 1]``), in ``?gttrf``'s form: rows ``dl``
+    (the multipliers), ``d``, ``du``, ``du2`` of ``U``.
+
+    ``?gttrf``'s algorithm with scalars for a window: step ``i`` holds row ``i``'s
+    diagonal and superdiagonal as eliminated so far, chooses it or row ``i + 1`` as the
+    pivot row, records that row of ``U`` and the multiplier, and eliminates.
+    """
     n = bands.shape[-1]
-    n_last = n - 1
-    clean = jnp.stack([
-        jnp.where(_row_ids(n) < n_last, bands[0], 0),
-        bands[1],
-        jnp.where(_row_ids(n) < n_last, bands[2], 0),
-        jnp.zeros_like(bands[1]),
+    if n == 0:
+        return bands, jnp.zeros((0,), np.int32), jnp.zeros((), np.int32)
+    # dl and du hold n - 1 entries: the last slot of each may hold anything.
+    inside = _row_ids(n) < n - 1
+    dl, d, du = jnp.where(inside, bands[0], 0), bands[1], jnp.where(inside, bands[2], 0)
+
+    def step(carry, xs):
+        diagonal, upper = carry  # row i: U[i, i] and U[i, i + 1] before pivoting
+        below, next_diagonal, next_upper = xs  # A[i + 1, i], A[i + 1, i + 1], A[i + 1, i + 2]
+        swap = _magnitude(below) > _magnitude(diagonal)
+        pivot = jnp.where(swap, below, diagonal)
+        zero = pivot == 0
+        factor = jnp.where(zero, 0, jnp.where(swap, diagonal, below) / jnp.where(zero, 1, pivot))
+        u1 = jnp.where(swap, next_diagonal, upper)
+        u2 = jnp.where(swap, next_upper, 0)
+        carry = (jnp.where(swap, upper, next_diagonal) - factor * u1,
+                 jnp.where(swap, 0, next_upper) - factor * u2)  # fmt: skip
+        return carry, (factor, pivot, u1, u2, swap)
+
+    shifted = (dl[:-1], d[1:], du[1:])
+    (last, _), (factor, pivot, u1, u2, swap) = lax.scan(step, (d[0], du[0]), shifted)
+    zero = jnp.zeros((1,), bands.dtype)
+    lu = jnp.stack([
+        jnp.concatenate([factor, zero]),
+        jnp.concatenate([pivot, last[None]]),
+        jnp.concatenate([u1, zero]),
+        jnp.concatenate([u2, zero]),
     ])  # fmt: skip
-    lu, pivots, info = gbtrf(_tridiagonal_to_band(clean), kl=1, ku=1)
-    return _band_to_tridiagonal(lu), pivots, info
+    pivots = _row_ids(n) + jnp.concatenate([swap, jnp.zeros((1,), bool)]).astype(np.int32)
+    zeros = lu[1] == 0
+    first = jnp.argmax(zeros)
+    info = jnp.where(zeros[first], first + 1, 0).astype(np.int32)
+    return lu, pivots, info
 
 
 def gttrs(lu: Array, pivots: Array, b: Array, *, trans: int) -> Array:
-    return gbtrs(_tridiagonal_to_band(lu), pivots, b, kl=1, ku=1, trans=trans)
+    """``x`` ``(k, n)`` solving ``op(A) x = b`` with ``gttrf``'s factor (``?gtts2``'s
+    recurrences: one scalar carry per right-hand side forwards, two backwards)."""
+    n = lu.shape[-1]
+    if n == 0:
+        return b
+    rhs = b.T  # (n, k)
+    if trans == 2:
+        lu = lu.conj()
+    multipliers, diagonal, upper, upper2 = lu[0], lu[1], lu[2], lu[3]
+    swap = (pivots != _row_ids(n))[:-1]
+    zero = jnp.zeros((1, rhs.shape[1]), rhs.dtype)
+    if trans == 0:
+        # L y = P b: step i carries row i as eliminated so far, takes in row i + 1.
+        def forward(carry, xs):
+            m, s, incoming = xs
+            y = jnp.where(s, incoming, carry)
+            return jnp.where(s, carry, incoming) - m * y, y
+
+        last, y = lax.scan(forward, rhs[0], (multipliers[:-1], swap, rhs[1:]))
+        y = jnp.concatenate([y, last[None]])
+
+        # U x = y: x[i] = (y[i] - du[i] x[i + 1] - du2[i] x[i + 2]) / d[i].
+        def backward(carry, xs):
+            x1, x2 = carry
+            value, d, u1, u2 = xs
+            x = (value - u1 * x1 - u2 * x2) / d
+            return (x, x1), x
+
+        start = (zero[0], zero[0])
+        _, x = lax.scan(backward, start, (y, diagonal, upper, upper2), reverse=True)
+        return x.T
+
+    # U^T y = b: y[i] = (b[i] - du[i - 1] y[i - 1] - du2[i - 2] y[i - 2]) / d[i].
+    def forward_t(carry, xs):
+        y1, y2 = carry
+        value, d, u1, u2 = xs
+        y = (value - u1 * y1 - u2 * y2) / d
+        return (y, y1), y
+
+    before = jnp.concatenate([jnp.zeros((1,), lu.dtype), upper[:-1]])
+    before2 = jnp.concatenate([jnp.zeros((2,), lu.dtype), upper2[:-2]])[:n]
+    _, y = lax.scan(forward_t, (zero[0], zero[0]), (rhs, diagonal, before, before2))
+
+    # L^T x = y, from the last row up: step i carries row i + 1, takes in row i.
+    def backward_t(carry, xs):
+        m, s, value = xs
+        temp = value - m * carry
+        return jnp.where(s, carry, temp), jnp.where(s, temp, carry)
+
+    first, x = lax.scan(backward_t, y[-1], (multipliers[:-1], swap, y[:-1]), reverse=True)
+    return jnp.concatenate([first[None], x]).T
 
 
 def pttrf(d: Array, e: Array) -> tuple[Array, Array, Array]:

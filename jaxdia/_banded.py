@@ -21,7 +21,6 @@ real factor as its real and imaginary parts side by side.
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -333,7 +332,3 @@ def info_errors(info: Any) -> list[tuple[tuple[int, ...], int]]:
 
 def is_concrete(value: Any) -> bool:
     return not isinstance(value, Tracer)
-
-
-def size_of(shape: tuple[int, ...]) -> int:
-    return math.prod(shape)

@@ -76,7 +76,7 @@ def solve_banded(A: DiaMatrix, b: Any) -> Array:
     * On CPU, LAPACK's banded LU (``?gbtrf``/``?gbtrs``, the routines of
       ``scipy.linalg.solve_banded``; ``?gttrf``/``?gttrs`` for tridiagonal ``A``), called
       from the compiled program on its own buffers, except for small systems (16 rows
-      or fewer) and batches of 64 or more systems of up to 64 rows, where the
+      or fewer) and batches of 64 or more systems of up to 128 rows, where the
       ``lax.scan`` implementation below is faster. A program holding a LAPACK call cannot
       be serialized with ``jax.export``.
     * On GPU and TPU, the same algorithm as a sequential ``lax.scan`` over the ``n``

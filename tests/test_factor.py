@@ -763,6 +763,23 @@ def test_accelerators_lower_the_scan(platform, cholesky, lower):
     assert "jaxdia_lapack" not in text and "stablehlo.while" in text
 
 
+def test_solve_banded_tridiagonal_on_gpu_is_one_library_call():
+    """A one-shot tridiagonal solve on GPU keeps cuSPARSE's ``gtsv2`` (parallel, with
+    pivoting), and so do its gradients; the factor's scan would take ``n`` steps."""
+    n = 40
+    A = random_band(n, 1, 1, np.float32)
+    b = jnp.ones(n, jnp.float32)
+    text = lowered_text(jaxdia.solve_banded, A, b, platform="cuda")
+    assert "gtsv2" in text and "stablehlo.while" not in text
+
+    def loss(d, b):
+        return jaxdia.solve_banded(jaxdia.DiaMatrix(d, A.offsets, A.shape), b).sum()
+
+    text = lowered_text(jax.grad(loss, argnums=(0, 1)), _zero_padding(A), b, platform="cuda")
+    assert "gtsv2" in text and "stablehlo.while" not in text
+    assert "gtsv2" not in lowered_text(jaxdia.solve_banded, A, b, platform="cpu")
+
+
 def test_cpu_chooses_by_size():
     """Small systems, and batches of many small systems, run the scan on CPU too."""
     assert not _band_primitives.host_is_faster(_band_primitives._SCAN_ROWS, 1, 100)
