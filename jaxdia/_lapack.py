@@ -257,9 +257,12 @@ def _routine(name: str) -> Any:
     }
     capsule = capi[name]
     address = _capsule_pointer(capsule, _capsule_name(capsule))
-    # Every Fortran argument is a pointer; the count is the signature's.
+    # Every Fortran argument is a pointer; the count is the signature's. PYFUNCTYPE keeps
+    # the GIL during the call: the handler runs on an XLA thread, and getting the GIL back
+    # after a release waited behind other threads for most of a millisecond per call on a
+    # busy machine (more than a whole tridiagonal solve of 1e5 rows).
     arguments = _capsule_name(capsule).decode().count("*")
-    return ctypes.cast(c_void_p(address), ctypes.CFUNCTYPE(None, *[c_void_p] * arguments))
+    return ctypes.cast(c_void_p(address), ctypes.PYFUNCTYPE(None, *[c_void_p] * arguments))
 
 
 def _int(value: int) -> Any:

@@ -34,7 +34,8 @@ class DiaLinearOperator(lx.AbstractLinearOperator):
     ``mv`` is the sparse product ``A @ v``; ``as_matrix`` densifies (lineax calls it only
     for dense solvers such as ``LU`` or ``Triangular``). Use it with
     ``lineax.linear_solve`` and the ``CG``, ``GMRES``, ``BiCGStab``, ``Tridiagonal`` or
-    ``Diagonal`` solvers, or ``AutoLinearSolver``. Solves are differentiable with respect
+    ``Diagonal`` solvers, ``AutoLinearSolver``, or :class:`jaxdia.BandedSolver` (a
+    banded LU or Cholesky factorization, reusable across solves). Solves are differentiable with respect
     to ``A.data`` and the right-hand side, and the operator can be vmapped over.
 
     Structure that the static offsets prove is reported without tags: a square matrix with
