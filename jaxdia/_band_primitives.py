@@ -169,10 +169,10 @@ batching.primitive_batchers[solve_p] = _solve_batch
 
 # -- implementations -----------------------------------------------------------------------
 
-#: A host call costs a few microseconds plus LAPACK's time per system; a scan step costs
-#: about a microsecond on CPU whatever the number of systems side by side in it, plus their
+#: A host call has a fixed cost per call and per system, on top of LAPACK's time; a scan
+#: step costs XLA's loop overhead once for all the systems side by side in it, plus their
 #: arithmetic. Up to ``_SCAN_ROWS`` rows, and for batches of at least ``_SCAN_BATCH``
-#: systems of up to ``_SCAN_BATCH_ROWS`` rows, the scan wins (benchmarks/README.md).
+#: systems of up to ``_SCAN_BATCH_ROWS`` rows, the scan was faster (benchmarks/README.md).
 _SCAN_ROWS = 16
 _SCAN_BATCH = 64
 _SCAN_BATCH_ROWS = 128

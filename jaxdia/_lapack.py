@@ -9,10 +9,9 @@ pointers to its own buffers, and the handler calls LAPACK on them in place.
 
 Why not ``jax.pure_callback``: a Python callback receives *copies* of its operands
 (``pure_callback`` even ``device_put``s them once more), so every solve would copy the
-whole factor, many times the work of the solve itself for a wide band, and more again for
-fresh pages on a virtual machine (``benchmarks/README.md``). Through the FFI the factor is
-read where it lies, a solve costs LAPACK's time plus a few microseconds, and the right-hand
-side is solved in place in the output buffer (aliased to the operand).
+whole factor, many times the work of the solve itself for a wide band
+(``benchmarks/README.md``). Through the FFI the factor is read where it lies, and the
+right-hand side is solved in place in the output buffer (aliased to the operand).
 
 Layouts (the leading dimensions of every operand are a batch, the same for all operands,
 or absent (size 1) for the factor of a solve: one factor for a batch of right-hand sides):
@@ -258,9 +257,9 @@ def _routine(name: str) -> Any:
     capsule = capi[name]
     address = _capsule_pointer(capsule, _capsule_name(capsule))
     # Every Fortran argument is a pointer; the count is the signature's. PYFUNCTYPE keeps
-    # the GIL during the call: the handler runs on an XLA thread, and getting the GIL back
-    # after a release waited behind other threads for most of a millisecond per call on a
-    # busy machine (more than a whole tridiagonal solve of 1e5 rows).
+    # the GIL during the call: the handler runs on an XLA thread, and taking the GIL back
+    # after releasing it can wait behind other threads longer than a whole tridiagonal
+    # solve takes (benchmarks/README.md).
     arguments = _capsule_name(capsule).decode().count("*")
     return ctypes.cast(c_void_p(address), ctypes.PYFUNCTYPE(None, *[c_void_p] * arguments))
 
@@ -324,8 +323,8 @@ def _fill_bands(data: HostBuffer, layout: HostBuffer, bands: HostBuffer) -> None
     ``layout[k, 1]`` (none if negative) over the rows inside the matrix; the rest is 0.
 
     Filling the output buffer here, rather than in XLA, writes each system's
-    ``n * ldab`` elements once: XLA assembles the band from ``ldab`` column pieces several
-    times slower than LAPACK factors it."""
+    ``n * ldab`` elements once: XLA assembles the band from ``ldab`` column pieces, one
+    pass each, slower than LAPACK then factors it (benchmarks/README.md)."""
     *_, n, ldab = bands.shape
     target = bands.array.reshape(-1, n, ldab)
     target[...] = 0

@@ -35,8 +35,9 @@ class DiaLinearOperator(lx.AbstractLinearOperator):
     for dense solvers such as ``LU`` or ``Triangular``). Use it with
     ``lineax.linear_solve`` and the ``CG``, ``GMRES``, ``BiCGStab``, ``Tridiagonal`` or
     ``Diagonal`` solvers, ``AutoLinearSolver``, or :class:`jaxdia.BandedSolver` (a
-    banded LU or Cholesky factorization, reusable across solves). Solves are differentiable with respect
-    to ``A.data`` and the right-hand side, and the operator can be vmapped over.
+    banded LU or Cholesky factorization, reusable across solves). Solves are
+    differentiable with respect to ``A.data`` and the right-hand side, and the operator
+    can be vmapped over.
 
     Structure that the static offsets prove is reported without tags: a square matrix with
     offsets within ``{0}`` is diagonal (and symmetric), within ``{-1, 0, 1}`` tridiagonal,

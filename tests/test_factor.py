@@ -669,6 +669,11 @@ def test_errors():
         jaxdia.BandedLU()
     with pytest.raises(ValueError, match="do not broadcast"):
         jaxdia.lu_factor(random_band(5, 1, 2, batch=(2,))).solve(np.ones((3, 5, 1)))
+    # vmap over a matrix without batch dims maps its diagonals: an error, as in DiaMatrix
+    unbatched = random_band(5, 1, 1)
+    for factor in (jaxdia.lu_factor, jaxdia.cho_factor, jaxdia.factorized):
+        with pytest.raises(ValueError, match=r"data has shape \(5,\)"):
+            jax.vmap(factor)(unbatched)
 
 
 @pytest.mark.usefixtures("method")
