@@ -379,7 +379,6 @@ def test_cholesky_property(data):
 # -- SciPy's sparse LU and factorized ------------------------------------------------------
 
 
-@pytest.mark.usefixtures("method")
 def test_factorized_matches_splu():
     rng = np.random.default_rng(0)
     n = 30
@@ -426,8 +425,8 @@ def test_dtype_rules():
     assert jaxdia.lu_factor(A64).solve(np.arange(12)).dtype == np.float64
 
 
-@pytest.mark.usefixtures("method")
-def test_batches_broadcast():
+@pytest.mark.parametrize("forced", ["host", "scan"], indirect=True)
+def test_batches_broadcast(forced):
     n = 10
     A = random_band(n, 2, 1, batch=(3,), seed=5)
     lu = jaxdia.lu_factor(A)
@@ -443,9 +442,10 @@ def test_batches_broadcast():
 # -- transformations -----------------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("method")
-@pytest.mark.parametrize("lower, upper", [(1, 1), (2, 3)])
-def test_vmap(lower, upper):
+@pytest.mark.parametrize(
+    "forced, lower, upper", [("host", 1, 1), ("host", 2, 3), ("scan", 2, 3)], indirect=["forced"]
+)
+def test_vmap(forced, lower, upper):
     n, batch = 9, 4
     A = random_band(n, lower, upper, batch=(batch,), seed=8)
     offsets = A.offsets
@@ -544,7 +544,7 @@ def _dense_solve(data, offsets, shape, b, trans=0, lower=None):
             (2, 3, np.complex128, 0, None),
             (1, 2, np.complex128, 1, None),
         ],
-        scan=[1, 4],
+        scan=[4],
     ),
     indirect=["forced"],
 )
@@ -577,7 +577,7 @@ def test_lu_gradients(forced, lower, upper, dtype, trans, columns):
             (1, np.complex128, True),
             (2, np.float64, False),
         ],
-        scan=[1, 2],
+        scan=[1],
     ),  # fmt: skip
     indirect=["forced"],
 )
