@@ -4,6 +4,16 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from ._construct import diags as diags, eye as eye
+from ._factor import (
+    BandedCholesky as BandedCholesky,
+    BandedLU as BandedLU,
+    cho_factor as cho_factor,
+    cho_solve as cho_solve,
+    factorized as factorized,
+    lu_factor as lu_factor,
+    lu_solve as lu_solve,
+    solveh_banded as solveh_banded,
+)
 from ._functions import align as align, kron as kron, matmul as matmul, traces as traces
 from ._io import load_npz as load_npz, save_npz as save_npz
 from ._linalg import jacobi as jacobi, solve_banded as solve_banded
@@ -18,28 +28,41 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 
 def __getattr__(name: str) -> Any:
-    # DiaLinearOperator subclasses a lineax class: import lineax only when it is used.
+    # DiaLinearOperator and BandedSolver subclass lineax classes: import lineax only when
+    # one of them is used.
     if name == "DiaLinearOperator":
         from ._lineax import DiaLinearOperator
 
         return DiaLinearOperator
+    if name == "BandedSolver":
+        from ._lineax import BandedSolver
+
+        return BandedSolver
     raise AttributeError(f"module 'jaxdia' has no attribute {name!r}")
 
 
 __all__ = [
     "align",
+    "BandedCholesky",
+    "BandedLU",
+    "cho_factor",
+    "cho_solve",
     "diags",
     "DiaMatrix",
     "eigsh",
     "expm_multiply",
     "eye",
+    "factorized",
     "jacobi",
     "kron",
     "load_npz",
+    "lu_factor",
+    "lu_solve",
     "matmul",
     "save_npz",
     "shard",
     "ShardedDiaMatrix",
     "solve_banded",
+    "solveh_banded",
     "traces",
 ]

@@ -1,8 +1,9 @@
 """Public linear solvers of a DiaMatrix: :func:`jacobi` and :func:`solve_banded`.
 
-Iterative solves need nothing more: ``jax.scipy.sparse.linalg.cg``, ``gmres`` and
-``bicgstab`` accept a DiaMatrix as the operator (they call ``A @ x``), and :func:`jacobi`
-builds the preconditioner ``M`` they take.
+Factorizations that are kept and reused (``lu_factor``, ``cho_factor``) are in
+:mod:`jaxdia._factor`. Iterative solves need nothing more: ``jax.scipy.sparse.linalg.cg``,
+``gmres`` and ``bicgstab`` accept a DiaMatrix as the operator (they call ``A @ x``), and
+:func:`jacobi` builds the preconditioner ``M`` they take.
 """
 
 from __future__ import annotations
@@ -93,37 +94,43 @@ def _is_operator(A: Any) -> bool:
 def solve_banded(A: DiaMatrix, b: Any) -> Array:
     """Solves ``A @ x == b`` directly, for a square banded DiaMatrix ``A``.
 
-    * Tridiagonal ``A`` (offsets within ``{-1, 0, 1}``):
-      ``jax.lax.linalg.tridiagonal_solve``. On CPU that is LAPACK's ``gtsv`` (LU with
-      partial pivoting) and on NVIDIA GPUs cuSPARSE's ``gtsv2`` (pivoting too); on other
-      platforms JAX's Thomas algorithm, which does not pivot and so needs, e.g., a
-      diagonally dominant matrix.
-    * Any other band (offsets within ``[-l, u]``): a banded LU with partial pivoting
-      within the band (row swaps widen the upper band of ``U`` to ``l + u``), O(n l (l + u))
-      work per right-hand side. On CPU, from 512 rows on, LAPACK's ``gbsv`` (the routine
-      of ``scipy.linalg.solve_banded``) runs it on the host through ``jax.pure_callback``
-      (one call per system of a batch), so a program holding such a solve cannot be
-      serialized with ``jax.export``. Otherwise the same algorithm runs as a sequential
-      ``lax.scan`` over the ``n`` columns, with compile time independent of ``n`` but
-      a loop overhead per row on CPU that makes it several times slower than LAPACK.
+    ``jaxdia.lu_factor(A).solve(b)`` in one call: an LU factorization with partial
+    pivoting within the band (row swaps widen the upper band of ``U`` to ``l + u``), then
+    the solve, O(n l (l + u)) work for offsets within ``[-l, u]``. To solve with the same
+    matrix again (time stepping, several right-hand sides arriving one by one), factor it
+    once with :func:`jaxdia.lu_factor` (or :func:`jaxdia.cho_factor` for a Hermitian
+    positive definite matrix) and reuse the factor.
+
+    * On CPU, LAPACK's banded LU (``?gbtrf``/``?gbtrs``, the routines of
+      ``scipy.linalg.solve_banded``; ``?gttrf``/``?gttrs`` for tridiagonal ``A``), called
+      from the compiled program on its own buffers, except for small systems (16 rows
+      or fewer) and batches of 64 or more systems of up to 128 rows, where the
+      ``lax.scan`` implementation below is faster. A program holding a LAPACK call cannot
+      be serialized with ``jax.export``.
+    * On GPU and TPU, the same algorithm as a sequential ``lax.scan`` over the ``n``
+      columns, with compile time independent of ``n``; a batch runs as one scan. On
+      NVIDIA and AMD GPUs a tridiagonal ``A`` is solved by
+      ``jax.lax.linalg.tridiagonal_solve`` instead (cuSPARSE's ``gtsv2``, pivoting too).
 
     The band is what the offsets span, whatever the entries: corner entries of periodic
     boundary conditions (offsets ``±(n - 1)``) make it the whole matrix and the solve
     O(n^3), far slower than ``scipy.sparse.linalg.spsolve``'s sparse LU. Solve such systems,
-    and 2-D/3-D stencils, with ``jax.scipy.sparse.linalg.gmres`` or ``bicgstab``.
+    and large 2-D/3-D stencils (bandwidth ``sqrt(n)`` or ``n^(2/3)``: fill-in that a
+    sparse LU's reordering avoids), with ``jax.scipy.sparse.linalg.gmres``, ``bicgstab``
+    or ``cg``.
 
     A singular matrix (an exactly zero pivot, e.g. a zero column) gives an all-NaN
-    solution on CPU; no exception is raised, as none can be under ``jit``. An
-    ill-conditioned matrix gives a finite solution with a small residual
-    (partial pivoting is backward stable in practice) but a forward error that grows with
-    the condition number.
+    solution; no exception is raised, as none can be under ``jit``
+    (:func:`jaxdia.lu_factor` raises outside ``jit``). An ill-conditioned matrix gives a
+    finite solution with a small residual (partial pivoting is backward stable in
+    practice) but a forward error that grows with the condition number.
 
     Batches follow :func:`jaxdia.matmul`'s rules: a 1-D ``b`` of length ``n`` is a
     vector; an N-D ``b`` is a stack of ``(n, k)`` right-hand sides whose batch dims
     broadcast with ``A.batch_shape``. The solve works under ``jit`` and ``vmap`` (over
     ``A.data``, ``b`` or both) and is differentiable in ``A.data`` and ``b`` (forward
     and reverse mode) by implicit differentiation: a gradient costs another solve, with
-    ``A^T``, and never differentiates the LU itself.
+    ``A^T`` by the same stored factor, and never differentiates the LU itself.
 
     Args:
       A: a square DiaMatrix (possibly batched).

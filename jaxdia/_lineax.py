@@ -1,8 +1,9 @@
-"""Optional lineax integration: :class:`DiaLinearOperator`, a DiaMatrix as a lineax operator.
+"""Optional lineax integration: :class:`DiaLinearOperator`, a DiaMatrix as a lineax
+operator, and :class:`BandedSolver`, a lineax solver that factors it once.
 
 Needs the ``lineax`` extra (``pip install 'jaxdia[lineax]'``). ``jaxdia`` imports this
-module only when ``jaxdia.DiaLinearOperator`` is first used, so jaxdia works without
-lineax installed.
+module only when ``jaxdia.DiaLinearOperator`` or ``jaxdia.BandedSolver`` is first used, so
+jaxdia works without lineax installed.
 """
 
 from __future__ import annotations
@@ -11,16 +12,18 @@ from typing import Any
 
 try:
     import equinox as eqx
+    import equinox.internal as eqxi
     import lineax as lx
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "jaxdia.DiaLinearOperator needs lineax; install it with "
+        "jaxdia.DiaLinearOperator and jaxdia.BandedSolver need lineax; install it with "
         "`pip install 'jaxdia[lineax]'` (or `pip install lineax`)."
     ) from error
 
 import jax
 import jax.numpy as jnp
 
+from ._factor import BandedCholesky, cholesky_unchecked, lu_unchecked
 from ._geometry import diagonal_bounds
 from ._matrix import DiaMatrix, as_matrix
 
@@ -31,8 +34,10 @@ class DiaLinearOperator(lx.AbstractLinearOperator):
     ``mv`` is the sparse product ``A @ v``; ``as_matrix`` densifies (lineax calls it only
     for dense solvers such as ``LU`` or ``Triangular``). Use it with
     ``lineax.linear_solve`` and the ``CG``, ``GMRES``, ``BiCGStab``, ``Tridiagonal`` or
-    ``Diagonal`` solvers, or ``AutoLinearSolver``. Solves are differentiable with respect
-    to ``A.data`` and the right-hand side, and the operator can be vmapped over.
+    ``Diagonal`` solvers, ``AutoLinearSolver``, or :class:`jaxdia.BandedSolver` (a
+    banded LU or Cholesky factorization, reusable across solves). Solves are
+    differentiable with respect to ``A.data`` and the right-hand side, and the operator
+    can be vmapped over.
 
     Structure that the static offsets prove is reported without tags: a square matrix with
     offsets within ``{0}`` is diagonal (and symmetric), within ``{-1, 0, 1}`` tridiagonal,
@@ -188,3 +193,78 @@ def _(operator):
 @lx.has_unit_diagonal.register(DiaLinearOperator)
 def _(operator):
     return lx.unit_diagonal_tag in operator.tags
+
+
+# -- the solver ------------------------------------------------------------------------------
+
+
+class BandedSolver(lx.AbstractLinearSolver):
+    """A lineax solver for a :class:`DiaLinearOperator`: a banded direct solve whose
+    ``init`` factors the matrix once.
+
+    ``init`` computes :func:`jaxdia.cho_factor` (the upper triangle) when the operator is
+    tagged ``lineax.positive_semidefinite_tag``, else :func:`jaxdia.lu_factor`. Pass its
+    result as ``state`` to ``lineax.linear_solve`` to reuse the factor across solves, as
+    diffrax's implicit solvers do; without a ``state``, ``linear_solve`` factors on
+    every call. Transposed and conjugated solves (which lineax's derivatives need) reuse
+    the same factor. A factorization that fails (a singular matrix, or a tagged matrix
+    that is not positive definite) reports ``lineax.RESULTS.singular`` (with
+    ``throw=True``, lineax's error).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import lineax as lx
+      >>> import jaxdia
+      >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(5, 5))
+      >>> operator = jaxdia.DiaLinearOperator(A)
+      >>> solver = jaxdia.BandedSolver()
+      >>> state = solver.init(operator, {})
+      >>> solution = lx.linear_solve(operator, jnp.ones(5), solver, state=state)
+      >>> [round(float(value), 3) for value in solution.value]
+      [2.5, 4.0, 4.5, 4.0, 2.5]
+    """
+
+    def init(self, operator: Any, options: dict[str, Any]) -> Any:
+        del options
+        if not isinstance(operator, DiaLinearOperator):
+            raise ValueError(
+                "jaxdia.BandedSolver solves with a jaxdia.DiaLinearOperator, got "
+                f"{type(operator).__name__}"
+            )
+        matrix = operator.matrix
+        m, n = matrix.shape
+        if m != n:
+            raise ValueError(
+                f"jaxdia.BandedSolver needs a square operator, got shape {matrix.shape}"
+            )
+        if lx.is_positive_semidefinite(operator):
+            factor = cholesky_unchecked(matrix, lower=False)
+        else:
+            factor = lu_unchecked(matrix)
+        return factor, eqxi.Static(False), eqxi.Static(False)
+
+    def compute(self, state: Any, vector: Any, options: dict[str, Any]) -> Any:
+        del options
+        factor, transposed, conjugated = state
+        transposed, conjugated = transposed.value, conjugated.value
+        if isinstance(factor, BandedCholesky):
+            # A is Hermitian: A^T = conj(A), A^H = A.
+            flip = transposed != conjugated
+            solution = factor.solve(vector.conj()).conj() if flip else factor.solve(vector)
+        elif conjugated and not transposed:  # conj(A) x = b
+            solution = factor.solve(vector.conj()).conj()
+        else:
+            solution = factor.solve(vector, trans=2 if conjugated else int(transposed))
+        result = lx.RESULTS.where(jnp.all(factor.ok), lx.RESULTS.successful, lx.RESULTS.singular)
+        return solution, result, {}
+
+    def transpose(self, state: Any, options: dict[str, Any]) -> Any:
+        factor, transposed, conjugated = state
+        return (factor, eqxi.Static(not transposed.value), conjugated), options
+
+    def conj(self, state: Any, options: dict[str, Any]) -> Any:
+        factor, transposed, conjugated = state
+        return (factor, transposed, eqxi.Static(not conjugated.value)), options
+
+    def assume_full_rank(self) -> bool:
+        return True

@@ -38,8 +38,9 @@ SECTIONS = (
         ("jaxdia.",),
         None,
     ),
+    ("Factorizations", ("jaxdia.BandedLU", "jaxdia.BandedCholesky"), None),
     ("Sharded matrices", ("jaxdia.ShardedDiaMatrix", "jaxdia.shard"), "ShardedDiaMatrix."),
-    ("lineax", ("jaxdia.DiaLinearOperator",), None),
+    ("lineax", ("jaxdia.DiaLinearOperator", "jaxdia.BandedSolver"), None),
     ("`jaxdia.testing`: Hypothesis strategies", ("jaxdia.testing.",), None),
 )
 

@@ -4,10 +4,11 @@ The layers, bottom up (``CONTRIBUTING.md`` describes them):
 
 1. foundations: argument checks, DIA geometry, the ``DiaParts`` triple, the SciPy-name
    hints; the helpers the Pallas kernels share;
-2. backends, siblings that never import each other: XLA, Pallas Triton, Pallas TPU;
+2. backends, siblings that never import each other: XLA, Pallas Triton, Pallas TPU,
+   LAPACK on the host, the ``lax.scan`` banded factorizations;
 3. the JAX primitives;
 4. array-level operations on ``(data, offsets, shape)``: conversions, products, traces,
-   arithmetic, solvers (never ``DiaMatrix``);
+   arithmetic, banded factorizations, solvers (never ``DiaMatrix``);
 5. the ``DiaMatrix`` class;
 6. public functions of matrices;
 7. integrations: sharding, lineax, ``.npz`` files, ``jaxdia.testing``, the package.
@@ -33,13 +34,17 @@ LAYERS = {
     "_xla_runs": 2,
     "_pallas_triton": 2,
     "_pallas_tpu": 2,
+    "_lapack": 2,
+    "_band_scan": 2,
     "_primitives": 3,
+    "_band_primitives": 3,
     "_convert": 4,
     "_products": 4,
     "_sharded_products": 3.5,
     "_traces": 4,
     "_ops": 4.1,
-    "_solve": 4.2,
+    "_banded": 4.2,
+    "_solve": 4.3,
     "_expm": 4.3,
     "_lanczos": 4.3,
     "_matrix": 5,
@@ -47,6 +52,7 @@ LAYERS = {
     "_functions": 6,
     "_linalg": 6,
     "_spectral": 6.1,
+    "_factor": 6.1,
     "_io": 7,
     "_lineax": 7,
     "_shard": 7,
@@ -54,7 +60,7 @@ LAYERS = {
     "conftest": 8,
     "__init__": 8,
 }
-BACKENDS = {"_xla", "_xla_runs", "_pallas_triton", "_pallas_tpu"}
+BACKENDS = {"_xla", "_xla_runs", "_pallas_triton", "_pallas_tpu", "_lapack", "_band_scan"}
 
 
 def _package_imports(path: Path) -> set[str]:

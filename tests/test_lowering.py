@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jaxdia
-from jaxdia import _pallas_tpu, _pallas_triton, _solve
+from jaxdia import _band_primitives, _pallas_tpu, _pallas_triton
 
 TRITON_CALLS = ("__gpu$xla.gpu.triton", "triton_kernel_call")
 TPU_CALL = "tpu_custom_call"
@@ -197,15 +197,15 @@ def test_grad_data_uses_sddmm_kernel(platform):
 
 
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
-def test_solve_banded_lowers_without_the_cpu_lapack_callback(platform):
+def test_solve_banded_lowers_without_the_cpu_lapack_call(platform):
     """Large banded solves call LAPACK on the host on CPU only; accelerators keep the
-    ``lax.scan`` LU (a host callback there would copy the system to the host)."""
-    n = _solve._LAPACK_FROM
+    ``lax.scan`` LU (a host call there would copy the system to the host)."""
+    n = _band_primitives._SCAN_ROWS + 1
     A = jaxdia.diags([1.0, 1.0, 4.0, 1.0], offsets=[-2, -1, 0, 2], shape=(n, n))
     b = jnp.ones(n, jnp.float32)
-    assert "callback" in lowered_text(jaxdia.solve_banded, A, b, platform="cpu")
+    assert "jaxdia_lapack" in lowered_text(jaxdia.solve_banded, A, b, platform="cpu")
     text = lowered_text(jaxdia.solve_banded, A, b, platform=platform)
-    assert "callback" not in text and "stablehlo.while" in text
+    assert "jaxdia_lapack" not in text and "stablehlo.while" in text
 
 
 def test_float64_on_tpu_falls_back_to_xla():

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 
 import jaxdia
-from jaxdia import _solve
+from jaxdia import _band_primitives, _banded
 from jaxdia.testing import offsets as offset_strategy
 
 from .helpers import assert_close, dense_f64
@@ -175,12 +175,16 @@ def test_jacobi_errors():
 # -- solve_banded ----------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["scan", "lapack"])
+@pytest.fixture(params=["scan", "host"])
 def banded_path(request, monkeypatch):
-    """Runs a test with either of solve_banded's LUs for non-tridiagonal bands, whatever
-    the size: the ``lax.scan`` LU (GPU, TPU and small systems) or LAPACK's ``gbsv``
-    (CPU, from ``_LAPACK_FROM`` rows on)."""
-    monkeypatch.setattr(_solve, "_LAPACK_FROM", 0 if request.param == "lapack" else 2**62)
+    """Runs a test with either implementation of solve_banded's LU, whatever the size:
+    the ``lax.scan`` LU (GPU, TPU, small systems and batches of them) or LAPACK's
+    ``?gbtrf``/``?gttrf`` (CPU). The switch is read when tracing: ``jax.clear_caches``
+    drops traces made with the other one."""
+    jax.clear_caches()
+    monkeypatch.setattr(_banded, "METHOD", request.param)
+    yield
+    jax.clear_caches()
 
 
 def banded(n, offsets, dtype=np.float64, seed=0, dominant=True):
@@ -364,15 +368,17 @@ def test_solve_banded_gradients(offsets, columns, dtype):
 
 
 def test_solve_banded_uses_lapack_on_cpu_for_large_systems():
-    """From ``_LAPACK_FROM`` rows on, CPU solves call LAPACK's gbsv (the scan LU took 5x
+    """Above ``_SCAN_ROWS`` rows, CPU solves call LAPACK's banded LU (the scan LU took 5x
     SciPy's time at n = 1e5); the scan stays for small systems and on other platforms
     (``tests/test_lowering.py``)."""
-    n = _solve._LAPACK_FROM
+    n = _band_primitives._SCAN_ROWS + 1
     A, b = banded(n, (-2, -1, 0, 1, 3)), rhs(n)
     text = jax.jit(jaxdia.solve_banded).lower(A, b).as_text()
-    assert "callback" in text
+    assert "jaxdia_lapack_gbtrf" in text and "jaxdia_lapack_gbtrs" in text
     small = banded(n - 1, (-2, -1, 0, 1, 3))
-    assert "callback" not in jax.jit(jaxdia.solve_banded).lower(small, rhs(n - 1)).as_text()
+    assert "jaxdia_lapack" not in jax.jit(jaxdia.solve_banded).lower(small, rhs(n - 1)).as_text()
+    tridiagonal = banded(n, (-1, 0, 1))
+    assert "jaxdia_lapack_gttrf" in jax.jit(jaxdia.solve_banded).lower(tridiagonal, b).as_text()
     expected = sla.solve_banded(*scipy_banded(A), b)
     np.testing.assert_allclose(jaxdia.solve_banded(A, b), expected, rtol=1e-12)
 

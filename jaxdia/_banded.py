@@ -1,0 +1,338 @@
+"""Banded factorizations at the array level: factor a square ``DiaParts`` once, solve many.
+
+A factor is a :class:`Factor`: LAPACK's arrays for one of four kinds (see
+:mod:`jaxdia._band_primitives`), chosen from the offsets:
+
+* LU with partial pivoting (:func:`lu_factor`): ``"gt"`` (``?gttrf``'s rows) when the
+  band is within one diagonal of the main one, else ``"gb"`` (``?gbtrf``'s bands);
+* Cholesky (:func:`cholesky_factor`) of a Hermitian positive definite band, from the
+  triangle ``lower`` selects: ``"pt"`` (``?pttrf``'s ``L D L^H``) for a tridiagonal one,
+  else ``"pb"`` (``?pbtrf``'s bands).
+
+:func:`solve` solves with a factor: by ``lax.custom_linear_solve``, whose ``matvec`` is
+the matrix itself (a sparse product), so derivatives with respect to ``A.data`` and ``b``
+come from the products and from solves with the *stored* factor (the transposed solve for
+reverse mode), never from differentiating or repeating the factorization.
+
+16-bit matrices are factored in float32. The factor keeps its dtype; a solve runs in the
+promoted dtype of the matrix and ``b`` (float32 for 16-bit ones), a complex ``b`` for a
+real factor as its real and imaginary parts side by side.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+from jax.core import Tracer
+
+from . import _band_primitives as prims
+from ._checks import as_array, broadcast_batch, integers_as
+from ._geometry import band_widths, in_bounds
+from ._parts import DiaParts
+from ._primitives import spmm
+from ._sharding import on_auto_axes
+
+#: Where the factorizations run on CPU: "auto" (LAPACK, or a scan for small systems; see
+#: ``_band_primitives.host_is_faster``), "host" or "scan" (tests force either). Read when
+#: a factorization or solve is traced.
+METHOD = "auto"
+
+
+class Factor(NamedTuple):
+    """A factorization's arrays: ``arrays`` (LAPACK's, with the matrix's batch dims
+    leading), ``info`` (``(*batch_shape,)`` int32: 0, or the 1-based index of the first
+    zero pivot / non-positive leading minor), and its static description."""
+
+    kind: str
+    widths: tuple[int, ...]
+    arrays: tuple[Array, ...]
+    info: Array
+
+
+def work_dtype(dtype: Any) -> np.dtype:
+    """The dtype a factorization or solve runs in: float32 for 16-bit floats (LAPACK has
+    no 16-bit routines), the default float for integers, else ``dtype``."""
+    dtype = np.dtype(dtype)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        return np.dtype(jnp.result_type(float))
+    if dtype.itemsize == 2:
+        return np.dtype(np.float32)
+    return dtype
+
+
+def _real(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.finfo(dtype).dtype)
+
+
+def lu_kind(offsets: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+    """The LU factor's kind and widths for a square matrix with these offsets."""
+    lower, upper = band_widths(offsets)
+    if lower <= 1 and upper <= 1:
+        return "gt", ()
+    return "gb", (lower, upper)
+
+
+def cholesky_kind(offsets: tuple[int, ...], lower: bool) -> tuple[str, tuple[int, ...]]:
+    """The Cholesky factor's kind and widths, from the triangle ``lower`` selects."""
+    kd = max((abs(k) for k in offsets if (k <= 0 if lower else k >= 0)), default=0)
+    if kd <= 1:
+        return "pt", ()
+    return "pb", (kd, int(lower))
+
+
+def _clean(data: Array, offsets: tuple[int, ...]) -> Array:
+    """``data`` of a square matrix with zeros in the padding slots (which may hold
+    anything)."""
+    n = data.shape[-1]
+    return jnp.where(in_bounds(offsets, (n, n)), data, 0)
+
+
+def _diagonal(data: Array, offsets: tuple[int, ...], offset: int) -> Array:
+    """Row ``offset`` of DIA ``data`` (column-aligned), zeros if not stored."""
+    if offset in offsets:
+        return data[..., offsets.index(offset), :]
+    return jnp.zeros((*data.shape[:-2], data.shape[-1]), data.dtype)
+
+
+def _shift_left(row: Array, by: int) -> Array:
+    """``row[..., i + by]`` at ``i``, zero-filled: a column-aligned diagonal as a
+    row-aligned one."""
+    if by == 0 or row.shape[-1] == 0:
+        return row
+    pad = [(0, 0)] * (row.ndim - 1) + [(0, by)]
+    return jnp.pad(row[..., by:], pad)
+
+
+def _lu_operands(data: Array, offsets: tuple[int, ...], kind: str, widths):
+    """The factor primitive's operands and ``placement`` (see ``_band_primitives``)."""
+    if kind == "gt":
+        data = _clean(data, offsets)
+        dl = _diagonal(data, offsets, -1)  # dl[i] = A[i + 1, i], column i
+        du = _shift_left(_diagonal(data, offsets, 1), 1)  # du[i] = A[i, i + 1], column i + 1
+        d = _diagonal(data, offsets, 0)
+        return (jnp.stack([dl, d, du, jnp.zeros_like(d)], axis=-2),), ()
+    kl, ku = widths
+    # LAPACK's ab[j, kl + ku + i - j] = A[i, j]: diagonal o = j - i fills column kl + ku - o.
+    return (data,), tuple((offset, kl + ku - offset) for offset in offsets)
+
+
+def _cholesky_operands(data, offsets, kind, widths, lower: bool):
+    if kind == "pt":
+        data = _clean(data, offsets)
+        d = _diagonal(data, offsets, 0).real.astype(_real(data.dtype))
+        if lower:
+            e = _diagonal(data, offsets, -1)  # A[i + 1, i], column i
+        else:  # A[i + 1, i] = conj(A[i, i + 1]), column i + 1
+            e = _shift_left(_diagonal(data, offsets, 1), 1).conj()
+        return (d, e), ()
+    kd = widths[0]
+    # lower: ab[j, i - j] = A[i, j] (i >= j); upper: ab[j, kd + i - j] = A[i, j] (i <= j).
+    placement = tuple(
+        (
+            offset,
+            (-offset if offset <= 0 else -1) if lower else (kd - offset if offset >= 0 else -1),
+        )
+        for offset in offsets
+    )
+    return (data,), placement
+
+
+@partial(jax.jit, static_argnames=("offsets", "shape", "kind", "widths", "lower", "method"))
+@on_auto_axes(last=False)
+def _factor(data, *, offsets, shape, kind, widths, lower, method) -> tuple[tuple, Array]:
+    data = jax.lax.stop_gradient(data)  # derivatives come from the solves
+    data = data.astype(work_dtype(data.dtype))
+    if lower is None:
+        operands, placement = _lu_operands(data, offsets, kind, widths)
+    else:
+        operands, placement = _cholesky_operands(data, offsets, kind, widths, lower)
+    *arrays, info = prims.factor(
+        *operands, kind=kind, widths=widths, placement=placement, method=method
+    )
+    return tuple(arrays), info
+
+
+def lu_factor(A: DiaParts, method: str | None = None) -> Factor:
+    """The banded LU factor of a square ``A`` (``"gt"`` or ``"gb"``)."""
+    kind, widths = lu_kind(A.offsets)
+    arrays, info = _factor(
+        A.data, offsets=A.offsets, shape=A.shape, kind=kind, widths=widths, lower=None,
+        method=method or METHOD,
+    )  # fmt: skip
+    return Factor(kind, widths, arrays, info)
+
+
+def cholesky_factor(A: DiaParts, lower: bool, method: str | None = None) -> Factor:
+    """The banded Cholesky factor of a square ``A`` from its upper (or ``lower``)
+    triangle (``"pt"`` or ``"pb"``)."""
+    kind, widths = cholesky_kind(A.offsets, lower)
+    arrays, info = _factor(
+        A.data, offsets=A.offsets, shape=A.shape, kind=kind, widths=widths, lower=lower,
+        method=method or METHOD,
+    )  # fmt: skip
+    return Factor(kind, widths, arrays, info)
+
+
+# -- solves --------------------------------------------------------------------------------
+
+
+def check_rhs(function: str, n: int, batch_shape: tuple[int, ...], b: Any, dtype: Any):
+    """``b`` checked for an ``n x n`` matrix of batch shape ``batch_shape`` and ``dtype``:
+    returns ``(b, batch)``, ``batch`` the broadcast batch shape of the solution. Integer
+    NumPy ``b`` is converted on the host (see :func:`jaxdia._checks.integers_as`)."""
+    b = integers_as(as_array(b, f"{function}: b"), dtype)
+    if b.ndim == 0 or b.shape[-2 if b.ndim > 1 else 0] != n:
+        raise ValueError(
+            f"{function}: b must have shape ({n},) or (..., {n}, k) for A of shape "
+            f"{(n, n)}, got shape {b.shape}"
+        )
+    batch = broadcast_batch(f"{function}: A and b", batch_shape, b.shape[:-2])
+    return b, batch
+
+
+def result_dtype(matrix_dtype: Any, b: Any) -> np.dtype:
+    """The dtype of a solution: the promoted dtype of the matrix and ``b`` (arrays: a
+    NumPy float64 ``b`` is no explicit request), the default float for integers."""
+    dtype = jnp.result_type(jnp.zeros((), matrix_dtype), b)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = jnp.result_type(float)
+    return np.dtype(dtype)
+
+
+def solve(
+    A: DiaParts,
+    factor: Factor,
+    b: Any,
+    *,
+    trans: int = 0,
+    lower: bool | None = None,
+    function: str = "solve",
+    method: str | None = None,
+) -> Array:
+    """Solves ``op(A) x = b`` with ``factor`` of ``A`` (``lower`` given: a Cholesky factor
+    of the Hermitian matrix that triangle of ``A`` defines). ``b`` is ``(n,)`` or
+    ``(..., n, k)``; the solution has the broadcast batch shape and ``b``'s trailing shape.
+    """
+    n = A.shape[0]
+    b, batch = check_rhs(function, n, A.batch_shape, b, A.dtype)
+    dtype = result_dtype(A.dtype, b)
+    return _solve(
+        A.data, factor.arrays, factor.info, b, offsets=A.offsets, shape=A.shape,
+        kind=factor.kind, widths=factor.widths, trans=trans, lower=lower, batch=batch,
+        dtype=dtype, method=method or METHOD,
+    )  # fmt: skip
+
+
+def _hermitian_matvec(data, x, offsets, shape, lower: bool):
+    """``H x`` for the Hermitian ``H`` the upper (``lower``: lower) triangle defines (the
+    diagonal's real part, as LAPACK reads it)."""
+    strict = [i for i, k in enumerate(offsets) if (k < 0 if lower else k > 0)]
+    y = _diagonal(data, offsets, 0).real.astype(x.dtype)[..., None] * x
+    if strict:
+        part = data[..., strict, :]
+        part_offsets = tuple(offsets[i] for i in strict)
+        y = y + spmm(part, x, offsets=part_offsets, shape=shape)
+        y = y + spmm(part.conj(), x, offsets=part_offsets, shape=shape, transpose=True)
+    return y
+
+
+@partial(
+    jax.jit,
+    static_argnames=("offsets", "shape", "kind", "widths", "trans", "lower", "batch", "dtype",
+                     "method"),
+)  # fmt: skip
+@on_auto_axes(last=False)
+def _solve(data, arrays, info, b, *, offsets, shape, kind, widths, trans, lower, batch, dtype,
+           method):  # fmt: skip
+    """:func:`solve` for checked operands, as one compiled call (eagerly, the reshapes
+    around the solve would run op by op and ``custom_linear_solve`` be traced again)."""
+    n = shape[0]
+    work = work_dtype(dtype)
+    vector = b.ndim == 1
+    b = (b[:, None] if vector else b).astype(work)
+    b = jnp.broadcast_to(b, (*batch, *b.shape[-2:]))
+    factor_batch = data.shape[:-2]
+    if factor_batch and factor_batch != batch:
+        # The factor's batch dims must be the solution's (or absent): broadcast them.
+        arrays = tuple(jnp.broadcast_to(a, (*batch, *a.shape[len(factor_batch) :])) for a in arrays)
+        info = jnp.broadcast_to(info, batch)
+        data = jnp.broadcast_to(data, (*batch, *data.shape[-2:]))
+    matrix = jnp.reshape(data, (1,) * (len(batch) - data.ndim + 2) + data.shape).astype(work)
+    factor_dtype = arrays[1 if kind == "pt" else 0].dtype  # pt: d is real, e is not
+    split = jnp.issubdtype(work, jnp.complexfloating) and not jnp.issubdtype(
+        factor_dtype, jnp.complexfloating
+    )
+    # The factor's arrays in the solve's precision (a copy only if they differ).
+    precision = _real(work) if split else work
+
+    def cast(index: int, array: Array) -> Array:
+        if array.dtype == np.int32:  # pivots
+            return array
+        if kind == "pt" and index == 0:  # the real diagonal of L D L^H
+            return array.astype(_real(precision))
+        return array.astype(precision)
+
+    arrays = tuple(cast(index, array) for index, array in enumerate(arrays))
+    failed = (info != 0)[..., None, None]
+    hermitian = lower is not None
+
+    def raw(rhs, t):
+        """``op_t(A)^-1 rhs`` with the stored factor; ``rhs`` is ``(*batch, n, k)``."""
+        if hermitian and t:
+            # A^T = conj(A) for a Hermitian A (and A^H = A).
+            return raw(rhs.conj(), 0).conj() if t == 1 else raw(rhs, 0)
+        columns = jnp.swapaxes(rhs, -1, -2)  # (*batch, k, n): LAPACK's column-major B
+        k = columns.shape[-2]
+        if split:
+            columns = jnp.concatenate([columns.real, columns.imag], axis=-2)
+        x = prims.solve(
+            *arrays, columns.astype(precision), kind=kind, widths=widths,
+            trans=min(t, 1) if split else t, method=method,
+        )  # fmt: skip
+        if split:
+            x = lax.complex(x[..., :k, :], x[..., k:, :])
+        x = jnp.where(failed, jnp.nan, x)
+        return jnp.swapaxes(x, -1, -2)
+
+    def product(x, t):
+        if hermitian:
+            return _hermitian_matvec(matrix, x, offsets, shape, lower)
+        if t == 2:
+            return spmm(matrix.conj(), x, offsets=offsets, shape=shape, transpose=True)
+        return spmm(matrix, x, offsets=offsets, shape=shape, transpose=t == 1)
+
+    if n == 0:
+        x = b
+    elif hermitian:
+        x = lax.custom_linear_solve(
+            lambda v: product(v, 0), b, lambda _, r: raw(r, 0), lambda _, r: raw(r, 1),
+            symmetric=not jnp.issubdtype(work, jnp.complexfloating),
+        )  # fmt: skip
+    else:
+        if trans == 2 and not jnp.issubdtype(work, jnp.complexfloating):
+            trans = 1
+        # The transpose of op_t(A): t = 0 <-> 1; A^H's transpose is conj(A).
+        if trans == 2:
+            transpose_solve = lambda _, r: raw(r.conj(), 0).conj()  # noqa: E731
+        else:
+            transpose_solve = lambda _, r: raw(r, 1 - trans)  # noqa: E731
+        x = lax.custom_linear_solve(
+            lambda v: product(v, trans), b, lambda _, r: raw(r, trans), transpose_solve
+        )
+    x = x.astype(dtype)
+    return x[..., 0] if vector else x
+
+
+def info_errors(info: Any) -> list[tuple[tuple[int, ...], int]]:
+    """``(batch index, info)`` of the failed systems of a concrete ``info``."""
+    host = np.asarray(info)
+    return [(index, int(host[index])) for index in np.ndindex(host.shape) if host[index]]
+
+
+def is_concrete(value: Any) -> bool:
+    return not isinstance(value, Tracer)
