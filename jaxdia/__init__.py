@@ -8,6 +8,15 @@ from ._functions import align as align, kron as kron, matmul as matmul, traces a
 from ._io import load_npz as load_npz, save_npz as save_npz
 from ._linalg import jacobi as jacobi, solve_banded as solve_banded
 from ._matrix import DiaMatrix as DiaMatrix
+from ._precond import (
+    Chebyshev as Chebyshev,
+    Multigrid as Multigrid,
+    SolveInfo as SolveInfo,
+    bicgstab as bicgstab,
+    cg as cg,
+    chebyshev as chebyshev,
+    multigrid as multigrid,
+)
 from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard
 
 try:
@@ -27,6 +36,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "align",
+    "bicgstab",
+    "cg",
+    "chebyshev",
+    "Chebyshev",
     "diags",
     "DiaMatrix",
     "eye",
@@ -34,9 +47,12 @@ __all__ = [
     "kron",
     "load_npz",
     "matmul",
+    "multigrid",
+    "Multigrid",
     "save_npz",
     "shard",
     "ShardedDiaMatrix",
     "solve_banded",
+    "SolveInfo",
     "traces",
 ]
