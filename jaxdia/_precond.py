@@ -71,12 +71,12 @@ def _vector_product(A: Any) -> Callable[[Array], Array]:
     """``v -> A @ v`` for vectors stacked on leading dims (``(*batch, n)``): ``A`` a
     DiaMatrix (or another operator with ``@``), or a function."""
 
-    operator: Any = A
-
     def matvec(v: Array) -> Array:
-        if callable(operator) and not isinstance(operator, DiaMatrix):
-            return operator(v)
-        return operator @ v if v.ndim == 1 else (operator @ v[..., None])[..., 0]
+        if callable(A) and not isinstance(A, DiaMatrix):
+            result: Any = A(v)
+            return result
+        product: Any = A @ (v if v.ndim == 1 else v[..., None])
+        return product if v.ndim == 1 else product[..., 0]
 
     return matvec
 
