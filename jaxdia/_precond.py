@@ -275,10 +275,14 @@ def _check_stencil(A: DiaMatrix, grid: tuple[int, ...]) -> None:
             where = f" (batch member {member})" if len(data) > 1 else ""
             raise ValueError(
                 f"multigrid: A[{i}, {j}] = {value}{where} couples grid points "
-                f"{np.unravel_index(i, grid)} and {np.unravel_index(j, grid)}, which are no "
+                f"{_point(i, grid)} and {_point(j, grid)}, which are no "
                 f"neighbours on grid {grid}, so A is no stencil on it (periodic boundaries, "
                 "or the wrong grid shape?)"
             )
+
+
+def _point(index: int, grid: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(index, grid))
 
 
 def _as_plan(

@@ -38,6 +38,11 @@ SECTIONS = (
         ("jaxdia.",),
         None,
     ),
+    (
+        "Preconditioner and solver results",
+        ("jaxdia.Multigrid", "jaxdia.Chebyshev", "jaxdia.SolveInfo"),
+        None,
+    ),
     ("Sharded matrices", ("jaxdia.ShardedDiaMatrix", "jaxdia.shard"), "ShardedDiaMatrix."),
     ("lineax", ("jaxdia.DiaLinearOperator",), None),
     ("`jaxdia.testing`: Hypothesis strategies", ("jaxdia.testing.",), None),
