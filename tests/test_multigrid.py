@@ -576,6 +576,11 @@ def test_chebyshev_bounds_batches_and_jit():
     _, plain = jaxdia.cg(A, b, M=jaxdia.jacobi(A), rtol=1e-8)
     _, poly = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=6), rtol=1e-8)
     assert bool(poly.converged) and 3 * int(poly.iterations) < int(plain.iterations)
+    # In single precision for a double-precision solve: the same iterations.
+    x, single = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=6, dtype=np.float32), rtol=1e-10)
+    _, double = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=6), rtol=1e-10)
+    assert x.dtype == np.float64 and bool(single.converged)
+    assert abs(int(single.iterations) - int(double.iterations)) <= 1
     batch = jaxdia.DiaMatrix(jnp.stack([A.data, 2 * A.data]), A.offsets, A.shape)
     Mb = jax.jit(lambda A: jaxdia.chebyshev(A, degree=6))(batch)
     assert Mb.lower.shape == (2,)
@@ -671,6 +676,8 @@ def test_chebyshev_and_solver_errors():
         jaxdia.chebyshev(A, bounds=(2.0, 1.0))
     with pytest.raises(TypeError, match="bounds must be a pair"):
         jaxdia.chebyshev(A, bounds=1.0)
+    with pytest.raises(TypeError, match="dtype must be a float dtype for A of dtype float64"):
+        jaxdia.chebyshev(A, dtype=np.int32)
     with pytest.raises(ValueError, match="chebyshev: A's diagonal must be nonzero"):
         jaxdia.chebyshev(A.with_diagonal(np.zeros(240)))
     b = np.ones(240)
