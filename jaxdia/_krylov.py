@@ -41,14 +41,16 @@ def _divide(a: Array, b: Array, ok: Array) -> Array:
     return jnp.where(ok, a / jnp.where(ok, b, 1), 0)
 
 
-def cg(matvec: Operator, b: Array, x0: Array, M: Operator, threshold: Array, maxiter: int):
-    """Preconditioned CG from ``x0`` until ``|b - A x| <= threshold`` (per system, on the
-    recursively updated residual) or ``maxiter`` iterations. Returns ``(x, iterations)``.
+def cg(matvec: Operator, b: Array, x0: Array | None, M: Operator, threshold: Array, maxiter: Any):
+    """Preconditioned CG from ``x0`` (None: zeros, which saves a product) until
+    ``|b - A x| <= threshold`` (per system, on the recursively updated residual) or
+    ``maxiter`` iterations. Returns ``(x, iterations)``.
 
     The loop body applies ``M`` once (the first direction is made in the loop, from
     ``p = 0``), so a large preconditioner such as a V-cycle is compiled once.
     """
-    r = b - matvec(x0)
+    r = b if x0 is None else b - matvec(x0)
+    x0 = jnp.zeros_like(b) if x0 is None else x0
     threshold2 = threshold**2
     k = jnp.zeros(r.shape[:-1], jnp.int32)
     active = (_squared_norm(r) > threshold2) & (k < maxiter)
@@ -78,7 +80,9 @@ def cg(matvec: Operator, b: Array, x0: Array, M: Operator, threshold: Array, max
     return x, k
 
 
-def bicgstab(matvec: Operator, b: Array, x0: Array, M: Operator, threshold: Array, maxiter: int):
+def bicgstab(
+    matvec: Operator, b: Array, x0: Array | None, M: Operator, threshold: Array, maxiter: Any
+):
     """Preconditioned BiCGStab (van der Vorst's, as in ``jax.scipy.sparse.linalg``) from
     ``x0``; stopping as :func:`cg`. Returns ``(x, iterations)``.
 
@@ -86,7 +90,8 @@ def bicgstab(matvec: Operator, b: Array, x0: Array, M: Operator, threshold: Arra
     runs half iterations instead, alternating the two (all systems in step): its body
     applies ``M`` once, so a large preconditioner is compiled once.
     """
-    r = b - matvec(x0)
+    r = b if x0 is None else b - matvec(x0)
+    x0 = jnp.zeros_like(b) if x0 is None else x0
     threshold2 = threshold**2
     shape = r.shape[:-1]
     one = jnp.ones(shape, r.dtype)

@@ -597,9 +597,7 @@ def setup(parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int) -
         grids.append(grid)
         for axes in plan[1:]:
             operator = operators[-1]
-            inverse, rho = _smoothing_data(
-                operator.data[operator.offsets.index(0)], jnp.abs(rows).sum(axis=-1)
-            )
+            inverse, rho = gershgorin(operator)
             inverses.append(inverse)
             bounds.append(rho)
             rows = probe(operator, grid, axes)

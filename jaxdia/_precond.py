@@ -744,20 +744,28 @@ def _solve_args(function: str, A: Any, b: Any, M: Any, x0: Any, maxiter: Any):
             f"{function}: M must be a preconditioner function v -> M v (e.g. jaxdia.multigrid, "
             f"jaxdia.chebyshev, jaxdia.jacobi), got {type(M).__name__}"
         )
-    maxiter = 10 * n if maxiter is None else static_int(maxiter, f"{function}: maxiter")
-    if maxiter < 0:
-        raise ValueError(f"{function}: maxiter must be >= 0, got {maxiter}")
+    if maxiter is None:
+        maxiter = np.int32(min(10 * n, np.iinfo(np.int32).max))
+    elif _traced(maxiter):  # a traced count is fine: it is an argument of the loop
+        maxiter = jnp.asarray(maxiter, np.int32)
+    else:
+        maxiter = static_int(maxiter, f"{function}: maxiter")
+        if maxiter < 0:
+            raise ValueError(f"{function}: maxiter must be >= 0, got {maxiter}")
+        maxiter = np.int32(min(maxiter, np.iinfo(np.int32).max))
     result = jnp.result_type(*(t for t in (dtype, b.dtype) if t is not None))
     if not jnp.issubdtype(result, jnp.inexact):
         result = jnp.result_type(float)
     return A, b, M, x0, maxiter, batch, np.dtype(result)
 
 
-@functools.partial(jax.jit, static_argnames=("method", "maxiter", "batch", "dtype"))
-def _run_krylov(A, b, x0, M, rtol, atol, *, method, maxiter, batch, dtype):
+@functools.partial(jax.jit, static_argnames=("method", "batch", "dtype"))
+def _run_krylov(A, b, x0, M, rtol, atol, maxiter, *, method, batch, dtype):
+    """The solve as one compiled call; ``maxiter`` is an argument, so that changing it
+    does not compile again."""
     n = b.shape[-1]
     b = jnp.broadcast_to(b.astype(dtype), (*batch, n))
-    x0 = jnp.zeros_like(b) if x0 is None else jnp.broadcast_to(x0.astype(dtype), b.shape)
+    x0 = None if x0 is None else jnp.broadcast_to(x0.astype(dtype), b.shape)
     matvec = _vector_product(A)
     precondition = (lambda v: v) if M is None else M
     loop = _krylov.cg if method == "cg" else _krylov.bicgstab
@@ -820,7 +828,8 @@ def cg(
         none).
       x0: the initial guess (default zeros).
       rtol, atol: relative and absolute tolerances on the residual norm.
-      maxiter: the most iterations (default ``10 * n``).
+      maxiter: the most iterations (default ``10 * n``); an argument of the compiled
+        solve (changing it compiles nothing), which may be traced.
 
     Returns:
       ``(x, info)``: the solution, of the broadcast batch shape and ``b``'s last dim, in
@@ -902,8 +911,8 @@ def _solve(method, A, b, M, x0, rtol, atol, maxiter):
         _static_callable(M),
         rtol,
         atol,
+        maxiter,
         method=method,
-        maxiter=maxiter,
         batch=batch,
         dtype=dtype,
     )
