@@ -521,6 +521,14 @@ def test_dtypes(dtype):
     b = rhs(S.shape[0]).astype(dtype)
     assert M(b).dtype == dtype
     rtol = 1e-4 if dtype == np.float32 else 1e-10
+    if dtype == np.float64:  # a single-precision hierarchy for a double-precision solve
+        single = jaxdia.multigrid(A, SMALL, max_coarse=4, dtype=np.float32)
+        assert single.dtype == np.float32 and single.levels[0].dtype == np.float32
+        assert single(b).dtype == np.float64
+        _, mixed = jaxdia.cg(A, b, M=single, rtol=rtol)
+        _, exact = jaxdia.cg(A, b, M=M, rtol=rtol)
+        # Rounding in M costs a few iterations at tolerances this far below float32's.
+        assert bool(mixed.converged) and int(mixed.iterations) <= int(exact.iterations) + 3
     for preconditioner in (M, jaxdia.chebyshev(A, degree=4)):
         x, info = jaxdia.cg(A, b, M=preconditioner, rtol=rtol)
         assert x.dtype == dtype and bool(info.converged)
@@ -637,6 +645,8 @@ def test_multigrid_errors():
         jaxdia.multigrid(A.with_diagonal(np.r_[0.0, S.diagonal()[1:]]), GRID_2D)
     with pytest.raises(TypeError, match="must be float32 or float64, got complex128"):
         jaxdia.multigrid(A.astype(np.complex128), GRID_2D)
+    with pytest.raises(TypeError, match="dtype must be float32 or float64, got float16"):
+        jaxdia.multigrid(A, GRID_2D, dtype=np.float16)
     for options, message in [
         ({"smoother": "gauss_seidel"}, "smoother must be one of"),
         ({"sweeps": 0}, "need sweeps >= 1"),
