@@ -5,32 +5,31 @@ A square matrix ``A`` of size ``prod(grid)`` is a *stencil on* ``grid`` when eve
 lays them out) that are neighbours: ``|i_a - j_a| <= 1`` along every axis ``a``. Entry
 ``A[i, i + d]`` for the displacement ``d`` in ``{-1, 0, 1}^dim`` is the stencil's *cell*
 ``d`` at point ``i``; where ``i + d`` leaves the grid the cell is 0 (Dirichlet boundaries
-are eliminated, as in ``pyamg.gallery.poisson``). A *stencil array* holds all cells,
-shape ``(3,) * dim + grid``, cell ``d`` at index ``d + 1``; a dict of cells holds the
-nonzero ones (the 5 of a 5-point stencil).
+are eliminated, as in ``pyamg.gallery.poisson``). A dict of cells holds the stored ones
+(the 5 of a 5-point stencil), each shaped as the grid.
 
 Coarsening halves chosen axes: coarse point ``I`` sits on fine point ``2 I + 1``, so an
 axis of ``n`` points keeps ``n // 2``. Interpolation ``P`` is linear along each coarsened
 axis (fine ``2 I`` takes the mean of its coarse neighbours, 0 beyond the boundary),
 restriction is ``R = P^T``, and the coarse operator is the Galerkin product ``R A P``,
-again a stencil (at most ``3^dim`` diagonals, see :func:`galerkin_cells`). Coarsening one
-axis at a time takes 13 terms per axis where the whole tensor product takes ``13^dim``.
-The finest level's Galerkin product reads the matrix's own diagonals (:func:`cells_of`),
-so its zero cells are neither stored nor read.
+again a stencil: at most ``3^dim`` diagonals. The finest level's product is taken on its
+stored cells, one axis at a time (:func:`galerkin_cells`: 13 terms per cell and axis,
+views of the matrix's diagonals, none of its zero cells read); coarser levels' by
+probing (:func:`probe`: one product with ``3^dim`` coloured columns), a few whole-array
+operations per level, so that the compiled program stays small.
 
 Smoothers are polynomials in ``D^-1 A`` (``D`` the diagonal): damped Jacobi, or the
 Chebyshev polynomial smallest on ``[rho / 6, rho]`` (2-D, 3-D; ``[rho / 3, rho]`` in 1-D),
-where ``rho`` is Gershgorin's bound on the spectrum of ``D^-1 A`` read off the stencil (no
-product is spent on it). The same
-polynomial before and after the coarse correction keeps the cycle symmetric for a
-symmetric ``A``; ``rho`` bounds the spectrum, so the smoother converges in the energy norm
-and the cycle is positive definite for a symmetric positive definite ``A``, as conjugate
-gradients need. The coarsest level is solved directly, by a dense LU factorized once, in
-the setup (:func:`coarse_factor`).
+where ``rho`` is Gershgorin's bound on the spectrum of ``D^-1 A``, read off the stored
+entries (no product is spent on it). The same polynomial before and after the coarse
+correction keeps the cycle symmetric for a symmetric ``A``; ``rho`` bounds the spectrum,
+so the smoother converges in the energy norm and the cycle is positive definite for a
+symmetric positive definite ``A``, as conjugate gradients need. The coarsest level is
+solved directly, by a dense LU factorized once, in the setup (:func:`coarse_factor`).
 
-Everything here works on one matrix; batches are ``jax.vmap``-ed over by the callers. The
-stencil-array functions take ``xp`` (``jax.numpy`` or ``numpy``): the ``"auto"``
-coarsening plan is made on the host from concrete values.
+Everything here works on one matrix; batches are ``jax.vmap``-ed over by the callers.
+The cell functions take ``xp`` (``jax.numpy`` or ``numpy``): the ``"auto"`` coarsening
+plan is made on the host from concrete values.
 """
 
 from __future__ import annotations
@@ -364,6 +363,7 @@ def chebyshev_steps(
     upper: Any,
     steps: int,
     residual: bool,
+    unroll: bool | None = None,
 ) -> tuple[Array, Array | None]:
     """``steps`` steps of Chebyshev iteration for ``A x = b``, preconditioned by ``scale``.
 
@@ -372,7 +372,8 @@ def chebyshev_steps(
     equal to 1 at 0, a scaled Chebyshev polynomial. ``x`` None is a zero start, which
     saves a product. With ``residual``, also returns ``b - A x`` of the result (one more
     product). The three-term recurrence is Saad's (Iterative Methods for Sparse Linear
-    Systems, 2nd ed., Algorithm 12.1).
+    Systems, 2nd ed., Algorithm 12.1). ``unroll``: the steps as straight-line code (the
+    default up to :data:`_UNROLL` steps) or in a ``fori_loop``.
     """
     theta = (upper + lower) / 2
     delta = (upper - lower) / 2
@@ -390,7 +391,9 @@ def chebyshev_steps(
         return x + d, r, d, rho_next
 
     carry = (x, r, d, rho)
-    if steps - 1 > _UNROLL:
+    if unroll is None:
+        unroll = steps - 1 <= _UNROLL
+    if not unroll:
         carry = lax.fori_loop(0, steps - 1, lambda _, c: step(c), carry)
     else:
         for _ in range(steps - 1):
@@ -438,9 +441,10 @@ def fusible_product(A: DiaParts) -> Callable[[Array], Array]:
     the two rows, zero-padded and shifted by the offset (padding slots of ``data`` are
     never read). The ``dia_spmm`` primitive computes the product on its own, into a
     buffer written piece by piece; a Chebyshev step around it (the product, then three
-    vector updates) then passes over memory several times where this expression makes
-    one loop of it: on a 2-core CPU a step ran in about half the time (see
-    benchmarks/README.md). Not a primitive: differentiated and batched as ``jax.numpy``.
+    vector updates) then passes over memory several times, where XLA makes one loop of
+    this expression and the updates (measured in benchmarks/README.md). Not a primitive:
+    differentiated and batched as ``jax.numpy``. Where a step is unrolled, XLA may
+    recompute it in every consumer instead: the polynomial's steps run in a loop.
     """
     data, offsets, shape = A
     n = shape[1]

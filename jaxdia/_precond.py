@@ -581,6 +581,8 @@ class Chebyshev:
             upper.astype(work)[..., None],
             self.degree,
             residual=False,
+            # Unrolled, XLA would recompute the fused product in each consumer.
+            unroll=False if isinstance(operator, DiaMatrix) else None,
         )
         return x.astype(result)
 
