@@ -47,7 +47,7 @@ import numpy as np
 from jax import Array, lax
 
 from ._convert import dia_to_dense
-from ._geometry import in_bounds
+from ._geometry import diagonal_bounds, in_bounds
 from ._parts import DiaParts
 from ._primitives import spmm
 
@@ -89,22 +89,34 @@ def wrapped_entries(data: np.ndarray, offsets: Sequence[int], grid: Grid) -> lis
     offset ``n2 - 1`` on an ``(n1, n2)`` grid holds the neighbours ``(a, b) -> (a + 1,
     b - 1)`` but also ``(a, 0) -> (a, n2 - 1)``, which wraps around a grid line)."""
     n = math.prod(grid)
-    points = np.indices(grid).reshape(len(grid), n)
-    inside = in_bounds(offsets, (n, n), host=True)
+    coordinates: dict[int, np.ndarray] = {}
+
+    def coordinate(axis: int) -> np.ndarray:  # the grid coordinate of every point
+        if axis not in coordinates:
+            index = np.arange(n, dtype=np.int64 if n > 2**31 - 1 else np.int32)
+            coordinates[axis] = (index // strides(grid)[axis]) % grid[axis]
+        return coordinates[axis]
+
     found: list[tuple] = []
     for k, offset in enumerate(offsets):
-        rows = np.arange(n) - offset  # data[k, j] == A[j - offset, j]
-        covered = np.zeros(n, bool)
+        if offset == 0:
+            continue
+        start, stop = diagonal_bounds(offset, (n, n))  # the columns j of this diagonal
+        nonzero = data[k, start:stop] != 0
+        if not nonzero.any():
+            continue
+        covered = np.zeros(stop - start, bool)
         for d in displacements(len(grid)):
-            if live(d, grid) and flat_offset(d, grid) == offset:
-                source = np.clip(rows, 0, n - 1)
-                ok = np.ones(n, bool)
-                for axis, step in enumerate(d):
-                    target = points[axis, source] + step
-                    ok &= (target >= 0) & (target < grid[axis])
-                covered |= ok
-        bad = np.flatnonzero(inside[k] & ~covered & (data[k] != 0))
-        found.extend((int(j - offset), int(j), data[k, j].item()) for j in bad[:3])
+            if not live(d, grid) or flat_offset(d, grid) != offset:
+                continue
+            ok = np.ones(stop - start, bool)
+            for axis, step in enumerate(d):
+                if step:  # rows i = j - offset must have i + d inside the grid
+                    c = coordinate(axis)[start - offset : stop - offset] + step
+                    ok &= (c >= 0) & (c < grid[axis])
+            covered |= ok
+        bad = np.flatnonzero(nonzero & ~covered)[:3] + start
+        found.extend((int(j - offset), int(j), data[k, j].item()) for j in bad)
         if len(found) >= 3:
             break
     return found
