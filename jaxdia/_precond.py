@@ -617,7 +617,8 @@ def chebyshev(
     Args:
       A: a square DiaMatrix (float or complex), possibly batched.
       degree: the polynomial's degree, >= 1 (1 is the Jacobi preconditioner scaled by a
-        constant).
+        constant). Higher degrees mean fewer conjugate-gradient iterations at about the
+        same number of products.
       bounds: ``(lower, upper)`` with ``0 < lower < upper``: the part of the spectrum of
         ``D^-1 A`` to damp (scalars, or arrays of ``A.batch_shape``). ``upper`` must bound
         the spectrum, or ``M`` may be indefinite.
