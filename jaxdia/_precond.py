@@ -97,13 +97,15 @@ class Multigrid:
     ``jax.vmap``.
 
     Attributes (read-only):
-      levels: the operator of each level as a DiaMatrix, finest (``A`` itself) first.
+      levels: the operator of each level as a DiaMatrix, finest (``A`` itself, or its
+        copy in the hierarchy's ``dtype``) first.
       grids: the grid of each level.
       coarsening: the axes coarsened from each level to the next; pass it as
         ``coarsening=`` to build the same hierarchy again (e.g. under ``jit``, after
         ``coarsening="auto"`` chose it).
       smoother, sweeps: the smoother and its number of products per smoothing.
       batch_shape: the leading batch dims of the matrices it was built for.
+      shape, dtype: the finest level's shape and the hierarchy's dtype.
 
     Example:
       >>> import jax.numpy as jnp, jaxdia
