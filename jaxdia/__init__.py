@@ -18,6 +18,15 @@ from ._functions import align as align, kron as kron, matmul as matmul, traces a
 from ._io import load_npz as load_npz, save_npz as save_npz
 from ._linalg import jacobi as jacobi, solve_banded as solve_banded
 from ._matrix import DiaMatrix as DiaMatrix
+from ._precond import (
+    Chebyshev as Chebyshev,
+    Multigrid as Multigrid,
+    SolveInfo as SolveInfo,
+    bicgstab as bicgstab,
+    cg as cg,
+    chebyshev as chebyshev,
+    multigrid as multigrid,
+)
 from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard
 from ._spectral import eigsh as eigsh, expm_multiply as expm_multiply
 
@@ -45,6 +54,10 @@ __all__ = [
     "align",
     "BandedCholesky",
     "BandedLU",
+    "bicgstab",
+    "cg",
+    "Chebyshev",
+    "chebyshev",
     "cho_factor",
     "cho_solve",
     "diags",
@@ -59,10 +72,13 @@ __all__ = [
     "lu_factor",
     "lu_solve",
     "matmul",
+    "Multigrid",
+    "multigrid",
     "save_npz",
     "shard",
     "ShardedDiaMatrix",
     "solve_banded",
     "solveh_banded",
+    "SolveInfo",
     "traces",
 ]

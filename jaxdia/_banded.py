@@ -46,12 +46,20 @@ METHOD = "auto"
 class Factor(NamedTuple):
     """A factorization's arrays: ``arrays`` (LAPACK's, with the matrix's batch dims
     leading), ``info`` (``(*batch_shape,)`` int32: 0, or the 1-based index of the first
-    zero pivot / non-positive leading minor), and its static description."""
+    zero pivot / non-positive leading minor), and its static description (a pytree whose
+    leaves are the arrays and ``info``)."""
 
     kind: str
     widths: tuple[int, ...]
     arrays: tuple[Array, ...]
     info: Array
+
+
+jax.tree_util.register_pytree_node(
+    Factor,
+    lambda factor: ((factor.arrays, factor.info), (factor.kind, factor.widths)),
+    lambda static, leaves: Factor(*static, *leaves),
+)
 
 
 def work_dtype(dtype: Any) -> np.dtype:

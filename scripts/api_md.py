@@ -39,6 +39,11 @@ SECTIONS = (
         None,
     ),
     ("Factorizations", ("jaxdia.BandedLU", "jaxdia.BandedCholesky"), None),
+    (
+        "Preconditioner and solver results",
+        ("jaxdia.Multigrid", "jaxdia.Chebyshev", "jaxdia.SolveInfo"),
+        None,
+    ),
     ("Sharded matrices", ("jaxdia.ShardedDiaMatrix", "jaxdia.shard"), "ShardedDiaMatrix."),
     ("lineax", ("jaxdia.DiaLinearOperator", "jaxdia.BandedSolver"), None),
     ("`jaxdia.testing`: Hypothesis strategies", ("jaxdia.testing.",), None),

@@ -19,6 +19,7 @@ HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
         ("inverse_diffusion.py", "inverse_diffusion.png"),
         ("demo.py", "demo.png"),
         ("quantum_oscillator.py", "quantum_oscillator.png"),
+        ("multigrid.py", "multigrid.png"),
     ],
 )
 def test_example_runs_and_checks_pass(tmp_path, name, plot):

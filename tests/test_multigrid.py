@@ -1,0 +1,709 @@
+"""Multigrid and Chebyshev preconditioners, and the Krylov solvers that report
+(jaxdia.multigrid, jaxdia.chebyshev, jaxdia.cg, jaxdia.bicgstab).
+
+Oracles: coarse operators against ``P^T A P`` built with SciPy, solutions against
+``scipy.sparse.linalg.spsolve``, iteration counts against SciPy's ``cg``, the Chebyshev
+polynomial against its closed form on the eigenvalues, gradients against dense
+``jnp.linalg.solve``. Grids are small, and few distinct ones, since each grid and
+coarsening compiles its own program.
+"""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.sparse.linalg as jsl
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import jaxdia
+from jaxdia import _multigrid
+
+from .helpers import dense_f64
+
+# -- problems --------------------------------------------------------------------------------
+
+
+def interpolation_1d(n):
+    """Linear interpolation from the ``n // 2`` odd points (0-based) of ``n``."""
+    nc = n // 2
+    P = np.zeros((n, nc))
+    for I in range(nc):
+        P[2 * I + 1, I] = 1.0
+        P[2 * I, I] = 0.5
+        if n > 2 * I + 2:
+            P[2 * I + 2, I] = 0.5
+    return P
+
+
+def interpolation(grid, axes):
+    """The (bi/tri)linear interpolation along ``axes`` (identity along the others)."""
+    factors = [interpolation_1d(n) if a in axes else np.eye(n) for a, n in enumerate(grid)]
+    return sp.csr_array(
+        factors[0] if len(factors) == 1 else sp.kron(factors[0], _kron(factors[1:]))
+    )
+
+
+def _kron(factors):
+    out = sp.csr_array(factors[0])
+    for f in factors[1:]:
+        out = sp.kron(out, f)
+    return out
+
+
+def stencil_matrix(grid, coefficients):
+    """The matrix with ``A[i, i + d] = coefficients[d][i]`` for the neighbours of ``i``
+    (``coefficients`` maps displacements to grid-shaped arrays)."""
+    n = math.prod(grid)
+    points = np.indices(grid).reshape(len(grid), n).T
+    rows, cols, values = [], [], []
+    for d, c in coefficients.items():
+        target = points + np.asarray(d)
+        inside = np.all((target >= 0) & (target < grid), axis=1)
+        rows.append(np.flatnonzero(inside))
+        cols.append(np.ravel_multi_index(target[inside].T, grid))
+        values.append(np.asarray(c).reshape(n)[inside])
+    S = sp.coo_array(
+        (np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))), shape=(n, n)
+    )
+    return S.todia()
+
+
+def random_stencil(grid, seed=0):
+    """A random (nonsymmetric) 3^dim-point stencil matrix, diagonally dominant."""
+    rng = np.random.default_rng(seed)
+    coefficients = {
+        d: rng.uniform(-1, 0, grid) for d in _multigrid.displacements(len(grid)) if any(d)
+    }
+    coefficients[(0,) * len(grid)] = 3.0 ** len(grid) + rng.uniform(0, 1, grid)
+    return stencil_matrix(grid, coefficients)
+
+
+def diffusion(grid, k, anisotropy=None):
+    """``-div(k grad u)`` with Dirichlet boundaries, 5/7-point, harmonic means on faces:
+    symmetric positive definite. ``anisotropy`` scales the coupling per axis."""
+    dim = len(grid)
+    k = np.broadcast_to(np.asarray(k, float), grid)
+    scale = anisotropy or (1.0,) * dim
+    coefficients = {(0,) * dim: np.zeros(grid)}
+    for axis in range(dim):
+        for step in (-1, 1):
+            neighbour = np.roll(k, -step, axis=axis)
+            face = scale[axis] * 2 * k * neighbour / (k + neighbour)
+            # A boundary face (the neighbour is outside) takes k itself (Dirichlet).
+            edge = [slice(None)] * dim
+            edge[axis] = -1 if step == 1 else 0
+            face[tuple(edge)] = scale[axis] * k[tuple(edge)]
+            coefficients[(0,) * dim] = coefficients[(0,) * dim] + face
+            d = tuple(step if a == axis else 0 for a in range(dim))
+            coefficients[d] = -face
+    return stencil_matrix(grid, coefficients)
+
+
+def poisson(grid):
+    return diffusion(grid, 1.0)
+
+
+def jump(grid, contrast=1e3):
+    """A coefficient ``contrast`` times larger in the middle of the domain."""
+    middle = np.ones(grid, bool)
+    for axis, n in enumerate(grid):
+        index = np.arange(n).reshape([n if a == axis else 1 for a in range(len(grid))])
+        middle = middle & (index >= n // 3) & (index < 2 * n // 3)
+    return diffusion(grid, np.where(middle, contrast, 1.0))
+
+
+def convection_diffusion(n, peclet=20.0):
+    """Upwinded 2-D convection-diffusion on an ``n x n`` grid: nonsymmetric."""
+    h = 1.0 / (n + 1)
+    T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+    upwind = sp.diags_array([-1.0, 1.0], offsets=[-1, 0], shape=(n, n))
+    I = sp.eye_array(n)
+    S = (sp.kron(T, I) + sp.kron(I, T)) / h**2 + peclet / h * (
+        sp.kron(upwind, I) + 0.5 * sp.kron(I, upwind)
+    )
+    return S.todia()
+
+
+def assert_solution(x, expected, rtol):
+    """``x`` close to ``expected`` in norm (an iterative solution's error is a vector
+    bounded in norm, not entry by entry)."""
+    error = np.linalg.norm(np.asarray(x, np.float64) - expected) / np.linalg.norm(expected)
+    assert error <= rtol, error
+
+
+def operator_matrix(M, n):
+    """The dense matrix of a linear ``M``: column ``j`` is ``M(e_j)``."""
+    return np.asarray(M(jnp.eye(n))).T
+
+
+def rhs(n, seed=0):
+    return np.random.default_rng(seed).standard_normal(n)
+
+
+GRID_2D = (15, 16)  # odd and even axes
+GRID_3D = (7, 7, 6)  # coarse (3, 3, 3): 27 distinct offsets
+SMALL = (7, 8)  # for the transformations: 3 levels with max_coarse=4, quick to compile
+
+
+# -- coarse operators ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "grid, problem, coarsening",
+    [
+        ((9,), random_stencil, "full"),
+        (GRID_2D, random_stencil, "full"),
+        (GRID_2D, poisson, [(1,), (0, 1)]),
+        (GRID_3D, poisson, "full"),
+        ((6, 2, 7), random_stencil, [(2,), (0, 1, 2)]),
+        ((2, 2), random_stencil, "full"),
+    ],
+)
+def test_coarse_operators_are_galerkin_products(grid, problem, coarsening):
+    S = problem(grid)
+    M = jaxdia.multigrid(jaxdia.DiaMatrix.from_scipy(S), grid, coarsening=coarsening, max_coarse=1)
+    assert len(M.levels) == len(M.coarsening) + 1 >= 2
+    fine = S.toarray()
+    for level, axes in enumerate(M.coarsening):
+        P = interpolation(M.grids[level], axes)
+        expected = P.T @ fine @ P
+        coarse = M.levels[level + 1]
+        assert coarse.shape == expected.shape
+        assert len(coarse.offsets) <= 3 ** len(grid)
+        np.testing.assert_allclose(dense_f64(coarse), expected, rtol=1e-12, atol=1e-12)
+        assert M.grids[level + 1] == tuple(
+            n // 2 if a in axes else n for a, n in enumerate(M.grids[level])
+        )
+        fine = expected
+    assert M.levels[0].offsets == tuple(sorted(S.offsets))
+    if problem is poisson and coarsening == "full":
+        # 5- and 7-point stencils coarsen to 9 and 27 points (grid (3, 3, 3): distinct
+        # offsets), and the hierarchy prints as PyAMG's does.
+        assert [len(level.offsets) for level in M.levels][:2] == [7, 27]
+        assert "operator complexity" in repr(M) and "direct solve" in repr(M)
+
+
+@pytest.mark.parametrize("grid", [(9,), GRID_2D, GRID_3D])
+def test_galerkin_paths_agree_with_scipy(grid):
+    # The setup's two paths (stored cells at the finest level, probing below; the test
+    # above checks them in 2-D and 3-D) and the host path of coarsening="auto", on one step.
+    S = random_stencil(grid, seed=1)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    axes = tuple(range(len(grid)))
+    P = interpolation(grid, axes)
+    expected = P.T @ S.toarray() @ P
+    coarse = _multigrid.coarse_grid(grid, axes)
+    n = math.prod(grid)
+
+    def by_cells(data, xp):
+        cells = _multigrid.cells_of(jaxdia.DiaMatrix(data, A.offsets, A.shape)._parts, grid, xp)
+        step = grid
+        for axis in axes:
+            cells = _multigrid.galerkin_cells(cells, step, axis, xp)
+            step = _multigrid.coarse_grid(step, (axis,))
+        return _multigrid.stencil_rows(cells, coarse, np.float64, xp)
+
+    def check(rows, by_color):
+        parts = _multigrid.dia_from_rows(jnp.asarray(rows), coarse, by_color=by_color)
+        np.testing.assert_allclose(dense_f64(jaxdia.DiaMatrix._wrap(parts)), expected, atol=1e-12)
+
+    check(by_cells(np.asarray(A.data), np), by_color=False)
+    if len(grid) == 1:  # the compiled paths, here on their own (the setup uses them in 2-D, 3-D)
+        check(jax.jit(lambda d: by_cells(d, jnp))(A.data), by_color=False)
+        check(jax.jit(lambda A: _multigrid.probe(A._parts, grid, axes))(A), by_color=True)
+    x = rhs(n)
+    np.testing.assert_allclose(
+        np.asarray(_multigrid.restrict(jnp.asarray(x).reshape(grid), axes)).ravel(), P.T @ x
+    )
+    xc = rhs(P.shape[1])
+    np.testing.assert_allclose(
+        np.asarray(_multigrid.interpolate(jnp.asarray(xc).reshape(coarse), axes, grid)).ravel(),
+        P @ xc,
+    )
+
+
+# -- the V-cycle is symmetric positive definite for SPD matrices ----------------------------
+
+
+@pytest.mark.parametrize(
+    "grid, problem, smoother, sweeps",
+    [
+        (GRID_2D, poisson, "chebyshev", 2),
+        (GRID_2D, jump, "jacobi", 1),
+        (GRID_3D, poisson, "chebyshev", 3),
+        ((17,), jump, "jacobi", 2),
+    ],
+)
+def test_vcycle_is_symmetric_positive_definite(grid, problem, smoother, sweeps):
+    S = problem(grid)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    M = jaxdia.multigrid(A, grid, smoother=smoother, sweeps=sweeps, max_coarse=4)
+    assert len(M.levels) >= 3
+    matrix = operator_matrix(M, S.shape[0])
+    np.testing.assert_allclose(matrix, matrix.T, rtol=1e-10, atol=1e-12 * np.abs(matrix).max())
+    eigenvalues = np.linalg.eigvalsh((matrix + matrix.T) / 2)
+    assert eigenvalues.min() > 0
+    # The smoothers converge in the energy norm, so the spectrum of M A lies in (0, 1];
+    # for Poisson it clusters near 1 (a jumping coefficient leaves a few small ones,
+    # which conjugate gradients removes in as many iterations).
+    spectrum = np.sort(np.linalg.eigvals(matrix @ S.toarray()).real)
+    assert spectrum[0] > 0 and spectrum[-1] < 1 + 1e-8
+    assert spectrum[3 if problem is jump else 0] > 0.3
+
+
+def test_vcycle_is_exact_without_coarsening():
+    S = jump(GRID_2D)
+    M = jaxdia.multigrid(jaxdia.DiaMatrix.from_scipy(S), GRID_2D, max_coarse=500)
+    assert M.coarsening == () and len(M.levels) == 1
+    b = rhs(S.shape[0])
+    np.testing.assert_allclose(np.asarray(M(b)), spla.spsolve(S.tocsc(), b), rtol=1e-10)
+
+
+# -- convergence ---------------------------------------------------------------------------------
+
+
+def _contraction(S, M, cycles=8):
+    """The mean residual reduction per step of ``x += M(b - A x)``."""
+    b = rhs(S.shape[0])
+    x = np.zeros_like(b)
+    for _ in range(cycles):
+        x = x + np.asarray(M(b - S @ x))
+    return (np.linalg.norm(b - S @ x) / np.linalg.norm(b)) ** (1 / cycles)
+
+
+@pytest.mark.parametrize(
+    "grid, limit",
+    [((31, 32), 0.15), ((11, 12, 13), 0.15)],
+)
+def test_vcycle_contracts(grid, limit):
+    S = poisson(grid)
+    M = jaxdia.multigrid(jaxdia.DiaMatrix.from_scipy(S), grid, max_coarse=20)
+    assert _contraction(S, M) < limit
+
+
+def test_iterations_do_not_grow_with_the_grid():
+    iterations = []
+    for n in (15, 31, 63):
+        S = poisson((n, n))
+        A = jaxdia.DiaMatrix.from_scipy(S)
+        _, info = jaxdia.cg(A, rhs(n * n), M=jaxdia.multigrid(A, (n, n), max_coarse=10), rtol=1e-8)
+        assert bool(info.converged)
+        iterations.append(int(info.iterations))
+    assert max(iterations) - min(iterations) <= 2 and max(iterations) <= 10, iterations
+
+
+def test_auto_coarsening_follows_the_strong_axis():
+    grid = (31, 32)
+    S = diffusion(grid, 1.0, anisotropy=(1.0, 0.01))
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    auto = jaxdia.multigrid(A, grid, coarsening="auto", max_coarse=20)
+    # Coupling 100x stronger along axis 0: halve it alone until they compare (x 4 a level).
+    assert auto.coarsening[:3] == ((0,), (0,), (0,))
+    assert auto.coarsening[3] == (0, 1)
+    b = rhs(S.shape[0])
+    _, semi = jaxdia.cg(A, b, M=auto, rtol=1e-8)
+    _, full = jaxdia.cg(A, b, M=jaxdia.multigrid(A, grid, max_coarse=20), rtol=1e-8)
+    _, isotropic = jaxdia.cg(
+        jaxdia.DiaMatrix.from_scipy(poisson(grid)),
+        b,
+        M=jaxdia.multigrid(jaxdia.DiaMatrix.from_scipy(poisson(grid)), grid, max_coarse=20),
+        rtol=1e-8,
+    )
+    assert bool(semi.converged) and int(semi.iterations) <= 3 * int(isotropic.iterations)
+    assert int(full.iterations) > int(semi.iterations)
+    # The recorded choice builds the same hierarchy under jit.
+    rebuilt = jax.jit(
+        lambda A: jaxdia.multigrid(A, grid, coarsening=auto.coarsening, max_coarse=20)
+    )(A)
+    np.testing.assert_allclose(np.asarray(rebuilt(b)), np.asarray(auto(b)), rtol=1e-12)
+
+
+def test_bicgstab_with_multigrid_solves_convection_diffusion():
+    n = 15
+    S = convection_diffusion(n)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    b = rhs(n * n)
+    M = jaxdia.multigrid(A, (n, n))
+    x, info = jaxdia.bicgstab(A, b, M=M, rtol=1e-10)
+    _, plain = jaxdia.bicgstab(A, b, M=jaxdia.jacobi(A), rtol=1e-10)
+    assert bool(info.converged) and int(info.iterations) * 4 < int(plain.iterations)
+    assert_solution(x, spla.spsolve(S.tocsc(), b), 1e-8)
+    # The same preconditioner in JAX's solvers.
+    for solver in (jsl.bicgstab, jsl.gmres):
+        y, _ = jax.jit(lambda A, b, M: solver(A, b, M=M, tol=1e-10))(A, b, M)
+        assert_solution(y, np.asarray(x), 1e-7)
+
+
+# -- the solvers -----------------------------------------------------------------------------
+
+
+def _scipy_iterations(solver, S, b, M, rtol):
+    count = [0]
+
+    def callback(_):
+        count[0] += 1
+
+    operator = spla.LinearOperator(S.shape, matvec=lambda v: np.asarray(M(v)))
+    x, flag = solver(S, b, rtol=rtol, M=operator, callback=callback, maxiter=10 * S.shape[0])
+    assert flag == 0
+    return x, count[0]
+
+
+def test_cg_matches_scipy():
+    S = jump(GRID_2D)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    b = rhs(S.shape[0])
+    for M in (jaxdia.multigrid(A, GRID_2D, max_coarse=4),):
+        x, info = jaxdia.cg(A, b, M=M, rtol=1e-10)
+        expected, iterations = _scipy_iterations(spla.cg, S, b, M, 1e-10)
+        assert abs(int(info.iterations) - iterations) <= 1
+        assert bool(info.converged)
+        residual = np.linalg.norm(b - S @ np.asarray(x))
+        np.testing.assert_allclose(float(info.residual_norm), residual, rtol=1e-3)
+        assert residual <= 1e-10 * np.linalg.norm(b)
+        assert_solution(x, spla.spsolve(S.tocsc(), b), 1e-7)
+
+
+def test_bicgstab_matches_jax():
+    S = convection_diffusion(15)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    b = rhs(S.shape[0])
+    M = jaxdia.jacobi(A)
+    x, info = jaxdia.bicgstab(A, b, M=M, rtol=1e-10)
+    expected, _ = jsl.bicgstab(A, jnp.asarray(b), M=M, tol=1e-10)
+    _, iterations = _scipy_iterations(spla.bicgstab, S, b, M, 1e-10)
+    assert bool(info.converged) and abs(int(info.iterations) - iterations) <= 1
+    np.testing.assert_allclose(np.asarray(x), np.asarray(expected), rtol=1e-8)
+
+
+@pytest.mark.parametrize("solver", [jaxdia.cg, jaxdia.bicgstab])
+def test_info_reports_non_convergence_and_trivial_cases(solver):
+    S = poisson(GRID_2D)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    b = rhs(S.shape[0])
+    x, info = solver(A, b, maxiter=3)
+    assert int(info.iterations) == 3 and not bool(info.converged)
+    np.testing.assert_allclose(
+        float(info.residual_norm), np.linalg.norm(b - S @ np.asarray(x)), rtol=1e-10
+    )
+    exact = spla.spsolve(S.tocsc(), b)
+    _, info = solver(A, b, x0=exact, rtol=1e-8)
+    assert int(info.iterations) == 0 and bool(info.converged)
+    x, info = solver(A, np.zeros_like(b))
+    assert int(info.iterations) == 0 and bool(info.converged) and not np.any(np.asarray(x))
+    _, info = solver(A, b, rtol=0.0, atol=1e3 * np.linalg.norm(b))
+    assert int(info.iterations) == 0 and bool(info.converged)
+
+
+def test_solvers_take_functions_and_complex_hermitian_matrices():
+    S = poisson(GRID_2D).astype(np.complex128)
+    S = (S + 0.5j * (sp.eye_array(S.shape[0], k=1) - sp.eye_array(S.shape[0], k=-1))).todia()
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    b = rhs(S.shape[0]) + 1j * rhs(S.shape[0], seed=1)
+    x, info = jaxdia.cg(lambda v: A @ v, b, M=jaxdia.chebyshev(A, degree=3), rtol=1e-10)
+    assert bool(info.converged)
+    expected = spla.spsolve(S.tocsc(), b)
+    assert np.linalg.norm(np.asarray(x) - expected) <= 1e-8 * np.linalg.norm(expected)
+
+
+def test_batched_systems_stop_on_their_own():
+    S = poisson(SMALL)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    scales = np.array([1.0, 2.0, 10.0])
+    batch = jaxdia.DiaMatrix(A.data * scales[:, None, None], A.offsets, A.shape)
+    b = np.stack([rhs(S.shape[0], seed=s) for s in range(3)])
+    b[2] = 0.0
+    M = jaxdia.multigrid(batch, SMALL, max_coarse=4)
+    assert M.batch_shape == (3,)
+    x, info = jaxdia.cg(batch, b, M=M, rtol=1e-10)
+    assert info.iterations.shape == (3,) and int(info.iterations[2]) == 0
+    for i in range(3):
+        Mi = jaxdia.multigrid(
+            jaxdia.DiaMatrix(batch.data[i], A.offsets, A.shape), SMALL, max_coarse=4
+        )
+        np.testing.assert_allclose(np.asarray(M(b[i])[i]), np.asarray(Mi(b[i])), rtol=1e-12)
+        xi, info_i = jaxdia.cg(
+            jaxdia.DiaMatrix(batch.data[i], A.offsets, A.shape), b[i], M=Mi, rtol=1e-10
+        )
+        assert int(info_i.iterations) == int(info.iterations[i])
+        np.testing.assert_allclose(np.asarray(x[i]), np.asarray(xi), rtol=1e-10, atol=1e-14)
+
+
+# -- transformations -------------------------------------------------------------------------------
+
+
+def test_setup_under_jit_and_vmap():
+    S = jump(SMALL)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    b = rhs(S.shape[0])
+    eager = jaxdia.multigrid(A, SMALL, max_coarse=4)
+    jitted = jax.jit(lambda A: jaxdia.multigrid(A, SMALL, max_coarse=4))(A)
+    np.testing.assert_allclose(np.asarray(jitted(b)), np.asarray(eager(b)), rtol=1e-12)
+    # A preconditioner is a pytree: an argument and a result of jitted functions.
+    np.testing.assert_allclose(
+        np.asarray(jax.jit(lambda M, b: M(b))(eager, b)), np.asarray(eager(b)), rtol=1e-12
+    )
+    batch = jaxdia.DiaMatrix(jnp.stack([A.data, 3 * A.data]), A.offsets, A.shape)
+
+    def solve(A, b):
+        return jaxdia.cg(A, b, M=jaxdia.multigrid(A, SMALL, max_coarse=4), rtol=1e-10)
+
+    x, info = jax.vmap(solve)(batch, np.stack([b, b]))
+    np.testing.assert_allclose(np.asarray(x[1]) * 3, np.asarray(x[0]), rtol=1e-9)
+    assert bool(jnp.all(info.converged))
+    y, _ = solve(batch, b)  # the batch inside the call instead
+    np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-10)
+
+
+@pytest.mark.parametrize("solver, problem", [("cg", jump), ("bicgstab", convection_diffusion)])
+def test_gradients_through_preconditioned_solves(solver, problem):
+    grid = (7, 8) if solver == "cg" else (7, 7)
+    S = problem(grid) if solver == "cg" else problem(grid[0])
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    b = rhs(S.shape[0])
+    weights = rhs(S.shape[0], seed=3)
+
+    def loss(data, b):
+        A_ = jaxdia.DiaMatrix(data, A.offsets, A.shape)
+        M = jaxdia.multigrid(A_, grid, max_coarse=4)
+        x, _ = getattr(jaxdia, solver)(A_, b, M=M, rtol=1e-13)
+        return jnp.sum(weights * jnp.sin(x))
+
+    def dense_loss(data, b):
+        return jnp.sum(
+            weights
+            * jnp.sin(jnp.linalg.solve(jaxdia.DiaMatrix(data, A.offsets, A.shape).todense(), b))
+        )
+
+    got = jax.jit(jax.grad(loss, argnums=(0, 1)))(A.data, b)
+    want = jax.grad(dense_loss, argnums=(0, 1))(A.data, b)
+    inside = (
+        np.asarray(jaxdia.DiaMatrix(np.ones_like(A.data), A.offsets, A.shape).to_scipy().data) != 0
+    )
+    np.testing.assert_allclose(
+        np.asarray(got[0])[inside], np.asarray(want[0])[inside], rtol=1e-7, atol=1e-10
+    )
+    np.testing.assert_allclose(np.asarray(got[1]), np.asarray(want[1]), rtol=1e-7, atol=1e-10)
+
+
+def test_jax_cg_and_lineax_take_the_preconditioners():
+    lx = pytest.importorskip("lineax")
+    S = jump(SMALL)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    b = jnp.asarray(rhs(S.shape[0]))
+    expected = spla.spsolve(S.tocsc(), np.asarray(b))
+    M = jaxdia.multigrid(A, SMALL, max_coarse=4)
+    x, _ = jax.jit(lambda A, b, M: jsl.cg(A, b, M=M, tol=1e-10))(A, b, M)
+    assert_solution(x, expected, 1e-8)
+    structure = jax.ShapeDtypeStruct(b.shape, b.dtype)
+    operator = jaxdia.DiaLinearOperator(A, lx.positive_semidefinite_tag)
+    for preconditioner in (M, jaxdia.chebyshev(A, degree=4)):
+        wrapped = lx.FunctionLinearOperator(preconditioner, structure, lx.positive_semidefinite_tag)
+        solution = lx.linear_solve(
+            operator,
+            b,
+            lx.CG(rtol=1e-10, atol=1e-10),
+            options={"preconditioner": wrapped},
+        )
+        assert_solution(solution.value, expected, 1e-7)
+        assert int(solution.stats["num_steps"]) < 60
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dtypes(dtype):
+    S = jump(SMALL).astype(dtype)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    M = jaxdia.multigrid(A, SMALL, max_coarse=4)
+    assert M.dtype == dtype and all(level.dtype == dtype for level in M.levels)
+    b = rhs(S.shape[0]).astype(dtype)
+    assert M(b).dtype == dtype
+    rtol = 1e-4 if dtype == np.float32 else 1e-10
+    if dtype == np.float64:  # a single-precision hierarchy for a double-precision solve
+        single = jaxdia.multigrid(A, SMALL, max_coarse=4, dtype=np.float32)
+        assert single.dtype == np.float32 and single.levels[0].dtype == np.float32
+        assert single(b).dtype == np.float64
+        _, mixed = jaxdia.cg(A, b, M=single, rtol=rtol)
+        _, exact = jaxdia.cg(A, b, M=M, rtol=rtol)
+        # Rounding in M costs a few iterations at tolerances this far below float32's.
+        assert bool(mixed.converged) and int(mixed.iterations) <= int(exact.iterations) + 3
+    for preconditioner in (M, jaxdia.chebyshev(A, degree=4)):
+        x, info = jaxdia.cg(A, b, M=preconditioner, rtol=rtol)
+        assert x.dtype == dtype and bool(info.converged)
+        reference = spla.spsolve(S.astype(np.float64).tocsc(), b.astype(np.float64))
+        assert_solution(x, reference, 100 * rtol)
+
+
+# -- Chebyshev --------------------------------------------------------------------------------
+
+
+def _chebyshev_reference(S, degree, lower, upper):
+    """``p(D^-1 A) D^-1`` from the closed form on the eigenvalues ``l`` of ``D^-1 A``:
+    ``(1 - T_k(s(l)) / T_k(s(0))) / l`` with ``s(l) = (upper + lower - 2 l) / (upper -
+    lower)``."""
+    dense = S.toarray()
+    d = np.sqrt(np.diag(dense))
+    eigenvalues, vectors = np.linalg.eigh(dense / d[:, None] / d[None, :])
+    coefficients = [0.0] * degree + [1.0]  # T_k
+
+    def s(x):
+        return (upper + lower - 2 * x) / (upper - lower)
+
+    T = np.polynomial.chebyshev.chebval(s(eigenvalues), coefficients)
+    q = (1 - T / np.polynomial.chebyshev.chebval(s(0.0), coefficients)) / eigenvalues
+    return (vectors * q) @ vectors.T / d[:, None] / d[None, :]
+
+
+@pytest.mark.parametrize("degree", [1, 2, 5, 8])
+def test_chebyshev_is_the_chebyshev_polynomial(degree):
+    S = jump((9, 10))
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    M = jaxdia.chebyshev(A, degree=degree)
+    dense = S.toarray()
+    rho = np.max(np.abs(dense).sum(axis=1) / np.diag(dense))  # Gershgorin on D^-1 A
+    np.testing.assert_allclose(float(M.upper), rho, rtol=1e-12)
+    np.testing.assert_allclose(float(M.lower), rho / degree**2, rtol=1e-12)
+    matrix = operator_matrix(M, S.shape[0])
+    if degree == 1:  # lower == upper: the Jacobi preconditioner divided by rho
+        expected = np.diag(1 / (rho * np.diag(dense)))
+    else:
+        expected = _chebyshev_reference(S, degree, float(M.lower), float(M.upper))
+    np.testing.assert_allclose(matrix, expected, rtol=1e-8, atol=1e-10 * np.abs(expected).max())
+    assert np.linalg.eigvalsh((matrix + matrix.T) / 2).min() > 0
+
+
+def test_chebyshev_bounds_batches_and_jit():
+    S = jump(GRID_2D)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    b = rhs(S.shape[0])
+    M = jaxdia.chebyshev(A, degree=6, bounds=(0.05, 2.5))
+    matrix = operator_matrix(M, S.shape[0])
+    np.testing.assert_allclose(matrix, _chebyshev_reference(S, 6, 0.05, 2.5), rtol=1e-8, atol=1e-12)
+    _, plain = jaxdia.cg(A, b, M=jaxdia.jacobi(A), rtol=1e-8)
+    _, poly = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=6), rtol=1e-8)
+    assert bool(poly.converged) and 3 * int(poly.iterations) < int(plain.iterations)
+    # In single precision for a double-precision solve: the same iterations.
+    x, single = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=6, dtype=np.float32), rtol=1e-10)
+    _, double = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=6), rtol=1e-10)
+    assert x.dtype == np.float64 and bool(single.converged)
+    assert abs(int(single.iterations) - int(double.iterations)) <= 1
+    batch = jaxdia.DiaMatrix(jnp.stack([A.data, 2 * A.data]), A.offsets, A.shape)
+    Mb = jax.jit(lambda A: jaxdia.chebyshev(A, degree=6))(batch)
+    assert Mb.lower.shape == (2,)
+    np.testing.assert_allclose(
+        np.asarray(Mb(np.stack([b, b]))[1]) * 2, np.asarray(jaxdia.chebyshev(A, 6)(b)), rtol=1e-10
+    )
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def test_multigrid_errors():
+    S = poisson(GRID_2D)
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    with pytest.raises(TypeError, match="multigrid: A must be a jaxdia.DiaMatrix"):
+        jaxdia.multigrid(S, GRID_2D)
+    with pytest.raises(ValueError, match="must be square"):
+        jaxdia.multigrid(jaxdia.DiaMatrix(A.data, A.offsets, (240, 241)), GRID_2D)
+    with pytest.raises(
+        ValueError, match=r"grid \(16, 16\) has 256 points, but A has shape \(240, 240\)"
+    ):
+        jaxdia.multigrid(A, (16, 16))
+    with pytest.raises(ValueError, match="1 to 3 positive ints"):
+        jaxdia.multigrid(A, (2, 3, 5, 8))
+    with pytest.raises(TypeError, match="grid must be a tuple"):
+        jaxdia.multigrid(A, "15x16")
+    with pytest.raises(TypeError, match="multigrid: grid must be a tuple of ints"):
+        jaxdia.multigrid(A, (15.0, 16))
+    # The transposed grid: offset 16 is a diagonal neighbour on a (16, 15) grid, and
+    # offset 1 is a neighbour, but then A couples the ends of grid lines.
+    with pytest.raises(
+        ValueError, match=r"A\[30, 14\] = -1.0 couples grid points \(2, 0\) and \(0, 14\)"
+    ):
+        jaxdia.multigrid(A, (16, 15))
+    with pytest.raises(ValueError, match=r"offset -16 does not fit a stencil on grid \(8, 30\)"):
+        jaxdia.multigrid(A, (8, 30))
+    wide = jaxdia.DiaMatrix.from_scipy(S + sp.eye_array(240, k=2))
+    with pytest.raises(ValueError, match="offset -2 does not fit"):
+        jaxdia.multigrid(wide.T, GRID_2D)
+    # Periodic boundaries along axis 1: A[i, i + 15] at the start of each row.
+    T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(16, 16)).tolil()
+    T[0, 15] = T[15, 0] = -1.0
+    periodic = sp.kronsum(
+        T.tocsr(), sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(15, 15))
+    )
+    with pytest.raises(
+        ValueError, match=r"A\[15, 0\] = -1.0 couples grid points \(0, 15\) and \(0, 0\)"
+    ):
+        jaxdia.multigrid(jaxdia.DiaMatrix.from_scipy(periodic), GRID_2D)
+    no_diagonal = jaxdia.DiaMatrix.from_scipy(S - sp.diags_array(S.diagonal()))
+    with pytest.raises(ValueError, match="stores no main diagonal"):
+        jaxdia.multigrid(no_diagonal.eliminate_zeros(), GRID_2D)
+    with pytest.raises(ValueError, match="diagonal must be nonzero, but it is 0 at index 0"):
+        jaxdia.multigrid(A.with_diagonal(np.r_[0.0, S.diagonal()[1:]]), GRID_2D)
+    with pytest.raises(TypeError, match="must be float32 or float64, got complex128"):
+        jaxdia.multigrid(A.astype(np.complex128), GRID_2D)
+    with pytest.raises(TypeError, match="dtype must be float32 or float64, got float16"):
+        jaxdia.multigrid(A, GRID_2D, dtype=np.float16)
+    for options, message in [
+        ({"smoother": "gauss_seidel"}, "smoother must be one of"),
+        ({"sweeps": 0}, "need sweeps >= 1"),
+        ({"max_coarse": 5000}, "max_coarse <= 4096"),
+        ({"max_levels": 0}, "max_levels >= 1"),
+        ({"coarsening": "semi"}, "coarsening must be 'full', 'auto'"),
+        ({"coarsening": [(2,)]}, r"coarsening\[0\] = \(2,\) must be distinct axes"),
+        ({"coarsening": [(0,), (0,), (0,), (0,)]}, "fewer than 2 points"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            jaxdia.multigrid(A, GRID_2D, **options)
+    with pytest.raises(TypeError, match="sweeps must be an int"):
+        jaxdia.multigrid(A, GRID_2D, sweeps=2.0)
+    with pytest.raises(TypeError, match=r"coarsening\[0\] must be a tuple of axes"):
+        jaxdia.multigrid(A, GRID_2D, coarsening=[("x",)])
+    big = jaxdia.DiaMatrix.from_scipy(poisson((70, 70)))
+    with pytest.raises(ValueError, match=r"coarsest level would be grid \(70, 70\)"):
+        jaxdia.multigrid(big, (70, 70), max_levels=1)
+    with pytest.raises(TypeError, match="coarsening='auto' chooses the coarsening from A's values"):
+        jax.jit(lambda A: jaxdia.multigrid(A, GRID_2D, coarsening="auto"))(A)
+    M = jaxdia.multigrid(A, GRID_2D)
+    with pytest.raises(ValueError, match=r"v must have shape \(240,\)"):
+        M(np.ones(239))
+    with pytest.raises(ValueError, match="do not broadcast"):
+        jaxdia.multigrid(jaxdia.DiaMatrix(jnp.stack([A.data] * 2), A.offsets, A.shape), GRID_2D)(
+            np.ones((3, 240))
+        )
+
+
+def test_chebyshev_and_solver_errors():
+    A = jaxdia.DiaMatrix.from_scipy(poisson(GRID_2D))
+    with pytest.raises(TypeError, match="chebyshev: A must be a jaxdia.DiaMatrix"):
+        jaxdia.chebyshev(np.eye(3))
+    with pytest.raises(ValueError, match="degree must be >= 1"):
+        jaxdia.chebyshev(A, degree=0)
+    with pytest.raises(ValueError, match="0 < lower < upper"):
+        jaxdia.chebyshev(A, bounds=(2.0, 1.0))
+    with pytest.raises(TypeError, match="bounds must be a pair"):
+        jaxdia.chebyshev(A, bounds=1.0)
+    with pytest.raises(TypeError, match="dtype must be a float dtype for A of dtype float64"):
+        jaxdia.chebyshev(A, dtype=np.int32)
+    with pytest.raises(ValueError, match="chebyshev: A's diagonal must be nonzero"):
+        jaxdia.chebyshev(A.with_diagonal(np.zeros(240)))
+    b = np.ones(240)
+    for solver in (jaxdia.cg, jaxdia.bicgstab):
+        name = solver.__name__
+        with pytest.raises(TypeError, match=f"{name}: A must be a jaxdia.DiaMatrix or a function"):
+            solver(np.eye(240), b)
+        with pytest.raises(ValueError, match=rf"{name}: b must have shape \(240,\)"):
+            solver(A, np.ones(239))
+        with pytest.raises(ValueError, match=rf"{name}: x0 must have shape"):
+            solver(A, b, x0=np.ones(3))
+        with pytest.raises(TypeError, match=f"{name}: M must be a preconditioner function"):
+            solver(A, b, M=np.eye(240))
+        with pytest.raises(ValueError, match=f"{name}: rtol must be >= 0"):
+            solver(A, b, rtol=-1.0)
+        with pytest.raises(ValueError, match=f"{name}: maxiter must be >= 0"):
+            solver(A, b, maxiter=-1)
+        with pytest.raises(ValueError, match="must be square"):
+            solver(jaxdia.DiaMatrix(A.data, A.offsets, (240, 241)), b)
