@@ -16,7 +16,8 @@ Part 1 reads the bytes each device sends and receives per product from the compi
 (also for a plain ``DiaMatrix`` whose ``data`` columns are split over an ``Explicit`` axis,
 which jaxdia multiplies with its own halo exchange) and extrapolates the halo and
 all-gather designs to ``n = 1e9`` rows on 64 devices. Part 3 reads the communication of
-one iteration of ``jax.scipy.sparse.linalg.cg`` (plain and with ``jaxdia.jacobi``) on a
+one iteration of ``jax.scipy.sparse.linalg.cg`` (plain, with ``jaxdia.jacobi`` and with
+``jaxdia.chebyshev``) on a
 ``ShardedDiaMatrix`` from the compiled loop, on ``Explicit`` and ``Auto`` axes.
 Part 4 is a weak-scaling table on the fake devices. They share this machine's cores, so
 the times measure the overhead of the sharded program (halo slicing, collectives,
@@ -218,11 +219,15 @@ def part_cg(quick: bool):
             mesh = mesh_of(8, kind)
             S = jaxdia.shard(A, mesh, AXIS)
             b = S.shard_vector(rhs)
-            for name, jacobi in (("none", False), ("jaxdia.jacobi", True)):
+            preconditioners = {
+                "none": lambda A: None,
+                "jaxdia.jacobi": jaxdia.jacobi,
+                "jaxdia.chebyshev(degree=4)": lambda A: jaxdia.chebyshev(A, 4),
+            }
+            for name, preconditioner in preconditioners.items():
 
-                def solve(S, b, jacobi=jacobi):
-                    M = jaxdia.jacobi(S) if jacobi else None
-                    return jla.cg(S, b, tol=1e-10, maxiter=20, M=M)[0]
+                def solve(S, b, preconditioner=preconditioner):
+                    return jla.cg(S, b, tol=1e-10, maxiter=20, M=preconditioner(S))[0]
 
                 if kind == AxisType.Explicit:  # JAX's cg needs Auto axes (jnp.vdot)
                     solve = jax.sharding.auto_axes(solve, out_sharding=S.vector_sharding)
@@ -233,8 +238,8 @@ def part_cg(quick: bool):
                 # Every variant agrees (20 iterations, not converged: the same iterates
                 # for the same preconditioner).
                 plain = jax.jit(
-                    lambda A, b, jacobi=jacobi: jla.cg(
-                        A, b, tol=1e-10, maxiter=20, M=jaxdia.jacobi(A) if jacobi else None
+                    lambda A, b, preconditioner=preconditioner: jla.cg(
+                        A, b, tol=1e-10, maxiter=20, M=preconditioner(A)
                     )[0]
                 )(A, jnp.asarray(rhs))
                 np.testing.assert_allclose(x, np.asarray(plain), rtol=1e-9, atol=1e-9)

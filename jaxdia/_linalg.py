@@ -68,7 +68,7 @@ def jacobi(A: Any) -> jax.tree_util.Partial:
       >>> bool(jnp.linalg.norm(A @ x - b) < 1e-4 * jnp.linalg.norm(b))
       True
     """
-    if not isinstance(A, DiaMatrix) and _is_operator(A):
+    if not isinstance(A, DiaMatrix) and is_operator(A):
         shape = tuple(A.shape)
         if len(shape) != 2 or shape[0] != shape[1]:
             raise ValueError(f"jacobi: A must be square, got shape {shape}")
@@ -81,8 +81,10 @@ def jacobi(A: Any) -> jax.tree_util.Partial:
     return _solve.jacobi_preconditioner(square(A, "jacobi")._parts)
 
 
-def _is_operator(A: Any) -> bool:
-    """Whether ``A`` has what :func:`jacobi` needs of an operator other than a DiaMatrix."""
+def is_operator(A: Any) -> bool:
+    """Whether ``A`` is an operator other than a DiaMatrix with ``@``, ``shape`` and
+    ``diagonal()`` (a :class:`jaxdia.ShardedDiaMatrix`), as :func:`jacobi` and
+    :func:`jaxdia.chebyshev` take."""
     return (
         callable(getattr(A, "diagonal", None))
         and hasattr(A, "__matmul__")

@@ -25,7 +25,7 @@ from jax import Array, lax
 
 from . import _krylov, _multigrid
 from ._checks import as_array, broadcast_batch, is_int, static_int
-from ._linalg import square
+from ._linalg import is_operator, square
 from ._matrix import DiaMatrix
 from ._parts import DiaParts
 
@@ -618,7 +618,10 @@ def chebyshev(
     itself stays in float64). ``M`` is then linear and symmetric only up to that rounding.
 
     Args:
-      A: a square DiaMatrix (float or complex), possibly batched.
+      A: a square DiaMatrix (float or complex), possibly batched; or a
+        :class:`jaxdia.ShardedDiaMatrix` (any operator with ``@``, ``shape``,
+        ``diagonal()`` and ``abs()``): ``M`` then works on its sharded vectors, each step
+        one sharded product (its halo exchange) and no inner product.
       degree: the polynomial's degree, >= 1 (1 is the Jacobi preconditioner scaled by a
         constant). Higher degrees mean fewer conjugate-gradient iterations at about the
         same number of products.
@@ -626,13 +629,14 @@ def chebyshev(
         ``D^-1 A`` to damp (scalars, or arrays of ``A.batch_shape``). ``upper`` must bound
         the spectrum, or ``M`` may be indefinite.
       dtype: the precision the polynomial is applied in (default ``A.dtype``): a float
-        (or complex for complex ``A``) dtype no wider than ``A``'s.
+        (or complex for complex ``A``) dtype no wider than ``A``'s (a DiaMatrix only).
 
     Returns:
       A :class:`jaxdia.Chebyshev`, callable on vectors ``(n,)`` (``(*batch_shape, n)``).
 
     Raises:
-      TypeError: if ``A`` is not a DiaMatrix, or ``dtype`` is not a float/complex type.
+      TypeError: if ``A`` is not a DiaMatrix or an operator, or ``dtype`` is not a
+        float/complex type (or is given for an operator).
       ValueError: if ``A`` is not square, stores no main diagonal, ``degree < 1``,
         concrete ``bounds`` are not ``0 < lower < upper``, or (for a concrete ``A``) its
         diagonal holds a zero.
@@ -648,10 +652,12 @@ def chebyshev(
       >>> bool(poly.converged), int(poly.iterations) < int(plain.iterations) // 4
       (True, True)
     """
-    A = square(A, "chebyshev")
     degree = static_int(degree, "chebyshev: degree")
     if degree < 1:
         raise ValueError(f"chebyshev: degree must be >= 1, got {degree}")
+    if not isinstance(A, DiaMatrix) and is_operator(A):
+        return _operator_chebyshev(A, degree, bounds, dtype)
+    A = square(A, "chebyshev")
     if dtype is not None:
         dtype = np.dtype(dtype)
         if not jnp.issubdtype(dtype, jnp.inexact) or (
@@ -667,25 +673,44 @@ def chebyshev(
     batch = A.batch_shape
     inverse, rho = _bounds(_flat_batch(A.data), offsets=A.offsets, shape=A.shape)
     inverse, rho = inverse.reshape(*batch, -1), rho.reshape(batch)
-    if bounds is None:
-        lower, upper = rho * default_lower(degree), rho
-    else:
-        if isinstance(bounds, (str, bytes)) or not isinstance(bounds, Sequence) or len(bounds) != 2:
-            raise TypeError(f"chebyshev: bounds must be a pair (lower, upper), got {bounds!r}")
-        lower, upper = (
-            jnp.broadcast_to(jnp.asarray(as_array(b, "chebyshev: bounds"), rho.dtype), batch)
-            for b in bounds
-        )
-        if not (_traced(lower) or _traced(upper)) and not bool(
-            jnp.all((lower > 0) & (lower < upper))
-        ):
-            raise ValueError(
-                f"chebyshev: bounds must satisfy 0 < lower < upper, got {tuple(bounds)}"
-            )
+    lower, upper = _chebyshev_bounds(bounds, rho, degree)
     operator = A
     if dtype is not None and dtype != A.dtype:
         operator, inverse = A.astype(dtype), inverse.astype(dtype)
     return Chebyshev(operator, inverse, lower, upper, degree)
+
+
+def _chebyshev_bounds(bounds: Any, rho: Array, degree: int) -> tuple[Array, Array]:
+    """``(lower, upper)``: the given ``bounds`` checked, or ``[rho / degree^2, rho]``."""
+    if bounds is None:
+        return rho * default_lower(degree), rho
+    if isinstance(bounds, (str, bytes)) or not isinstance(bounds, Sequence) or len(bounds) != 2:
+        raise TypeError(f"chebyshev: bounds must be a pair (lower, upper), got {bounds!r}")
+    lower, upper = (
+        jnp.broadcast_to(jnp.asarray(as_array(b, "chebyshev: bounds"), rho.dtype), rho.shape)
+        for b in bounds
+    )
+    if not (_traced(lower) or _traced(upper)) and not bool(jnp.all((lower > 0) & (lower < upper))):
+        raise ValueError(f"chebyshev: bounds must satisfy 0 < lower < upper, got {tuple(bounds)}")
+    return lower, upper
+
+
+def _operator_chebyshev(A: Any, degree: int, bounds: Any, dtype: Any) -> Chebyshev:
+    """:func:`chebyshev` for an operator with ``@``, ``shape``, ``diagonal()`` and
+    ``abs()`` (a :class:`jaxdia.ShardedDiaMatrix`): Gershgorin's bound from
+    ``abs(A) @ ones``, everything in the vectors' layout (``diagonal()``'s)."""
+    shape = tuple(A.shape)
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise ValueError(f"chebyshev: A must be square, got shape {shape}")
+    if dtype is not None:
+        raise TypeError(
+            f"chebyshev: dtype= converts a DiaMatrix; {type(A).__name__} is used in its own "
+            "dtype (convert it before sharding)"
+        )
+    inverse = 1 / A.diagonal()
+    rho = jnp.max((abs(A) @ jnp.ones_like(inverse)) * jnp.abs(inverse))
+    lower, upper = _chebyshev_bounds(bounds, rho, degree)
+    return Chebyshev(A, inverse, lower, upper, degree)
 
 
 @functools.partial(jax.jit, static_argnames=("offsets", "shape"))

@@ -364,6 +364,21 @@ class ShardedDiaMatrix:
             axis=self.axis,
         )
 
+    def __abs__(self) -> ShardedDiaMatrix:
+        """The elementwise absolute value, sharded the same way (no communication).
+
+        ``abs(S) @ ones`` are the absolute row sums, e.g. for Gershgorin's bound on the
+        spectrum (what :func:`jaxdia.chebyshev` computes for a sharded matrix).
+
+        Example:
+          >>> import jax, jax.numpy as jnp, jaxdia
+          >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
+          >>> S = jaxdia.shard(A, jax.make_mesh((1,), ("rows",)), "rows")
+          >>> abs(S) @ jnp.ones(3)
+          Array([3., 4., 3.], dtype=float32)
+        """
+        return jax.tree_util.tree_map(jnp.abs, self)
+
     def unshard_vector(self, y: Any) -> Array:
         """The first ``n`` rows of a sharded vector, replicated on the mesh (a gather).
 
