@@ -104,8 +104,11 @@ def _factor_abstract(*avals, kind, widths, placement, method):
     batch = _batch(avals[0], _FACTOR_IN_CORE[kind][0])
     if kind == "pt":
         d, e = avals
-        return [ShapedArray(d.shape, d.dtype), ShapedArray(e.shape, e.dtype),
-                ShapedArray(batch, np.int32)]  # fmt: skip
+        return [
+            ShapedArray(d.shape, d.dtype),
+            ShapedArray(e.shape, e.dtype),
+            ShapedArray(batch, np.int32),
+        ]
     (operand,) = avals
     n = operand.shape[-1]
     if kind == "gt":
@@ -229,7 +232,7 @@ def _solve_scan(*operands, kind, widths, trans):
     kernel = {
         "gb": lambda lu, p, rhs: _band_scan.gbtrs(
             lu, p, rhs, kl=widths[0], ku=widths[1], trans=trans
-        ),  # fmt: skip
+        ),
         "pb": lambda c, rhs: _band_scan.pbtrs(c, rhs, kd=widths[0], lower=bool(widths[1])),
         "gt": lambda lu, p, rhs: _band_scan.gttrs(lu, p, rhs, trans=trans),
         "pt": _band_scan.pttrs,

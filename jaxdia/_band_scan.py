@@ -356,19 +356,23 @@ def gttrf(bands: Array) -> tuple[Array, Array, Array]:
         factor = jnp.where(zero, 0, jnp.where(swap, diagonal, below) / jnp.where(zero, 1, pivot))
         u1 = jnp.where(swap, next_diagonal, upper)
         u2 = jnp.where(swap, next_upper, 0)
-        carry = (jnp.where(swap, upper, next_diagonal) - factor * u1,
-                 jnp.where(swap, 0, next_upper) - factor * u2)  # fmt: skip
+        carry = (
+            jnp.where(swap, upper, next_diagonal) - factor * u1,
+            jnp.where(swap, 0, next_upper) - factor * u2,
+        )
         return carry, (factor, pivot, u1, u2, swap)
 
     shifted = (dl[:-1], d[1:], du[1:])
     (last, _), (factor, pivot, u1, u2, swap) = lax.scan(step, (d[0], du[0]), shifted)
     zero = jnp.zeros((1,), bands.dtype)
-    lu = jnp.stack([
-        jnp.concatenate([factor, zero]),
-        jnp.concatenate([pivot, last[None]]),
-        jnp.concatenate([u1, zero]),
-        jnp.concatenate([u2, zero]),
-    ])  # fmt: skip
+    lu = jnp.stack(
+        [
+            jnp.concatenate([factor, zero]),
+            jnp.concatenate([pivot, last[None]]),
+            jnp.concatenate([u1, zero]),
+            jnp.concatenate([u2, zero]),
+        ]
+    )
     pivots = _row_ids(n) + jnp.concatenate([swap, jnp.zeros((1,), bool)]).astype(np.int32)
     zeros = lu[1] == 0
     first = jnp.argmax(zeros)

@@ -169,9 +169,14 @@ def lu_factor(A: DiaParts, method: str | None = None) -> Factor:
     """The banded LU factor of a square ``A`` (``"gt"`` or ``"gb"``)."""
     kind, widths = lu_kind(A.offsets)
     arrays, info = _factor(
-        A.data, offsets=A.offsets, shape=A.shape, kind=kind, widths=widths, lower=None,
+        A.data,
+        offsets=A.offsets,
+        shape=A.shape,
+        kind=kind,
+        widths=widths,
+        lower=None,
         method=method or METHOD,
-    )  # fmt: skip
+    )
     return Factor(kind, widths, arrays, info)
 
 
@@ -180,9 +185,14 @@ def cholesky_factor(A: DiaParts, lower: bool, method: str | None = None) -> Fact
     triangle (``"pt"`` or ``"pb"``)."""
     kind, widths = cholesky_kind(A.offsets, lower)
     arrays, info = _factor(
-        A.data, offsets=A.offsets, shape=A.shape, kind=kind, widths=widths, lower=lower,
+        A.data,
+        offsets=A.offsets,
+        shape=A.shape,
+        kind=kind,
+        widths=widths,
+        lower=lower,
         method=method or METHOD,
-    )  # fmt: skip
+    )
     return Factor(kind, widths, arrays, info)
 
 
@@ -230,10 +240,20 @@ def solve(
     b, batch = check_rhs(function, n, A.batch_shape, b, A.dtype)
     dtype = result_dtype(A.dtype, b)
     return _solve(
-        A.data, factor.arrays, factor.info, b, offsets=A.offsets, shape=A.shape,
-        kind=factor.kind, widths=factor.widths, trans=trans, lower=lower, batch=batch,
-        dtype=dtype, method=method or METHOD,
-    )  # fmt: skip
+        A.data,
+        factor.arrays,
+        factor.info,
+        b,
+        offsets=A.offsets,
+        shape=A.shape,
+        kind=factor.kind,
+        widths=factor.widths,
+        trans=trans,
+        lower=lower,
+        batch=batch,
+        dtype=dtype,
+        method=method or METHOD,
+    )
 
 
 def _hermitian_matvec(data, x, offsets, shape, lower: bool):
@@ -251,12 +271,22 @@ def _hermitian_matvec(data, x, offsets, shape, lower: bool):
 
 @partial(
     jax.jit,
-    static_argnames=("offsets", "shape", "kind", "widths", "trans", "lower", "batch", "dtype",
-                     "method"),
-)  # fmt: skip
+    static_argnames=(
+        "offsets",
+        "shape",
+        "kind",
+        "widths",
+        "trans",
+        "lower",
+        "batch",
+        "dtype",
+        "method",
+    ),
+)
 @on_auto_axes(last=False)
-def _solve(data, arrays, info, b, *, offsets, shape, kind, widths, trans, lower, batch, dtype,
-           method):  # fmt: skip
+def _solve(
+    data, arrays, info, b, *, offsets, shape, kind, widths, trans, lower, batch, dtype, method
+):
     """:func:`solve` for checked operands, as one compiled call (eagerly, the reshapes
     around the solve would run op by op and ``custom_linear_solve`` be traced again)."""
     n = shape[0]
@@ -299,9 +329,13 @@ def _solve(data, arrays, info, b, *, offsets, shape, kind, widths, trans, lower,
         if split:
             columns = jnp.concatenate([columns.real, columns.imag], axis=-2)
         x = prims.solve(
-            *arrays, columns.astype(precision), kind=kind, widths=widths,
-            trans=min(t, 1) if split else t, method=method,
-        )  # fmt: skip
+            *arrays,
+            columns.astype(precision),
+            kind=kind,
+            widths=widths,
+            trans=min(t, 1) if split else t,
+            method=method,
+        )
         if split:
             x = lax.complex(x[..., :k, :], x[..., k:, :])
         x = jnp.where(failed, jnp.nan, x)
@@ -318,9 +352,12 @@ def _solve(data, arrays, info, b, *, offsets, shape, kind, widths, trans, lower,
         x = b
     elif hermitian:
         x = lax.custom_linear_solve(
-            lambda v: product(v, 0), b, lambda _, r: raw(r, 0), lambda _, r: raw(r, 1),
+            lambda v: product(v, 0),
+            b,
+            lambda _, r: raw(r, 0),
+            lambda _, r: raw(r, 1),
             symmetric=not jnp.issubdtype(work, jnp.complexfloating),
-        )  # fmt: skip
+        )
     else:
         if trans == 2 and not jnp.issubdtype(work, jnp.complexfloating):
             trans = 1

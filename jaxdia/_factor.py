@@ -407,9 +407,11 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
     """
     lu = lu_unchecked(square(A, "lu_factor"))
     _raise_failures(
-        "lu_factor", lu.info, A.batch_shape,
+        "lu_factor",
+        lu.info,
+        A.batch_shape,
         lambda i: f"A is exactly singular: pivot U[{i - 1}, {i - 1}] is zero (LAPACK info = {i})",
-    )  # fmt: skip
+    )
     return lu
 
 
@@ -497,10 +499,14 @@ def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
         raise TypeError(f"cho_factor: lower must be a bool, got {type(lower).__name__}")
     c = cholesky_unchecked(A, bool(lower))
     _raise_failures(
-        "cho_factor", c.info, A.batch_shape,
-        lambda i: f"A is not Hermitian positive definite: its leading minor of order {i} is "
-        f"not positive (LAPACK info = {i})",
-    )  # fmt: skip
+        "cho_factor",
+        c.info,
+        A.batch_shape,
+        lambda i: (
+            f"A is not Hermitian positive definite: its leading minor of order {i} is "
+            f"not positive (LAPACK info = {i})"
+        ),
+    )
     return c
 
 

@@ -411,8 +411,13 @@ def _gbtrs(args, rets, *, kl: int, ku: int, trans: int) -> None:
     routine = _routine(prefix + "gbtrs")
     letter = _char("NTC"[trans])
     status, n_, kl_, ku_, ldab_, columns_ = (
-        _Status(), _int(n), _int(kl), _int(ku), _int(ldab), _int(columns)
-    )  # fmt: skip
+        _Status(),
+        _int(n),
+        _int(kl),
+        _int(ku),
+        _int(ldab),
+        _int(columns),
+    )
     for system in range(systems):
         lu_address = lu.address + system * lu_step
         x_address = x.address + system * x_step
@@ -421,9 +426,18 @@ def _gbtrs(args, rets, *, kl: int, ku: int, trans: int) -> None:
             _tbsv_lu(prefix, trans, n, kl, ku, ldab, lu_address, x_address, columns, itemsize)
             continue
         routine(
-            letter, n_, kl_, ku_, columns_, lu_address, ldab_, pivot_address + factor * n * 4,
-            x_address, n_, status.pointer,
-        )  # fmt: skip
+            letter,
+            n_,
+            kl_,
+            ku_,
+            columns_,
+            lu_address,
+            ldab_,
+            pivot_address + factor * n * 4,
+            x_address,
+            n_,
+            status.pointer,
+        )
         status.check("gbtrs")
 
 
@@ -507,8 +521,15 @@ def _gttrf(args, rets) -> None:
     status, n_ = _Status(), _int(n)
     for system in range(_systems(lu, 2)):
         base = lu.address + system * 4 * row
-        routine(n_, base, base + row, base + 2 * row, base + 3 * row,
-                pivots.address + system * n * 4, status.pointer)  # fmt: skip
+        routine(
+            n_,
+            base,
+            base + row,
+            base + 2 * row,
+            base + 3 * row,
+            pivots.address + system * n * 4,
+            status.pointer,
+        )
         info_view[system] = status.check("gttrf")
     pivots.array[...] -= 1
 
@@ -531,10 +552,18 @@ def _gttrs(args, rets, *, trans: int) -> None:
     for system in range(systems):
         base = lu.address + system * lu_step
         routine(
-            letter, n_, columns_, base, base + row, base + 2 * row, base + 3 * row,
-            pivot_address + system * pivot_step, x.address + system * x_step, n_,
+            letter,
+            n_,
+            columns_,
+            base,
+            base + row,
+            base + 2 * row,
+            base + 3 * row,
+            pivot_address + system * pivot_step,
+            x.address + system * x_step,
+            n_,
             status.pointer,
-        )  # fmt: skip
+        )
         status.check("gttrs")
 
 
@@ -576,8 +605,16 @@ def _pttrs(args, rets) -> None:
     # e holds the subdiagonal of L (A = L D L^H): uplo "L" for the complex routine.
     uplo = [_char("L")] if x.dtype.kind == "c" else []
     for system in range(systems):
-        routine(*uplo, n_, columns_, d.address + system * d_row, e.address + system * e_row,
-                x.address + system * x_step, n_, status.pointer)  # fmt: skip
+        routine(
+            *uplo,
+            n_,
+            columns_,
+            d.address + system * d_row,
+            e.address + system * e_row,
+            x.address + system * x_step,
+            n_,
+            status.pointer,
+        )
         status.check("pttrs")
 
 
