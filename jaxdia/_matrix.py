@@ -598,6 +598,23 @@ class DiaMatrix:
         """
         return operator_product(self._parts, x, adjoint=False)
 
+    def __call__(self, x: Any) -> Array | np.ndarray:
+        """``A @ x``, as SciPy's ``LinearOperator`` is called: a NumPy result for a NumPy
+        ``x`` (so SciPy code that calls the operator, such as ``lobpcg``, takes ``A``
+        directly), a JAX array for a JAX array (so JAX's solvers, which call a callable
+        operator, are unchanged).
+
+        Example:
+          >>> import numpy as np, jax.numpy as jnp, jaxdia
+          >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(3, 3))
+          >>> A(np.ones(3))
+          array([1., 0., 1.], dtype=float32)
+          >>> A(jnp.ones(3))
+          Array([1., 0., 1.], dtype=float32)
+        """
+        y = self @ x
+        return y if isinstance(x, jax.Array) else np.array(y)
+
     @_reads_data("A.rmatvec(x)")
     def rmatvec(self, x: Any) -> np.ndarray:
         """``A^H @ x`` (the conjugate transpose) as SciPy's ``LinearOperator.rmatvec``.

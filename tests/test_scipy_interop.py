@@ -2,6 +2,9 @@
 ``rmatvec``, ``matmat``, ``rmatmat``, ``shape``, ``dtype``), with the same results as for
 the same matrix as a ``dia_array``."""
 
+import jax
+import jax.numpy as jnp
+import jax.scipy.sparse.linalg as jsl
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -50,6 +53,18 @@ def test_protocol_matches_scipy(dtype):
     np.testing.assert_allclose(operator.H @ Y, S.conj().T @ Y, rtol=tol, atol=tol)
 
 
+def test_calling_the_matrix_is_the_product_in_the_operands_kind():
+    A, S = nonsymmetric()
+    x = np.linspace(0.0, 1.0, N)
+    y = A(x)
+    assert isinstance(y, np.ndarray) and y.flags.writeable
+    np.testing.assert_allclose(y, S @ x, rtol=1e-12)
+    assert isinstance(A(jnp.asarray(x)), jax.Array)
+    # JAX's solvers call a callable operator: under jit it sees tracers, as A @ x does.
+    x_cg = jax.jit(lambda A, b: jsl.gmres(A, b, tol=1e-12)[0])(A, jnp.asarray(x))
+    np.testing.assert_allclose(S @ np.asarray(x_cg), x, rtol=1e-8, atol=1e-8)
+
+
 def test_protocol_errors():
     A = jaxdia.eye(3)
     with pytest.raises(ValueError, match=r"needs x of shape \(3,\) or \(3, k\)"):
@@ -81,8 +96,7 @@ def test_scipy_eigsh_svds_lobpcg():
     s_ref = spla.svds(T, k=3, return_singular_vectors=False, random_state=0)
     np.testing.assert_allclose(np.sort(s), np.sort(s_ref), rtol=1e-10)
     X = np.random.default_rng(2).standard_normal((N, 3))
-    # lobpcg calls A @ X, a JAX array for a DiaMatrix; give it the NumPy product.
-    w, _ = spla.lobpcg(A.matmat, X, largest=True, tol=1e-10, maxiter=500)
+    w, _ = spla.lobpcg(A, X, largest=True, tol=1e-10, maxiter=500)  # it calls A(X)
     np.testing.assert_allclose(np.sort(w), np.sort(w_ref)[-3:], rtol=1e-8)
 
 
