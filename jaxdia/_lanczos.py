@@ -40,13 +40,14 @@ import numpy as np
 import scipy.sparse as sp
 from jax import Array, lax
 
-from ._banded import lu_factor, solve
+from ._banded import lu_factor, lu_kind, solve
 from ._checks import as_array, static_int
 from ._convert import dia_to_dense
 from ._geometry import in_bounds
 from ._ops import select
 from ._parts import DiaParts
 from ._primitives import sddmm, spmm
+from ._solve import tridiagonal_solve
 
 #: ``which`` values: largest/smallest magnitude, largest/smallest algebraic, both ends.
 WHICH = ("LM", "SM", "LA", "SA", "BE")
@@ -250,10 +251,15 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
 
 def _shift_invert(A: DiaParts, sigma: Array):
     """``x -> (A - sigma I)^{-1} x``: ``A - sigma I`` factored once (banded LU), each
-    application one solve with the stored factor."""
+    application one solve with the stored factor. A tridiagonal ``A - sigma I`` is
+    solved afresh each time by ``lax.linalg.tridiagonal_solve`` instead: O(n) either way,
+    and that call has no per-call overhead beyond LAPACK's (the stored factor's solve is
+    a host call, whose fixed cost dominates a solve of a few thousand rows)."""
     offsets = tuple(sorted(set(A.offsets) | {0}))
     shifted = select(A, offsets)
     shifted = shifted.with_data(shifted.data.at[offsets.index(0)].add(-sigma))
+    if lu_kind(offsets)[0] == "gt":
+        return lambda x: tridiagonal_solve(shifted, x[:, None])[:, 0]
     factor = lu_factor(shifted)
     return lambda x: solve(shifted, factor, x, function="eigsh")
 

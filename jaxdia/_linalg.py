@@ -104,15 +104,15 @@ def solve_banded(A: DiaMatrix, b: Any) -> Array:
     positive definite matrix) and reuse the factor.
 
     * On CPU, LAPACK's banded LU (``?gbtrf``/``?gbtrs``, the routines of
-      ``scipy.linalg.solve_banded``; ``?gttrf``/``?gttrs`` for tridiagonal ``A``), called
-      from the compiled program on its own buffers, except for small systems (16 rows
-      or fewer) and batches of 64 or more systems of up to 128 rows, where the
-      ``lax.scan`` implementation below is faster. A program holding a LAPACK call cannot
-      be serialized with ``jax.export``.
+      ``scipy.linalg.solve_banded``), called from the compiled program on its own
+      buffers, except for small systems (16 rows or fewer) and batches of 64 or more
+      systems of up to 128 rows, where the ``lax.scan`` implementation below is faster. A
+      program holding such a LAPACK call cannot be serialized with ``jax.export``.
     * On GPU and TPU, the same algorithm as a sequential ``lax.scan`` over the ``n``
-      columns, with compile time independent of ``n``; a batch runs as one scan. On
-      NVIDIA and AMD GPUs a tridiagonal ``A`` is solved by
-      ``jax.lax.linalg.tridiagonal_solve`` instead (cuSPARSE's ``gtsv2``, pivoting too).
+      columns, with compile time independent of ``n``; a batch runs as one scan.
+    * A tridiagonal ``A`` is solved by ``jax.lax.linalg.tridiagonal_solve`` on CPU and
+      GPUs (LAPACK's ``gtsv``, cuSPARSE's ``gtsv2``; both pivot), and by the factor's
+      scan on TPU (whose ``tridiagonal_solve`` does not pivot).
 
     The band is what the offsets span, whatever the entries: corner entries of periodic
     boundary conditions (offsets ``±(n - 1)``) make it the whole matrix and the solve

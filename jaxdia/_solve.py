@@ -2,9 +2,12 @@
 
 :func:`solve_banded` is :func:`jaxdia._banded.lu_factor` followed by
 :func:`jaxdia._banded.solve` (LAPACK's banded LU on CPU, a ``lax.scan`` LU elsewhere),
-except for tridiagonal systems on NVIDIA and AMD GPUs, which keep
-``jax.lax.linalg.tridiagonal_solve`` (cuSPARSE's ``gtsv2``, pivoting): a one-shot solve
-there is one parallel library call, where the factor's sequential scan takes ``n`` steps.
+except for tridiagonal systems on CPU and GPUs, which take
+``jax.lax.linalg.tridiagonal_solve`` (LAPACK's ``gtsv`` on CPU, cuSPARSE's ``gtsv2`` on
+GPUs; both pivot): a one-shot solve is then one library call with no host round trip
+(the stored factor's solve has a fixed cost per call), and on a GPU one parallel call
+where the factor's sequential scan takes ``n`` steps. TPU keeps the factor (its
+``tridiagonal_solve`` does not pivot).
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def _pad_last(x: Array, before: int, after: int) -> Array:
     return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(before, after)])
 
 
-def _gpu_tridiagonal(A: DiaParts, b: Array) -> Array:
+def tridiagonal_solve(A: DiaParts, b: Array) -> Array:
     """``A x = b`` by ``lax.linalg.tridiagonal_solve`` (its own derivative rules), for
     ``A`` of offsets within ``{-1, 0, 1}`` and ``b`` ``(*batch, n, k)`` of the solve's
     dtype, batch dims matching ``A``'s or ``A`` unbatched."""
@@ -114,11 +117,14 @@ def _tridiagonal(data, b, *, offsets, batch, dtype, method):
         factor = _banded.lu_factor(parts, method)
         return _banded.solve(parts, factor, b, function="solve_banded", method=method)
 
-    def gpu(b):
+    def library(b):
         work = _banded.work_dtype(dtype)
         rhs = (b[:, None] if b.ndim == 1 else b).astype(work)
-        x = _gpu_tridiagonal(parts, jnp.broadcast_to(rhs, (*batch, *rhs.shape[-2:])))
+        x = tridiagonal_solve(parts, jnp.broadcast_to(rhs, (*batch, *rhs.shape[-2:])))
         x = x.astype(dtype)
         return x[..., 0] if b.ndim == 1 else x
 
-    return lax.platform_dependent(b, cuda=gpu, rocm=gpu, default=factored)
+    if method != "auto":  # a forced implementation (tests)
+        return factored(b)
+    # TPU's tridiagonal_solve is the Thomas algorithm, which does not pivot.
+    return lax.platform_dependent(b, tpu=factored, default=library)

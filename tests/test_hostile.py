@@ -97,6 +97,10 @@ def test_arithmetic_of_non_finite_entries_matches_scipy(A, B):
             (A.sum(axis=1), S.sum(axis=1)),
             (A.traces([-2, 0, 3]), [S.diagonal(k).sum() for k in (-2, 0, 3)]),
             (abs(A).todense(), abs(S).toarray()),
+            (A.todense(), S.toarray()),
+            ((A / 4.0).todense(), (S / 4.0).toarray()),
+            (A.power(2).todense(), S.power(2).toarray()),
+            (A.diagonal(1), S.diagonal(1)),
         ]
     for got, expected in cases:
         np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=1e-12)

@@ -46,7 +46,7 @@ LAYERS = {
     "_banded": 4.2,
     "_solve": 4.3,
     "_expm": 4.3,
-    "_lanczos": 4.3,
+    "_lanczos": 4.4,
     "_krylov": 4,
     "_multigrid": 4.3,
     "_matrix": 5,
