@@ -33,9 +33,14 @@ venv: $(STAMP)
 demo: $(STAMP)
 	$(VPY) examples/demo.py
 
-# The tests and the docstring examples (pyproject.toml: --doctest-modules over jaxdia/).
+# The tests and the docstring examples (pyproject.toml: --doctest-modules over jaxdia/), on
+# every core (pytest-xdist: the tests mostly compile, and XLA compiles on one thread; idle
+# workers steal queued tests). PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= auto
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
+
 test: $(STAMP)
-	$(VPY) -m pytest -q
+	$(VPY) -m pytest -q $(PYTEST_PARALLEL)
 
 # -- development tools: ruff, pyright, build (the `dev` extra) -------------------------------
 
@@ -78,9 +83,11 @@ $(NEWEST_STAMP): pyproject.toml
 
 venv-newest: $(NEWEST_STAMP)
 
+# Compiled fully optimized, as users compile (tests/conftest.py: `make test` turns XLA's
+# backend optimizations off to compile faster).
 test-newest: $(NEWEST_STAMP)
 	@$(NPY) -c 'import jax, jaxlib; print("jax", jax.__version__, "jaxlib", jaxlib.__version__)'
-	$(NPY) -m pytest -q $(NEWEST_TESTS)
+	JAX_DISABLE_MOST_OPTIMIZATIONS=0 $(NPY) -m pytest -q $(PYTEST_PARALLEL) $(NEWEST_TESTS)
 
 # -- packaging ---------------------------------------------------------------------------------
 

@@ -97,10 +97,7 @@ def _check(name, actual, expected, scale, dtype):
 def _cases(interpret):
     """(shape, offsets, batch of data, batch of x, columns)."""
     if interpret:
-        return [
-            ((13, 13), (-1, 0, 1), (), (), 1),
-            ((9, 21), (-8, -2, 0, 3, 20), (2,), (1,), 3),
-        ]
+        return [((9, 21), (-8, -2, 0, 3, 20), (2,), (1,), 3)]
     return [
         ((1000, 1000), (-1, 0, 1), (), (), 1),
         ((4096, 4096), (-64, -1, 0, 1, 64), (), (), 8),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import jax
 import numpy as np
@@ -34,6 +34,10 @@ from ._parts import DiaParts
 _KIND_NAMES = {"gb": "band", "gt": "tridiagonal", "pb": "band", "pt": "tridiagonal"}
 
 
+_FactorClass = TypeVar("_FactorClass", bound=type)
+_Factor = TypeVar("_Factor", bound="_BandedFactor")
+
+
 def _leaf_shape(value: Any) -> tuple[int, ...] | None:
     shape = getattr(value, "shape", None)
     return tuple(shape) if isinstance(shape, tuple) else None
@@ -43,7 +47,7 @@ def _no_constructor(name: str, function: str) -> NoReturn:
     raise TypeError(f"{name} is not built directly: call jaxdia.{function}(A)")
 
 
-def _factories_only(cls: type) -> type:
+def _factories_only(cls: _FactorClass) -> _FactorClass:
     """Shows the class's signature as ``Cls()`` (instances come from the factor functions)."""
     cls.__init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
@@ -66,7 +70,9 @@ class _BandedFactor:
     _LEAF_NAMES: tuple[str, ...] = ()
 
     @classmethod
-    def _make(cls, A: DiaParts, factor: _banded.Factor, lower: bool | None = None):
+    def _make(
+        cls: type[_Factor], A: DiaParts, factor: _banded.Factor, lower: bool | None = None
+    ) -> _Factor:
         instance = object.__new__(cls)
         object.__setattr__(instance, "_lower", lower)
         object.__setattr__(instance, "_data", A.data)
@@ -93,7 +99,9 @@ class _BandedFactor:
         return tuple(zip(keys, leaves)), aux
 
     @classmethod
-    def tree_unflatten(cls, aux: tuple[Any, ...], children: Sequence[Any]):
+    def tree_unflatten(
+        cls: type[_Factor], aux: tuple[Any, ...], children: Sequence[Any]
+    ) -> _Factor:
         # JAX unflattens with tracers, None or placeholder objects: do not validate here.
         offsets, shape, kind, widths, lower = aux
         data, *factors, info = children

@@ -559,12 +559,12 @@ class Hierarchy:
         self.smoother = smoother
         self.sweeps = sweeps
 
-    def tree_flatten(self):
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
         children = (self.operators, self.inverse_diagonals, self.bounds, self.coarse_lu)
         return children, (self.grids, self.plan, self.smoother, self.sweeps)
 
     @classmethod
-    def tree_unflatten(cls, aux, children):
+    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> Hierarchy:
         return cls(*children, *aux)
 
 

@@ -1,9 +1,10 @@
 """Checks of the sharded DIA product on 8 fake CPU devices, run in their own process.
 
 JAX fixes its device count when it initializes, and the rest of the test suite runs on
-one device, so ``tests/test_shard.py`` runs this script in a subprocess with
-``XLA_FLAGS=--xla_force_host_platform_device_count=8``. Each check prints ``PASS <name>``
-or ``FAIL <name>`` and a traceback; the exit code is the number of failures.
+one device, so ``tests/test_shard.py`` runs this script in subprocesses (two groups of
+checks) with ``XLA_FLAGS=--xla_force_host_platform_device_count=8``. Each check prints
+``PASS <name>`` or ``FAIL <name>`` and a traceback; the exit code is the number of
+failures.
 
 Run one by hand: ``python tests/shard_checks.py [name ...]``.
 """

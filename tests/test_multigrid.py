@@ -584,11 +584,17 @@ def test_chebyshev_bounds_batches_and_jit():
     _, plain = jaxdia.cg(A, b, M=jaxdia.jacobi(A), rtol=1e-8)
     _, poly = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=6), rtol=1e-8)
     assert bool(poly.converged) and 3 * int(poly.iterations) < int(plain.iterations)
-    # In single precision for a double-precision solve: the same iterations.
-    x, single = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=6, dtype=np.float32), rtol=1e-10)
-    _, double = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=6), rtol=1e-10)
-    assert x.dtype == np.float64 and bool(single.converged)
-    assert abs(int(single.iterations) - int(double.iterations)) <= 1
+    # In single precision for a double-precision solve: the same iterations at 1e-8; at
+    # 1e-10, within a few (how many depends on the compiler's rounding, e.g. fused
+    # multiply-adds).
+    for rtol, extra in ((1e-8, 1), (1e-10, 5)):
+        M32 = jaxdia.chebyshev(A, degree=6, dtype=np.float32)
+        x, single = jaxdia.cg(A, b, M=M32, rtol=rtol)
+        _, double = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=6), rtol=rtol)
+        assert x.dtype == np.float64 and bool(single.converged)
+        exact = spla.spsolve(S.tocsc(), b)
+        assert np.linalg.norm(x - exact) <= 100 * rtol * np.linalg.norm(exact)
+        assert abs(int(single.iterations) - int(double.iterations)) <= extra
     batch = jaxdia.DiaMatrix(jnp.stack([A.data, 2 * A.data]), A.offsets, A.shape)
     Mb = jax.jit(lambda A: jaxdia.chebyshev(A, degree=6))(batch)
     assert Mb.lower.shape == (2,)

@@ -106,26 +106,26 @@ def _check_sddmm(sddmm, case, **kwargs):
 
 
 @pytest.mark.parametrize("transpose", [False, True])
-@settings(max_examples=10)
+@settings(max_examples=6)
 @given(case=_cases(TRITON_DTYPES))
 def test_triton_spmm(case, transpose):
     _check_spmm(_pallas_triton.spmm, case, transpose)
 
 
-@settings(max_examples=10)
+@settings(max_examples=6)
 @given(case=_cases(TRITON_DTYPES))
 def test_triton_sddmm(case):
     _check_sddmm(_pallas_triton.sddmm, case)
 
 
 @pytest.mark.parametrize("transpose", [False, True])
-@settings(max_examples=10)
+@settings(max_examples=6)
 @given(case=_cases(TPU_DTYPES))
 def test_tpu_spmm(case, transpose):
     _check_spmm(_pallas_tpu.spmm, case, transpose)
 
 
-@settings(max_examples=10)
+@settings(max_examples=6)
 @given(case=_cases(TPU_DTYPES))
 def test_tpu_sddmm(case):
     _check_sddmm(_pallas_tpu.sddmm, case)

@@ -1,9 +1,11 @@
 """Tests of :func:`jaxdia.shard`: multi-device checks in a subprocess, argument checks here.
 
-The checks that need several devices live in ``shard_checks.py`` and run in one
-subprocess with 8 fake CPU devices (JAX fixes the device count when it initializes; this
-process keeps one device for the rest of the suite). Each check is reported as its own
-test. What needs one device only (argument errors, the 1-device case) runs in-process.
+The checks that need several devices live in ``shard_checks.py`` and run in subprocesses
+with 8 fake CPU devices (JAX fixes the device count when it initializes; this process
+keeps one device for the rest of the suite): a few groups of checks, one test and one
+subprocess each, so that parallel test workers share them. A failure names the failing
+checks and shows their output. What needs one device only (argument errors, the 1-device
+case) runs in-process.
 """
 
 import ast
@@ -35,31 +37,33 @@ def _check_names() -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def check_results() -> dict[str, str]:
+#: The checks run in this many subprocesses, one test each, so that ``make test``'s
+#: pytest-xdist workers share them.
+GROUPS = 2
+
+
+def _run_checks(names: list[str]) -> tuple[dict[str, str], str, int]:
+    """Runs ``names`` in one subprocess on 8 fake CPU devices: each check's status
+    (``PASS``/``FAIL``), the whole output, the return code."""
     env = dict(
         os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
     )
     run = subprocess.run(
-        [sys.executable, str(SCRIPT)], env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, str(SCRIPT), *names], env=env, capture_output=True, text=True, timeout=900
     )
-    results = {}
-    for match in re.finditer(r"^(PASS|FAIL) (\w+)", run.stdout, re.M):
-        results[match.group(2)] = match.group(1)
-    results["_output"] = run.stdout + run.stderr
-    results["_returncode"] = run.returncode
-    return results
+    status = {m.group(2): m.group(1) for m in re.finditer(r"^(PASS|FAIL) (\w+)", run.stdout, re.M)}
+    return status, run.stdout + run.stderr, run.returncode
 
 
-@pytest.mark.parametrize("name", _check_names())
-def test_on_8_devices(check_results, name):
-    status = check_results.get(name)
-    if status != "PASS":
-        pytest.fail(f"{name}: {status or 'did not run'}\n{check_results['_output'][-6000:]}")
-
-
-def test_checks_process_succeeds(check_results):
-    assert check_results["_returncode"] == 0, check_results["_output"][-6000:]
+@pytest.mark.parametrize("group", range(GROUPS))
+def test_checks_on_8_devices(group):
+    names = _check_names()[group::GROUPS]
+    assert names, f"no @check functions found in {SCRIPT.name}"
+    status, output, returncode = _run_checks(names)
+    failed = [name for name in names if status.get(name) != "PASS"]
+    assert not failed and returncode == 0, (
+        f"failed or did not run: {failed} (exit {returncode})\n{output[-8000:]}"
+    )
 
 
 # -- in-process: one device --------------------------------------------------------------
