@@ -167,23 +167,18 @@ def _factor(data, *, offsets, shape, kind, widths, lower, method) -> tuple[tuple
 
 def lu_factor(A: DiaParts, method: str | None = None) -> Factor:
     """The banded LU factor of a square ``A`` (``"gt"`` or ``"gb"``)."""
-    kind, widths = lu_kind(A.offsets)
-    arrays, info = _factor(
-        A.data,
-        offsets=A.offsets,
-        shape=A.shape,
-        kind=kind,
-        widths=widths,
-        lower=None,
-        method=method or METHOD,
-    )
-    return Factor(kind, widths, arrays, info)
+    return _factor_of(A, *lu_kind(A.offsets), None, method)
 
 
 def cholesky_factor(A: DiaParts, lower: bool, method: str | None = None) -> Factor:
     """The banded Cholesky factor of a square ``A`` from its upper (or ``lower``)
     triangle (``"pt"`` or ``"pb"``)."""
-    kind, widths = cholesky_kind(A.offsets, lower)
+    return _factor_of(A, *cholesky_kind(A.offsets, lower), lower, method)
+
+
+def _factor_of(
+    A: DiaParts, kind: str, widths: tuple[int, ...], lower: bool | None, method: str | None
+) -> Factor:
     arrays, info = _factor(
         A.data,
         offsets=A.offsets,
