@@ -265,3 +265,20 @@ def broadcast_batch(what: str, *shapes: Sequence[int]) -> tuple[int, ...]:
         return tuple(np.broadcast_shapes(*shapes_))
     except ValueError:
         raise ValueError(f"{what}: batch shapes {shapes_} do not broadcast") from None
+
+
+def check_nonzero_diagonal(diagonal: Any, function: str, consequence: str) -> None:
+    """A ValueError naming the zeros (up to 5) of a concrete ``diagonal``, for the
+    preconditioners and smoothers that divide by it; a traced one is not checked."""
+    if isinstance(diagonal, jax.core.Tracer):
+        return
+    zeros = np.argwhere(np.asarray(diagonal) == 0)
+    if zeros.size:
+        where = ", ".join(
+            str(int(z[0]) if len(z) == 1 else tuple(int(i) for i in z)) for z in zeros[:5]
+        )
+        more = f" and {len(zeros) - 5} more" if len(zeros) > 5 else ""
+        raise ValueError(
+            f"{function}: A's diagonal must be nonzero, but it is 0 at index {where}{more}"
+            f"{consequence}"
+        )

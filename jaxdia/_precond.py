@@ -24,7 +24,7 @@ import numpy as np
 from jax import Array, lax
 
 from . import _krylov, _multigrid
-from ._checks import as_array, broadcast_batch, is_int, static_int
+from ._checks import as_array, broadcast_batch, check_nonzero_diagonal, is_int, static_int
 from ._linalg import is_operator, square
 from ._matrix import DiaMatrix
 from ._parts import DiaParts
@@ -46,18 +46,7 @@ def _check_diagonal(function: str, A: DiaMatrix) -> None:
             f"{function}: A stores no main diagonal (offsets {A.offsets}); its smoother "
             "divides by the diagonal, which must be nonzero"
         )
-    if _traced(A.data):
-        return
-    diagonal = np.asarray(A.data[..., A.offsets.index(0), :])
-    zeros = np.argwhere(diagonal == 0)
-    if zeros.size:
-        where = ", ".join(
-            str(int(z[0]) if len(z) == 1 else tuple(int(i) for i in z)) for z in zeros[:5]
-        )
-        more = f" and {len(zeros) - 5} more" if len(zeros) > 5 else ""
-        raise ValueError(
-            f"{function}: A's diagonal must be nonzero, but it is 0 at index {where}{more}"
-        )
+    check_nonzero_diagonal(A.data[..., A.offsets.index(0), :], function, "")
 
 
 def _flat_batch(data: Array) -> Array:

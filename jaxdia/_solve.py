@@ -16,12 +16,11 @@ from functools import partial
 from typing import Any
 
 import jax
-import jax.core
 import jax.numpy as jnp
-import numpy as np
 from jax import Array, lax
 
 from . import _banded
+from ._checks import check_nonzero_diagonal
 from ._geometry import diagonal_bounds
 from ._parts import DiaParts
 from ._sharding import on_auto_axes
@@ -53,18 +52,9 @@ def inverse_diagonal_preconditioner(diagonal: Array, hint: str = "") -> jax.tree
     Raises a ValueError naming the zeros of a concrete ``diagonal`` (``hint`` follows the
     message).
     """
-    if not isinstance(diagonal, jax.core.Tracer):
-        host = np.asarray(diagonal)
-        zeros = np.argwhere(host == 0)
-        if zeros.size:
-            where = ", ".join(
-                str(int(z[0]) if len(z) == 1 else tuple(int(i) for i in z)) for z in zeros[:5]
-            )
-            more = f" and {len(zeros) - 5} more" if len(zeros) > 5 else ""
-            raise ValueError(
-                f"jacobi: A's diagonal must be nonzero, but it is 0 at index {where}{more}"
-                f"{hint}; the Jacobi preconditioner 1/diag(A) does not exist."
-            )
+    check_nonzero_diagonal(
+        diagonal, "jacobi", f"{hint}; the Jacobi preconditioner 1/diag(A) does not exist."
+    )
     return jax.tree_util.Partial(_scale, 1 / diagonal)
 
 
