@@ -259,7 +259,7 @@ def _shift_invert(A: DiaParts, sigma: Array):
     shifted = select(A, offsets)
     shifted = shifted.with_data(shifted.data.at[offsets.index(0)].add(-sigma))
     if lu_kind(offsets)[0] == "gt":
-        return lambda x: tridiagonal_solve(shifted, x[:, None])[:, 0]
+        return lambda x: tridiagonal_solve(shifted, x[:, None], "eigsh")[:, 0]
     factor = lu_factor(shifted)
     return lambda x: solve(shifted, factor, x, function="eigsh")
 

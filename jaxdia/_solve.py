@@ -65,10 +65,20 @@ def _pad_last(x: Array, before: int, after: int) -> Array:
     return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(before, after)])
 
 
-def tridiagonal_solve(A: DiaParts, b: Array) -> Array:
+def tridiagonal_solve(A: DiaParts, b: Array, function: str) -> Array:
     """``A x = b`` by ``lax.linalg.tridiagonal_solve`` (its own derivative rules), for
     ``A`` of offsets within ``{-1, 0, 1}`` and ``b`` ``(*batch, n, k)`` of the solve's
-    dtype, batch dims matching ``A``'s or ``A`` unbatched."""
+    dtype, batch dims matching ``A``'s or ``A`` unbatched. On TPU, whose
+    ``tridiagonal_solve`` is the Thomas algorithm (no pivoting), the banded LU with
+    partial pivoting instead (``function`` names the caller in its errors)."""
+
+    def pivoting(b):
+        return _banded.solve(A, _banded.lu_factor(A), b, function=function)
+
+    return lax.platform_dependent(b, tpu=pivoting, default=partial(_library_solve, A))
+
+
+def _library_solve(A: DiaParts, b: Array) -> Array:
     n = A.shape[0]
     data = A.data.astype(b.dtype)
 
@@ -103,18 +113,11 @@ def _tridiagonal(data, b, *, offsets, batch, dtype, method):
     n = data.shape[-1]
     parts = DiaParts(data, offsets, (n, n))
 
-    def factored(b):
+    if method != "auto":  # a forced implementation (tests)
         factor = _banded.lu_factor(parts, method)
         return _banded.solve(parts, factor, b, function="solve_banded", method=method)
-
-    def library(b):
-        work = _banded.work_dtype(dtype)
-        rhs = (b[:, None] if b.ndim == 1 else b).astype(work)
-        x = tridiagonal_solve(parts, jnp.broadcast_to(rhs, (*batch, *rhs.shape[-2:])))
-        x = x.astype(dtype)
-        return x[..., 0] if b.ndim == 1 else x
-
-    if method != "auto":  # a forced implementation (tests)
-        return factored(b)
-    # TPU's tridiagonal_solve is the Thomas algorithm, which does not pivot.
-    return lax.platform_dependent(b, tpu=factored, default=library)
+    work = _banded.work_dtype(dtype)
+    rhs = (b[:, None] if b.ndim == 1 else b).astype(work)
+    rhs = jnp.broadcast_to(rhs, (*batch, *rhs.shape[-2:]))
+    x = tridiagonal_solve(parts, rhs, "solve_banded").astype(dtype)
+    return x[..., 0] if b.ndim == 1 else x

@@ -208,6 +208,27 @@ def test_solve_banded_lowers_without_the_cpu_lapack_call(platform):
     assert "jaxdia_lapack" not in text and "stablehlo.while" in text
 
 
+@pytest.mark.parametrize("solve", ["solve_banded", "eigsh"])
+def test_tridiagonal_solves_pivot_on_tpu(solve):
+    """TPU's ``tridiagonal_solve`` is the Thomas algorithm, which does not pivot: there a
+    one-shot tridiagonal solve and eigsh's shift-invert factor with partial pivoting
+    (``_banded._factor``); elsewhere they call the library's pivoting ``gtsv``."""
+    n = 400
+    A = jaxdia.diags([-1.0, 4.0, -1.5], offsets=[-1, 0, 1], shape=(n, n))
+    if solve == "solve_banded":
+        fn, args = jaxdia.solve_banded, (A, jnp.ones(n, jnp.float32))
+    else:
+        fn, args = (lambda A: jaxdia.eigsh(A, k=2, sigma=0.5)[0]), (A,)
+
+    def text(platform):
+        lowered = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,))
+        return lowered.as_text(debug_info=True)
+
+    cpu, tpu = text("cpu"), text("tpu")
+    assert "gtsv" in cpu and "jit(_factor)" not in cpu
+    assert "gtsv" not in tpu and "jit(_factor)" in tpu
+
+
 def test_float64_on_tpu_falls_back_to_xla():
     A = _spd(dtype=np.float64)
     X = jnp.ones((A.shape[1], 2), jnp.float64)
