@@ -54,14 +54,11 @@ factor_p = Primitive("jaxdia_band_factor")
 factor_p.multiple_results = True
 solve_p = Primitive("jaxdia_band_solve")
 
-KINDS = ("gb", "pb", "gt", "pt")
-#: Dims per system of each factor operand, and of each factor result.
+#: Dims per system of each factor operand, and of each factor result, by kind.
 _FACTOR_IN_CORE = {"gb": (2,), "pb": (2,), "gt": (2,), "pt": (1, 1)}
 _FACTOR_OUT_CORE = {"gb": (2, 1, 0), "pb": (2, 0), "gt": (2, 1, 0), "pt": (1, 1, 0)}
 #: Dims per system of the factor arrays a solve takes (the results less ``info``).
 SOLVE_CORE = {kind: core[:-1] for kind, core in _FACTOR_OUT_CORE.items()}
-#: ``method``: "auto" (by platform and size), or "host"/"scan" (CPU; for tests).
-METHODS = ("auto", "host", "scan")
 
 
 def factor(
@@ -74,6 +71,7 @@ def factor(
     """The factor arrays and ``info`` of one of the four kinds (see the module docstring).
 
     ``widths``: ``(kl, ku)`` for ``"gb"``, ``(kd, lower)`` for ``"pb"``, ``()`` else.
+    ``method``: "auto" (by platform and size), or "host"/"scan" (CPU; for tests).
     """
     return factor_p.bind(*operands, kind=kind, widths=widths, placement=placement, method=method)
 

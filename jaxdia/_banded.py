@@ -28,7 +28,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
-from jax.core import Tracer
 
 from . import _band_primitives as prims
 from ._checks import as_array, broadcast_batch, integers_as
@@ -150,9 +149,9 @@ def _cholesky_operands(data, offsets, kind, widths, lower: bool):
     return (data,), placement
 
 
-@partial(jax.jit, static_argnames=("offsets", "shape", "kind", "widths", "lower", "method"))
+@partial(jax.jit, static_argnames=("offsets", "kind", "widths", "lower", "method"))
 @on_auto_axes(last=False)
-def _factor(data, *, offsets, shape, kind, widths, lower, method) -> tuple[tuple, Array]:
+def _factor(data, *, offsets, kind, widths, lower, method) -> tuple[tuple, Array]:
     data = jax.lax.stop_gradient(data)  # derivatives come from the solves
     data = data.astype(work_dtype(data.dtype))
     if lower is None:
@@ -182,7 +181,6 @@ def _factor_of(
     arrays, info = _factor(
         A.data,
         offsets=A.offsets,
-        shape=A.shape,
         kind=kind,
         widths=widths,
         lower=lower,
@@ -372,7 +370,3 @@ def info_errors(info: Any) -> list[tuple[tuple[int, ...], int]]:
     """``(batch index, info)`` of the failed systems of a concrete ``info``."""
     host = np.asarray(info)
     return [(index, int(host[index])) for index in np.ndindex(host.shape) if host[index]]
-
-
-def is_concrete(value: Any) -> bool:
-    return not isinstance(value, Tracer)

@@ -28,6 +28,11 @@ SUPPORTED_DTYPES = tuple(
 )
 
 
+def is_traced(value: Any) -> bool:
+    """Whether ``value`` is a tracer (under ``jit``, ``vmap``, ``grad``): not checkable."""
+    return isinstance(value, jax.core.Tracer)
+
+
 def is_int(value: Any) -> bool:
     """Whether ``value`` is a Python or NumPy integer (bools excluded)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
@@ -270,7 +275,7 @@ def broadcast_batch(what: str, *shapes: Sequence[int]) -> tuple[int, ...]:
 def check_nonzero_diagonal(diagonal: Any, function: str, consequence: str) -> None:
     """A ValueError naming the zeros (up to 5) of a concrete ``diagonal``, for the
     preconditioners and smoothers that divide by it; a traced one is not checked."""
-    if isinstance(diagonal, jax.core.Tracer):
+    if is_traced(diagonal):
         return
     zeros = np.argwhere(np.asarray(diagonal) == 0)
     if zeros.size:

@@ -26,6 +26,7 @@ import numpy as np
 from jax import Array
 
 from . import _banded
+from ._checks import is_traced
 from ._geometry import band_widths
 from ._linalg import square
 from ._matrix import DiaMatrix
@@ -343,7 +344,7 @@ def _raise_failures(
     function: str, info: Array, batch_shape: tuple[int, ...], what: Callable[[int], str]
 ) -> None:
     """Outside ``jit``: a LinAlgError naming the first failing pivot of each system."""
-    if not _banded.is_concrete(info):
+    if is_traced(info):
         return
     failures = _banded.info_errors(info)
     if not failures:

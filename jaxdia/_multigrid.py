@@ -47,7 +47,7 @@ import numpy as np
 from jax import Array, lax
 
 from ._banded import Factor, lu_factor, solve
-from ._geometry import diagonal_bounds, in_bounds
+from ._geometry import band_widths, diagonal_bounds, in_bounds
 from ._parts import DiaParts
 from ._primitives import spmm
 
@@ -460,7 +460,7 @@ def fusible_product(A: DiaParts) -> Callable[[Array], Array]:
     """
     data, offsets, shape = A
     n = shape[1]
-    lower, upper = max(0, -min(offsets, default=0)), max(0, max(offsets, default=0))
+    lower, upper = band_widths(offsets)
 
     def matvec(v: Array) -> Array:
         dtype = jnp.result_type(data.dtype, v.dtype)
@@ -489,8 +489,7 @@ def gershgorin(A: DiaParts) -> tuple[Array, Array]:
     # Row i of diagonal k sits in column i + offset: shift each row of data back by it.
     rows = row_sums([_shift(magnitudes[k], offset) for k, offset in enumerate(offsets)])
     diagonal = data[offsets.index(0)] if 0 in offsets else jnp.zeros((n,), data.dtype)
-    inverse = 1 / diagonal
-    return inverse, jnp.max(rows * jnp.abs(inverse))
+    return smoothing_data(diagonal, rows)
 
 
 # -- the hierarchy ---------------------------------------------------------------------------
@@ -578,7 +577,7 @@ def coarse_solve(A: DiaParts, factor: Factor, b: Array) -> Array:
     return solve(A, factor, b, function="multigrid")
 
 
-def _smoothing_data(center: Array, sums: Array) -> tuple[Array, Array]:
+def smoothing_data(center: Array, sums: Array) -> tuple[Array, Array]:
     """``(1 / diag, rho)``: the inverse diagonal and Gershgorin's bound on ``D^-1 A``."""
     inverse = 1 / center
     return inverse, jnp.max(sums * jnp.abs(inverse))
@@ -599,7 +598,7 @@ def setup(parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int) -
     if plan:
         cells = cells_of(parts, grid)
         center = cells.get((0,) * dim, jnp.zeros(grid, parts.dtype))
-        inverse, rho = _smoothing_data(
+        inverse, rho = smoothing_data(
             center.reshape(-1), row_sums(list(cells.values())).reshape(-1)
         )
         inverses.append(inverse)

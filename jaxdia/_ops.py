@@ -36,6 +36,7 @@ from ._checks import (
     check_dtype,
     integers_as,
     is_int,
+    is_traced,
     reject_sparse,
     static_int,
 )
@@ -83,10 +84,6 @@ def _same_shape(what: str, A: DiaParts, B: DiaParts) -> None:
 
 def _is_array_like(value: Any) -> bool:
     return isinstance(value, (numbers.Number, np.generic, np.ndarray, jax.Array))
-
-
-def _traced(value: Any) -> bool:
-    return isinstance(value, jax.core.Tracer)
 
 
 def _as_operand(A: DiaParts, value: Any, what: str) -> Any:
@@ -190,7 +187,7 @@ def add(A: DiaParts, other: Any, *, subtract: bool = False, reverse: bool = Fals
     if not _is_array_like(other):
         return NotImplemented
     if np.ndim(other) == 0:
-        if not _traced(other) and np.asarray(other) == 0:
+        if not is_traced(other) and np.asarray(other) == 0:
             return A if sign_a == 1 else neg(A)
         raise NotImplementedError(
             f"adding a nonzero scalar to a sparse matrix is not supported (it would make "
@@ -325,14 +322,14 @@ def power(A: DiaParts, p: Any, dtype: Any = None) -> DiaParts:
             f"power: p must be a scalar, got {type(p).__name__}"
             + (f" of shape {np.shape(p)}" if _is_array_like(p) else "")
         )
-    if not _traced(p) and np.asarray(p) == 0:
+    if not is_traced(p) and np.asarray(p) == 0:
         raise NotImplementedError(
             "zero power is not supported as it would densify the matrix. "
             "Use jnp.ones(A.shape, dtype=A.dtype) for this case."
         )
     if dtype is not None:
         A = astype(A, dtype)
-    if not _traced(p) and not np.iscomplexobj(p):
+    if not is_traced(p) and not np.iscomplexobj(p):
         p = float(p)
         if (p.is_integer() and abs(p) <= _MAX_MULTIPLIED_POWER) or p == 0.5:
             # A few exponents are compiled in (XLA then multiplies, or takes the square
@@ -454,7 +451,7 @@ def count_nonzero(A: DiaParts, axis: Any = None) -> Any:
     column (axis 0) or row (axis 1)."""
     axis = _axis(axis)
     count = _count_nonzero(A, axis)
-    if axis is not None or _traced(count) or A.batch_shape:
+    if axis is not None or is_traced(count) or A.batch_shape:
         return count
     return int(count)
 
@@ -479,7 +476,7 @@ def with_offsets(A: DiaParts, offsets: Any, *, check: bool = True) -> DiaParts:
     wanted = tuple(sorted(k for k in wanted if holds_entries(k, A.shape)))
     dropped = [i for i, k in enumerate(A.offsets) if k not in set(wanted)]
     if dropped and check:
-        if _traced(A.data):
+        if is_traced(A.data):
             raise ValueError(
                 f"with_offsets would drop diagonals {[A.offsets[i] for i in dropped]}, and "
                 "under jit/vmap/grad it cannot check that they are zero. Pass check=False to "
@@ -503,7 +500,7 @@ def select(A: DiaParts, offsets: tuple[int, ...]) -> DiaParts:
 
 def eliminate_zeros(A: DiaParts) -> DiaParts:
     """A without the diagonals that are zero in bounds (in every batch member)."""
-    if _traced(A.data):
+    if is_traced(A.data):
         raise ValueError(
             "eliminate_zeros needs concrete data: the result's offsets depend on the values, "
             "and under jit/vmap/grad they are traced. Call it outside the transformation, or "

@@ -24,7 +24,14 @@ import numpy as np
 from jax import Array, lax
 
 from . import _krylov, _multigrid
-from ._checks import as_array, broadcast_batch, check_nonzero_diagonal, is_int, static_int
+from ._checks import (
+    as_array,
+    broadcast_batch,
+    check_nonzero_diagonal,
+    is_int,
+    is_traced,
+    static_int,
+)
 from ._linalg import is_operator, square
 from ._matrix import DiaMatrix
 from ._parts import DiaParts
@@ -33,10 +40,6 @@ from ._parts import DiaParts
 #: coarsest grid's last axis (2-D) or last two axes (3-D) wide, so its cost grows faster
 #: than the level (``n b^2`` to factor, ``n b`` per cycle for band ``b``).
 MAX_COARSE = 4096
-
-
-def _traced(value: Any) -> bool:
-    return isinstance(value, jax.core.Tracer)
 
 
 def _check_diagonal(function: str, A: DiaMatrix) -> None:
@@ -257,7 +260,7 @@ def _check_stencil(A: DiaMatrix, grid: tuple[int, ...]) -> None:
             f"{{-1, 0, 1}}, i.e. {fitting}. Check the grid's shape and order (C order, as "
             "np.ravel), or use jaxdia.chebyshev for matrices that are no stencil"
         )
-    if _traced(A.data):
+    if is_traced(A.data):
         return
     data = np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
     for member, values in enumerate(data):
@@ -288,7 +291,7 @@ def _as_plan(
         if coarsening == "full":
             return _multigrid.full_plan(grid, max_coarse, max_levels)
         if coarsening == "auto":
-            if _traced(A.data):
+            if is_traced(A.data):
                 raise TypeError(
                     "multigrid: coarsening='auto' chooses the coarsening from A's values, "
                     "which are traced here (inside jit, vmap or grad). Build the "
@@ -680,7 +683,8 @@ def _chebyshev_bounds(bounds: Any, rho: Array, degree: int) -> tuple[Array, Arra
         jnp.broadcast_to(jnp.asarray(as_array(b, "chebyshev: bounds"), rho.dtype), rho.shape)
         for b in bounds
     )
-    if not (_traced(lower) or _traced(upper)) and not bool(jnp.all((lower > 0) & (lower < upper))):
+    concrete = not (is_traced(lower) or is_traced(upper))
+    if concrete and not bool(jnp.all((lower > 0) & (lower < upper))):
         raise ValueError(f"chebyshev: bounds must satisfy 0 < lower < upper, got {tuple(bounds)}")
     return lower, upper
 
@@ -697,8 +701,8 @@ def _operator_chebyshev(A: Any, degree: int, bounds: Any, dtype: Any) -> Chebysh
             f"chebyshev: dtype= converts a DiaMatrix; {type(A).__name__} is used in its own "
             "dtype (convert it before sharding)"
         )
-    inverse = 1 / A.diagonal()
-    rho = jnp.max((abs(A) @ jnp.ones_like(inverse)) * jnp.abs(inverse))
+    diagonal = A.diagonal()
+    inverse, rho = _multigrid.smoothing_data(diagonal, abs(A) @ jnp.ones_like(diagonal))
     lower, upper = _chebyshev_bounds(bounds, rho, degree)
     return Chebyshev(A, inverse, lower, upper, degree)
 
@@ -706,8 +710,7 @@ def _operator_chebyshev(A: Any, degree: int, bounds: Any, dtype: Any) -> Chebysh
 @functools.partial(jax.jit, static_argnames=("offsets", "shape"))
 def _bounds(data: Array, *, offsets, shape) -> tuple[Array, Array]:
     """``(1 / diag, Gershgorin bound of D^-1 A)`` of a batch ``(B, n_diags, n)``."""
-    inverse, rho = jax.vmap(lambda d: _multigrid.gershgorin(DiaParts(d, offsets, shape)))(data)
-    return inverse, rho.real if jnp.iscomplexobj(rho) else rho
+    return jax.vmap(lambda d: _multigrid.gershgorin(DiaParts(d, offsets, shape)))(data)
 
 
 # -- Krylov solvers that report -----------------------------------------------------------
@@ -779,7 +782,7 @@ def _solve_args(function: str, A: Any, b: Any, M: Any, x0: Any, maxiter: Any):
         )
     if maxiter is None:
         maxiter = np.int32(min(10 * n, np.iinfo(np.int32).max))
-    elif _traced(maxiter):  # a traced count is fine: it is an argument of the loop
+    elif is_traced(maxiter):  # a traced count is fine: it is an argument of the loop
         maxiter = jnp.asarray(maxiter, np.int32)
     else:
         maxiter = static_int(maxiter, f"{function}: maxiter")
@@ -817,7 +820,7 @@ def _run_krylov(A, b, x0, M, rtol, atol, maxiter, *, method, batch, dtype):
 
 
 def _tolerance(value: Any, name: str) -> Any:
-    if _traced(value):
+    if is_traced(value):
         return value
     number = float(as_array(value, name))
     if not number >= 0:
