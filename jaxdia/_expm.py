@@ -162,9 +162,9 @@ def _rows_from(grid: tuple[int, ...], shift: int, P: Array) -> Array:
     return jnp.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
 
-def power_norms(A: DiaParts, count: int = _P_MAX + 1) -> Array:
-    """``d_p = ||A^p||_1^(1/p)`` for ``p in 1..count``, of a square, unbatched ``A`` that
-    stores offset 0.
+def power_norms(A: DiaParts, norm: Array) -> Array:
+    """``d_p = ||A^p||_1^(1/p)`` for ``p in 1..p_max + 1``, of a square, unbatched ``A``
+    that stores offset 0, given ``norm = ||A||_1`` (:func:`one_norm`).
 
     The powers live on one grid of rows, the offsets of the largest power formed (they
     include every lower power's, since ``0`` is an offset of ``A``), so one compiled loop
@@ -175,7 +175,7 @@ def power_norms(A: DiaParts, count: int = _P_MAX + 1) -> Array:
     (no overflow), in single precision (twice as fast; the norms only choose ``(m, s)``).
     """
     n = A.shape[1]
-    norm = one_norm(A)
+    count = _P_MAX + 1
     # Single precision: the norms only choose (m, s), and scaled they cannot overflow.
     narrow = np.complex64 if A.dtype.kind == "c" else np.float32
     scale = jnp.where(norm > 0, 1 / norm, 1)
@@ -244,8 +244,7 @@ def parameters(norms: Array, scale: Array, columns: int) -> tuple[Array, Array]:
     alpha = jnp.maximum(d[p_of - 2], d[p_of - 1])
     s_alpha = jnp.ceil(alpha / jnp.asarray([THETA[m] for _, m in _CANDIDATES], real))
     best_alpha = jnp.argmin(m_of.astype(real) * s_alpha)
-    bound = 2 * _ELL * _P_MAX * (_P_MAX + 3) * THETA[_M_MAX] / (columns * _M_MAX)
-    small = norm <= bound
+    small = norm <= _power_bound(columns)
     m = jnp.where(small, degrees[best_norm], m_of[best_alpha])
     s = jnp.where(small, s_norm[best_norm], jnp.maximum(s_alpha[best_alpha], 1))
     trivial = (norm == 0) | ~jnp.isfinite(norm) | ~jnp.isfinite(s)
@@ -254,18 +253,17 @@ def parameters(norms: Array, scale: Array, columns: int) -> tuple[Array, Array]:
     return m, s
 
 
-def needs_powers(norm: Array, scale: Array, columns: int) -> Array:
-    """Whether fragment 3.1 reads the norms of powers (condition (3.13) fails)."""
-    bound = 2 * _ELL * _P_MAX * (_P_MAX + 3) * THETA[_M_MAX] / (columns * _M_MAX)
-    return scale * norm > bound
+def _power_bound(columns: int) -> float:
+    """Condition (3.13): up to this ``||scale A||_1`` the plain 1-norm chooses ``(m, s)``."""
+    return 2 * _ELL * _P_MAX * (_P_MAX + 3) * THETA[_M_MAX] / (columns * _M_MAX)
 
 
-def all_norms(A: DiaParts, scale: Array, columns: int) -> Array:
-    """:func:`power_norms`, formed only when fragment 3.1 needs them at ``scale``."""
-    norm = one_norm(A)
+def all_norms(A: DiaParts, norm: Array, scale: Array, columns: int) -> Array:
+    """:func:`power_norms` (``norm = ||A||_1``), formed only when fragment 3.1 needs them
+    at ``scale`` (condition (3.13) fails)."""
     return lax.cond(
-        needs_powers(norm, scale, columns),
-        lambda: power_norms(A),
+        scale * norm > _power_bound(columns),
+        lambda: power_norms(A, norm),
         lambda: jnp.full(_P_MAX + 1, norm),
     )
 
@@ -423,14 +421,14 @@ def _forward(config: Config, data, B, trace, start, stop):
     real = start.dtype
     if not config.grid:
         one = jnp.ones((), real)
-        norms = all_norms(shifted_A, one, columns)
+        norms = all_norms(shifted_A, norm, one, columns)
         m, s = parameters(norms, one, columns)
         X = taylor(matvec, B, one, mu, m, s, tol, size)
     else:
         q = config.num - 1
         h = (stop - start) / config.divisions
         t = q * h
-        norms = all_norms(shifted_A, jnp.maximum(jnp.abs(start), jnp.abs(t)), columns)
+        norms = all_norms(shifted_A, norm, jnp.maximum(jnp.abs(start), jnp.abs(t)), columns)
         m0, s0 = parameters(norms, jnp.abs(start), columns)
         X = jnp.zeros((config.num, *B.shape), B.dtype)
         X = X.at[0].set(taylor(matvec, B, start, mu, m0, s0, tol, size))
@@ -497,12 +495,12 @@ def _columns(x: Array) -> Array:
     return x.reshape(x.shape[0], -1)
 
 
-def _step_cotangent(config: Config, shifted_A: DiaParts, mu, norm, tau, x, ybar):
+def _step_cotangent(config: Config, shifted_A: DiaParts, mu, norm, size, tau, x, ybar):
     """Cotangents of ``y = exp(tau A) x`` given ``ybar``: ``(xbar, data cotangent)``, for
-    ``shifted_A = A - mu I`` and ``norm >= ||shifted_A||_1, ||shifted_A||_inf``."""
+    ``shifted_A = A - mu I``, ``norm >= ||shifted_A||_1, ||shifted_A||_inf`` and ``size``
+    its :func:`operator_size` (both computed once, outside the loop over time steps)."""
     tol = unit_roundoff(shifted_A.dtype)
     matvec, matvec_t = _matvecs(shifted_A)
-    size = operator_size(shifted_A)
     nodes, weights = np.polynomial.legendre.leggauss(GAUSS_NODES)
     real = tau.dtype
     nodes, weights = jnp.asarray((nodes + 1) / 2, real), jnp.asarray(weights / 2, real)
@@ -578,7 +576,8 @@ def _evolve_bwd(config, residuals, G):
     mu = (trace / config.n).astype(data.dtype)
     shifted_A = shifted(A, mu)
     norm = jnp.maximum(one_norm(shifted_A), inf_norm(shifted_A))
-    step = partial(_step_cotangent, config, shifted_A, mu, norm)
+    size = operator_size(shifted_A)
+    step = partial(_step_cotangent, config, shifted_A, mu, norm, size)
     if not config.grid:
         Bbar, data_bar = step(jnp.ones((), start.dtype), B, G)
         zero = jnp.zeros((), start.dtype)
