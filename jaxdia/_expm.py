@@ -56,7 +56,7 @@ from jax import Array, lax
 
 from ._checks import as_array, broadcast_batch, static_int
 from ._geometry import in_bounds, pairwise_sum
-from ._ops import absolute, reduce_sum, select
+from ._ops import absolute, reduce_sum, shifted
 from ._parts import DiaParts
 from ._primitives import sddmm, spmm
 
@@ -128,13 +128,6 @@ def one_norm(A: DiaParts) -> Array:
 def inf_norm(A: DiaParts) -> Array:
     """``||A||_inf = ||A^T||_1``, the largest row sum of ``|A|``."""
     return jnp.max(reduce_sum(absolute(A), axis=1), axis=-1, initial=0.0)
-
-
-def shifted(A: DiaParts, mu: Array) -> DiaParts:
-    """``A - mu I`` for a square ``A`` (the main diagonal is added if not stored)."""
-    offsets = tuple(sorted(set(A.offsets) | {0}))
-    B = select(A, offsets)
-    return B.with_data(B.data.at[..., offsets.index(0), :].add(-mu))
 
 
 def _sumset(a: tuple[int, ...], b: tuple[int, ...], n: int) -> tuple[int, ...]:

@@ -498,6 +498,13 @@ def select(A: DiaParts, offsets: tuple[int, ...]) -> DiaParts:
     return DiaParts(_data_on(A.data, A.offsets, offsets), offsets, A.shape)
 
 
+def shifted(A: DiaParts, mu: Any) -> DiaParts:
+    """``A - mu I`` for a square ``A`` (the main diagonal is added if not stored)."""
+    offsets = tuple(sorted(set(A.offsets) | {0}))
+    B = select(A, offsets)
+    return B.with_data(B.data.at[..., offsets.index(0), :].add(-mu))
+
+
 def eliminate_zeros(A: DiaParts) -> DiaParts:
     """A without the diagonals that are zero in bounds (in every batch member)."""
     if is_traced(A.data):
