@@ -192,17 +192,20 @@ def _factor_of(
 # -- solves --------------------------------------------------------------------------------
 
 
-def check_rhs(function: str, n: int, batch_shape: tuple[int, ...], b: Any, dtype: Any):
-    """``b`` checked for an ``n x n`` matrix of batch shape ``batch_shape`` and ``dtype``:
-    returns ``(b, batch)``, ``batch`` the broadcast batch shape of the solution. Integer
-    NumPy ``b`` is converted on the host (see :func:`jaxdia._checks.integers_as`)."""
-    b = integers_as(as_array(b, f"{function}: b"), dtype)
+def check_rhs(
+    function: str, n: int, batch_shape: tuple[int, ...], b: Any, dtype: Any, name: str = "b"
+):
+    """``b`` (called ``name`` in messages) checked for an ``n x n`` matrix of batch shape
+    ``batch_shape`` and ``dtype``: returns ``(b, batch)``, ``batch`` the broadcast batch
+    shape of the solution. Integer NumPy ``b`` is converted on the host (see
+    :func:`jaxdia._checks.integers_as`)."""
+    b = integers_as(as_array(b, f"{function}: {name}"), dtype)
     if b.ndim == 0 or b.shape[-2 if b.ndim > 1 else 0] != n:
         raise ValueError(
-            f"{function}: b must have shape ({n},) or (..., {n}, k) for A of shape "
+            f"{function}: {name} must have shape ({n},) or (..., {n}, k) for A of shape "
             f"{(n, n)}, got shape {b.shape}"
         )
-    batch = broadcast_batch(f"{function}: A and b", batch_shape, b.shape[:-2])
+    batch = broadcast_batch(f"{function}: A and {name}", batch_shape, b.shape[:-2])
     return b, batch
 
 

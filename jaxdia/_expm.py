@@ -54,7 +54,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from ._checks import as_array, broadcast_batch, static_int
+from ._banded import check_rhs
+from ._checks import as_array, static_int
 from ._geometry import in_bounds, pairwise_sum
 from ._ops import absolute, reduce_sum, shifted
 from ._parts import DiaParts
@@ -631,13 +632,7 @@ def expm_multiply(
 ) -> Array:
     """``exp(A) B``, or ``exp(t_k A) B`` on a time grid (see :func:`jaxdia.expm_multiply`)."""
     n = A.shape[0]
-    B = as_array(B, "expm_multiply: B")
-    if B.ndim == 0 or B.shape[-2 if B.ndim > 1 else 0] != n:
-        raise ValueError(
-            f"expm_multiply: B must have shape ({n},) or (..., {n}, k) for A of shape "
-            f"{A.shape}, got shape {B.shape}"
-        )
-    batch = broadcast_batch("expm_multiply: A and B", A.batch_shape, B.shape[:-2])
+    B, batch = check_rhs("expm_multiply", n, A.batch_shape, B, A.dtype, name="B")
     grid = any(value is not None for value in (start, stop, num, endpoint))
     if grid:
         if start is None or stop is None:
