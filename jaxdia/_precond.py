@@ -165,9 +165,6 @@ class Multigrid:
             )
         batch = broadcast_batch("Multigrid: the hierarchy and v", self.batch_shape, v.shape[:-1])
         dtype = jnp.result_type(self.dtype, v.dtype)
-        if jnp.issubdtype(dtype, jnp.complexfloating):
-            # The cycle has real coefficients: apply it to both parts.
-            return (self(v.real) + 1j * self(v.imag)).astype(dtype)
         if not jnp.issubdtype(dtype, jnp.inexact):
             dtype = self.dtype
         return _apply(self._hierarchy, v, batch=batch).astype(dtype)
@@ -198,20 +195,30 @@ class Multigrid:
 @functools.partial(jax.jit, static_argnames=("batch",))
 def _apply(hierarchy: _multigrid.Hierarchy, v: Array, *, batch: tuple[int, ...]) -> Array:
     """The V-cycle on ``v`` of shape ``(*vbatch, n)`` with the hierarchy's batch
-    broadcast to ``batch``, as one compiled call."""
+    broadcast to ``batch``, as one compiled call. The cycle has real coefficients: a
+    complex ``v`` runs as its real and imaginary parts, side by side in one batch (one
+    cycle in the program, not two)."""
     dtype = hierarchy.operators[-1].data.dtype
     n = v.shape[-1]
-    v = jnp.broadcast_to(v.astype(dtype), (*batch, n)).reshape(-1, n)
+    split_complex = jnp.iscomplexobj(v)
+    v = jnp.broadcast_to(v, (*batch, n)).reshape(-1, n)
+    cycle: Callable[[Any, Array], Array] = _multigrid.vcycle
+    if split_complex:
+        v = jnp.stack([v.real, v.imag], axis=1)
+        cycle = jax.vmap(_multigrid.vcycle, in_axes=(None, 0))  # (h, (2, n)) -> (2, n)
+    v = v.astype(dtype)
     own = hierarchy.operators[-1].data.shape[:-2]
     if not own:
-        out = jax.vmap(lambda u: _multigrid.vcycle(hierarchy, u))(v)
+        out = jax.vmap(lambda u: cycle(hierarchy, u))(v)
     else:
         if own != batch:
             hierarchy = jax.tree.map(
                 lambda leaf: jnp.broadcast_to(leaf, (*batch, *leaf.shape[len(own) :])), hierarchy
             )
         flat = jax.tree.map(lambda leaf: leaf.reshape(-1, *leaf.shape[len(batch) :]), hierarchy)
-        out = jax.vmap(_multigrid.vcycle)(flat, v)
+        out = jax.vmap(cycle)(flat, v)
+    if split_complex:
+        out = lax.complex(out[:, 0], out[:, 1])
     return out.reshape(*batch, n)
 
 
