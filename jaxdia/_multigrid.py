@@ -77,9 +77,14 @@ def live(d: Sequence[int], grid: Grid) -> bool:
     return all(size > abs(step) for step, size in zip(d, grid))
 
 
+def stencil_offsets(grid: Grid) -> set[int]:
+    """The offsets of the neighbour displacements on ``grid`` (the 3^d-point stencil's)."""
+    return {flat_offset(d, grid) for d in displacements(len(grid)) if live(d, grid)}
+
+
 def stencil_misfits(offsets: Sequence[int], grid: Grid) -> list[int]:
     """The offsets that are no neighbour displacement on ``grid``."""
-    fitting = {flat_offset(d, grid) for d in displacements(len(grid)) if live(d, grid)}
+    fitting = stencil_offsets(grid)
     return [offset for offset in offsets if offset not in fitting]
 
 

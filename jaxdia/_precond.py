@@ -245,7 +245,9 @@ def _as_grid(grid: Any, n: int) -> tuple[int, ...]:
     return grid
 
 
-def _check_stencil(A: DiaMatrix, grid: tuple[int, ...]) -> None:
+def _check_stencil(A: DiaMatrix, grid: tuple[int, ...], host: np.ndarray | None) -> None:
+    """Raises if ``A``'s offsets, or (``host``: its concrete data, flat batch) its
+    entries, are no stencil on ``grid``."""
     misfits = _multigrid.stencil_misfits(A.offsets, grid)
     if misfits:
         strides = _multigrid.strides(grid)
@@ -253,13 +255,7 @@ def _check_stencil(A: DiaMatrix, grid: tuple[int, ...]) -> None:
             f"d{axis + 1}" + (f" * {stride}" if stride != 1 else "")
             for axis, stride in enumerate(strides)
         )
-        fitting = sorted(
-            {
-                _multigrid.flat_offset(d, grid)
-                for d in _multigrid.displacements(len(grid))
-                if _multigrid.live(d, grid)
-            }
-        )
+        fitting = sorted(_multigrid.stencil_offsets(grid))
         raise ValueError(
             f"multigrid: A's offset {misfits[0]} does not fit a stencil on grid {grid}"
             + (f" (nor do {misfits[1:]})" if len(misfits) > 1 else "")
@@ -267,14 +263,13 @@ def _check_stencil(A: DiaMatrix, grid: tuple[int, ...]) -> None:
             f"{{-1, 0, 1}}, i.e. {fitting}. Check the grid's shape and order (C order, as "
             "np.ravel), or use jaxdia.chebyshev for matrices that are no stencil"
         )
-    if is_traced(A.data):
+    if host is None:
         return
-    data = np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
-    for member, values in enumerate(data):
+    for member, values in enumerate(host):
         wrapped = _multigrid.wrapped_entries(values, A.offsets, grid)
         if wrapped:
             i, j, value = wrapped[0]
-            where = f" (batch member {member})" if len(data) > 1 else ""
+            where = f" (batch member {member})" if len(host) > 1 else ""
             raise ValueError(
                 f"multigrid: A[{i}, {j}] = {value}{where} couples grid points "
                 f"{_point(i, grid)} and {_point(j, grid)}, which are no "
@@ -290,6 +285,7 @@ def _point(index: int, grid: tuple[int, ...]) -> tuple[int, ...]:
 def _as_plan(
     coarsening: Any,
     A: DiaMatrix,
+    host: np.ndarray | None,
     grid: tuple[int, ...],
     max_coarse: int,
     max_levels: int,
@@ -298,15 +294,14 @@ def _as_plan(
         if coarsening == "full":
             return _multigrid.full_plan(grid, max_coarse, max_levels)
         if coarsening == "auto":
-            if is_traced(A.data):
+            if host is None:
                 raise TypeError(
                     "multigrid: coarsening='auto' chooses the coarsening from A's values, "
                     "which are traced here (inside jit, vmap or grad). Build the "
                     "preconditioner once outside, M = jaxdia.multigrid(A, grid, "
                     "coarsening='auto'), and pass coarsening=M.coarsening inside."
                 )
-            data = np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
-            return _multigrid.auto_plan(data, A.offsets, grid, max_coarse, max_levels)
+            return _multigrid.auto_plan(host, A.offsets, grid, max_coarse, max_levels)
         raise ValueError(
             f"multigrid: coarsening must be 'full', 'auto' or a sequence of axes tuples, got "
             f"{coarsening!r}"
@@ -473,9 +468,11 @@ def multigrid(
             f"multigrid: need sweeps >= 1, 1 <= max_coarse <= {MAX_COARSE} and max_levels >= 1, "
             f"got sweeps={sweeps}, max_coarse={max_coarse}, max_levels={max_levels}"
         )
-    _check_stencil(A, grid)
+    # The concrete data on the host, once, for the checks and coarsening="auto".
+    host = None if is_traced(A.data) else np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
+    _check_stencil(A, grid, host)
     _check_diagonal("multigrid", A)
-    plan = _as_plan(coarsening, A, grid, max_coarse, levels)
+    plan = _as_plan(coarsening, A, host, grid, max_coarse, levels)
     coarsest = grid
     for axes in plan:
         coarsest = _multigrid.coarse_grid(coarsest, axes)
