@@ -84,9 +84,14 @@ def lu_kind(offsets: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
     return "gb", (lower, upper)
 
 
+def cholesky_bandwidth(offsets: tuple[int, ...], lower: bool) -> int:
+    """``kd``: how far the triangle ``lower`` selects reaches from the main diagonal."""
+    return max((abs(k) for k in offsets if (k <= 0 if lower else k >= 0)), default=0)
+
+
 def cholesky_kind(offsets: tuple[int, ...], lower: bool) -> tuple[str, tuple[int, ...]]:
     """The Cholesky factor's kind and widths, from the triangle ``lower`` selects."""
-    kd = max((abs(k) for k in offsets if (k <= 0 if lower else k >= 0)), default=0)
+    kd = cholesky_bandwidth(offsets, lower)
     if kd <= 1:
         return "pt", ()
     return "pb", (kd, int(lower))

@@ -68,7 +68,6 @@ class _BandedFactor:
     _kind: str
     _widths: tuple[int, ...]
     _lower: bool | None  # the triangle a Cholesky factor read; None for an LU factor
-    _LEAF_NAMES: tuple[str, ...] = ()
 
     @classmethod
     def _make(
@@ -96,8 +95,12 @@ class _BandedFactor:
 
     def tree_flatten_with_keys(self) -> tuple[tuple[tuple[Any, Any], ...], tuple[Any, ...]]:
         leaves, aux = self.tree_flatten()
-        keys = [jax.tree_util.GetAttrKey(name) for name in ("data", *self._LEAF_NAMES, "info")]
+        keys = [jax.tree_util.GetAttrKey(name) for name in ("data", *self._leaf_names(), "info")]
         return tuple(zip(keys, leaves)), aux
+
+    def _leaf_names(self) -> tuple[str, ...]:
+        """The names of the factor arrays, for key paths."""
+        raise NotImplementedError
 
     @classmethod
     def tree_unflatten(
@@ -209,10 +212,12 @@ class BandedLU(_BandedFactor):
     """
 
     __slots__ = ()
-    _LEAF_NAMES = ("lu", "pivots")
 
     def __init__(self, *args: Any, **kwargs: Any):
         _no_constructor("BandedLU", "lu_factor")
+
+    def _leaf_names(self) -> tuple[str, ...]:
+        return ("lu", "pivots")
 
     @property
     def lu(self) -> Array:
@@ -293,16 +298,12 @@ class BandedCholesky(_BandedFactor):
     """
 
     __slots__ = ()
-    _LEAF_NAMES = ("d", "e")
 
     def __init__(self, *args: Any, **kwargs: Any):
         _no_constructor("BandedCholesky", "cho_factor")
 
-    def tree_flatten_with_keys(self) -> tuple[tuple[tuple[Any, Any], ...], tuple[Any, ...]]:
-        leaves, aux = self.tree_flatten()
-        names = ("d", "e") if self._kind == "pt" else ("c",)
-        keys = [jax.tree_util.GetAttrKey(name) for name in ("data", *names, "info")]
-        return tuple(zip(keys, leaves)), aux
+    def _leaf_names(self) -> tuple[str, ...]:
+        return ("d", "e") if self._kind == "pt" else ("c",)
 
     @property
     def factors(self) -> tuple[Array, ...]:
@@ -317,8 +318,7 @@ class BandedCholesky(_BandedFactor):
     @property
     def bandwidth(self) -> int:
         """``kd``: the number of superdiagonals of the factored Hermitian matrix."""
-        lower = self.lower
-        return max((abs(k) for k in self._offsets if (k <= 0 if lower else k >= 0)), default=0)
+        return _banded.cholesky_bandwidth(self._offsets, self.lower)
 
     def solve(self, b: Any) -> Array:
         """Solves ``A @ x == b`` with the stored factor (see :func:`jaxdia.cho_solve`).

@@ -744,6 +744,11 @@ def test_pytree_structure():
         "BandedCholesky(shape=(5, 5), dtype=float64, kind='tridiagonal', lower=True, bandwidth=1)"
     )
     assert c.matrix.shape == (5, 5) and c.factors[0].shape == (5,)
+    band = jaxdia.cho_factor(hermitian_band(6, 2))
+    assert [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(band)[0]] == [
+        ".data", ".c", ".info"
+    ]  # fmt: skip
+    assert band.bandwidth == 2
 
 
 # -- lowering: LAPACK on CPU only ----------------------------------------------------------
