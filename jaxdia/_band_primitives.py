@@ -49,6 +49,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
 from . import _band_scan, _lapack
+from ._geometry import in_bounds
 
 factor_p = Primitive("jaxdia_band_factor")
 factor_p.multiple_results = True
@@ -201,11 +202,10 @@ def _bands(data, placement, ldab: int):
     n = data.shape[-1]
     zeros = jnp.zeros(data.shape[:-2] + (n,), data.dtype)
     columns = [zeros] * ldab
-    j = np.arange(n)
-    for index, (offset, column) in enumerate(placement):
-        if column >= 0:
-            inside = (j - offset >= 0) & (j - offset < n)  # padding slots hold anything
-            columns[column] = jnp.where(inside, data[..., index, :], 0)
+    inside = in_bounds(tuple(offset for offset, _ in placement), (n, n), host=True)
+    for index, (_, column) in enumerate(placement):
+        if column >= 0:  # padding slots hold anything
+            columns[column] = jnp.where(inside[index], data[..., index, :], 0)
     return jnp.stack(columns, axis=-1)
 
 

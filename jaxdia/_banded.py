@@ -31,7 +31,7 @@ from jax import Array, lax
 
 from . import _band_primitives as prims
 from ._checks import as_array, broadcast_batch, integers_as
-from ._geometry import band_widths, in_bounds
+from ._geometry import accumulation_dtype, band_widths, in_bounds
 from ._parts import DiaParts
 from ._primitives import spmm
 from ._sharding import on_auto_axes
@@ -59,17 +59,6 @@ jax.tree_util.register_pytree_node(
     lambda factor: ((factor.arrays, factor.info), (factor.kind, factor.widths)),
     lambda static, leaves: Factor(*static, *leaves),
 )
-
-
-def work_dtype(dtype: Any) -> np.dtype:
-    """The dtype a factorization or solve runs in: float32 for 16-bit floats (LAPACK has
-    no 16-bit routines), the default float for integers, else ``dtype``."""
-    dtype = np.dtype(dtype)
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        return np.dtype(jnp.result_type(float))
-    if dtype.itemsize == 2:
-        return np.dtype(np.float32)
-    return dtype
 
 
 def _real(dtype: np.dtype) -> np.dtype:
@@ -158,7 +147,8 @@ def _cholesky_operands(data, offsets, kind, widths, lower: bool):
 @on_auto_axes(last=False)
 def _factor(data, *, offsets, kind, widths, lower, method) -> tuple[tuple, Array]:
     data = jax.lax.stop_gradient(data)  # derivatives come from the solves
-    data = data.astype(work_dtype(data.dtype))
+    # 16-bit floats factor in float32: LAPACK has no 16-bit routines.
+    data = data.astype(accumulation_dtype(data.dtype))
     if lower is None:
         operands, placement = _lu_operands(data, offsets, kind, widths)
     else:
@@ -291,7 +281,7 @@ def _solve(
     """:func:`solve` for checked operands, as one compiled call (eagerly, the reshapes
     around the solve would run op by op and ``custom_linear_solve`` be traced again)."""
     n = shape[0]
-    work = work_dtype(dtype)
+    work = accumulation_dtype(dtype)
     vector = b.ndim == 1
     b = (b[:, None] if vector else b).astype(work)
     b = jnp.broadcast_to(b, (*batch, *b.shape[-2:]))

@@ -56,7 +56,7 @@ from jax import Array, lax
 
 from ._banded import check_rhs
 from ._checks import as_array, static_int
-from ._geometry import in_bounds, pairwise_sum
+from ._geometry import accumulation_dtype, in_bounds, pairwise_sum
 from ._ops import absolute, reduce_sum, shifted
 from ._parts import DiaParts
 from ._primitives import sddmm, spmm
@@ -689,7 +689,7 @@ def expm_multiply(
 def _run(data, B, trace, start, stop, *, config: Config, batch, dtype, trace_given):
     """:func:`expm_multiply` for checked operands, as one compiled call; a batch is
     flattened and mapped with ``vmap``."""
-    work = np.dtype(np.float32) if dtype.itemsize == 2 else dtype
+    work = accumulation_dtype(dtype)
     real = np.dtype(np.finfo(work).dtype)
     vector = B.ndim == 1
     data, B = data.astype(work), B.astype(work)

@@ -43,7 +43,7 @@ from jax import Array, lax
 from ._banded import lu_factor, lu_kind, solve
 from ._checks import as_array, static_int
 from ._convert import dia_to_dense
-from ._geometry import in_bounds
+from ._geometry import accumulation_dtype, in_bounds
 from ._ops import shifted
 from ._parts import DiaParts
 from ._primitives import sddmm, spmm
@@ -334,7 +334,7 @@ def check_hermitian(A: DiaParts) -> None:
     a concrete matrix."""
     host = np.asarray(A.data)
     host = np.where(in_bounds(A.offsets, A.shape, host=True), host, 0)
-    work = np.float32 if host.dtype.itemsize == 2 else host.dtype
+    work = accumulation_dtype(host.dtype)
     defect = scale = 0.0
     for index in np.ndindex(*host.shape[:-2]):
         S = sp.dia_array((host[index].astype(work), np.array(A.offsets)), shape=A.shape).tocsr()
@@ -394,7 +394,7 @@ def eigsh(
     if not isinstance(tol, jax.core.Tracer) and float(tol) < 0:
         raise ValueError(f"eigsh: tol must be non-negative, got {float(tol)}")
     dtype = A.dtype
-    work = np.dtype(np.float32) if dtype.itemsize == 2 else dtype
+    work = accumulation_dtype(dtype)
     shift_invert = sigma is not None
     if shift_invert:
         sigma = as_array(sigma, "eigsh: sigma", expected="a real scalar")

@@ -46,6 +46,8 @@ from typing import Any
 import jax
 import numpy as np
 
+from ._geometry import diagonal_bounds
+
 # -- XLA FFI's C structures (xla/ffi/api/c_api.h, API version 0.1) ----------------------------
 
 
@@ -360,7 +362,7 @@ def _fill_bands(data: HostBuffer, layout: HostBuffer, bands: HostBuffer) -> None
     source = data.array.reshape(-1, *data.shape[-2:])
     for index, (offset, column) in enumerate(layout.array.tolist()):
         if column >= 0:
-            start, stop = max(0, offset), min(n, n + offset)
+            start, stop = diagonal_bounds(offset, (n, n))
             target[:, start:stop, column] = source[:, index, start:stop]
 
 

@@ -21,7 +21,7 @@ from jax import Array, lax
 
 from . import _banded
 from ._checks import check_nonzero_diagonal
-from ._geometry import diagonal_bounds
+from ._geometry import accumulation_dtype, diagonal_bounds
 from ._parts import DiaParts
 from ._sharding import on_auto_axes
 
@@ -116,7 +116,7 @@ def _tridiagonal(data, b, *, offsets, batch, dtype, method):
     if method != "auto":  # a forced implementation (tests)
         factor = _banded.lu_factor(parts, method)
         return _banded.solve(parts, factor, b, function="solve_banded", method=method)
-    work = _banded.work_dtype(dtype)
+    work = accumulation_dtype(dtype)
     rhs = (b[:, None] if b.ndim == 1 else b).astype(work)
     rhs = jnp.broadcast_to(rhs, (*batch, *rhs.shape[-2:]))
     x = tridiagonal_solve(parts, rhs, "solve_banded").astype(dtype)
