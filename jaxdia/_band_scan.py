@@ -52,6 +52,18 @@ def _row_ids(n: int) -> Array:
     return jnp.arange(n, dtype=np.int32)
 
 
+def _swap_to_top(window: Array, choice: Array) -> Array:
+    """``window`` with rows 0 and ``choice`` swapped (partial pivoting's interchange)."""
+    positions = np.arange(window.shape[0])
+    return window[jnp.where(positions == 0, choice, jnp.where(positions == choice, 0, positions))]
+
+
+def _first_failure(bad: Array) -> Array:
+    """LAPACK's ``info``: the 1-based index of the first true entry of ``bad``, else 0."""
+    first = jnp.argmax(bad)
+    return jnp.where(bad[first], first + 1, 0).astype(np.int32)
+
+
 # -- triangular band solves on column storage ------------------------------------------------
 
 
@@ -150,13 +162,11 @@ def gbtrf(ab: Array, *, kl: int, ku: int) -> tuple[Array, Array, Array]:
     window = jnp.where(inside, padded[rows, np.minimum(source, width - 1)], 0)
     # Row r = i + kl + 1 enters after step i, over columns i + 1 .. i + 1 + kl + ku.
     incoming = padded[kl + 1 : kl + 1 + n]
-    positions = np.arange(kl + 1)
 
     def eliminate(window, xs):
         i, row = xs
         choice = jnp.argmax(_magnitude(window[:, 0]))
-        order = jnp.where(positions == 0, choice, jnp.where(positions == choice, 0, positions))
-        window = window[order]
+        window = _swap_to_top(window, choice)
         pivot = window[0, 0]
         zero = pivot == 0
         factors = jnp.where(zero, 0, window[1:, 0] / jnp.where(zero, 1, pivot))
@@ -170,8 +180,7 @@ def gbtrf(ab: Array, *, kl: int, ku: int) -> tuple[Array, Array, Array]:
     upper = shift_columns(u_rows[:, ::-1], np.arange(width) - (width - 1))
     lu = jnp.concatenate([upper, factors], axis=1)
     assert lu.shape[1] == ldab
-    first = jnp.argmax(zeros)
-    info = jnp.where(zeros[first], first + 1, 0).astype(np.int32)
+    info = _first_failure(zeros)
     return lu, pivots, info
 
 
@@ -182,14 +191,12 @@ def _interchange_forward(lu: Array, pivots: Array, b: Array, *, kl: int, ku: int
     multipliers = lu[:, kl + ku + 1 :]
     ids = _row_ids(n)
     padded = jnp.concatenate([b, jnp.zeros((kl + 1, k), b.dtype)])
-    positions = np.arange(kl + 1)
     below = np.arange(1, kl + 1)
 
     def step(window, xs):
         j, pivot, m, incoming = xs
         choice = pivot - j
-        order = jnp.where(positions == 0, choice, jnp.where(positions == choice, 0, positions))
-        window = window[order]
+        window = _swap_to_top(window, choice)
         m = jnp.where(j + below < n, m, 0)
         rest = window[1:] - m[:, None] * window[0]
         return jnp.concatenate([rest, incoming[None]]), window[0]
@@ -209,7 +216,6 @@ def _interchange_backward(
     if conj:
         multipliers = multipliers.conj()
     ids = _row_ids(n)
-    positions = np.arange(kl + 1)
     below = np.arange(1, kl + 1)
     # Step j holds rows j .. j + kl; after it, row j + kl is final.
     tail = jnp.concatenate([b, jnp.zeros((kl, k), b.dtype)])
@@ -220,8 +226,7 @@ def _interchange_backward(
         top = window[0] - m @ window[1:]
         window = jnp.concatenate([top[None], window[1:]])
         choice = pivot - j
-        order = jnp.where(positions == 0, choice, jnp.where(positions == choice, 0, positions))
-        window = window[order]
+        window = _swap_to_top(window, choice)
         return jnp.concatenate([incoming[None], window[:kl]]), window[kl]
 
     # Row j - 1 enters after step j (a placeholder after step 0); the first window holds
@@ -306,8 +311,7 @@ def pbtrf(ab: Array, *, kd: int, lower: bool) -> tuple[Array, Array]:
     # Entries of U beyond the matrix (row i, column i + t >= n) are zero.
     outside = _row_ids(n)[:, None] + np.arange(kd + 1)[None, :] >= n
     u_rows = jnp.where(outside, 0, u_rows)
-    first = jnp.argmax(bad)
-    info = jnp.where(bad[first], first + 1, 0).astype(np.int32)
+    info = _first_failure(bad)
     if lower:
         return u_rows.conj(), info  # L[j + t, j] = conj(U[j, j + t])
     # U[j - t, j] = u_rows[j - t, t] goes to c[j, kd - t].
@@ -375,8 +379,7 @@ def gttrf(bands: Array) -> tuple[Array, Array, Array]:
     )
     pivots = _row_ids(n) + jnp.concatenate([swap, jnp.zeros((1,), bool)]).astype(np.int32)
     zeros = lu[1] == 0
-    first = jnp.argmax(zeros)
-    info = jnp.where(zeros[first], first + 1, 0).astype(np.int32)
+    info = _first_failure(zeros)
     return lu, pivots, info
 
 
@@ -451,8 +454,7 @@ def pttrf(d: Array, e: Array) -> tuple[Array, Array, Array]:
     e_before = jnp.concatenate([jnp.zeros((1,), e.dtype), e[:-1]])
     _, (diagonal, below) = lax.scan(step, jnp.ones((), d.dtype), (d, e_before))
     bad = ~(diagonal > 0)
-    first = jnp.argmax(bad)
-    info = jnp.where(bad[first], first + 1, 0).astype(np.int32)
+    info = _first_failure(bad)
     # below[i] = L[i, i - 1]; e_out[i] = L[i + 1, i].
     e_out = jnp.concatenate([below[1:], jnp.zeros((1,), e.dtype)])
     return diagonal, e_out, info
