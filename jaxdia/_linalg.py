@@ -21,9 +21,14 @@ from ._matrix import DiaMatrix, as_matrix
 def square(A: Any, function: str) -> DiaMatrix:
     """``A``, checked to be a square DiaMatrix (``function`` names the caller)."""
     as_matrix(A, f"{function}: A")
-    m, n = A.shape
-    if m != n:
-        raise ValueError(f"{function}: A must be square, got shape {A.shape}")
+    return square_operator(A, function)
+
+
+def square_operator(A: Any, function: str) -> Any:
+    """``A``, an operator with a ``shape``, checked to be square."""
+    shape = tuple(A.shape)
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise ValueError(f"{function}: A must be square, got shape {shape}")
     return A
 
 
@@ -69,9 +74,7 @@ def jacobi(A: Any) -> jax.tree_util.Partial:
       True
     """
     if not isinstance(A, DiaMatrix) and is_operator(A):
-        shape = tuple(A.shape)
-        if len(shape) != 2 or shape[0] != shape[1]:
-            raise ValueError(f"jacobi: A must be square, got shape {shape}")
+        square_operator(A, "jacobi")
         return _solve.inverse_diagonal_preconditioner(A.diagonal())
     if not isinstance(A, DiaMatrix):
         raise TypeError(

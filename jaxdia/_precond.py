@@ -32,7 +32,7 @@ from ._checks import (
     is_traced,
     static_int,
 )
-from ._linalg import is_operator, square
+from ._linalg import is_operator, square, square_operator
 from ._matrix import DiaMatrix
 from ._parts import DiaParts
 
@@ -697,9 +697,7 @@ def _operator_chebyshev(A: Any, degree: int, bounds: Any, dtype: Any) -> Chebysh
     """:func:`chebyshev` for an operator with ``@``, ``shape``, ``diagonal()`` and
     ``abs()`` (a :class:`jaxdia.ShardedDiaMatrix`): Gershgorin's bound from
     ``abs(A) @ ones``, everything in the vectors' layout (``diagonal()``'s)."""
-    shape = tuple(A.shape)
-    if len(shape) != 2 or shape[0] != shape[1]:
-        raise ValueError(f"chebyshev: A must be square, got shape {shape}")
+    square_operator(A, "chebyshev")
     if dtype is not None:
         raise TypeError(
             f"chebyshev: dtype= converts a DiaMatrix; {type(A).__name__} is used in its own "
