@@ -1,13 +1,23 @@
 """Banded factorizations at the array level: factor a square ``DiaParts`` once, solve many.
 
-A factor is a :class:`Factor`: LAPACK's arrays for one of four kinds (see
-:mod:`jaxdia._band_primitives`), chosen from the offsets:
+A factor is a :class:`Factor`: the arrays of one of the kinds of
+:mod:`jaxdia._band_primitives`, chosen from the offsets and the platform:
 
-* LU with partial pivoting (:func:`lu_factor`): ``"gt"`` (``?gttrf``'s rows) when the
-  band is within one diagonal of the main one, else ``"gb"`` (``?gbtrf``'s bands);
+* LU (:func:`lu_factor`): on CPU LAPACK's, with partial pivoting: ``"gt"`` (``?gttrf``'s
+  rows) when the band is within one diagonal of the main one, else ``"gb"``
+  (``?gbtrf``'s bands); on GPU and TPU ``"cr"``, block cyclic reduction (no loop over the
+  rows; see :mod:`jaxdia._band_parallel` for what it is exact for, and
+  :mod:`jaxdia._band_refine` for what its solves do otherwise);
 * Cholesky (:func:`cholesky_factor`) of a Hermitian positive definite band, from the
-  triangle ``lower`` selects: ``"pt"`` (``?pttrf``'s ``L D L^H``) for a tridiagonal one,
-  else ``"pb"`` (``?pbtrf``'s bands).
+  triangle ``lower`` selects: on CPU ``"pt"`` (``?pttrf``'s ``L D L^H``) for a
+  tridiagonal one, else ``"pb"`` (``?pbtrf``'s bands); on GPU and TPU ``"ch"``, cyclic
+  reduction;
+* one-shot (:func:`oneshot`): no arrays; each solve factors (LAPACK or cyclic reduction
+  chosen per platform and size when the program is compiled).
+
+The kind is chosen when the factorization is traced, for the platform computations run on
+by default (:func:`platform`): unlike a solve, a factor's arrays are a result, and their
+layout must be fixed before the program is lowered.
 
 :func:`solve` solves with a factor: by ``lax.custom_linear_solve``, whose ``matvec`` is
 the matrix itself (a sparse product), so derivatives with respect to ``A.data`` and ``b``
@@ -36,10 +46,33 @@ from ._parts import DiaParts
 from ._primitives import spmm
 from ._sharding import on_auto_axes
 
-#: Where the factorizations run on CPU: "auto" (LAPACK, or a scan for small systems; see
-#: ``_band_primitives.host_is_faster``), "host" or "scan" (tests force either). Read when
-#: a factorization or solve is traced.
+#: The factorizations' implementation: "auto" (by platform, see the module docstring),
+#: "host" or "scan" (LAPACK's kinds, by LAPACK on CPU or by ``lax.scan``), "parallel"
+#: (cyclic reduction). Tests force each; read when a factorization or solve is traced.
 METHOD = "auto"
+#: The platforms whose stored factors are computed by cyclic reduction.
+PARALLEL_PLATFORMS = ("gpu", "tpu", "cuda", "rocm")
+
+
+def platform() -> str:
+    """The platform computations run on by default: that of ``jax_default_device`` if it
+    is set, else JAX's default backend (``"cpu"``, ``"gpu"``, ``"tpu"``)."""
+    device = getattr(jax.config, "jax_default_device", None)
+    if device is not None and not isinstance(device, str):
+        return device.platform
+    return str(device) if device is not None else jax.default_backend()
+
+
+def parallel(method: str) -> bool:
+    """Whether a factorization traced now is computed by cyclic reduction."""
+    if method == "auto":
+        return platform() in PARALLEL_PLATFORMS
+    return method == "parallel"
+
+
+def is_tridiagonal(offsets: tuple[int, ...]) -> bool:
+    lower, upper = band_widths(offsets)
+    return lower <= 1 and upper <= 1
 
 
 class Factor(NamedTuple):
@@ -65,12 +98,13 @@ def _real(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.finfo(dtype).dtype)
 
 
-def lu_kind(offsets: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+def lu_kind(offsets: tuple[int, ...], method: str) -> tuple[str, tuple[int, ...]]:
     """The LU factor's kind and widths for a square matrix with these offsets."""
-    lower, upper = band_widths(offsets)
-    if lower <= 1 and upper <= 1:
+    if parallel(method):
+        return "cr", band_widths(offsets)
+    if is_tridiagonal(offsets):
         return "gt", ()
-    return "gb", (lower, upper)
+    return "gb", band_widths(offsets)
 
 
 def cholesky_bandwidth(offsets: tuple[int, ...], lower: bool) -> int:
@@ -78,9 +112,13 @@ def cholesky_bandwidth(offsets: tuple[int, ...], lower: bool) -> int:
     return max((abs(k) for k in offsets if (k <= 0 if lower else k >= 0)), default=0)
 
 
-def cholesky_kind(offsets: tuple[int, ...], lower: bool) -> tuple[str, tuple[int, ...]]:
+def cholesky_kind(
+    offsets: tuple[int, ...], lower: bool, method: str
+) -> tuple[str, tuple[int, ...]]:
     """The Cholesky factor's kind and widths, from the triangle ``lower`` selects."""
     kd = cholesky_bandwidth(offsets, lower)
+    if parallel(method):
+        return "ch", (kd, int(lower))
     if kd <= 1:
         return "pt", ()
     return "pb", (kd, int(lower))
@@ -111,6 +149,8 @@ def _shift_left(row: Array, by: int) -> Array:
 
 def _lu_operands(data: Array, offsets: tuple[int, ...], kind: str, widths):
     """The factor primitive's operands and ``placement`` (see ``_band_primitives``)."""
+    if kind == "cr":
+        return (data,), ()
     if kind == "gt":
         data = _clean(data, offsets)
         dl = _diagonal(data, offsets, -1)  # dl[i] = A[i + 1, i], column i
@@ -123,6 +163,8 @@ def _lu_operands(data: Array, offsets: tuple[int, ...], kind: str, widths):
 
 
 def _cholesky_operands(data, offsets, kind, widths, lower: bool):
+    if kind == "ch":
+        return (data,), ()
     if kind == "pt":
         data = _clean(data, offsets)
         d = _diagonal(data, offsets, 0).real.astype(_real(data.dtype))
@@ -154,32 +196,36 @@ def _factor(data, *, offsets, kind, widths, lower, method) -> tuple[tuple, Array
     else:
         operands, placement = _cholesky_operands(data, offsets, kind, widths, lower)
     *arrays, info = prims.factor(
-        *operands, kind=kind, widths=widths, placement=placement, method=method
+        *operands, kind=kind, widths=widths, placement=placement, offsets=offsets, method=method
     )
     return tuple(arrays), info
 
 
 def lu_factor(A: DiaParts, method: str | None = None) -> Factor:
-    """The banded LU factor of a square ``A`` (``"gt"`` or ``"gb"``)."""
-    return _factor_of(A, *lu_kind(A.offsets), None, method)
+    """The banded LU factor of a square ``A`` (``"gt"``, ``"gb"`` or ``"cr"``)."""
+    method = method or METHOD
+    return _factor_of(A, *lu_kind(A.offsets, method), None, method)
 
 
 def cholesky_factor(A: DiaParts, lower: bool, method: str | None = None) -> Factor:
     """The banded Cholesky factor of a square ``A`` from its upper (or ``lower``)
-    triangle (``"pt"`` or ``"pb"``)."""
-    return _factor_of(A, *cholesky_kind(A.offsets, lower), lower, method)
+    triangle (``"pt"``, ``"pb"`` or ``"ch"``)."""
+    method = method or METHOD
+    return _factor_of(A, *cholesky_kind(A.offsets, lower, method), lower, method)
+
+
+def oneshot(A: DiaParts) -> Factor:
+    """A factor of ``A`` without arrays, whose solves factor as they go (``"os"``): LAPACK
+    or cyclic reduction, chosen per platform and size when the program is lowered."""
+    info = jnp.zeros(A.batch_shape, np.int32)
+    return Factor("os", band_widths(A.offsets), (), info)
 
 
 def _factor_of(
-    A: DiaParts, kind: str, widths: tuple[int, ...], lower: bool | None, method: str | None
+    A: DiaParts, kind: str, widths: tuple[int, ...], lower: bool | None, method: str
 ) -> Factor:
     arrays, info = _factor(
-        A.data,
-        offsets=A.offsets,
-        kind=kind,
-        widths=widths,
-        lower=lower,
-        method=method or METHOD,
+        A.data, offsets=A.offsets, kind=kind, widths=widths, lower=lower, method=method
     )
     return Factor(kind, widths, arrays, info)
 
@@ -292,7 +338,10 @@ def _solve(
         info = jnp.broadcast_to(info, batch)
         data = jnp.broadcast_to(data, (*batch, *data.shape[-2:]))
     matrix = jnp.reshape(data, (1,) * (len(batch) - data.ndim + 2) + data.shape).astype(work)
-    factor_dtype = arrays[1 if kind == "pt" else 0].dtype  # pt: d is real, e is not
+    if kind == "os":  # no arrays: the solve factors the matrix
+        factor_dtype = accumulation_dtype(data.dtype)
+    else:
+        factor_dtype = arrays[1 if kind == "pt" else 0].dtype  # pt: d is real, e is not
     split = jnp.issubdtype(work, jnp.complexfloating) and not jnp.issubdtype(
         factor_dtype, jnp.complexfloating
     )
@@ -302,11 +351,16 @@ def _solve(
     def cast(index: int, array: Array) -> Array:
         if array.dtype == np.int32:  # pivots
             return array
+        if kind == "cr" and not split:
+            # Kept: its solves refine to the factor's own precision (see _band_refine).
+            return array
         if kind == "pt" and index == 0:  # the real diagonal of L D L^H
             return array.astype(_real(precision))
         return array.astype(precision)
 
     arrays = tuple(cast(index, array) for index, array in enumerate(arrays))
+    if kind in ("cr", "os"):  # the solve's residuals (and the one-shot's factorization)
+        arrays = (*arrays, lax.stop_gradient(data).astype(precision))
     failed = (info != 0)[..., None, None]
     hermitian = lower is not None
 
@@ -325,6 +379,7 @@ def _solve(
             kind=kind,
             widths=widths,
             trans=min(t, 1) if split else t,
+            offsets=offsets if kind in ("cr", "os") else (),
             method=method,
         )
         if split:

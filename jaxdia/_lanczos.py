@@ -40,14 +40,13 @@ import numpy as np
 import scipy.sparse as sp
 from jax import Array, lax
 
-from ._banded import lu_factor, lu_kind, solve
+from ._banded import is_tridiagonal, lu_factor, oneshot, solve
 from ._checks import as_array, static_int
 from ._convert import dia_to_dense
 from ._geometry import accumulation_dtype, in_bounds
 from ._ops import shifted
 from ._parts import DiaParts
 from ._primitives import sddmm, spmm
-from ._solve import tridiagonal_solve
 
 #: ``which`` values: largest/smallest magnitude, largest/smallest algebraic, both ends.
 WHICH = ("LM", "SM", "LA", "SA", "BE")
@@ -253,12 +252,13 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
 def _shift_invert(A: DiaParts, sigma: Array):
     """``x -> (A - sigma I)^{-1} x``: ``A - sigma I`` factored once (banded LU), each
     application one solve with the stored factor. A tridiagonal ``A - sigma I`` is
-    solved afresh each time by ``lax.linalg.tridiagonal_solve`` instead: O(n) either way,
-    and that call has no per-call overhead beyond LAPACK's (the stored factor's solve is
-    a host call, whose fixed cost dominates a solve of a few thousand rows)."""
+    solved afresh each time by a one-shot solve instead (``lax.linalg.tridiagonal_solve``
+    on CPU and GPUs): O(n) either way, and that call has no per-call overhead beyond
+    LAPACK's (the stored factor's solve is a host call, whose fixed cost dominates a
+    solve of a few thousand rows)."""
     B = shifted(A, sigma)
-    if lu_kind(B.offsets)[0] == "gt":
-        return lambda x: tridiagonal_solve(B, x[:, None], "eigsh")[:, 0]
+    if is_tridiagonal(B.offsets):
+        return lambda x: solve(B, oneshot(B), x, function="eigsh")
     factor = lu_factor(B)
     return lambda x: solve(B, factor, x, function="eigsh")
 

@@ -25,8 +25,8 @@ entries (no product is spent on it). The same polynomial before and after the co
 correction keeps the cycle symmetric for a symmetric ``A``; ``rho`` bounds the spectrum,
 so the smoother converges in the energy norm and the cycle is positive definite for a
 symmetric positive definite ``A``, as conjugate gradients need. The coarsest level is
-solved directly, by jaxdia's banded LU factorized once, in the setup
-(:func:`coarse_factor`).
+solved directly with what the setup made once (:func:`coarse_factor`): its banded LU on
+CPU, its dense inverse on GPU and TPU.
 
 Everything here works on one matrix; batches are ``jax.vmap``-ed over by the callers.
 The cell functions take ``xp`` (``jax.numpy`` or ``numpy``): the ``"auto"`` coarsening
@@ -46,8 +46,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from . import _banded
 from ._banded import Factor, lu_factor, solve
-from ._geometry import band_widths, diagonal_bounds, in_bounds
+from ._convert import dia_to_dense
+from ._geometry import accumulation_dtype, band_widths, diagonal_bounds, in_bounds
 from ._parts import DiaParts
 from ._primitives import spmm
 
@@ -539,8 +541,9 @@ class Hierarchy:
 
     Leaves: ``operators`` (``DiaParts`` of every level, finest first), and for every level
     but the coarsest its ``inverse_diagonals`` and Gershgorin ``bounds``; ``coarse_lu``
-    the coarsest level's banded LU factor. Static: ``grids`` (one per level), ``plan`` (the
-    axes coarsened from each level to the next), ``smoother`` and ``sweeps``.
+    the coarsest level's solver (:func:`coarse_factor`). Static: ``grids`` (one per
+    level), ``plan`` (the axes coarsened from each level to the next), ``smoother`` and
+    ``sweeps``.
     """
 
     def __init__(
@@ -572,14 +575,23 @@ class Hierarchy:
         return cls(*children, *aux)
 
 
-def coarse_factor(A: DiaParts) -> Factor:
-    """The coarsest level's banded LU, made once in the setup and reused by every cycle
-    through :func:`coarse_solve`."""
+def coarse_factor(A: DiaParts) -> Factor | Array:
+    """The coarsest level's solver, made once in the setup and used by every cycle
+    through :func:`coarse_solve`: on CPU its banded LU (LAPACK's); on GPU and TPU (see
+    ``_banded.platform``) its inverse, dense, so that each cycle's coarse solve is one
+    matrix-vector product where a banded solve is a sequence of small kernels, about
+    ``2 log2(n / m)`` of them for cyclic reduction (at most ``MAX_COARSE`` = 4096
+    unknowns: at most 128 MiB in float64)."""
+    if _banded.platform() in _banded.PARALLEL_PLATFORMS:
+        dense = dia_to_dense(A.data.astype(accumulation_dtype(A.dtype)), A.offsets, A.shape)
+        return jnp.linalg.inv(dense)
     return lu_factor(A)
 
 
-def coarse_solve(A: DiaParts, factor: Factor, b: Array) -> Array:
-    return solve(A, factor, b, function="multigrid")
+def coarse_solve(A: DiaParts, factor: Factor | Array, b: Array) -> Array:
+    if isinstance(factor, Factor):
+        return solve(A, factor, b, function="multigrid")
+    return (factor @ b.astype(factor.dtype)).astype(jnp.result_type(A.dtype, b))
 
 
 def smoothing_data(center: Array, sums: Array) -> tuple[Array, Array]:

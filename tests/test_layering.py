@@ -5,7 +5,8 @@ The layers, bottom up (``CONTRIBUTING.md`` describes them):
 1. foundations: argument checks, DIA geometry, the ``DiaParts`` triple, the SciPy-name
    hints; the helpers the Pallas kernels share;
 2. backends, siblings that never import each other: XLA, Pallas Triton, Pallas TPU,
-   LAPACK on the host, the ``lax.scan`` banded factorizations;
+   LAPACK on the host, the ``lax.scan`` banded factorizations, cyclic reduction; then
+   the parallel LU's refinement (on XLA's products);
 3. the JAX primitives;
 4. array-level operations on ``(data, offsets, shape)``: conversions, products, traces,
    arithmetic, banded factorizations, solvers (never ``DiaMatrix``);
@@ -36,6 +37,8 @@ LAYERS = {
     "_pallas_tpu": 2,
     "_lapack": 2,
     "_band_scan": 2,
+    "_band_parallel": 2,
+    "_band_refine": 2.5,
     "_primitives": 3,
     "_band_primitives": 3,
     "_convert": 4,
@@ -63,7 +66,15 @@ LAYERS = {
     "conftest": 8,
     "__init__": 8,
 }
-BACKENDS = {"_xla", "_xla_runs", "_pallas_triton", "_pallas_tpu", "_lapack", "_band_scan"}
+BACKENDS = {
+    "_xla",
+    "_xla_runs",
+    "_pallas_triton",
+    "_pallas_tpu",
+    "_lapack",
+    "_band_scan",
+    "_band_parallel",
+}
 
 
 def _package_imports(path: Path) -> set[str]:
