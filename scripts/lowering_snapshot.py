@@ -41,7 +41,9 @@ def cases() -> dict:
     x, X = jnp.ones(100), jnp.ones((100, 3))
     ones = np.ones(100, np.float32)
     tri = jaxdia.diags([-ones[:99], 4 * ones, -ones[:99]], offsets=[-1, 0, 1])
-    spd = jaxdia.diags([-ones[:98], -ones[:99], 5 * ones, -ones[:99], -ones[:98]], [-2, -1, 0, 1, 2])
+    spd = jaxdia.diags(
+        [-ones[:98], -ones[:99], 5 * ones, -ones[:99], -ones[:98]], [-2, -1, 0, 1, 2]
+    )
     laplacian = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(10, 10))
     identity = jaxdia.eye(10)
     poisson = jaxdia.kron(laplacian, identity) + jaxdia.kron(identity, laplacian)
