@@ -7,7 +7,7 @@ Usage (a machine with a CUDA build of jax >= 0.10.2; no internet needed)::
     python benchmarks/gpu_check.py --interpret     # CPU: the same checks in interpret mode
                                                    # at tiny sizes, and a tiny timing table
 
-1. Correctness: every kernel of ``jaxdia._pallas_triton`` (``A @ X``, ``A^T @ X``, SDDMM),
+1. Correctness: every kernel of ``jaxdia._kernels.pallas_triton`` (``A @ X``, ``A^T @ X``, SDDMM),
    compiled for the GPU (or interpreted with ``--interpret``), against SciPy on a few
    shapes (square, rectangular, extreme offsets, a broadcast batch) and every dtype the
    kernels take, with NaN in every padding slot of ``data``; then, on a GPU, ``A @ X``
@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
 import jaxdia  # noqa: E402
-from jaxdia import _pallas_triton  # noqa: E402
+from jaxdia._kernels import pallas_triton  # noqa: E402
 
 DTYPES = [np.float32, np.float64, jnp.bfloat16, np.float16, np.complex64, np.complex128]
 TOLERANCE = {
@@ -123,7 +123,7 @@ def check_kernels(interpret: bool) -> bool:
             for transpose in (False, True):
                 x = _random(rng, (*x_batch, m if transpose else n, n_cols), dtype)
                 fn = jax.jit(
-                    lambda d, x, t=transpose: _pallas_triton.spmm(
+                    lambda d, x, t=transpose: pallas_triton.spmm(
                         d, x, offsets=offsets, shape=shape, transpose=t, interpret=interpret
                     )
                 )
@@ -144,7 +144,7 @@ def check_kernels(interpret: bool) -> bool:
             g = _random(rng, (*data_batch, m, n_cols), dtype)
             x = _random(rng, (*x_batch, n, n_cols), dtype)
             fn = jax.jit(
-                lambda g, x: _pallas_triton.sddmm(
+                lambda g, x: pallas_triton.sddmm(
                     g, x, offsets=offsets, shape=shape, interpret=interpret
                 )
             )

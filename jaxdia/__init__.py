@@ -3,8 +3,10 @@
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from ._construct import diags as diags, eye as eye
-from ._factor import (
+from ._construct import diags as diags, eye as eye, kron as kron
+from ._io import load_npz as load_npz, save_npz as save_npz
+from ._linalg.expm import expm_multiply as expm_multiply
+from ._linalg.factor import (
     BandedCholesky as BandedCholesky,
     BandedLU as BandedLU,
     cho_factor as cho_factor,
@@ -12,23 +14,20 @@ from ._factor import (
     factorized as factorized,
     lu_factor as lu_factor,
     lu_solve as lu_solve,
+    solve_banded as solve_banded,
     solveh_banded as solveh_banded,
 )
-from ._functions import align as align, kron as kron, matmul as matmul, traces as traces
-from ._io import load_npz as load_npz, save_npz as save_npz
-from ._linalg import jacobi as jacobi, solve_banded as solve_banded
-from ._matrix import DiaMatrix as DiaMatrix
-from ._precond import (
+from ._linalg.krylov import SolveInfo as SolveInfo, bicgstab as bicgstab, cg as cg
+from ._linalg.lanczos import eigsh as eigsh
+from ._linalg.precond import (
     Chebyshev as Chebyshev,
     Multigrid as Multigrid,
-    SolveInfo as SolveInfo,
-    bicgstab as bicgstab,
-    cg as cg,
     chebyshev as chebyshev,
+    jacobi as jacobi,
     multigrid as multigrid,
 )
+from ._matrix import DiaMatrix as DiaMatrix, align as align, matmul as matmul, traces as traces
 from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard
-from ._spectral import eigsh as eigsh, expm_multiply as expm_multiply
 
 try:
     __version__ = version("jaxdia")

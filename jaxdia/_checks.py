@@ -212,7 +212,9 @@ def reject_sparse(value: Any, name: str, hint: str = "") -> None:
         )
 
 
-def as_array(value: Any, name: str, *, expected: str = "a numeric array", hint: str = "") -> Any:
+def as_array(
+    value: Any, name: str, *, expected: str = "a numeric array", hint: str = ""
+) -> jax.Array | np.ndarray:
     """``value`` as an array operand: a JAX array (or tracer) as given, anything else as a
     NumPy array in native byte order (a jitted call transfers it; ``jnp.asarray`` first
     would cost one more pass).
@@ -287,3 +289,65 @@ def check_nonzero_diagonal(diagonal: Any, function: str, consequence: str) -> No
             f"{function}: A's diagonal must be nonzero, but it is 0 at index {where}{more}"
             f"{consequence}"
         )
+
+
+# -- operators and their operands ------------------------------------------------------------
+
+
+def check_square(A: Any, function: str) -> Any:
+    """``A`` (anything with a ``shape``), checked to be a square matrix (``function``
+    names the caller)."""
+    shape = tuple(A.shape)
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise ValueError(f"{function}: A must be square, got shape {shape}")
+    return A
+
+
+def check_rhs(
+    function: str, n: int, batch_shape: tuple[int, ...], b: Any, dtype: Any, name: str = "b"
+):
+    """``b`` (called ``name`` in messages) checked for an ``n x n`` matrix of batch shape
+    ``batch_shape`` and ``dtype``: returns ``(b, batch)``, ``batch`` the broadcast batch
+    shape of the solution. Integer NumPy ``b`` is converted on the host (see
+    :func:`jaxdia._checks.integers_as`)."""
+    b = integers_as(as_array(b, f"{function}: {name}"), dtype)
+    if b.ndim == 0 or b.shape[-2 if b.ndim > 1 else 0] != n:
+        raise ValueError(
+            f"{function}: {name} must have shape ({n},) or (..., {n}, k) for A of shape "
+            f"{(n, n)}, got shape {b.shape}"
+        )
+    batch = broadcast_batch(f"{function}: A and {name}", batch_shape, b.shape[:-2])
+    return b, batch
+
+
+def result_dtype(matrix_dtype: Any, b: Any) -> np.dtype:
+    """The dtype of a solution: the promoted dtype of the matrix and ``b`` (arrays: a
+    NumPy float64 ``b`` is no explicit request), the default float for integers."""
+    dtype = jnp.result_type(jnp.zeros((), matrix_dtype), b)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = jnp.result_type(float)
+    return np.dtype(dtype)
+
+
+# -- scalar arguments ------------------------------------------------------------------------
+
+
+def scalar(value: Any, name: str, *, nonnegative: bool = False, hint: str = "") -> Any:
+    """``value`` checked to be a real scalar (a traced one too: only its shape and dtype
+    are checked), as an array; ``nonnegative`` also refuses a concrete value below 0 (or
+    NaN). ``name`` names it in the messages, ``hint`` follows the complex-value one."""
+    value = as_array(value, name, expected="a real scalar")
+    if np.ndim(value) != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {np.shape(value)}")
+    if np.dtype(value.dtype).kind == "c":
+        raise TypeError(f"{name} must be real, got dtype {value.dtype}{hint}")
+    if nonnegative and not is_traced(value) and not float(value) >= 0:
+        raise ValueError(f"{name} must be >= 0, got {float(value)}")
+    return value
+
+
+def reject_unsupported(function: str, name: str, value: Any, why: str) -> None:
+    """A NotImplementedError unless the SciPy argument ``name`` that jaxdia does not
+    support is None (``why`` says why)."""
+    if value is not None:
+        raise NotImplementedError(f"{function}: {name} is not supported ({why}); got {value!r}")

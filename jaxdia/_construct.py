@@ -1,4 +1,4 @@
-"""Constructors with SciPy's semantics: :func:`diags` and :func:`eye`."""
+"""Constructors with SciPy's semantics: :func:`diags`, :func:`eye` and :func:`kron`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
+from jax.typing import ArrayLike, DTypeLike
 
+from . import _ops
 from ._checks import (
     as_array,
     as_offsets,
@@ -21,10 +23,10 @@ from ._checks import (
     static_int,
     warn_if_unavailable,
 )
-from ._matrix import DiaMatrix
+from ._matrix import DiaMatrix, as_matrix
 
 
-def _default_dtype(dtype: Any) -> np.dtype:
+def _default_dtype(dtype: DTypeLike) -> np.dtype:
     """Integer/bool inputs become JAX's default float dtype (a DiaMatrix is inexact)."""
     dtype = np.dtype(dtype)
     if dtype == np.bool_ or np.issubdtype(dtype, np.integer):
@@ -33,7 +35,12 @@ def _default_dtype(dtype: Any) -> np.dtype:
 
 
 def diags(
-    diagonals: Any, offsets: Any = 0, shape: Any = None, dtype: Any = None, *, format: Any = None
+    diagonals: Any,
+    offsets: Any = 0,
+    shape: Any = None,
+    dtype: DTypeLike | None = None,
+    *,
+    format: Any = None,
 ) -> DiaMatrix:
     """A DiaMatrix from unpadded diagonals, like ``scipy.sparse.diags_array``.
 
@@ -125,7 +132,7 @@ def diags(
     return DiaMatrix(data, kept, (m, n))
 
 
-def _as_diagonal(diagonal: Any, index: int) -> Array | np.ndarray:
+def _as_diagonal(diagonal: ArrayLike, index: int) -> Array | np.ndarray:
     """A 1-D diagonal: a JAX array as given, anything else as a NumPy array."""
     array = as_array(diagonal, f"diagonals[{index}]", expected="numeric")
     array = jnp.atleast_1d(array) if isinstance(array, jax.Array) else np.atleast_1d(array)
@@ -156,7 +163,7 @@ def _check_format(format: Any, function: str) -> None:
 
 
 def eye(
-    m: int, n: int | None = None, k: int = 0, dtype: Any = None, *, format: Any = None
+    m: int, n: int | None = None, k: int = 0, dtype: DTypeLike | None = None, *, format: Any = None
 ) -> DiaMatrix:
     """The ``(m, n)`` matrix with ones on diagonal ``k``, like ``scipy.sparse.eye_array``.
 
@@ -180,3 +187,39 @@ def eye(
         warn_if_unavailable(dtype, "eye")
     ones = np.ones(1, jax.dtypes.canonicalize_dtype(dtype))  # warned about above
     return diags([ones], [k], (m, m if n is None else n))
+
+
+def kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
+    """The Kronecker product ``A ⊗ B`` as a DiaMatrix, like ``scipy.sparse.kron``.
+
+    Entry ``A[i1, j1] * B[i2, j2]`` sits at row ``i1 * mB + i2`` and column
+    ``j1 * nB + j2``. For a square ``B`` of size ``s`` the result offsets are
+    ``a * s + b`` for the offsets ``a`` of A and ``b`` of B; a rectangular ``B`` spreads
+    each pair over ``a * nB + b + i1 * (nB - mB)`` for every row ``i1`` of diagonal ``a``.
+    Every stored in-bounds entry of A and B contributes (explicit zeros too), so the
+    offsets are static; SciPy's result (BSR or COO) drops explicit zeros. Batch
+    dimensions broadcast.
+
+    Args:
+      A: the left factor, shape ``(mA, nA)``.
+      B: the right factor, shape ``(mB, nB)``.
+
+    Returns:
+      The DiaMatrix of shape ``(mA * mB, nA * nB)``.
+
+    Raises:
+      TypeError: if A or B is not a DiaMatrix.
+      ValueError: if the batch shapes do not broadcast.
+
+    Example:
+      >>> import jaxdia
+      >>> T = jaxdia.diags([1.0, 2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
+      >>> K = jaxdia.kron(jaxdia.eye(2), T)
+      >>> K.shape, K.offsets
+      ((6, 6), (-1, 0, 1))
+      >>> float(K.todense()[3, 2])
+      0.0
+    """
+    return DiaMatrix._wrap(
+        _ops.kronecker(as_matrix(A, "kron: A")._parts, as_matrix(B, "kron: B")._parts)
+    )

@@ -23,8 +23,8 @@ except ImportError as error:  # pragma: no cover - exercised only without the ex
 import jax
 import jax.numpy as jnp
 
-from ._factor import BandedCholesky, cholesky_unchecked, lu_unchecked
 from ._geometry import diagonal_bounds
+from ._linalg.factor import BandedCholesky, cholesky_unchecked, lu_unchecked
 from ._matrix import DiaMatrix, as_matrix
 
 
@@ -243,7 +243,7 @@ class BandedSolver(lx.AbstractLinearSolver):
             factor = lu_unchecked(matrix)
         return factor, eqxi.Static(False), eqxi.Static(False)
 
-    def compute(self, state: Any, vector: Any, options: dict[str, Any]) -> Any:
+    def compute(self, state: Any, vector: jax.Array, options: dict[str, Any]) -> Any:
         del options
         factor, transposed, conjugated = state
         transposed, conjugated = transposed.value, conjugated.value

@@ -27,6 +27,7 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.typing import ArrayLike, DTypeLike
 
 from ._checks import (
     as_array,
@@ -58,7 +59,7 @@ from ._sharding import on_auto_axes
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _filled(A: DiaParts, fill: Any = 0) -> Array:
+def _filled(A: DiaParts, fill: ArrayLike = 0) -> Array:
     """A's ``data`` with its padding slots set to ``fill``.
 
     Used wherever data meets another operand or a nonlinear map: a select (unlike a
@@ -157,7 +158,7 @@ def imag(A: DiaParts) -> DiaParts:
     return A.with_data(jnp.imag(A.data))
 
 
-def astype(A: DiaParts, dtype: Any) -> DiaParts:
+def astype(A: DiaParts, dtype: DTypeLike) -> DiaParts:
     dtype = check_dtype(dtype, "dtype")
     if A.dtype.kind == "c" and dtype.kind != "c":
         raise TypeError(
@@ -256,7 +257,7 @@ def multiply(A: DiaParts, other: Any, *, strict: bool = True) -> Any:
 
 
 @functools.partial(jax.jit, static_argnames=("op", "fill"))
-def _with_scalar(A: DiaParts, s: Any, *, op: Any, fill: Any = 0) -> DiaParts:
+def _with_scalar(A: DiaParts, s: ArrayLike, *, op: Any, fill: ArrayLike = 0) -> DiaParts:
     """``op(data, s)`` on the in-bounds slots, padding set to ``fill`` first, in one call."""
     return A.with_data(op(_filled(A, fill), s))
 
@@ -315,7 +316,7 @@ def divide(A: DiaParts, other: Any) -> Any:
     return _with_dense(A, other, op=operator.truediv)
 
 
-def power(A: DiaParts, p: Any, dtype: Any = None) -> DiaParts:
+def power(A: DiaParts, p: ArrayLike, dtype: DTypeLike | None = None) -> DiaParts:
     """Elementwise ``A ** p`` on the stored entries (SciPy's ``dia_array.power``)."""
     if not _is_array_like(p) or np.ndim(p) != 0:
         raise TypeError(
@@ -330,7 +331,7 @@ def power(A: DiaParts, p: Any, dtype: Any = None) -> DiaParts:
     if dtype is not None:
         A = astype(A, dtype)
     if not is_traced(p) and not np.iscomplexobj(p):
-        p = float(p)
+        p = float(np.asarray(p))
         if (p.is_integer() and abs(p) <= _MAX_MULTIPLIED_POWER) or p == 0.5:
             # A few exponents are compiled in (XLA then multiplies, or takes the square
             # root, instead of a general ``pow``): a bounded set of programs.
@@ -383,7 +384,9 @@ def _reject_out(what: str, out: Any) -> None:
         )
 
 
-def reduce_sum(A: DiaParts, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:
+def reduce_sum(
+    A: DiaParts, axis: Any = None, dtype: DTypeLike | None = None, out: Any = None
+) -> Array:
     """Sum of the entries (axis None), of each column (axis 0) or of each row (axis 1)."""
     _reject_out("sum", out)
     return _sum(A, _axis(axis), None if dtype is None else np.dtype(dtype))
@@ -427,7 +430,9 @@ def _sum_diagonals(data: Array, dtype: np.dtype | None = None) -> Array:
     return pairwise_sum([data[..., k, :].astype(acc) for k in range(data.shape[-2])]).astype(result)
 
 
-def reduce_mean(A: DiaParts, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:
+def reduce_mean(
+    A: DiaParts, axis: Any = None, dtype: DTypeLike | None = None, out: Any = None
+) -> Array:
     """The mean over all entries (zeros included), or over axis 0 or 1."""
     _reject_out("mean", out)
     return _mean(A, _axis(axis), None if dtype is None else np.dtype(dtype))
@@ -498,7 +503,7 @@ def select(A: DiaParts, offsets: tuple[int, ...]) -> DiaParts:
     return DiaParts(_data_on(A.data, A.offsets, offsets), offsets, A.shape)
 
 
-def shifted(A: DiaParts, mu: Any) -> DiaParts:
+def shifted(A: DiaParts, mu: Array | float) -> DiaParts:
     """``A - mu I`` for a square ``A`` (the main diagonal is added if not stored)."""
     offsets = tuple(sorted(set(A.offsets) | {0}))
     B = select(A, offsets)
@@ -518,7 +523,7 @@ def eliminate_zeros(A: DiaParts) -> DiaParts:
     return select(A, kept)
 
 
-def with_diagonal(A: DiaParts, values: Any, k: Any = 0) -> DiaParts:
+def with_diagonal(A: DiaParts, values: ArrayLike, k: Any = 0) -> DiaParts:
     """SciPy's ``setdiag(values, k)`` as a pure function."""
     k = static_int(k, "k")
     m, n = A.shape
@@ -570,7 +575,7 @@ def _kron_offsets(A: DiaParts, B: DiaParts) -> np.ndarray:
 
 @jax.jit
 @on_auto_axes()
-def kron(A: DiaParts, B: DiaParts) -> DiaParts:
+def kronecker(A: DiaParts, B: DiaParts) -> DiaParts:
     """The Kronecker product ``A ⊗ B`` (see :func:`jaxdia.kron`)."""
     batch = broadcast_batch("kron", A.batch_shape, B.batch_shape)
     (ma, na), (mb, nb) = A.shape, B.shape

@@ -4,19 +4,23 @@ another DIA matrix.
 * :func:`dia_dense_product` (``A @ X``) and :func:`dense_dia_product` (``X @ A``) follow
   ``jnp.matmul``: the matrix is an array of shape ``batch_shape + (m, n)``, a 1-D operand
   is a vector, an N-D operand is a stack of matrices whose batch dims broadcast. They
-  check the operand and call the ``dia_spmm`` primitive (:mod:`jaxdia._primitives`).
+  check the operand and call the ``dia_spmm`` primitive (:mod:`jaxdia._kernels.primitives`).
 * :func:`dia_dia_product` (``A @ B``) is a DIA matrix, computed diagonal by diagonal.
+* :func:`matvec` is ``x -> A @ x`` (or ``A^T @ x``) for the solvers' loops: checked
+  operands of the right shape and dtype, straight to the primitive.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
+from jax.typing import ArrayLike
 
 from ._checks import (
     as_array,
@@ -26,13 +30,13 @@ from ._checks import (
     integers_as,
 )
 from ._geometry import accumulation_dtype, place_row, stack_rows
+from ._kernels.primitives import spmm
 from ._parts import DiaParts
-from ._primitives import spmm
 from ._sharded_products import contracted_axes, sharded_spmm
 from ._sharding import on_auto_axes
 
 
-def _as_operand(x: Any, data_dtype: Any) -> Any:
+def _as_operand(x: ArrayLike, data_dtype: Any) -> Array | np.ndarray:
     """The dense operand ``X``, checked (NumPy arrays are transferred by the jitted call).
 
     A NumPy integer or bool ``X`` is converted on the host to the product's dtype (see
@@ -53,7 +57,7 @@ def _promote(data: Array, x: Array) -> tuple[Array, Array]:
     return data.astype(dtype), x.astype(dtype)
 
 
-def _check_shapes(op: str, shape: tuple[int, int], data: Array, x: Any) -> None:
+def _check_shapes(op: str, shape: tuple[int, int], data: Array, x: Array | np.ndarray) -> None:
     """A ``ValueError`` naming both shapes unless ``x`` fits ``A`` in ``op`` (``"A @ X"`` or
     ``"X @ A"``): the contracted length, and batch dims that broadcast."""
     if op == "A @ X":
@@ -122,17 +126,17 @@ def _product(data, x, *, offsets, shape, transpose, implementation) -> Array:
     return jnp.swapaxes(y, -1, -2) if transpose else y
 
 
-def dia_dense_product(A: DiaParts, x: Any, *, implementation: str | None = None) -> Array:
+def dia_dense_product(A: DiaParts, x: ArrayLike, *, implementation: str | None = None) -> Array:
     """``A @ x`` for a dense ``x``."""
     return _dense_product(A, x, transpose=False, implementation=implementation)
 
 
-def dense_dia_product(A: DiaParts, x: Any, *, implementation: str | None = None) -> Array:
+def dense_dia_product(A: DiaParts, x: ArrayLike, *, implementation: str | None = None) -> Array:
     """``x @ A`` for a dense ``x``, computed as ``(A^T x^T)^T``."""
     return _dense_product(A, x, transpose=True, implementation=implementation)
 
 
-def _dense_product(A: DiaParts, x: Any, *, transpose: bool, implementation: Any) -> Array:
+def _dense_product(A: DiaParts, x: ArrayLike, *, transpose: bool, implementation: Any) -> Array:
     check_implementation(implementation)
     data, offsets, shape = A
     x = _as_operand(x, data.dtype)
@@ -142,7 +146,30 @@ def _dense_product(A: DiaParts, x: Any, *, transpose: bool, implementation: Any)
     )
 
 
-def operator_product(A: DiaParts, x: Any, *, adjoint: bool) -> np.ndarray:
+def matvec(A: DiaParts, transpose: bool = False) -> Callable[[Array], Array]:
+    """``x -> A @ x`` (``A^T @ x`` with ``transpose``) for one matrix and ``x`` of shape
+    ``(n,)`` or ``(n, c)``, of the matrix's dtype: the ``dia_spmm`` primitive with no
+    checks, for the inner loops of the solvers (Lanczos, multigrid, ``expm_multiply``).
+
+    A vector stays 1-D around the product: XLA CPU reduces an ``(n, 1)`` array (the
+    loops' norms) several times slower than a vector.
+    """
+
+    def product(x: Array) -> Array:
+        column = x.ndim == 1
+        y = spmm(
+            A.data,
+            x[:, None] if column else x,
+            offsets=A.offsets,
+            shape=A.shape,
+            transpose=transpose,
+        )
+        return y[:, 0] if column else y
+
+    return product
+
+
+def operator_product(A: DiaParts, x: ArrayLike, *, adjoint: bool) -> np.ndarray:
     """``A @ x`` or ``A^H @ x`` for SciPy's ``LinearOperator`` protocol: ``x`` of shape
     ``(rows,)`` or ``(rows, k)``, a NumPy result of the same rank, one compiled call."""
     name = "A.rmatvec/rmatmat" if adjoint else "A.matvec/matmat"

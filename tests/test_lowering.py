@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import jaxdia
-from jaxdia import _band_primitives, _pallas_tpu, _pallas_triton
+from jaxdia._kernels import band_primitives, pallas_tpu, pallas_triton
 
 TRITON_CALLS = ("__gpu$xla.gpu.triton", "triton_kernel_call")
 TPU_CALL = "tpu_custom_call"
@@ -78,7 +78,7 @@ def test_triton_spmm_lowers(platform, dtype, transpose):
     x = jnp.ones((1, shape[0] if transpose else shape[1], 3), dtype)
 
     def f(data, x):
-        return _pallas_triton.spmm(data, x, offsets=offsets, shape=shape, transpose=transpose)
+        return pallas_triton.spmm(data, x, offsets=offsets, shape=shape, transpose=transpose)
 
     text = lowered_text(f, data, x, platform=platform)
     assert has_triton_call(text) and MOSAIC_GPU_CALL not in text
@@ -90,10 +90,10 @@ def test_triton_sddmm_lowers(platform, dtype):
     shape, offsets = (6, 9), (-5, -1, 0, 2, 8)
     g = jnp.ones((2, shape[0], 20), dtype)
     x = jnp.ones((1, shape[1], 20), dtype)
-    blocks = _pallas_triton.BlockSizes(rows=8, cols=8)  # three steps of the column loop
+    blocks = pallas_triton.BlockSizes(rows=8, cols=8)  # three steps of the column loop
 
     def f(g, x):
-        return _pallas_triton.sddmm(g, x, offsets=offsets, shape=shape, block_sizes=blocks)
+        return pallas_triton.sddmm(g, x, offsets=offsets, shape=shape, block_sizes=blocks)
 
     assert has_triton_call(lowered_text(f, g, x, platform=platform))
 
@@ -105,10 +105,10 @@ def test_tpu_spmm_lowers(dtype, transpose, n_cols):
     shape, offsets = (300, 500), (-299, -130, -1, 0, 1, 129, 499)
     data = jnp.ones((2, len(offsets), shape[1]), dtype)
     x = jnp.ones((1, shape[0] if transpose else shape[1], n_cols), dtype)
-    blocks = _pallas_tpu.BlockSizes(rows=128, cols=8)
+    blocks = pallas_tpu.BlockSizes(rows=128, cols=8)
 
     def f(data, x):
-        return _pallas_tpu.spmm(
+        return pallas_tpu.spmm(
             data, x, offsets=offsets, shape=shape, transpose=transpose, block_sizes=blocks
         )
 
@@ -121,10 +121,10 @@ def test_tpu_sddmm_lowers(dtype, n_cols):
     shape, offsets = (300, 500), (-299, -130, -1, 0, 1, 129, 499)
     g = jnp.ones((2, shape[0], n_cols), dtype)
     x = jnp.ones((1, shape[1], n_cols), dtype)
-    blocks = _pallas_tpu.BlockSizes(rows=128, cols=8)
+    blocks = pallas_tpu.BlockSizes(rows=128, cols=8)
 
     def f(g, x):
-        return _pallas_tpu.sddmm(g, x, offsets=offsets, shape=shape, block_sizes=blocks)
+        return pallas_tpu.sddmm(g, x, offsets=offsets, shape=shape, block_sizes=blocks)
 
     assert TPU_CALL in lowered_text(f, g, x, platform="tpu")
 
@@ -137,7 +137,7 @@ def test_large_grid_lowers():
     x = jax.ShapeDtypeStruct((n, 1), jnp.float32)
 
     def f(data, x):
-        return _pallas_triton.spmm(data, x, offsets=offsets, shape=(n, n))
+        return pallas_triton.spmm(data, x, offsets=offsets, shape=(n, n))
 
     assert has_triton_call(lowered_text(f, data, x, platform="cuda"))
 
@@ -200,7 +200,7 @@ def test_grad_data_uses_sddmm_kernel(platform):
 def test_solve_banded_lowers_without_the_cpu_lapack_call(platform):
     """Large banded solves call LAPACK on the host on CPU only; accelerators keep the
     ``lax.scan`` LU (a host call there would copy the system to the host)."""
-    n = _band_primitives._SCAN_ROWS + 1
+    n = band_primitives._SCAN_ROWS + 1
     A = jaxdia.diags([1.0, 1.0, 4.0, 1.0], offsets=[-2, -1, 0, 2], shape=(n, n))
     b = jnp.ones(n, jnp.float32)
     assert "jaxdia_lapack" in lowered_text(jaxdia.solve_banded, A, b, platform="cpu")
@@ -212,7 +212,7 @@ def test_solve_banded_lowers_without_the_cpu_lapack_call(platform):
 def test_tridiagonal_solves_pivot_on_tpu(solve):
     """TPU's ``tridiagonal_solve`` is the Thomas algorithm, which does not pivot: there a
     one-shot tridiagonal solve and eigsh's shift-invert factor with partial pivoting
-    (``_banded._factor``); elsewhere they call the library's pivoting ``gtsv``."""
+    (``banded._factor``); elsewhere they call the library's pivoting ``gtsv``."""
     n = 400
     A = jaxdia.diags([-1.0, 4.0, -1.5], offsets=[-1, 0, 1], shape=(n, n))
     if solve == "solve_banded":

@@ -1,13 +1,13 @@
-"""Preconditioners for a DiaMatrix, and Krylov solvers that report convergence.
+"""Preconditioners for a DiaMatrix: what the ``M=`` of the Krylov solvers takes.
 
-* :func:`multigrid`: a geometric multigrid V-cycle for a stencil matrix on a structured
-  grid (:class:`Multigrid`);
+* :func:`jacobi`: ``v / diag(A)``;
 * :func:`chebyshev`: a Chebyshev polynomial in ``D^-1 A``, products only
   (:class:`Chebyshev`);
-* :func:`cg` and :func:`bicgstab`: preconditioned Krylov solves returning ``(x, info)``
-  with a :class:`SolveInfo` (iterations, final residual, whether it converged).
+* :func:`multigrid`: a geometric multigrid V-cycle for a stencil matrix on a structured
+  grid (:class:`Multigrid`).
 
-The array-level work is in :mod:`jaxdia._multigrid` and :mod:`jaxdia._krylov`.
+The array-level work is in :mod:`jaxdia._linalg.smoothers` and
+:mod:`jaxdia._linalg.multigrid`.
 """
 
 from __future__ import annotations
@@ -15,26 +15,30 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.typing import ArrayLike, DTypeLike
 
-from . import _krylov, _multigrid
-from ._checks import (
+from .._checks import (
     as_array,
     broadcast_batch,
     check_nonzero_diagonal,
+    check_square,
     is_int,
     is_traced,
     static_int,
 )
-from ._linalg import is_operator, square, square_operator
-from ._matrix import DiaMatrix
-from ._parts import DiaParts
+from .._matrix import DiaMatrix, as_square_matrix
+from .._parts import DiaParts
+from .._pytree import Immutable
+from . import multigrid as _multigrid
+from .krylov import vector_product
+from .smoothers import SMOOTHERS, chebyshev_steps, fusible_product, gershgorin, smoothing_data
 
 #: The largest coarsest level: its direct solve is a banded LU, whose band is the
 #: coarsest grid's last axis (2-D) or last two axes (3-D) wide, so its cost grows faster
@@ -60,25 +64,110 @@ def _unflatten(tree: Any, batch: tuple[int, ...]) -> Any:
     return jax.tree.map(lambda leaf: leaf.reshape(*batch, *leaf.shape[1:]), tree)
 
 
-def _vector_product(A: Any) -> Callable[[Array], Array]:
-    """``v -> A @ v`` for vectors stacked on leading dims (``(*batch, n)``): ``A`` a
-    DiaMatrix (or another operator with ``@``), or a function."""
+# -- Jacobi ----------------------------------------------------------------------------------
 
-    def matvec(v: Array) -> Array:
-        if callable(A) and not isinstance(A, DiaMatrix):
-            result: Any = A(v)
-            return result
-        product: Any = A @ (v if v.ndim == 1 else v[..., None])
-        return product if v.ndim == 1 else product[..., 0]
 
-    return matvec
+def jacobi(A: Any) -> jax.tree_util.Partial:
+    """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)`` of a square ``A``.
+
+    Pass it as ``M`` to ``jax.scipy.sparse.linalg.cg``, ``gmres`` or ``bicgstab``. The
+    result is a ``jax.tree_util.Partial``: callable, and a pytree, so it can be an
+    argument of a jitted function. ``M`` applies to vectors of shape ``(n,)`` (or
+    ``(*batch_shape, n)`` for a batched ``A``).
+
+    ``A`` may also be a :class:`jaxdia.ShardedDiaMatrix` (from :func:`jaxdia.shard`), or
+    any linear operator whose ``diagonal()`` returns its main diagonal laid out like the
+    vectors it multiplies: ``M`` then applies to those vectors (for a sharded matrix,
+    padded and sharded; ``M`` is elementwise, so it needs no communication and keeps
+    their sharding and zero padding rows).
+
+    For ``cg`` the preconditioner must be Hermitian positive definite, which the Jacobi
+    preconditioner of a Hermitian positive definite ``A`` is.
+
+    Args:
+      A: a square DiaMatrix, possibly batched; or a ShardedDiaMatrix (or an operator
+        with ``@`` and ``diagonal()``).
+
+    Returns:
+      ``M``, with ``M(v) == v / diag(A)``.
+
+    Raises:
+      TypeError: if ``A`` is neither a DiaMatrix nor an operator with ``diagonal()``.
+      ValueError: if ``A`` is not square, or (when ``A.data`` is concrete) its diagonal
+        holds a zero. Under ``jit``/``vmap`` the diagonal cannot be checked and a zero
+        entry gives ``inf`` in ``M(v)``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jax.scipy.sparse.linalg as jsl
+      >>> import jaxdia
+      >>> n = 50
+      >>> A = jaxdia.diags([-1.0, 2.5, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+      >>> b = jnp.ones(n)
+      >>> x, _ = jsl.cg(A, b, M=jaxdia.jacobi(A), tol=1e-6)
+      >>> bool(jnp.linalg.norm(A @ x - b) < 1e-4 * jnp.linalg.norm(b))
+      True
+    """
+    if not isinstance(A, DiaMatrix) and is_operator(A):
+        check_square(A, "jacobi")
+        return _inverse_diagonal(A.diagonal())
+    if not isinstance(A, DiaMatrix):
+        raise TypeError(
+            "jacobi: A must be a jaxdia.DiaMatrix, a ShardedDiaMatrix or a linear operator "
+            f"with @, shape and diagonal(), got {type(A).__name__}"
+        )
+    return _jacobi_of(as_square_matrix(A, "jacobi")._parts)
+
+
+def is_operator(A: Any) -> bool:
+    """Whether ``A`` is an operator other than a DiaMatrix with ``@``, ``shape`` and
+    ``diagonal()`` (a :class:`jaxdia.ShardedDiaMatrix`), as :func:`jacobi` and
+    :func:`jaxdia.chebyshev` take."""
+    return (
+        callable(getattr(A, "diagonal", None))
+        and hasattr(A, "__matmul__")
+        and hasattr(A, "shape")
+        and not isinstance(A, (np.ndarray, jax.Array))
+    )
+
+
+def _main_diagonal(A: DiaParts) -> Array:
+    """The main diagonal of a square ``A``, shape ``(*batch_shape, n)`` (zeros if unstored)."""
+    if 0 not in A.offsets:
+        return jnp.zeros((*A.batch_shape, A.shape[1]), A.dtype)
+    return A.data[..., A.offsets.index(0), :]
+
+
+def _scale(inverse_diagonal: Array, v: Array) -> Array:
+    return inverse_diagonal * v
+
+
+def _jacobi_of(A: DiaParts) -> jax.tree_util.Partial:
+    """``M(v) = v / diag(A)`` for a square ``A`` (see :func:`jaxdia.jacobi`).
+
+    Raises a ValueError naming the zeros of a concrete diagonal.
+    """
+    stored = "" if 0 in A.offsets else " (A stores no main diagonal)"
+    return _inverse_diagonal(_main_diagonal(A), stored)
+
+
+def _inverse_diagonal(diagonal: Array, hint: str = "") -> jax.tree_util.Partial:
+    """``M(v) = v / diagonal``, laid out (and sharded) as ``diagonal`` is.
+
+    Raises a ValueError naming the zeros of a concrete ``diagonal`` (``hint`` follows the
+    message).
+    """
+    check_nonzero_diagonal(
+        diagonal, "jacobi", f"{hint}; the Jacobi preconditioner 1/diag(A) does not exist."
+    )
+    return jax.tree_util.Partial(_scale, 1 / diagonal)
 
 
 # -- multigrid -------------------------------------------------------------------------------
 
 
-@jax.tree_util.register_pytree_node_class
-class Multigrid:
+@jax.tree_util.register_pytree_with_keys_class
+class Multigrid(Immutable):
     """A geometric multigrid V-cycle, the preconditioner :func:`jaxdia.multigrid` returns.
 
     ``M(v)`` applies one V-cycle for ``A x = v`` from ``x = 0``: an approximation of
@@ -112,16 +201,13 @@ class Multigrid:
       (31,)
     """
 
+    # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
+    __slots__ = ("_hierarchy", "__weakref__")
+    _leaves = ("_hierarchy",)
+    _hierarchy: _multigrid.Hierarchy
+
     def __init__(self, hierarchy: _multigrid.Hierarchy):
-        self._hierarchy = hierarchy
-
-    def tree_flatten(self) -> tuple[tuple[_multigrid.Hierarchy], None]:
-        return (self._hierarchy,), None
-
-    @classmethod
-    def tree_unflatten(cls, aux: None, children: tuple[Any, ...]) -> Multigrid:
-        del aux
-        return cls(children[0])
+        self._assign(hierarchy)
 
     @property
     def levels(self) -> tuple[DiaMatrix, ...]:
@@ -155,7 +241,7 @@ class Multigrid:
     def dtype(self) -> np.dtype:
         return np.dtype(self._hierarchy.operators[-1].data.dtype)
 
-    def __call__(self, v: Any) -> Array:
+    def __call__(self, v: ArrayLike) -> Array:
         v = as_array(v, "Multigrid: v")
         n = self.shape[0]
         if v.ndim == 0 or v.shape[-1] != n:
@@ -349,8 +435,7 @@ def _setup(data: Array, *, offsets, grid, plan, smoother, sweeps) -> _multigrid.
         hierarchy = _multigrid.setup(
             DiaParts(values, offsets, (n, n)), grid, plan, smoother, sweeps
         )
-        hierarchy.operators = (None, *hierarchy.operators[1:])
-        return hierarchy
+        return hierarchy._replace(operators=(None, *hierarchy.operators[1:]))
 
     return jax.vmap(one)(data)
 
@@ -364,7 +449,7 @@ def multigrid(
     coarsening: Any = "full",
     max_coarse: int = 500,
     max_levels: int | None = None,
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
 ) -> Multigrid:
     """A geometric multigrid V-cycle preconditioner for a stencil matrix on a grid.
 
@@ -447,7 +532,7 @@ def multigrid(
       >>> bool(info.converged), int(info.iterations) < 10
       (True, True)
     """
-    A = square(A, "multigrid")
+    A = as_square_matrix(A, "multigrid")
     if A.dtype not in (np.float32, np.float64):
         raise TypeError(
             f"multigrid: A must be float32 or float64, got {A.dtype.name} (convert with "
@@ -456,10 +541,8 @@ def multigrid(
     if dtype is not None and np.dtype(dtype) not in (np.float32, np.float64):
         raise TypeError(f"multigrid: dtype must be float32 or float64, got {np.dtype(dtype).name}")
     grid = _as_grid(grid, A.shape[0])
-    if smoother not in _multigrid.SMOOTHERS:
-        raise ValueError(
-            f"multigrid: smoother must be one of {_multigrid.SMOOTHERS}, got {smoother!r}"
-        )
+    if smoother not in SMOOTHERS:
+        raise ValueError(f"multigrid: smoother must be one of {SMOOTHERS}, got {smoother!r}")
     sweeps = static_int(sweeps, "multigrid: sweeps")
     max_coarse = static_int(max_coarse, "multigrid: max_coarse")
     levels = 10**9 if max_levels is None else static_int(max_levels, "multigrid: max_levels")
@@ -494,7 +577,7 @@ def multigrid(
         sweeps=sweeps,
     )
     hierarchy = _unflatten(hierarchy, batch)
-    hierarchy.operators = (A._parts, *hierarchy.operators[1:])
+    hierarchy = hierarchy._replace(operators=(A._parts, *hierarchy.operators[1:]))
     return Multigrid(hierarchy)
 
 
@@ -508,8 +591,8 @@ def default_lower(degree: int) -> float:
     return 1.0 / degree**2
 
 
-@jax.tree_util.register_pytree_node_class
-class Chebyshev:
+@jax.tree_util.register_pytree_with_keys_class
+class Chebyshev(Immutable):
     """A Chebyshev polynomial preconditioner, the one :func:`jaxdia.chebyshev` returns.
 
     ``M(v) = p(D^-1 A) D^-1 v``: ``degree`` steps of Chebyshev iteration for ``A x = v``
@@ -535,22 +618,22 @@ class Chebyshev:
       (4, (50,))
     """
 
-    def __init__(self, operator: Any, inverse_diagonal: Any, lower: Any, upper: Any, degree: int):
-        self.operator = operator
-        self.inverse_diagonal = inverse_diagonal
-        self.lower = lower
-        self.upper = upper
-        self.degree = degree
+    # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
+    __slots__ = ("operator", "inverse_diagonal", "lower", "upper", "degree", "__weakref__")
+    _leaves = ("operator", "inverse_diagonal", "lower", "upper")
+    _static = ("degree",)
+    operator: Any
+    inverse_diagonal: Any
+    lower: Any
+    upper: Any
+    degree: int
 
-    def tree_flatten(self) -> tuple[tuple[Any, ...], int]:
-        return (self.operator, self.inverse_diagonal, self.lower, self.upper), self.degree
+    def __init__(
+        self, operator: Any, inverse_diagonal: ArrayLike, lower: Any, upper: Any, degree: int
+    ):
+        self._assign(operator, inverse_diagonal, lower, upper, degree)
 
-    @classmethod
-    def tree_unflatten(cls, degree: int, children: tuple[Any, ...]) -> Chebyshev:
-        operator, inverse_diagonal, lower, upper = children
-        return cls(operator, inverse_diagonal, lower, upper, degree)
-
-    def __call__(self, v: Any) -> Array:
+    def __call__(self, v: ArrayLike) -> Array:
         v = as_array(v, "Chebyshev: v")
         inverse = self.inverse_diagonal
         lower, upper = jnp.asarray(self.lower), jnp.asarray(self.upper)
@@ -563,18 +646,18 @@ class Chebyshev:
             work = np.dtype(operator.dtype)
             if jnp.issubdtype(result, jnp.complexfloating):
                 work = np.dtype(jnp.result_type(work, jnp.complex64))
-            matvec = _multigrid.fusible_product(operator._parts)
+            matvec = fusible_product(operator._parts)
         else:
             work = result
-            matvec = _vector_product(operator)
+            matvec = vector_product(operator)
 
         def scale(r):
             return r if inverse is None else inverse.astype(work) * r
 
-        x, _ = _multigrid.chebyshev_steps(
+        x, _ = chebyshev_steps(
             matvec,
             scale,
-            v.astype(work),
+            jnp.asarray(v, work),
             None,
             lower.astype(work)[..., None],
             upper.astype(work)[..., None],
@@ -587,7 +670,7 @@ class Chebyshev:
 
 
 def chebyshev(
-    A: DiaMatrix, degree: int = 16, *, bounds: Any = None, dtype: Any = None
+    A: DiaMatrix, degree: int = 16, *, bounds: Any = None, dtype: DTypeLike | None = None
 ) -> Chebyshev:
     """A Chebyshev polynomial preconditioner for a Hermitian positive definite ``A``.
 
@@ -654,7 +737,7 @@ def chebyshev(
         raise ValueError(f"chebyshev: degree must be >= 1, got {degree}")
     if not isinstance(A, DiaMatrix) and is_operator(A):
         return _operator_chebyshev(A, degree, bounds, dtype)
-    A = square(A, "chebyshev")
+    A = as_square_matrix(A, "chebyshev")
     if dtype is not None:
         dtype = np.dtype(dtype)
         if not jnp.issubdtype(dtype, jnp.inexact) or (
@@ -693,18 +776,18 @@ def _chebyshev_bounds(bounds: Any, rho: Array, degree: int) -> tuple[Array, Arra
     return lower, upper
 
 
-def _operator_chebyshev(A: Any, degree: int, bounds: Any, dtype: Any) -> Chebyshev:
+def _operator_chebyshev(A: Any, degree: int, bounds: Any, dtype: DTypeLike) -> Chebyshev:
     """:func:`chebyshev` for an operator with ``@``, ``shape``, ``diagonal()`` and
     ``abs()`` (a :class:`jaxdia.ShardedDiaMatrix`): Gershgorin's bound from
     ``abs(A) @ ones``, everything in the vectors' layout (``diagonal()``'s)."""
-    square_operator(A, "chebyshev")
+    check_square(A, "chebyshev")
     if dtype is not None:
         raise TypeError(
             f"chebyshev: dtype= converts a DiaMatrix; {type(A).__name__} is used in its own "
             "dtype (convert it before sharding)"
         )
     diagonal = A.diagonal()
-    inverse, rho = _multigrid.smoothing_data(diagonal, abs(A) @ jnp.ones_like(diagonal))
+    inverse, rho = smoothing_data(diagonal, abs(A) @ jnp.ones_like(diagonal))
     lower, upper = _chebyshev_bounds(bounds, rho, degree)
     return Chebyshev(A, inverse, lower, upper, degree)
 
@@ -712,245 +795,7 @@ def _operator_chebyshev(A: Any, degree: int, bounds: Any, dtype: Any) -> Chebysh
 @functools.partial(jax.jit, static_argnames=("offsets", "shape"))
 def _bounds(data: Array, *, offsets, shape) -> tuple[Array, Array]:
     """``(1 / diag, Gershgorin bound of D^-1 A)`` of a batch ``(B, n_diags, n)``."""
-    return jax.vmap(lambda d: _multigrid.gershgorin(DiaParts(d, offsets, shape)))(data)
+    return jax.vmap(lambda d: gershgorin(DiaParts(d, offsets, shape)))(data)
 
 
 # -- Krylov solvers that report -----------------------------------------------------------
-
-
-class SolveInfo(NamedTuple):
-    """What :func:`jaxdia.cg` and :func:`jaxdia.bicgstab` report (a pytree, one entry per
-    system of a batch).
-
-    Attributes:
-      iterations: the iterations run (int32).
-      residual_norm: ``|b - A x|`` of the returned ``x``, recomputed with one more product
-        (not the recursively updated residual the iteration tracks).
-      converged: whether ``residual_norm <= max(rtol * |b|, atol)``. False when
-        ``maxiter`` ran out, when the method broke down, or when rounding kept the true
-        residual above the tolerance that the recursive one met.
-
-    Example:
-      >>> import jax.numpy as jnp, jaxdia
-      >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(100, 100))
-      >>> x, info = jaxdia.cg(A, jnp.ones(100), maxiter=5)
-      >>> int(info.iterations), bool(info.converged)
-      (5, False)
-    """
-
-    iterations: Array
-    residual_norm: Array
-    converged: Array
-
-
-def _static_callable(f: Any) -> Any:
-    """``f`` as a jit argument: pytrees (DiaMatrix, Multigrid, Partial, ...) as they are,
-    a plain function as a ``Partial`` (the function itself is static)."""
-    if f is None:
-        return None
-    if jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(f)):
-        return jax.tree_util.Partial(f)
-    return f
-
-
-def _solve_args(function: str, A: Any, b: Any, M: Any, x0: Any, maxiter: Any):
-    if isinstance(A, DiaMatrix):
-        A = square(A, function)
-        n, batch, dtype = A.shape[0], A.batch_shape, A.dtype
-    elif callable(A):
-        n, batch, dtype = None, (), None
-    else:
-        raise TypeError(
-            f"{function}: A must be a jaxdia.DiaMatrix or a function v -> A v, got "
-            f"{type(A).__name__}"
-        )
-    b = as_array(b, f"{function}: b")
-    if b.ndim == 0 or (n is not None and b.shape[-1] != n):
-        raise ValueError(
-            f"{function}: b must have shape ({n if n is not None else 'n'},) or (..., n), got "
-            f"shape {b.shape}"
-        )
-    n = b.shape[-1]
-    batch = broadcast_batch(f"{function}: A and b", batch, b.shape[:-1])
-    if x0 is not None:
-        x0 = as_array(x0, f"{function}: x0")
-        if x0.ndim == 0 or x0.shape[-1] != n:
-            raise ValueError(f"{function}: x0 must have shape ({n},) or (..., {n}), got {x0.shape}")
-        batch = broadcast_batch(f"{function}: A, b and x0", batch, x0.shape[:-1])
-    if M is not None and not callable(M):
-        raise TypeError(
-            f"{function}: M must be a preconditioner function v -> M v (e.g. jaxdia.multigrid, "
-            f"jaxdia.chebyshev, jaxdia.jacobi), got {type(M).__name__}"
-        )
-    if maxiter is None:
-        maxiter = np.int32(min(10 * n, np.iinfo(np.int32).max))
-    elif is_traced(maxiter):  # a traced count is fine: it is an argument of the loop
-        maxiter = jnp.asarray(maxiter, np.int32)
-    else:
-        maxiter = static_int(maxiter, f"{function}: maxiter")
-        if maxiter < 0:
-            raise ValueError(f"{function}: maxiter must be >= 0, got {maxiter}")
-        maxiter = np.int32(min(maxiter, np.iinfo(np.int32).max))
-    result = jnp.result_type(*(t for t in (dtype, b.dtype) if t is not None))
-    if not jnp.issubdtype(result, jnp.inexact):
-        result = jnp.result_type(float)
-    return A, b, M, x0, maxiter, batch, np.dtype(result)
-
-
-@functools.partial(jax.jit, static_argnames=("method", "batch", "dtype"))
-def _run_krylov(A, b, x0, M, rtol, atol, maxiter, *, method, batch, dtype):
-    """The solve as one compiled call; ``maxiter`` is an argument, so that changing it
-    does not compile again."""
-    n = b.shape[-1]
-    b = jnp.broadcast_to(b.astype(dtype), (*batch, n))
-    x0 = None if x0 is None else jnp.broadcast_to(x0.astype(dtype), b.shape)
-    matvec = _vector_product(A)
-    precondition = (lambda v: v) if M is None else M
-    loop = _krylov.cg if method == "cg" else _krylov.bicgstab
-
-    def solve(matvec, rhs):
-        limit = _krylov.threshold(rhs, rtol, atol)
-        x, iterations = loop(matvec, rhs, x0, precondition, limit, maxiter)
-        return x.astype(rhs.dtype), iterations
-
-    x, iterations = lax.custom_linear_solve(
-        matvec, b, solve, solve, symmetric=method == "cg", has_aux=True
-    )
-    residual = _krylov.residual_norm(matvec, b, x)
-    converged = residual <= _krylov.threshold(b, rtol, atol)
-    return x, SolveInfo(iterations, residual, converged)
-
-
-def _tolerance(value: Any, name: str) -> Any:
-    if is_traced(value):
-        return value
-    number = float(as_array(value, name))
-    if not number >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return number
-
-
-def cg(
-    A: Any,
-    b: Any,
-    *,
-    M: Any = None,
-    x0: Any = None,
-    rtol: Any = 1e-5,
-    atol: Any = 0.0,
-    maxiter: int | None = None,
-) -> tuple[Array, SolveInfo]:
-    """Solves ``A x = b`` by preconditioned conjugate gradients, and says how it went.
-
-    ``A`` must be Hermitian positive definite, and so must ``M``
-    (:func:`jaxdia.multigrid` of a symmetric positive definite stencil,
-    :func:`jaxdia.chebyshev`, :func:`jaxdia.jacobi`). The iteration is
-    ``jax.scipy.sparse.linalg.cg``'s, stopping when ``|b - A x| <= max(rtol * |b|,
-    atol)`` (SciPy's rule; JAX calls ``rtol`` ``tol``) or after ``maxiter`` iterations,
-    and returns ``(x, info)``: ``info.iterations``, ``info.residual_norm`` (recomputed
-    from ``x``) and ``info.converged``, so non-convergence is visible without computing
-    the residual by hand.
-
-    It runs as one compiled call (under ``jit`` it is inlined), works under ``vmap``, and
-    is differentiable in ``b`` and ``A.data`` by implicit differentiation
-    (``lax.custom_linear_solve``, as JAX's solvers): a gradient costs one more solve with
-    the same ``M`` and never differentiates through the iterations or the preconditioner.
-    A batched ``A`` and/or ``b`` (leading dims) solves independent systems at once, each
-    with its own iterations, stopping on its own.
-
-    Args:
-      A: a square DiaMatrix (possibly batched), or a function ``v -> A v`` on arrays of
-        ``b``'s shape.
-      b: the right-hand side(s), shape ``(n,)`` or ``(..., n)``.
-      M: the preconditioner, a function ``v -> M v`` on arrays of ``b``'s shape (None:
-        none).
-      x0: the initial guess (default zeros).
-      rtol, atol: relative and absolute tolerances on the residual norm.
-      maxiter: the most iterations (default ``10 * n``); an argument of the compiled
-        solve (changing it compiles nothing), which may be traced.
-
-    Returns:
-      ``(x, info)``: the solution, of the broadcast batch shape and ``b``'s last dim, in
-      the promoted dtype of ``A`` and ``b``; and a :class:`jaxdia.SolveInfo` whose fields
-      have the batch shape.
-
-    Raises:
-      TypeError: if ``A`` is neither a DiaMatrix nor a function, or ``M`` is not
-        callable.
-      ValueError: if ``A`` is not square, the shapes do not fit, or a tolerance or
-        ``maxiter`` is negative.
-
-    Example:
-      >>> import jax.numpy as jnp, jaxdia
-      >>> A = jaxdia.diags([-1.0, 2.5, -1.0], offsets=[-1, 0, 1], shape=(50, 50))
-      >>> x, info = jaxdia.cg(A, jnp.ones(50), M=jaxdia.jacobi(A), rtol=1e-6)
-      >>> bool(info.converged), bool(info.residual_norm < 1e-6 * jnp.sqrt(50.0))
-      (True, True)
-    """
-    return _solve("cg", A, b, M, x0, rtol, atol, maxiter)
-
-
-def bicgstab(
-    A: Any,
-    b: Any,
-    *,
-    M: Any = None,
-    x0: Any = None,
-    rtol: Any = 1e-5,
-    atol: Any = 0.0,
-    maxiter: int | None = None,
-) -> tuple[Array, SolveInfo]:
-    """Solves ``A x = b`` by preconditioned BiCGStab, for nonsymmetric ``A``, and says how
-    it went.
-
-    The iteration is ``jax.scipy.sparse.linalg.bicgstab``'s (van der Vorst's BiCGStab,
-    with right preconditioning by ``M``); everything else (stopping rule, ``info``,
-    batches, compilation, implicit differentiation) is as for :func:`jaxdia.cg`. A
-    breakdown (a zero inner product) stops the system and leaves ``info.converged``
-    False, where JAX's returns NaN. The gradient solves with ``A^T`` using the same
-    ``M``, as JAX's does.
-
-    Args:
-      A: a square DiaMatrix (possibly batched), or a function ``v -> A v``.
-      b: the right-hand side(s), shape ``(n,)`` or ``(..., n)``.
-      M: the preconditioner, a function ``v -> M v`` (None: none).
-      x0: the initial guess (default zeros).
-      rtol, atol: relative and absolute tolerances on the residual norm.
-      maxiter: the most iterations (default ``10 * n``); each costs two products with
-        ``A`` and two applications of ``M``.
-
-    Returns:
-      ``(x, info)`` as :func:`jaxdia.cg`.
-
-    Raises:
-      TypeError: if ``A`` is neither a DiaMatrix nor a function, or ``M`` is not
-        callable.
-      ValueError: if ``A`` is not square, the shapes do not fit, or a tolerance or
-        ``maxiter`` is negative.
-
-    Example:
-      >>> import jax.numpy as jnp, jaxdia
-      >>> A = jaxdia.diags([-1.2, 2.5, -0.8], offsets=[-1, 0, 1], shape=(50, 50))
-      >>> x, info = jaxdia.bicgstab(A, jnp.ones(50), M=jaxdia.jacobi(A), rtol=1e-5)
-      >>> bool(info.converged)  # float32 (x64 off): 1e-5 is well above its rounding
-      True
-    """
-    return _solve("bicgstab", A, b, M, x0, rtol, atol, maxiter)
-
-
-def _solve(method, A, b, M, x0, rtol, atol, maxiter):
-    A, b, M, x0, maxiter, batch, dtype = _solve_args(method, A, b, M, x0, maxiter)
-    rtol = _tolerance(rtol, f"{method}: rtol")
-    atol = _tolerance(atol, f"{method}: atol")
-    return _run_krylov(
-        _static_callable(A),
-        b,
-        x0,
-        _static_callable(M),
-        rtol,
-        atol,
-        maxiter,
-        method=method,
-        batch=batch,
-        dtype=dtype,
-    )

@@ -1,4 +1,4 @@
-"""The action of the matrix exponential, ``exp(t A) B``, at the array level.
+"""The action of the matrix exponential, ``exp(t A) B``: :func:`expm_multiply`.
 
 The algorithm is SciPy's ``scipy.sparse.linalg.expm_multiply`` (Al-Mohy & Higham 2011,
 "Computing the action of the matrix exponential"): shift ``A`` by ``mu = trace(A) / n``,
@@ -53,13 +53,15 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.typing import ArrayLike, DTypeLike
 
-from ._banded import check_rhs
-from ._checks import as_array, static_int
-from ._geometry import accumulation_dtype, in_bounds, pairwise_sum
-from ._ops import absolute, reduce_sum, shifted
-from ._parts import DiaParts
-from ._primitives import sddmm, spmm
+from .._checks import as_array, check_rhs, scalar, static_int
+from .._geometry import accumulation_dtype, in_bounds, pairwise_sum
+from .._kernels.primitives import sddmm
+from .._matrix import DiaMatrix, as_square_matrix
+from .._ops import absolute, reduce_sum, shifted
+from .._parts import DiaParts
+from .._products import matvec as dia_matvec
 
 #: ``theta_m``: the largest ``||t A||_1`` for which ``s = 1`` substep of the degree-``m``
 #: Taylor series meets double precision's unit roundoff (SciPy's table: Higham's
@@ -96,7 +98,7 @@ _PANEL_DEGREE = 30
 CHECKPOINTS = 64
 
 
-def unit_roundoff(dtype: Any) -> float:
+def unit_roundoff(dtype: DTypeLike) -> float:
     return float(np.finfo(dtype).eps) / 2
 
 
@@ -383,23 +385,8 @@ class Config(NamedTuple):
 
 
 def _matvecs(A: DiaParts):
-    """``x -> A @ x`` and ``x -> A^T @ x`` for ``x`` of shape ``(n,)`` or ``(n, c)``.
-
-    One column is kept 1-D through the loops: XLA CPU reduces an ``(n, 1)`` array (the
-    early stop's norms) several times slower than a vector.
-    """
-
-    def product(x, transpose):
-        y = spmm(
-            A.data,
-            x[:, None] if x.ndim == 1 else x,
-            offsets=A.offsets,
-            shape=A.shape,
-            transpose=transpose,
-        )
-        return y[:, 0] if x.ndim == 1 else y
-
-    return partial(product, transpose=False), partial(product, transpose=True)
+    """``x -> A @ x`` and ``x -> A^T @ x`` for ``x`` of shape ``(n,)`` or ``(n, c)``."""
+    return dia_matvec(A), dia_matvec(A, transpose=True)
 
 
 def _forward(config: Config, data, B, trace, start, stop):
@@ -604,33 +591,25 @@ def _evolve_bwd(config, residuals, G):
 _evolve.defvjp(_evolve_fwd, _evolve_bwd)
 
 
+#: What a complex time should be instead (the hint of its TypeError).
+_COMPLEX_TIME = "; fold a complex factor into A (e.g. expm_multiply(-1j * H, psi, start=0, stop=T))"
+
+
 # -- the entry point ---------------------------------------------------------------------------
 
 
-def _time(value: Any, name: str) -> Any:
-    """A real scalar time (traced values allowed: they are differentiable)."""
-    value = as_array(value, f"expm_multiply: {name}", expected="a real scalar")
-    if np.ndim(value) != 0:
-        raise ValueError(f"expm_multiply: {name} must be a scalar, got shape {np.shape(value)}")
-    if np.dtype(value.dtype).kind == "c":
-        raise TypeError(
-            f"expm_multiply: {name} must be real, got dtype {value.dtype}; fold a complex "
-            "factor into A (e.g. expm_multiply(-1j * H, psi, start=0, stop=T))"
-        )
-    return value
-
-
-def expm_multiply(
+def _exponential_action(
     A: DiaParts,
-    B: Any,
+    B: ArrayLike,
     *,
-    start: Any = None,
-    stop: Any = None,
+    start: ArrayLike | None = None,
+    stop: ArrayLike | None = None,
     num: Any = None,
     endpoint: Any = None,
-    traceA: Any = None,
+    traceA: ArrayLike | None = None,
 ) -> Array:
-    """``exp(A) B``, or ``exp(t_k A) B`` on a time grid (see :func:`jaxdia.expm_multiply`)."""
+    """``exp(A) B``, or ``exp(t_k A) B`` on a time grid, for a square ``A`` (see
+    :func:`expm_multiply`)."""
     n = A.shape[0]
     B, batch = check_rhs("expm_multiply", n, A.batch_shape, B, A.dtype, name="B")
     grid = any(value is not None for value in (start, stop, num, endpoint))
@@ -649,7 +628,10 @@ def expm_multiply(
             raise TypeError(
                 f"expm_multiply: endpoint must be a Python bool, got {type(endpoint).__name__}"
             )
-        start, stop = _time(start, "start"), _time(stop, "stop")
+        start, stop = (
+            scalar(time, f"expm_multiply: {name}", hint=_COMPLEX_TIME)
+            for time, name in ((start, "start"), (stop, "stop"))
+        )
         divisions = num - 1 if endpoint else num
     else:
         start = stop = np.zeros((), np.float32)
@@ -720,3 +702,84 @@ def _run(data, B, trace, start, stop, *, config: Config, batch, dtype, trace_giv
         X = X[..., None]
     X = X.reshape(*batch, *X.shape[1:]).astype(dtype)
     return X[..., 0] if vector else X
+
+
+# -- the public function ------------------------------------------------------------------
+
+
+def expm_multiply(
+    A: DiaMatrix,
+    B: ArrayLike,
+    *,
+    start: ArrayLike | None = None,
+    stop: ArrayLike | None = None,
+    num: int | None = None,
+    endpoint: bool | None = None,
+    traceA: ArrayLike | None = None,
+) -> Array:
+    """The action of the matrix exponential, ``exp(A) @ B``, as SciPy's ``expm_multiply``.
+
+    Without ``start``/``stop``/``num``/``endpoint`` it returns ``exp(A) @ B``; with them,
+    ``exp(t_k A) @ B`` at the times ``numpy.linspace(start, stop, num, endpoint)``
+    (``num`` defaults to 50, ``endpoint`` to True), stacked on a new leading axis. The
+    algorithm is SciPy's (Al-Mohy & Higham 2011): ``A`` shifted by ``trace(A) / n``
+    (``traceA`` overrides the trace), a Taylor degree ``m`` and ``s`` substeps chosen
+    from 1-norms of powers of ``A`` with SciPy's table and code fragment 3.1, and
+    Taylor series stopped once two terms are negligible; a time grid reuses Taylor terms
+    across points (algorithm 5.2). The norms of a DIA matrix are exact (column sums of
+    ``|A^p|``, from the DIA powers ``A^p``), where SciPy estimates them; the results
+    agree with SciPy's to rounding.
+
+    For the Schrödinger equation pass ``-1j * H`` (and ``start``/``stop`` for the times,
+    or ``-1j * t * H``); a real ``A`` with a complex ``B`` works too.
+
+    ``(m, s)`` depend on the values of ``A``, so the loops are ``lax.while_loop``: the
+    call works under ``jit`` and ``vmap`` (each member of a batch gets its own
+    parameters). Reverse-mode differentiation (``grad``, ``vjp``) w.r.t. ``A.data``,
+    ``B``, ``start`` and ``stop`` is a custom rule: ``exp(A)^T G`` for ``B``, and for
+    ``A.data`` the integral ``int_0^1 exp((1 - r) A)^T G (exp(r A) B)^T dr`` on the
+    stored diagonals by Gauss-Legendre quadrature on short panels (exact to rounding;
+    at most 4096 panels of ``||t A||_1 <= 3.54`` per time step, beyond which the
+    gradient is NaN). Forward mode (``jvp``, ``jacfwd``) is not available.
+
+    Batches follow :func:`jaxdia.solve_banded`: a 1-D ``B`` of length ``n`` is a vector,
+    an N-D ``B`` a stack of ``(n, c)`` blocks whose batch dims broadcast with
+    ``A.batch_shape``; the result has the batch dims first, then SciPy's shape.
+
+    Args:
+      A: a square DiaMatrix (possibly batched).
+      B: a vector ``(n,)`` or a block ``(..., n, c)``.
+      start: the first time of a grid (a real scalar; may be traced).
+      stop: the last time of the grid (excluded if ``endpoint=False``).
+      num: the number of times, at least 2 (static).
+      endpoint: whether ``stop`` is the last time (a Python bool).
+      traceA: ``trace(A)``, used only to shift ``A`` (default: computed exactly).
+
+    Returns:
+      ``exp(A) @ B``, of ``B``'s shape (batch dims broadcast), or ``(num, *B.shape)`` on
+      a time grid; in the promoted dtype of ``A`` and ``B`` (16-bit floats computed in
+      float32 and cast back).
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix, ``B`` is not numeric, ``num`` is not a
+        static int, ``endpoint`` not a bool, a time is complex, or a grid lacks
+        ``start`` or ``stop``.
+      ValueError: if ``A`` is not square, ``B``'s shape does not fit, ``num < 2``, or a
+        time or ``traceA`` is not a scalar.
+
+    Example:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(50, 50))
+      >>> u = jaxdia.expm_multiply(0.5 * A, jnp.ones(50))
+      >>> exact = jax.scipy.linalg.expm(0.5 * A.todense()) @ jnp.ones(50)
+      >>> bool(jnp.allclose(u, exact, atol=1e-5))
+      True
+      >>> jaxdia.expm_multiply(-1j * A, jnp.ones(50), start=0, stop=1, num=5).shape
+      (5, 50)
+    """
+    A = as_square_matrix(A, "expm_multiply")
+    return _exponential_action(
+        A._parts, B, start=start, stop=stop, num=num, endpoint=endpoint, traceA=traceA
+    )

@@ -1,7 +1,7 @@
 """The JAX primitives of the banded factorizations: ``jaxdia_band_factor`` and
 ``jaxdia_band_solve``.
 
-Four kinds of factor, each LAPACK's layout (see :mod:`jaxdia._lapack`):
+Four kinds of factor, each LAPACK's layout (see :mod:`jaxdia._kernels.lapack`):
 
 ===========  ===============================  ==========================================
 ``kind``     factor operands                  factor results
@@ -24,9 +24,9 @@ slots of ``data`` inside the matrix are read.
 The factor's leading (batch) dims equal ``b``'s, or are absent: one factor for all.
 
 Lowering is chosen per platform from the full (batched) shapes: on CPU, LAPACK through
-:mod:`jaxdia._lapack` unless the systems are small enough that a scan is cheaper than the
+:mod:`jaxdia._kernels.lapack` unless the systems are small enough that a scan is cheaper than the
 host call (see :func:`host_is_faster`); everywhere else the ``lax.scan`` kernels of
-:mod:`jaxdia._band_scan`, a batch as one scan with the systems side by side.
+:mod:`jaxdia._kernels.band_scan`, a batch as one scan with the systems side by side.
 
 There are no differentiation rules: the factorization is never differentiated (callers
 stop its gradient and differentiate the solve implicitly with
@@ -48,8 +48,8 @@ from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from . import _band_scan, _lapack
-from ._geometry import in_bounds
+from .._geometry import in_bounds
+from . import band_scan, lapack
 
 factor_p = Primitive("jaxdia_band_factor")
 factor_p.multiple_results = True
@@ -215,10 +215,10 @@ def _factor_scan(*operands, kind, widths, placement):
     flat = [_flatten(o, c)[0] for o, c in zip(operands, _FACTOR_IN_CORE[kind])]
     batch = _flatten(operands[0], _FACTOR_IN_CORE[kind][0])[1]
     kernel = {
-        "gb": lambda ab: _band_scan.gbtrf(ab, kl=widths[0], ku=widths[1]),
-        "pb": lambda ab: _band_scan.pbtrf(ab, kd=widths[0], lower=bool(widths[1])),
-        "gt": _band_scan.gttrf,
-        "pt": _band_scan.pttrf,
+        "gb": lambda ab: band_scan.gbtrf(ab, kl=widths[0], ku=widths[1]),
+        "pb": lambda ab: band_scan.pbtrf(ab, kd=widths[0], lower=bool(widths[1])),
+        "gt": band_scan.gttrf,
+        "pt": band_scan.pttrf,
     }[kind]
     results = jax.vmap(kernel)(*flat)
     return [r.reshape(*batch, *r.shape[1:]) for r in results]
@@ -228,12 +228,12 @@ def _solve_scan(*operands, kind, widths, trans):
     *factors, b = operands
     core = SOLVE_CORE[kind]
     kernel = {
-        "gb": lambda lu, p, rhs: _band_scan.gbtrs(
+        "gb": lambda lu, p, rhs: band_scan.gbtrs(
             lu, p, rhs, kl=widths[0], ku=widths[1], trans=trans
         ),
-        "pb": lambda c, rhs: _band_scan.pbtrs(c, rhs, kd=widths[0], lower=bool(widths[1])),
-        "gt": lambda lu, p, rhs: _band_scan.gttrs(lu, p, rhs, trans=trans),
-        "pt": _band_scan.pttrs,
+        "pb": lambda c, rhs: band_scan.pbtrs(c, rhs, kd=widths[0], lower=bool(widths[1])),
+        "gt": lambda lu, p, rhs: band_scan.gttrs(lu, p, rhs, trans=trans),
+        "pt": band_scan.pttrs,
     }[kind]
     if factors[0].ndim == core[0]:  # one factor: all right-hand sides as columns
         return kernel(*factors, b.reshape(-1, b.shape[-1])).reshape(b.shape)
@@ -244,20 +244,20 @@ def _solve_scan(*operands, kind, widths, trans):
 
 def _factor_host(*operands, kind, widths, placement):
     if kind == "gb":
-        return _lapack.gbtrf(*operands, placement=placement, kl=widths[0], ku=widths[1])
+        return lapack.gbtrf(*operands, placement=placement, kl=widths[0], ku=widths[1])
     if kind == "pb":
-        return _lapack.pbtrf(*operands, placement=placement, kd=widths[0], lower=bool(widths[1]))
-    return (_lapack.gttrf if kind == "gt" else _lapack.pttrf)(*operands)
+        return lapack.pbtrf(*operands, placement=placement, kd=widths[0], lower=bool(widths[1]))
+    return (lapack.gttrf if kind == "gt" else lapack.pttrf)(*operands)
 
 
 def _solve_host(*operands, kind, widths, trans):
     if kind == "gb":
-        return _lapack.gbtrs(*operands, kl=widths[0], ku=widths[1], trans=trans)
+        return lapack.gbtrs(*operands, kl=widths[0], ku=widths[1], trans=trans)
     if kind == "pb":
-        return _lapack.pbtrs(*operands, kd=widths[0], lower=bool(widths[1]))
+        return lapack.pbtrs(*operands, kd=widths[0], lower=bool(widths[1]))
     if kind == "gt":
-        return _lapack.gttrs(*operands, trans=trans)
-    return _lapack.pttrs(*operands)
+        return lapack.gttrs(*operands, trans=trans)
+    return lapack.pttrs(*operands)
 
 
 def _use_host(method: str, n: int, systems: int, size: int) -> bool:

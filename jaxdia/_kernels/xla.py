@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from ._geometry import accumulation_dtype, index_dtype, live_terms, pairwise_sum, slot_indices
+from .._geometry import accumulation_dtype, index_dtype, live_terms, pairwise_sum, slot_indices
 
 # Below this fraction of interior rows the interior/edge split is not worth a second and
 # third fused loop; the all-bounds-checked formulation is used instead.

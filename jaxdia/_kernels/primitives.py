@@ -6,7 +6,7 @@ behind traces and diagonals.
 * ``dia_sddmm(g, x; offsets, shape)``: ``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]``
   in bounds, 0 in padding slots: the cotangent of ``data``.
 * ``jaxdia_run_sums(x; runs)``: sums of *runs* of the flattened ``x`` (see
-  :mod:`jaxdia._xla_runs`): the diagonals of a dense matrix or of DIA ``data``.
+  :mod:`jaxdia._kernels.xla_runs`): the diagonals of a dense matrix or of DIA ``data``.
 
 The two products are linear in each argument, and the transpose of one is the other, so
 ``ad.defbilinear`` gives JVP and transpose rules that close under any order of
@@ -40,19 +40,19 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ._geometry import index_dtype
-from ._sharding import on_auto_axes
-from ._xla import sddmm_xla, spmm_xla
-from ._xla_runs import Run, positions, run_sums_xla, sum_dtype
+from .._geometry import index_dtype
+from .._sharding import on_auto_axes
+from .xla import sddmm_xla, spmm_xla
+from .xla_runs import Run, positions, run_sums_xla, sum_dtype
 
 _XLA_IMPLS = {"spmm": spmm_xla, "sddmm": sddmm_xla}
 
 # Platform -> module holding Pallas kernels named like the primitives ("spmm", "sddmm")
 # and a ``supports(dtype)`` predicate.
 _KERNEL_MODULES = {
-    "cuda": "jaxdia._pallas_triton",
-    "rocm": "jaxdia._pallas_triton",
-    "tpu": "jaxdia._pallas_tpu",
+    "cuda": "jaxdia._kernels.pallas_triton",
+    "rocm": "jaxdia._kernels.pallas_triton",
+    "tpu": "jaxdia._kernels.pallas_tpu",
 }
 
 spmm_p = Primitive("dia_spmm")

@@ -1,11 +1,11 @@
 """Banded factorizations at the array level: factor a square ``DiaParts`` once, solve many.
 
 A factor is a :class:`Factor`: LAPACK's arrays for one of four kinds (see
-:mod:`jaxdia._band_primitives`), chosen from the offsets:
+:mod:`jaxdia._kernels.band_primitives`), chosen from the offsets:
 
-* LU with partial pivoting (:func:`lu_factor`): ``"gt"`` (``?gttrf``'s rows) when the
+* LU with partial pivoting (:func:`factor_lu`): ``"gt"`` (``?gttrf``'s rows) when the
   band is within one diagonal of the main one, else ``"gb"`` (``?gbtrf``'s bands);
-* Cholesky (:func:`cholesky_factor`) of a Hermitian positive definite band, from the
+* Cholesky (:func:`factor_cholesky`) of a Hermitian positive definite band, from the
   triangle ``lower`` selects: ``"pt"`` (``?pttrf``'s ``L D L^H``) for a tridiagonal one,
   else ``"pb"`` (``?pbtrf``'s bands).
 
@@ -13,6 +13,13 @@ A factor is a :class:`Factor`: LAPACK's arrays for one of four kinds (see
 the matrix itself (a sparse product), so derivatives with respect to ``A.data`` and ``b``
 come from the products and from solves with the *stored* factor (the transposed solve for
 reverse mode), never from differentiating or repeating the factorization.
+
+:func:`solve_once` is :func:`factor_lu` followed by :func:`solve`, except for tridiagonal
+systems on CPU and GPUs, which take ``jax.lax.linalg.tridiagonal_solve`` (LAPACK's
+``gtsv`` on CPU, cuSPARSE's ``gtsv2`` on GPUs; both pivot): a one-shot solve is then one
+library call with no host round trip (the stored factor's solve has a fixed cost per
+call), and on a GPU one parallel call where the factor's sequential scan takes ``n``
+steps. TPU keeps the factor (its ``tridiagonal_solve`` does not pivot).
 
 16-bit matrices are factored in float32. The factor keeps its dtype; a solve runs in the
 promoted dtype of the matrix and ``b`` (float32 for 16-bit ones), a complex ``b`` for a
@@ -28,13 +35,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.typing import ArrayLike
 
-from . import _band_primitives as prims
-from ._checks import as_array, broadcast_batch, integers_as
-from ._geometry import accumulation_dtype, band_widths, in_bounds
-from ._parts import DiaParts
-from ._primitives import spmm
-from ._sharding import on_auto_axes
+from .._checks import check_rhs, result_dtype
+from .._geometry import accumulation_dtype, band_widths, diagonal_bounds, in_bounds
+from .._kernels import band_primitives as prims
+from .._kernels.primitives import spmm
+from .._parts import DiaParts
+from .._sharding import on_auto_axes
 
 #: Where the factorizations run on CPU: "auto" (LAPACK, or a scan for small systems; see
 #: ``_band_primitives.host_is_faster``), "host" or "scan" (tests force either). Read when
@@ -159,12 +167,12 @@ def _factor(data, *, offsets, kind, widths, lower, method) -> tuple[tuple, Array
     return tuple(arrays), info
 
 
-def lu_factor(A: DiaParts, method: str | None = None) -> Factor:
+def factor_lu(A: DiaParts, method: str | None = None) -> Factor:
     """The banded LU factor of a square ``A`` (``"gt"`` or ``"gb"``)."""
     return _factor_of(A, *lu_kind(A.offsets), None, method)
 
 
-def cholesky_factor(A: DiaParts, lower: bool, method: str | None = None) -> Factor:
+def factor_cholesky(A: DiaParts, lower: bool, method: str | None = None) -> Factor:
     """The banded Cholesky factor of a square ``A`` from its upper (or ``lower``)
     triangle (``"pt"`` or ``"pb"``)."""
     return _factor_of(A, *cholesky_kind(A.offsets, lower), lower, method)
@@ -187,36 +195,10 @@ def _factor_of(
 # -- solves --------------------------------------------------------------------------------
 
 
-def check_rhs(
-    function: str, n: int, batch_shape: tuple[int, ...], b: Any, dtype: Any, name: str = "b"
-):
-    """``b`` (called ``name`` in messages) checked for an ``n x n`` matrix of batch shape
-    ``batch_shape`` and ``dtype``: returns ``(b, batch)``, ``batch`` the broadcast batch
-    shape of the solution. Integer NumPy ``b`` is converted on the host (see
-    :func:`jaxdia._checks.integers_as`)."""
-    b = integers_as(as_array(b, f"{function}: {name}"), dtype)
-    if b.ndim == 0 or b.shape[-2 if b.ndim > 1 else 0] != n:
-        raise ValueError(
-            f"{function}: {name} must have shape ({n},) or (..., {n}, k) for A of shape "
-            f"{(n, n)}, got shape {b.shape}"
-        )
-    batch = broadcast_batch(f"{function}: A and {name}", batch_shape, b.shape[:-2])
-    return b, batch
-
-
-def result_dtype(matrix_dtype: Any, b: Any) -> np.dtype:
-    """The dtype of a solution: the promoted dtype of the matrix and ``b`` (arrays: a
-    NumPy float64 ``b`` is no explicit request), the default float for integers."""
-    dtype = jnp.result_type(jnp.zeros((), matrix_dtype), b)
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        dtype = jnp.result_type(float)
-    return np.dtype(dtype)
-
-
 def solve(
     A: DiaParts,
     factor: Factor,
-    b: Any,
+    b: ArrayLike,
     *,
     trans: int = 0,
     lower: bool | None = None,
@@ -368,3 +350,66 @@ def info_errors(info: Any) -> list[tuple[tuple[int, ...], int]]:
     """``(batch index, info)`` of the failed systems of a concrete ``info``."""
     host = np.asarray(info)
     return [(index, int(host[index])) for index in np.ndindex(host.shape) if host[index]]
+
+
+# -- one-shot solves -----------------------------------------------------------------------
+
+
+def _pad_last(x: Array, before: int, after: int) -> Array:
+    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(before, after)])
+
+
+def tridiagonal_solve(A: DiaParts, b: Array, function: str) -> Array:
+    """``A x = b`` by ``lax.linalg.tridiagonal_solve`` (its own derivative rules), for
+    ``A`` of offsets within ``{-1, 0, 1}`` and ``b`` ``(*batch, n, k)`` of the solve's
+    dtype, batch dims matching ``A``'s or ``A`` unbatched. On TPU, whose
+    ``tridiagonal_solve`` is the Thomas algorithm (no pivoting), the banded LU with
+    partial pivoting instead (``function`` names the caller in its errors)."""
+
+    def pivoting(b):
+        return solve(A, factor_lu(A), b, function=function)
+
+    return lax.platform_dependent(b, tpu=pivoting, default=partial(_library_solve, A))
+
+
+def _library_solve(A: DiaParts, b: Array) -> Array:
+    n = A.shape[0]
+    data = A.data.astype(b.dtype)
+
+    def diagonal(offset):
+        if offset not in A.offsets:
+            return jnp.zeros((*data.shape[:-2], n), b.dtype)
+        values = data[..., A.offsets.index(offset), :]
+        start, stop = diagonal_bounds(offset, (n, n))
+        # lax's layout: dl[i] = A[i, i - 1] (dl[0] = 0), du[i] = A[i, i + 1] (du[-1] = 0).
+        return _pad_last(values[..., start:stop], start - offset, n - (stop - offset))
+
+    batch = b.shape[:-2]
+    dl, d, du = (jnp.broadcast_to(diagonal(k), (*batch, n)) for k in (-1, 0, 1))
+    return lax.linalg.tridiagonal_solve(dl, d, du, b)
+
+
+def solve_once(A: DiaParts, b: ArrayLike) -> Array:
+    """Solves ``A @ x == b`` for a square ``A`` (see :func:`jaxdia.solve_banded`)."""
+    n = A.shape[0]
+    b, batch = check_rhs("solve_banded", n, A.batch_shape, b, A.dtype)
+    if lu_kind(A.offsets)[0] != "gt" or n == 0:
+        return solve(A, factor_lu(A), b, function="solve_banded")
+    dtype = result_dtype(A.dtype, b)
+    return _tridiagonal(A.data, b, offsets=A.offsets, batch=batch, dtype=dtype, method=METHOD)
+
+
+@partial(jax.jit, static_argnames=("offsets", "batch", "dtype", "method"))
+@on_auto_axes(last=False)
+def _tridiagonal(data, b, *, offsets, batch, dtype, method):
+    n = data.shape[-1]
+    parts = DiaParts(data, offsets, (n, n))
+
+    if method != "auto":  # a forced implementation (tests)
+        factor = factor_lu(parts, method)
+        return solve(parts, factor, b, function="solve_banded", method=method)
+    work = accumulation_dtype(dtype)
+    rhs = (b[:, None] if b.ndim == 1 else b).astype(work)
+    rhs = jnp.broadcast_to(rhs, (*batch, *rhs.shape[-2:]))
+    x = tridiagonal_solve(parts, rhs, "solve_banded").astype(dtype)
+    return x[..., 0] if b.ndim == 1 else x
