@@ -4,7 +4,8 @@ The layers, bottom up (``CONTRIBUTING.md`` describes them):
 
 1. foundations: argument checks, DIA geometry, the ``DiaParts`` triple, the SciPy-name
    hints; the helpers the Pallas kernels share;
-2. backends, siblings that never import each other: XLA, Pallas Triton, Pallas TPU,
+2. backends, siblings that never import each other: XLA, Pallas Triton, Pallas Mosaic
+   GPU, Pallas TPU,
    LAPACK on the host, the ``lax.scan`` banded factorizations;
 3. the JAX primitives;
 4. array-level operations on ``(data, offsets, shape)``: conversions, products, traces,
@@ -33,6 +34,7 @@ LAYERS = {
     "_xla": 2,
     "_xla_runs": 2,
     "_pallas_triton": 2,
+    "_pallas_mosaic_gpu": 2,
     "_pallas_tpu": 2,
     "_lapack": 2,
     "_band_scan": 2,
@@ -63,7 +65,15 @@ LAYERS = {
     "conftest": 8,
     "__init__": 8,
 }
-BACKENDS = {"_xla", "_xla_runs", "_pallas_triton", "_pallas_tpu", "_lapack", "_band_scan"}
+BACKENDS = {
+    "_xla",
+    "_xla_runs",
+    "_pallas_triton",
+    "_pallas_mosaic_gpu",
+    "_pallas_tpu",
+    "_lapack",
+    "_band_scan",
+}
 
 
 def _package_imports(path: Path) -> set[str]:
