@@ -392,3 +392,15 @@ def test_what_mosaic_gpu_cannot_tile_runs_on_xla():
         return jaxdia.DiaMatrix(data, offsets, (n, n)) @ x
 
     assert not has_any_kernel_call(lowered_text(f, data, x, platform="cuda"))
+
+
+@pytest.mark.skipif(not MOSAIC_IS_DEFAULT, reason="jax.export refuses the Triton kernel")
+def test_cuda_default_exports():
+    """Mosaic GPU's custom call has jax.export's compatibility guarantee (Triton's has
+    not), so the default product exports for cuda."""
+    from jax import export
+
+    A = _spd()
+    X = jnp.ones((A.shape[1], 2), jnp.float32)
+    exported = export.export(jax.jit(lambda A, X: A @ X), platforms=("cuda",))(A, X)
+    assert MOSAIC_GPU_CALL in exported.mlir_module()
