@@ -560,14 +560,15 @@ def _check_dtype(dtype, function: str) -> np.dtype:
 
 
 def _views(plan: _Plan, shapes, itemsize: int):
-    """The views of the two inputs and the output, or a reason why an operand is too
+    """The views of the two inputs and the output, or ``None`` when an operand is too
     large for TMA's 32-bit coordinates."""
-    margin = max(plan.rows * 2, max(plan.windows.starts, default=0) + plan.windows.size)
-    margin += max((abs(t.shift_d) for t in plan.terms), default=0)
+    # How far past a line's end a copy's coordinate can reach: a window starts at most a
+    # tile plus the longest operand's length past a line's start (the tile's first row,
+    # shifted by up to the matrix's size), and spans at most the windows' total size.
+    longest = max(width for _, width in shapes)
+    margin = 2 * (plan.rows + longest) + plan.windows.size
     views = tuple(_View.choose(lines, width, itemsize, margin) for lines, width in shapes)
-    if any(v is None for v in views):
-        return None
-    return views
+    return None if any(v is None for v in views) else views
 
 
 def _no_tile(op: str, offsets: Sequence[int]) -> str:

@@ -327,16 +327,17 @@ def choose_implementation(name: str, platform: str | None, avals, params, implem
         reasons.append(reason)
     if implementation is None:
         return _XLA_IMPLS[name]
+    family = {"pallas": "Pallas", "mosaic": "Mosaic GPU", "triton": "Pallas Triton"}
     where = f"on platform {platform or 'cpu'!r}"
     if not families:
         reasons.append(
-            f"no {implementation} kernel runs {where} (Mosaic GPU: cuda; Triton: cuda, "
-            "rocm; Pallas TPU: tpu)"
+            "Mosaic GPU kernels run on cuda, Triton ones on cuda and rocm, Mosaic TPU ones on tpu"
         )
     raise ValueError(
-        f"implementation={implementation!r} was requested, but there is no such {name} "
-        f"kernel for dtype {np.dtype(avals[0].dtype).name} {where}: {'; '.join(reasons)}. "
-        "Use implementation=None to pick the best available, or 'xla'."
+        f"implementation={implementation!r} was requested, but there is no "
+        f"{family[implementation]} {name} kernel for dtype {np.dtype(avals[0].dtype).name} "
+        f"{where}: {'; '.join(reasons)}. Use implementation=None to pick the best "
+        "available, or 'xla'."
     )
 
 
