@@ -4,7 +4,7 @@ solvers, and print one table for ``benchmarks/README.md``.
 Usage (a machine with a CUDA build of jax 0.11-0.12 and jaxdia installed with
 ``pip install --no-deps -e .``; no internet needed)::
 
-    python benchmarks/gpu_check.py              # everything; about 5-9 minutes on an H200
+    python benchmarks/gpu_check.py              # everything: sized for 10 minutes on an H200
     python benchmarks/gpu_check.py --max-n 1e7  # smaller products only
     python benchmarks/gpu_check.py --dry-run    # any machine: every section at tiny sizes
                                                 # (one dtype each), the kernels in Pallas's
