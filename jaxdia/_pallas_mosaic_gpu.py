@@ -77,13 +77,15 @@ MIN_COMPUTE_CAPABILITY = (9, 0)
 
 
 def _lowers(primitive) -> bool:
-    """Whether the installed Mosaic GPU lowers ``primitive`` with Lane semantics."""
-    from jax._src.pallas.mosaic_gpu import lowering
+    """Whether the installed Mosaic GPU lowers ``primitive`` with Lane semantics (read
+    from its private rule table; a JAX that moved the table counts as not lowering)."""
+    try:
+        from jax._src.pallas.mosaic_gpu import lowering
 
-    rules = lowering.mosaic_lowering_rules.get(
-        (_LANE, lowering.gpu_core.PrimitiveSemantics.Warpgroup)
-    )
-    return rules is not None and primitive in rules
+        semantics = lowering.gpu_core.PrimitiveSemantics.Warpgroup
+        return primitive in lowering.mosaic_lowering_rules[(_LANE, semantics)]
+    except (ImportError, AttributeError, KeyError):
+        return False
 
 
 @functools.cache
