@@ -80,9 +80,9 @@ def _lowers(primitive) -> bool:
     """Whether the installed Mosaic GPU lowers ``primitive`` with Lane semantics (read
     from its private rule table; a JAX that moved the table counts as not lowering)."""
     try:
-        from jax._src.pallas.mosaic_gpu import lowering
+        from jax._src.pallas.mosaic_gpu import core, lowering
 
-        semantics = lowering.gpu_core.PrimitiveSemantics.Warpgroup
+        semantics = core.PrimitiveSemantics.Warpgroup
         return primitive in lowering.mosaic_lowering_rules[(_LANE, semantics)]
     except (ImportError, AttributeError, KeyError):
         return False
@@ -561,7 +561,7 @@ def _check_dtype(dtype, function: str) -> np.dtype:
     return dtype
 
 
-def _views(plan: _Plan, shapes, itemsize: int):
+def _views(plan: _Plan, shapes, itemsize: int) -> tuple[_View, _View, _View] | None:
     """The views of the two inputs and the output, or ``None`` when an operand is too
     large for TMA's 32-bit coordinates."""
     # How far past a line's end a copy's coordinate can reach: a window starts at most a
@@ -569,8 +569,13 @@ def _views(plan: _Plan, shapes, itemsize: int):
     # shifted by up to the matrix's size), and spans at most the windows' total size.
     longest = max(width for _, width in shapes)
     margin = 2 * (plan.rows + longest) + plan.windows.size
-    views = tuple(_View.choose(lines, width, itemsize, margin) for lines, width in shapes)
-    return None if any(v is None for v in views) else views
+    views = []
+    for lines, width in shapes:
+        view = _View.choose(lines, width, itemsize, margin)
+        if view is None:
+            return None
+        views.append(view)
+    return views[0], views[1], views[2]
 
 
 def _no_tile(op: str, offsets: Sequence[int]) -> str:
