@@ -257,7 +257,7 @@ def integers_as(value: Any, dtype: Any) -> Any:
 
 
 #: The ``implementation`` choices of the products.
-IMPLEMENTATIONS = (None, "xla", "pallas")
+IMPLEMENTATIONS = (None, "xla", "pallas", "mosaic", "triton")
 
 
 def check_implementation(implementation: Any) -> None:

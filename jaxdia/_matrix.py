@@ -1037,8 +1037,10 @@ def matmul(A: DiaMatrix, X: ArrayLike, *, implementation: str | None = None) -> 
       A: the sparse matrix.
       X: the dense right-hand side.
       implementation: None picks the best for the platform (Pallas kernels on GPU/TPU,
-        XLA on CPU); ``"xla"`` or ``"pallas"`` force one, and a forced choice that
-        cannot run on the platform raises when the computation is lowered.
+        XLA on CPU; README's "What runs where"); ``"xla"`` forces XLA, ``"pallas"`` the
+        platform's best Pallas kernel, ``"mosaic"`` or ``"triton"`` that GPU kernel
+        family. A forced choice that cannot run raises when the computation is
+        lowered.
 
     Example:
       >>> import numpy as np, jaxdia

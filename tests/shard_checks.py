@@ -361,13 +361,14 @@ def host_as_gpu():
 
 @check
 def lowers_for_gpu_and_tpu():
-    """Inside shard_map the local product is dia_spmm: the Pallas kernels on GPU and TPU."""
+    """Inside shard_map the local product is dia_spmm: the Pallas kernels on GPU (Triton
+    or, from JAX 0.11 on, Mosaic GPU) and TPU."""
     A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(256, 256), dtype=np.float32)
     S = jaxdia.shard(A, auto_mesh(), "rows")
     x = S.shard_vector(np.ones(256, np.float32))
     traced = jax.jit(lambda S, v: S @ v).trace(S, x)
     for platform, calls in (
-        ("cuda", ("__gpu$xla.gpu.triton", "triton_kernel_call")),
+        ("cuda", ("__gpu$xla.gpu.triton", "triton_kernel_call", "mosaic_gpu")),
         ("tpu", ("tpu_custom_call",)),
     ):
         with host_as_gpu():

@@ -5,9 +5,10 @@ bottom up (``CONTRIBUTING.md`` describes them):
 
 1. foundations: argument checks, DIA geometry, the ``DiaParts`` triple, the immutable
    pytree base, the SciPy-name hints, what a sharding says;
-2. ``_kernels/``: the JAX primitives and what they lower to (XLA, Pallas Triton, Pallas
-   TPU, LAPACK through XLA's FFI, the ``lax.scan`` factorizations). It imports only the
-   foundations (and itself), and it is the only place that registers a lowering;
+2. ``_kernels/``: the JAX primitives and what they lower to (XLA, Pallas Mosaic GPU,
+   Pallas Triton, Pallas TPU, LAPACK through XLA's FFI, the ``lax.scan``
+   factorizations). It imports only the foundations (and itself), and it is the only
+   place that registers a lowering;
 3. array-level operations on ``(data, offsets, shape)``: conversions, products, traces,
    arithmetic (never ``DiaMatrix``);
 4. the ``DiaMatrix`` class and its constructors;
@@ -39,6 +40,7 @@ LAYERS = {
     "_kernels.xla": 2.1,
     "_kernels.xla_runs": 2.1,
     "_kernels.pallas_triton": 2.1,
+    "_kernels.pallas_mosaic_gpu": 2.1,
     "_kernels.pallas_tpu": 2.1,
     "_kernels.lapack": 2.1,
     "_kernels.band_scan": 2.1,
@@ -72,6 +74,7 @@ BACKENDS = {
     "_kernels.xla",
     "_kernels.xla_runs",
     "_kernels.pallas_triton",
+    "_kernels.pallas_mosaic_gpu",
     "_kernels.pallas_tpu",
     "_kernels.lapack",
     "_kernels.band_scan",
