@@ -16,6 +16,7 @@ from ._factor import (
 )
 from ._functions import align as align, kron as kron, matmul as matmul, traces as traces
 from ._io import load_npz as load_npz, save_npz as save_npz
+from ._jacobian import jacobian as jacobian, value_and_jacobian as value_and_jacobian
 from ._linalg import jacobi as jacobi, solve_banded as solve_banded
 from ._matrix import DiaMatrix as DiaMatrix
 from ._precond import (
@@ -67,6 +68,7 @@ __all__ = [
     "eye",
     "factorized",
     "jacobi",
+    "jacobian",
     "kron",
     "load_npz",
     "lu_factor",
@@ -81,4 +83,5 @@ __all__ = [
     "solveh_banded",
     "SolveInfo",
     "traces",
+    "value_and_jacobian",
 ]
