@@ -38,8 +38,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 
 def __getattr__(name: str) -> Any:
-    # DiaLinearOperator and BandedSolver subclass lineax classes: import lineax only when
-    # one of them is used.
+    # DiaLinearOperator and BandedSolver subclass lineax classes (and offsets_tag is read by
+    # BandedSolver): import lineax only when one of them is used.
     if name == "DiaLinearOperator":
         from ._lineax import DiaLinearOperator
 
@@ -48,6 +48,10 @@ def __getattr__(name: str) -> Any:
         from ._lineax import BandedSolver
 
         return BandedSolver
+    if name == "offsets_tag":
+        from ._lineax import offsets_tag
+
+        return offsets_tag
     raise AttributeError(f"module 'jaxdia' has no attribute {name!r}")
 
 
