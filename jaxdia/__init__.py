@@ -48,6 +48,10 @@ def __getattr__(name: str) -> Any:
         from ._lineax import BandedSolver
 
         return BandedSolver
+    if name == "MultigridSolver":
+        from ._lineax import MultigridSolver
+
+        return MultigridSolver
     if name == "offsets_tag":
         from ._lineax import offsets_tag
 

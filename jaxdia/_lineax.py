@@ -32,6 +32,7 @@ from ._factor import BandedCholesky, cholesky_unchecked, lu_unchecked
 from ._geometry import diagonal_bounds
 from ._jacobian import dia_from_linear, pattern
 from ._matrix import DiaMatrix, as_matrix
+from ._precond import bicgstab, cg, multigrid
 
 
 class DiaLinearOperator(lx.AbstractLinearOperator):
@@ -330,6 +331,71 @@ def _vector_dtype(structure: Any, function: str, side: str) -> np.dtype:
     return dtypes.pop()
 
 
+def _offsets_of(
+    operator: Any, offsets: tuple[int, ...] | None, mask: _Mask | None, solver: str
+) -> tuple[tuple[int, ...], _Mask | None]:
+    """The solver's offsets and mask, else those of the operator's offsets tag."""
+    if offsets is not None:
+        return offsets, mask
+    tags = [tag for tag in getattr(operator, "tags", ()) if isinstance(tag, OffsetsTag)]
+    if len(tags) != 1:
+        raise ValueError(
+            f"jaxdia.{solver} solves with a jaxdia.DiaLinearOperator, or with any square "
+            f"operator given its offsets: {solver}(offsets=...) or a jaxdia.offsets_tag(...) "
+            f"among its tags; got {type(operator).__name__} "
+            + ("with several offsets tags" if tags else "without offsets")
+        )
+    return tags[0].offsets, tags[0].mask
+
+
+def _as_dia(
+    operator: Any,
+    offsets: tuple[int, ...] | None,
+    mask: _Mask | None,
+    chunk_size: int | None,
+    solver: str,
+) -> DiaMatrix:
+    """The operator's matrix as a square DiaMatrix: a DiaLinearOperator's as it is, any
+    other operator's materialised from one product per colour of its pattern."""
+    if isinstance(operator, DiaLinearOperator):
+        m, n = operator.matrix.shape
+        if m != n:
+            raise ValueError(
+                f"jaxdia.{solver} needs a square operator, got shape {operator.matrix.shape}"
+            )
+        return operator.matrix
+    in_structure, out_structure = operator.in_structure(), operator.out_structure()
+    dtype = _vector_dtype(in_structure, solver, "input")
+    _vector_dtype(out_structure, solver, "output")
+    n = sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(in_structure))
+    m = sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(out_structure))
+    if m != n:
+        raise ValueError(f"jaxdia.{solver} needs a square operator, got {m} outputs for {n} inputs")
+    offsets, mask = _offsets_of(operator, offsets, mask, solver)
+    linear = lx.linearise(operator)  # the primal computed once, not once per product
+    structure = _structure(in_structure)
+
+    def product(vector: jax.Array) -> jax.Array:
+        return _ravel(linear.mv(_unravel(vector, structure)))
+
+    structure_ = pattern(offsets, (n, n), None if mask is None else mask.array, solver)
+    return dia_from_linear(product, structure_, dtype, chunk_size=chunk_size)
+
+
+def _structures(operator: Any) -> Any:
+    """The operator's input and output structures, as static state."""
+    return eqxi.Static((_structure(operator.in_structure()), _structure(operator.out_structure())))
+
+
+def _chunk_size(chunk_size: Any, solver: str) -> int | None:
+    if chunk_size is None:
+        return None
+    chunk_size = static_int(chunk_size, f"{solver}: chunk_size")
+    if chunk_size < 1:
+        raise ValueError(f"{solver}: chunk_size must be a positive int, got {chunk_size}")
+    return chunk_size
+
+
 class BandedSolver(lx.AbstractLinearSolver):
     """A lineax solver that factors a banded operator once: a banded LU (or Cholesky)
     factor in ``init``, reused by every solve with its state.
@@ -412,66 +478,16 @@ class BandedSolver(lx.AbstractLinearSolver):
             raise ValueError("BandedSolver: a mask needs offsets (the rows of the mask)")
         self.mask = _static_mask(mask, "BandedSolver")
         self.positive_definite = bool(positive_definite)
-        if chunk_size is not None:
-            chunk_size = static_int(chunk_size, "BandedSolver: chunk_size")
-            if chunk_size < 1:
-                raise ValueError(
-                    f"BandedSolver: chunk_size must be a positive int, got {chunk_size}"
-                )
-        self.chunk_size = chunk_size
-
-    def _pattern(self, operator: Any) -> tuple[tuple[int, ...], _Mask | None]:
-        if self.offsets is not None:
-            return self.offsets, self.mask
-        tags = [tag for tag in getattr(operator, "tags", ()) if isinstance(tag, OffsetsTag)]
-        if len(tags) != 1:
-            raise ValueError(
-                "jaxdia.BandedSolver solves with a jaxdia.DiaLinearOperator, or with any "
-                "square operator given its offsets: BandedSolver(offsets=...) or a "
-                f"jaxdia.offsets_tag(...) among its tags; got {type(operator).__name__} "
-                + ("with several offsets tags" if tags else "without offsets")
-            )
-        return tags[0].offsets, tags[0].mask
-
-    def _materialise(self, operator: Any) -> DiaMatrix:
-        in_structure, out_structure = operator.in_structure(), operator.out_structure()
-        dtype = _vector_dtype(in_structure, "BandedSolver", "input")
-        _vector_dtype(out_structure, "BandedSolver", "output")
-        n = sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(in_structure))
-        m = sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(out_structure))
-        if m != n:
-            raise ValueError(
-                f"jaxdia.BandedSolver needs a square operator, got {m} outputs for {n} inputs"
-            )
-        offsets, mask = self._pattern(operator)
-        linear = lx.linearise(operator)  # the primal computed once, not once per product
-        structure = _structure(in_structure)
-
-        def product(vector: jax.Array) -> jax.Array:
-            return _ravel(linear.mv(_unravel(vector, structure)))
-
-        structure_ = pattern(offsets, (n, n), None if mask is None else mask.array, "BandedSolver")
-        return dia_from_linear(product, structure_, dtype, chunk_size=self.chunk_size)
+        self.chunk_size = _chunk_size(chunk_size, "BandedSolver")
 
     def init(self, operator: Any, options: dict[str, Any]) -> Any:
         del options
-        if isinstance(operator, DiaLinearOperator):
-            matrix = operator.matrix
-            m, n = matrix.shape
-            if m != n:
-                raise ValueError(
-                    f"jaxdia.BandedSolver needs a square operator, got shape {matrix.shape}"
-                )
-        else:
-            matrix = self._materialise(operator)
+        matrix = _as_dia(operator, self.offsets, self.mask, self.chunk_size, "BandedSolver")
         if self.positive_definite or lx.is_positive_semidefinite(operator):
             factor = cholesky_unchecked(matrix, lower=False)
         else:
             factor = lu_unchecked(matrix)
-        structures = eqxi.Static(
-            (_structure(operator.in_structure()), _structure(operator.out_structure()))
-        )
-        return factor, eqxi.Static(False), eqxi.Static(False), structures
+        return factor, eqxi.Static(False), eqxi.Static(False), _structures(operator)
 
     def compute(self, state: Any, vector: Any, options: dict[str, Any]) -> Any:
         del options
@@ -498,6 +514,130 @@ class BandedSolver(lx.AbstractLinearSolver):
     def conj(self, state: Any, options: dict[str, Any]) -> Any:
         factor, transposed, conjugated, structures = state
         return (factor, transposed, eqxi.Static(not conjugated.value), structures), options
+
+    def assume_full_rank(self) -> bool:
+        return True
+
+
+class MultigridSolver(lx.AbstractLinearSolver):
+    """A lineax solver for banded operators of a grid: the matrix materialised as
+    :class:`jaxdia.BandedSolver` materialises it, then :func:`jaxdia.cg` (``positive_definite``
+    or a ``lineax.positive_semidefinite_tag``) or :func:`jaxdia.bicgstab`, preconditioned
+    by :func:`jaxdia.multigrid` on ``grid``.
+
+    For large 2-D and 3-D grids, where a banded factor's fill (a band of ``N`` or
+    ``N^2`` diagonals) costs more than the Krylov iterations: ``init`` materialises the
+    matrix and sets the V-cycle hierarchy up once, and every solve with its state reuses
+    both. ``optimistix.Newton`` (which calls ``init`` every step) gets an inexact Newton
+    method whose linear solves stop at ``rtol``. The operator must be a stencil on
+    ``grid`` in the sense of :func:`jaxdia.multigrid` (a point coupled to itself and its
+    neighbours). A solve that does not reach the tolerance within ``maxiter`` reports
+    ``lineax.RESULTS.max_steps_reached``.
+
+    Args:
+      offsets: the diagonals of the operator's matrix (see :class:`jaxdia.BandedSolver`).
+      grid: the grid's points per axis (static ints), as for :func:`jaxdia.multigrid`.
+      mask: optional structural zeros, as for :func:`jaxdia.jacobian`.
+      positive_definite: the matrix is symmetric positive definite (unchecked): CG
+        instead of BiCGStab.
+      rtol, atol: the Krylov solver's tolerances on the residual norm.
+      maxiter: the most Krylov iterations (None: ``jaxdia.cg``'s default).
+      chunk_size: materialise with at most this many products at once.
+
+    Raises:
+      ValueError: as :class:`jaxdia.BandedSolver`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import optimistix as optx
+      >>> import jaxdia
+      >>> N = 32
+      >>> def residual(u, _):  # -Laplacian(u) + u^3 = 1 on an N x N grid
+      ...     grid = jnp.pad(u.reshape(N, N), 1)
+      ...     neighbours = grid[:-2, 1:-1] + grid[2:, 1:-1] + grid[1:-1, :-2] + grid[1:-1, 2:]
+      ...     return (4 * u.reshape(N, N) - neighbours).reshape(-1) + u**3 - 1
+      >>> solver = jaxdia.MultigridSolver((-N, -1, 0, 1, N), (N, N), positive_definite=True)
+      >>> newton = optx.Newton(1e-4, 1e-4, linear_solver=solver)
+      >>> root = optx.root_find(residual, newton, jnp.zeros(N * N)).value
+      >>> float(jnp.max(jnp.abs(residual(root, None)))) < 1e-3
+      True
+    """
+
+    offsets: tuple[int, ...] | None = eqx.field(static=True)
+    grid: tuple[int, ...] = eqx.field(static=True)
+    mask: _Mask | None = eqx.field(static=True)
+    positive_definite: bool = eqx.field(static=True)
+    rtol: float = eqx.field(static=True)
+    atol: float = eqx.field(static=True)
+    maxiter: int | None = eqx.field(static=True)
+    chunk_size: int | None = eqx.field(static=True)
+
+    def __init__(
+        self,
+        offsets: Any,
+        grid: Any,
+        *,
+        mask: Any = None,
+        positive_definite: bool = False,
+        rtol: float = 1e-6,
+        atol: float = 0.0,
+        maxiter: int | None = None,
+        chunk_size: int | None = None,
+    ):
+        self.offsets = None if offsets is None else _static_offsets(offsets, "MultigridSolver")
+        if mask is not None and offsets is None:
+            raise ValueError("MultigridSolver: a mask needs offsets (the rows of the mask)")
+        self.grid = as_offsets(grid, "MultigridSolver: grid")
+        self.mask = _static_mask(mask, "MultigridSolver")
+        self.positive_definite = bool(positive_definite)
+        self.rtol, self.atol = float(rtol), float(atol)
+        self.maxiter = None if maxiter is None else static_int(maxiter, "MultigridSolver: maxiter")
+        self.chunk_size = _chunk_size(chunk_size, "MultigridSolver")
+
+    def init(self, operator: Any, options: dict[str, Any]) -> Any:
+        del options
+        matrix = _as_dia(operator, self.offsets, self.mask, self.chunk_size, "MultigridSolver")
+        symmetric = self.positive_definite or lx.is_positive_semidefinite(operator)
+        return (
+            matrix,
+            multigrid(matrix, self.grid),
+            eqxi.Static(symmetric),
+            eqxi.Static(False),
+            _structures(operator),
+        )
+
+    def compute(self, state: Any, vector: Any, options: dict[str, Any]) -> Any:
+        del options
+        matrix, preconditioner, symmetric, transposed, structures = state
+        method = cg if symmetric.value else bicgstab
+        solution, info = method(
+            matrix,
+            _ravel(vector),
+            M=preconditioner,
+            rtol=self.rtol,
+            atol=self.atol,
+            maxiter=self.maxiter,
+        )
+        in_structure, out_structure = structures.value
+        solution = _unravel(solution, out_structure if transposed.value else in_structure)
+        result = lx.RESULTS.where(
+            info.converged, lx.RESULTS.successful, lx.RESULTS.max_steps_reached
+        )
+        return solution, result, {"num_steps": info.iterations}
+
+    def transpose(self, state: Any, options: dict[str, Any]) -> Any:
+        matrix, preconditioner, symmetric, transposed, structures = state
+        if not symmetric.value:
+            matrix = matrix.T
+            preconditioner = multigrid(matrix, self.grid)
+        return (
+            (matrix, preconditioner, symmetric, eqxi.Static(not transposed.value), structures),
+            options,
+        )
+
+    def conj(self, state: Any, options: dict[str, Any]) -> Any:
+        # jaxdia.multigrid takes real matrices only, for which conj(A) = A.
+        return state, options
 
     def assume_full_rank(self) -> bool:
         return True

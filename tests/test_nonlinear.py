@@ -1,15 +1,14 @@
-"""jaxdia.BandedSolver on operators that are not DIA matrices (materialised by compressed
-products), inside optimistix's Newton and Chord and diffrax's implicit solvers; the
-offsets tag; the Jacobian-free Newton-Krylov recipe."""
+"""jaxdia.BandedSolver and MultigridSolver on operators that are not DIA matrices
+(materialised by compressed products), inside optimistix's Newton and Chord; the offsets
+tag. diffrax's Kvaerno5 runs in examples/brusselator.py (tests/test_examples.py) and the
+Jacobian-free Newton-Krylov recipe in docs/nonlinear.md (tests/test_docs.py)."""
 
-import diffrax as dfx
 import jax
 import jax.numpy as jnp
 import lineax as lx
 import numpy as np
 import optimistix as optx
 import pytest
-import scipy.integrate
 import scipy.optimize
 import scipy.sparse as sp
 
@@ -28,7 +27,7 @@ def banded_matrix(n, offsets, seed, dtype=np.float64):
     return jaxdia.DiaMatrix(data.astype(dtype), offsets, (n, n))
 
 
-@pytest.mark.parametrize("kind", ["function", "jacobian", "matrix", "pytree"])
+@pytest.mark.parametrize("kind", ["function", "jacobian", "pytree"])
 def test_any_operator_is_materialised_and_solved(kind):
     n, offsets = 12, (-2, 0, 1, 3)
     A = banded_matrix(n, offsets, seed=1)
@@ -41,8 +40,6 @@ def test_any_operator_is_materialised_and_solved(kind):
             return lx.FunctionLinearOperator(lambda v: A @ v, vector)
         if kind == "jacobian":
             return lx.JacobianLinearOperator(lambda x, _: A @ jnp.sin(x), jnp.zeros(n))
-        if kind == "matrix":
-            return lx.MatrixLinearOperator(jnp.asarray(dense))
         # A dict of a (3, 2) and a (6,) array, flattened in order.
         structure = {
             "a": jax.ShapeDtypeStruct((3, 2), jnp.float64),
@@ -87,17 +84,21 @@ def test_cholesky_complex_and_conjugate():
     np.testing.assert_allclose(x_c, np.linalg.solve(H.conj(), b), rtol=1e-10)
 
 
+def scipy_root(N, lam):
+    return scipy.optimize.root(
+        lambda u: np.asarray(bratu(jnp.asarray(u), lam)),
+        np.zeros(N * N),
+        jac=lambda u: np.asarray(jax.jacfwd(bratu)(jnp.asarray(u), lam)),
+        tol=1e-12,
+    ).x
+
+
 def test_newton_and_chord_on_bratu():
     N = 8
     offsets, mask = five_point(N)
     solver = jaxdia.BandedSolver(offsets, mask=mask)
     u0 = jnp.zeros(N * N)
-    expected = scipy.optimize.root(
-        lambda u: np.asarray(bratu(jnp.asarray(u), 3.0)),
-        np.zeros(N * N),
-        jac=lambda u: np.asarray(jax.jacfwd(bratu)(jnp.asarray(u), 3.0)),
-        tol=1e-12,
-    ).x
+    expected = scipy_root(N, 3.0)
     for method in (optx.Newton, optx.Chord):
         root_find = method(rtol=1e-11, atol=1e-11, linear_solver=solver)
 
@@ -130,71 +131,36 @@ def test_offsets_tag_reaches_the_adjoint():
     np.testing.assert_allclose(ours, dense, rtol=1e-9)
 
 
-def brusselator(t, y, args):
-    """The 1-D Brusselator, unknowns interleaved ``(u_0, v_0, u_1, v_1, ...)``."""
-    del t, args
-    u, v = y[0::2], y[1::2]
-    h = 1.0 / (u.size + 1)
-    up, vp = jnp.pad(u, 1, constant_values=1.0), jnp.pad(v, 1, constant_values=3.0)
-    du = 1.0 + u * u * v - 4.0 * u + 0.02 * (up[:-2] - 2 * u + up[2:]) / h**2
-    dv = 3.0 * u - u * u * v + 0.02 * (vp[:-2] - 2 * v + vp[2:]) / h**2
-    return jnp.stack([du, dv], axis=-1).reshape(-1)
-
-
-def test_kvaerno5_matches_the_default_solver_and_scipy():
-    points = 16
-    x = np.arange(1, points + 1) / (points + 1)
-    y0 = jnp.asarray(np.stack([1 + np.sin(2 * np.pi * x), np.full(points, 3.0)], -1).ravel())
-    offsets = (-2, -1, 0, 1, 2)
-
-    def integrate(linear_solver):
-        solver = dfx.Kvaerno5(
-            root_finder=dfx.VeryChord(rtol=1e-6, atol=1e-9, linear_solver=linear_solver)
-        )
-        return dfx.diffeqsolve(
-            dfx.ODETerm(brusselator),
-            solver,
-            0.0,
-            2.0,
-            None,
-            y0,
-            stepsize_controller=dfx.PIDController(rtol=1e-8, atol=1e-10),
-            max_steps=4096,
-        ).ys[-1]
-
-    ours = jax.jit(integrate, static_argnums=0)(jaxdia.BandedSolver(offsets))
-    default = jax.jit(integrate, static_argnums=0)(lx.AutoLinearSolver(well_posed=None))
-    np.testing.assert_allclose(ours, default, rtol=1e-9, atol=1e-12)
-    sparsity = sp.diags_array([np.ones(2 * points - abs(k)) for k in offsets], offsets=offsets)
-    reference = scipy.integrate.solve_ivp(
-        lambda t, y: np.asarray(brusselator(t, jnp.asarray(y), None)),
-        (0.0, 2.0),
-        np.asarray(y0),
-        method="BDF",
-        jac_sparsity=sparsity,
-        rtol=1e-10,
-        atol=1e-12,
-    ).y[:, -1]
-    np.testing.assert_allclose(ours, reference, rtol=1e-6, atol=1e-8)
-
-
-def test_jacobian_free_newton_krylov():
-    """The recipe of docs/nonlinear.md: GMRES on the exact Jacobian-vector products,
-    preconditioned by the factor of a Jacobian computed once, at the initial guess."""
-    N = 8
+@pytest.mark.parametrize("positive_definite", [True, False])  # CG, BiCGStab
+def test_multigrid_solver_in_newton(positive_definite):
+    N = 16
     offsets, mask = five_point(N)
-    u = jnp.zeros(N * N)
-    stale = jaxdia.lu_factor(jaxdia.jacobian(bratu, offsets, mask=mask)(u, 3.0))
+    solver = jaxdia.MultigridSolver(
+        offsets, (N, N), mask=mask, positive_definite=positive_definite, rtol=1e-4
+    )
+    newton = optx.Newton(rtol=1e-10, atol=1e-10, linear_solver=solver)
+    root = jax.jit(lambda lam: optx.root_find(bratu, newton, jnp.zeros(N * N), lam).value)
+    np.testing.assert_allclose(root(3.0), scipy_root(N, 3.0), rtol=1e-9, atol=1e-12)
 
-    @jax.jit
-    def newton_step(u):
-        value, jvp = jax.linearize(lambda v: bratu(v, 3.0), u)
-        step, _ = jax.scipy.sparse.linalg.gmres(jvp, value, M=stale.solve, tol=1e-12)
-        return u - step
 
-    for _ in range(8):
-        u = newton_step(u)
-    assert float(jnp.max(jnp.abs(bratu(u, 3.0)))) < 1e-9
+def test_multigrid_solver_transposes():
+    """A nonsymmetric stencil (convection): the transposed solve of lineax's reverse mode
+    gets the transposed matrix and its own hierarchy."""
+    N = 12
+    T = sp.diags_array([-1.3, 2.0, -0.7], offsets=[-1, 0, 1], shape=(N, N))
+    S = (sp.kron(T, sp.eye_array(N)) + sp.kron(sp.eye_array(N), T)).todia()
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    solver = jaxdia.MultigridSolver(None, (N, N), rtol=1e-12)
+    operator = jaxdia.DiaLinearOperator(A)
+    b = jnp.asarray(np.random.default_rng(6).standard_normal(N * N))
+
+    def loss(b):
+        return jnp.sum(lx.linear_solve(operator, b, solver).value ** 2)
+
+    dense = S.toarray()
+    x = np.linalg.solve(dense, np.asarray(b))
+    gradient = jax.jit(jax.grad(loss))(b)
+    np.testing.assert_allclose(gradient, np.linalg.solve(dense.T, 2 * x), rtol=1e-8)
 
 
 def test_errors():
