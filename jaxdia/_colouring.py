@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from ._geometry import in_bounds, index_dtype
+from ._geometry import diagonal_bounds, in_bounds, index_dtype
 
 
 class Pattern:
@@ -142,11 +142,10 @@ def _conflicts(pattern: Pattern) -> dict[int, np.ndarray]:
 def _lower_bound(pattern: Pattern) -> int:
     """The most entries of one row: columns of one row need distinct colours."""
     m = pattern.shape[0]
-    slots = pattern.slots
-    rows = [np.nonzero(slots[k])[0] - offset for k, offset in enumerate(pattern.offsets)]
-    if not rows or m == 0:
-        return 0
-    counts = np.bincount(np.concatenate(rows), minlength=m)
+    counts = np.zeros(m, dtype=np.int64)
+    for slots, offset in zip(pattern.slots, pattern.offsets):
+        start, stop = diagonal_bounds(offset, pattern.shape)
+        counts[start - offset : stop - offset] += slots[start:stop]
     return int(counts.max(initial=0))
 
 
@@ -201,10 +200,11 @@ def _blocked(
     for count in range(max(lower, 1), fewer_than):
         for levels in _block_levels(pattern.offsets, n, count):
             colouring = Colouring(count, "blocked", levels)
-            colours = colouring.of(j)
             # Invalid candidates fail within a few blocks: check there first.
             head = min(n, 2 * reach + 2 * levels[-1][0] + 1)
-            if _is_valid(colours, conflicts, head) and _is_valid(colours, conflicts, n):
+            if _is_valid(colouring.of(j[:head]), conflicts, head) and _is_valid(
+                colouring.of(j), conflicts, n
+            ):
                 return colouring
     return None
 
@@ -219,27 +219,32 @@ def _greedy(conflicts: dict[int, np.ndarray], n: int, fewer_than: int) -> np.nda
     (the colours of the first columns never depend on later ones, so the count only
     grows: a colouring that will not win is abandoned early).
 
-    The colour of column ``j`` depends only on the colours of the ``reach`` columns before
-    it and on which of them conflict with it. So where the last ``reach`` colours repeat
-    those ``P`` columns earlier, and the conflicts ahead repeat those ``P`` columns earlier
-    too, the colours ahead repeat with period ``P``: the loop copies them and moves on
-    (through the interior of a stencil's pattern in one step).
+    The colour of column ``j`` depends only on the colours of the columns it conflicts with,
+    at most ``window`` before it, and on which of them conflict. So where the last
+    ``window`` colours repeat those ``P`` columns earlier, and the conflicts ahead repeat
+    those ``P`` columns earlier too, the colours ahead repeat with period ``P``: the loop
+    copies them and moves on (through the interior of a stencil's pattern in one step).
+    The window is the longest distance at which columns conflict in the middle of the
+    pattern; a longer one that occurs only near an end (a periodic matrix's corners)
+    stops the copying where it occurs.
     """
     distances = sorted(conflicts)
     if not distances:
         return np.zeros(n, dtype=np.int64)
-    reach = distances[-1]
     rows = np.stack([conflicts[d] for d in distances])  # (len(distances), n)
-    flags = [row.tolist() for row in rows]
+    middle = rows[:, n // 4 : max(3 * n // 4, n // 4 + 1)].any(axis=1)
+    window = max((d for d, active in zip(distances, middle) if active), default=distances[-1])
+    beyond = rows[np.asarray(distances) > window].any(axis=0)  # a longer distance conflicts
     colours = [0] * n
-    search = reach < n and _PERIOD_SEARCH // reach > 0
-    j, attempt = 0, 2 * reach + 1
+    search = window < n and _PERIOD_SEARCH // window > 0
+    j, attempt = 0, 2 * window + 1
     while j < n:
         stop = min(n, attempt) if search else n
-        for column in range(j, stop):
+        flags = rows[:, j:stop].tolist()  # the conflicts at each distance, over the stretch
+        for index, column in enumerate(range(j, stop)):
             used = 0
             for d, flag in zip(distances, flags):
-                if flag[column]:
+                if flag[index]:
                     used |= 1 << colours[column - d]
             colour = (~used & (used + 1)).bit_length() - 1
             if colour >= fewer_than - 1:
@@ -248,28 +253,30 @@ def _greedy(conflicts: dict[int, np.ndarray], n: int, fewer_than: int) -> np.nda
         j = stop
         if j >= n or not search:
             continue
-        attempt = j + max(j, 4 * reach)  # attempts at geometrically spaced columns
-        period = _period(np.asarray(colours[:j]), reach, _PERIOD_SEARCH // reach)
+        attempt = j + max(j, 4 * window)  # attempts at geometrically spaced columns
+        period = _period(np.asarray(colours[:j]), window, _PERIOD_SEARCH // window)
         if period is None:
             continue
-        # How far ahead the conflicts repeat with that period.
-        differs = np.nonzero(np.any(rows[:, j:] != rows[:, j - period : n - period], axis=0))[0]
-        length = int(differs[0]) if differs.size else n - j
+        # How far ahead the conflicts repeat with that period, within the window.
+        differs = np.any(rows[:, j:] != rows[:, j - period : n - period], axis=0)
+        stops = np.nonzero(differs | beyond[j:])[0]
+        length = int(stops[0]) if stops.size else n - j
         if length:
             source = np.asarray(colours[j - period : j])
-            colours[j : j + length] = np.resize(source, length).tolist()
+            colours[j : j + length] = source[np.arange(length) % period].tolist()
             j += length
+            attempt = j + 4 * window
     return np.asarray(colours, dtype=np.int64)
 
 
-def _period(colours: np.ndarray, reach: int, longest: int) -> int | None:
-    """The smallest ``P`` for which the last ``reach`` colours equal those ``P`` before."""
+def _period(colours: np.ndarray, window: int, longest: int) -> int | None:
+    """The smallest ``P`` for which the last ``window`` colours equal those ``P`` before."""
     j = colours.size
-    longest = min(longest, j - reach)
+    longest = min(longest, j - window)
     if longest < 1:
         return None
     candidates = np.arange(1, longest + 1)
-    for position in range(j - 1, j - reach - 1, -1):
+    for position in range(j - 1, j - window - 1, -1):
         candidates = candidates[colours[position - candidates] == colours[position]]
         if not candidates.size:
             return None

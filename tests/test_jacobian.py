@@ -118,6 +118,24 @@ def test_colour_counts(offsets, mask, n, expected):
     assert column_colouring(Pattern(tuple(offsets), (n, n), mask)).count == expected
 
 
+@pytest.mark.parametrize(
+    "offsets, mask, n",
+    [
+        ((-198, -1, 0, 1, 198), None, 199),  # periodic: copies stop at the corners
+        (*five_point(12), 144),
+        ((-24, -2, -1, 0, 1, 2, 24), None, 288),  # two species on a 12 x 12 grid
+        ((-2, 0, 3), None, 500),
+    ],
+)
+def test_greedy_skipping_whole_periods_is_exact(offsets, mask, n, monkeypatch):
+    from jaxdia import _colouring
+
+    conflicts = _colouring._conflicts(Pattern(tuple(offsets), (n, n), mask))
+    skipping = _colouring._greedy(conflicts, n, n + 1)
+    monkeypatch.setattr(_colouring, "_PERIOD_SEARCH", 0)  # column by column
+    np.testing.assert_array_equal(skipping, _colouring._greedy(conflicts, n, n + 1))
+
+
 def test_colour_counts_without_masks_stay_small():
     # The band of a 2-D 5-point stencil without its true pattern: wrap-around entries
     # included, at most one colour more than the 5 of one row.
