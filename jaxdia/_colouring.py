@@ -232,9 +232,9 @@ def _greedy(conflicts: dict[int, np.ndarray], n: int, fewer_than: int) -> np.nda
     if not distances:
         return np.zeros(n, dtype=np.int64)
     rows = np.stack([conflicts[d] for d in distances])  # (len(distances), n)
-    middle = rows[:, n // 4 : max(3 * n // 4, n // 4 + 1)].any(axis=1)
+    middle = np.any(rows[:, n // 4 : max(3 * n // 4, n // 4 + 1)], axis=1).tolist()
     window = max((d for d, active in zip(distances, middle) if active), default=distances[-1])
-    beyond = rows[np.asarray(distances) > window].any(axis=0)  # a longer distance conflicts
+    beyond = np.any(rows[np.asarray(distances) > window], axis=0)  # a longer distance conflicts
     colours = [0] * n
     search = window < n and _PERIOD_SEARCH // window > 0
     j, attempt = 0, 2 * window + 1
@@ -259,7 +259,7 @@ def _greedy(conflicts: dict[int, np.ndarray], n: int, fewer_than: int) -> np.nda
             continue
         # How far ahead the conflicts repeat with that period, within the window.
         differs = np.any(rows[:, j:] != rows[:, j - period : n - period], axis=0)
-        stops = np.nonzero(differs | beyond[j:])[0]
+        stops = np.flatnonzero(np.logical_or(differs, beyond[j:]))
         length = int(stops[0]) if stops.size else n - j
         if length:
             source = np.asarray(colours[j - period : j])
