@@ -297,3 +297,22 @@ def test_errors():
         jaxdia.jacobian(f, (-1, 0, 1), mask=np.ones((3, 5), dtype=bool))(x)
     with pytest.raises(TypeError, match="f must return one array"):
         jaxdia.jacobian(lambda x: (x, x), (0,))(x)
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+def test_lowers_for_accelerators_without_loops(platform):
+    """Seeds, products and decompression are whole-array operations: no loop over the
+    matrix (a chunk_size adds a loop over chunks of seeds only)."""
+    from .test_lowering import lowered_text
+
+    offsets = (-1, 0, 1)
+
+    def f(u):
+        padded = jnp.pad(u, 1)
+        return padded[:-2] - 2 * u + padded[2:] + jnp.sin(u)
+
+    x = jnp.ones(64, jnp.float32)
+    text = lowered_text(jaxdia.jacobian(f, offsets), x, platform=platform)
+    assert "stablehlo.while" not in text and "scatter" not in text
+    chunked = lowered_text(jaxdia.jacobian(f, offsets, chunk_size=2), x, platform=platform)
+    assert chunked.count("stablehlo.while") == 1
