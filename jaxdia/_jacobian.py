@@ -342,14 +342,14 @@ def value_and_jacobian(
     Example:
       >>> import jax.numpy as jnp
       >>> import jaxdia
-      >>> def f(u):
+      >>> def f(u):  # -u'' + u^3 = 1 on 50 points of (0, 1), zero boundary values
       ...     padded = jnp.pad(u, 1)
-      ...     return 2 * u - padded[:-2] - padded[2:] + u**3 - 1
+      ...     return (2 * u - padded[:-2] - padded[2:]) * 51**2 + u**3 - 1
       >>> u = jnp.zeros(50)
-      >>> for _ in range(6):  # Newton's method, a banded solve per step
+      >>> for _ in range(4):  # Newton's method, a banded solve per step
       ...     value, J = jaxdia.value_and_jacobian(f, (-1, 0, 1))(u)
       ...     u = u - jaxdia.solve_banded(J, value)
-      >>> float(jnp.max(jnp.abs(f(u)))) < 1e-5
+      >>> float(jnp.max(jnp.abs(f(u)))) < 1e-3  # float32 rounding of terms ~ 300
       True
     """
     argnum, chunk_size = _options("value_and_jacobian", offsets, argnums, mode, chunk_size)

@@ -47,7 +47,12 @@ SECTIONS = (
     ("Sharded matrices", ("jaxdia.ShardedDiaMatrix", "jaxdia.shard"), "ShardedDiaMatrix."),
     (
         "lineax",
-        ("jaxdia.DiaLinearOperator", "jaxdia.BandedSolver", "jaxdia.offsets_tag"),
+        (
+            "jaxdia.DiaLinearOperator",
+            "jaxdia.BandedSolver",
+            "jaxdia.MultigridSolver",
+            "jaxdia.offsets_tag",
+        ),
         None,
     ),
     ("`jaxdia.testing`: Hypothesis strategies", ("jaxdia.testing.",), None),

@@ -28,6 +28,7 @@ CLASSES_WITH_MEMBERS = ("DiaMatrix", "ShardedDiaMatrix")
 OPTIONAL = {
     "jaxdia.DiaLinearOperator": "lineax",
     "jaxdia.BandedSolver": "lineax",
+    "jaxdia.MultigridSolver": "lineax",
     "jaxdia.offsets_tag": "lineax",
 }
 
