@@ -5,6 +5,7 @@ from typing import Any
 
 from ._construct import diags as diags, eye as eye, kron as kron
 from ._io import load_npz as load_npz, save_npz as save_npz
+from ._jacobian import jacobian as jacobian, value_and_jacobian as value_and_jacobian
 from ._linalg.expm import expm_multiply as expm_multiply
 from ._linalg.factor import (
     BandedCholesky as BandedCholesky,
@@ -36,8 +37,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 
 def __getattr__(name: str) -> Any:
-    # DiaLinearOperator and BandedSolver subclass lineax classes: import lineax only when
-    # one of them is used.
+    # DiaLinearOperator and BandedSolver subclass lineax classes (and offsets_tag is read by
+    # BandedSolver): import lineax only when one of them is used.
     if name == "DiaLinearOperator":
         from ._lineax import DiaLinearOperator
 
@@ -46,6 +47,14 @@ def __getattr__(name: str) -> Any:
         from ._lineax import BandedSolver
 
         return BandedSolver
+    if name == "MultigridSolver":
+        from ._lineax import MultigridSolver
+
+        return MultigridSolver
+    if name == "offsets_tag":
+        from ._lineax import offsets_tag
+
+        return offsets_tag
     raise AttributeError(f"module 'jaxdia' has no attribute {name!r}")
 
 
@@ -66,6 +75,7 @@ __all__ = [
     "eye",
     "factorized",
     "jacobi",
+    "jacobian",
     "kron",
     "load_npz",
     "lu_factor",
@@ -80,4 +90,5 @@ __all__ = [
     "solveh_banded",
     "SolveInfo",
     "traces",
+    "value_and_jacobian",
 ]
