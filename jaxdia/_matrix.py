@@ -213,11 +213,17 @@ class DiaMatrix(Immutable, ScipyOperator):
     def __array__(self, dtype: DTypeLike | None = None, copy: Any = None) -> np.ndarray:
         # Without this, ``np.asarray(A)`` is a 0-d object array (as for scipy.sparse) and
         # ``jnp.asarray(A)`` fails inside NumPy with "float() argument must be ...".
+        # SciPy's spsolve, splu, factorized and spilu call np.asarray(A) when A is no
+        # SciPy matrix: this message is the cause of their "unrecognized csc_array
+        # constructor input" error, so it names what to pass them.
         raise TypeError(
             "a DiaMatrix does not convert to a NumPy or JAX array implicitly: write A @ X "
             "for a product, call A.toarray() for a dense jax.Array or A.to_scipy() for a "
-            "scipy.sparse dia_array (to combine it with a scipy.sparse matrix S, convert S "
-            "with jaxdia.DiaMatrix.from_scipy(S))"
+            "scipy.sparse dia_array. SciPy functions that need a SciPy matrix (spsolve, "
+            "splu, factorized, spilu, expm, inv) take A.to_scipy(); jaxdia's own banded "
+            "solvers are jaxdia.solve_banded, lu_factor and factorized (the table in "
+            "docs/migration.md). To combine A with a scipy.sparse matrix S, convert S with "
+            "jaxdia.DiaMatrix.from_scipy(S)"
         )
 
     def __bool__(self) -> bool:
