@@ -377,15 +377,15 @@ def _run_krylov(A, b, x0, M, rtol, atol, maxiter, *, method, batch, dtype):
     def solve(matvec, rhs):
         limit = threshold(rhs, rtol, atol)
         x, iterations = loop(matvec, rhs, x0, precondition, limit, maxiter)
-        return x.astype(rhs.dtype), iterations
+        return x.astype(rhs.dtype), (iterations, limit)
 
-    x, iterations = lax.custom_linear_solve(
+    x, (iterations, limit) = lax.custom_linear_solve(
         matvec, b, solve, solve, symmetric=method == "cg", has_aux=True
     )
     residual = residual_norm(matvec, b, x)
     # An infinite tolerance (|b| not finite in the working precision) is met by nothing:
     # inf <= inf would report success for an x that is all zeros.
-    converged = (residual <= threshold(b, rtol, atol)) & jnp.isfinite(residual)
+    converged = (residual <= limit) & jnp.isfinite(residual)
     return x, SolveInfo(iterations, residual, converged)
 
 

@@ -593,9 +593,10 @@ def eigsh(
                 f" (matrix {tuple(np.argwhere(singular)[0])} of the batch)" if A.batch_shape else ""
             )
             raise np.linalg.LinAlgError(
-                f"eigsh: A - sigma I is exactly singular{where} (sigma = {np.asarray(sigma).item()} is an "
-                "eigenvalue of A to rounding, so (A - sigma I)^-1 does not exist; SciPy "
-                "raises 'Factor is exactly singular'): move sigma off the spectrum"
+                f"eigsh: A - sigma I is exactly singular{where} (sigma = "
+                f"{np.asarray(sigma).item()} is an eigenvalue of A to rounding, so "
+                "(A - sigma I)^-1 does not exist; SciPy raises 'Factor is exactly "
+                "singular'): move sigma off the spectrum"
             )
     if not return_info and not isinstance(info.converged, jax.core.Tracer):
         missing = np.asarray(info.converged) == 0
