@@ -22,6 +22,7 @@ from ._linalg.krylov import SolveInfo as SolveInfo, bicgstab as bicgstab, cg as 
 from ._linalg.lanczos import eigsh as eigsh
 from ._linalg.precond import (
     Chebyshev as Chebyshev,
+    Jacobi as Jacobi,
     Multigrid as Multigrid,
     chebyshev as chebyshev,
     jacobi as jacobi,
@@ -74,6 +75,7 @@ __all__ = [
     "expm_multiply",
     "eye",
     "factorized",
+    "Jacobi",
     "jacobi",
     "jacobian",
     "kron",

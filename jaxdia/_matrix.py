@@ -41,6 +41,7 @@ from ._parts import DiaParts
 from ._products import dense_dia_product, dia_dense_product, dia_dia_product, operator_product
 from ._pytree import Immutable
 from ._scipy_names import SCIPY_EQUIVALENTS
+from ._scipy_operator import ScipyOperator, host_precision
 from ._traces import dense_traces, dia_diagonal, dia_trace, dia_traces
 
 
@@ -92,12 +93,6 @@ def check_layout(A: DiaMatrix, what: str) -> None:
         "in_axes=None) or from in_axes/out_axes other than 0 for a DiaMatrix (its batch "
         "dims lead data)."
     )
-
-
-def _two_dimensional(X: ArrayLike, what: str) -> Any:
-    if np.ndim(X) != 2:
-        raise ValueError(f"{what}: X must be 2-D, got shape {np.shape(X)}")
-    return X
 
 
 def host_arrays(A: DiaMatrix, what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -156,7 +151,7 @@ def _reads_data(what: str) -> Callable[[_Method], _Method]:
 
 
 @jax.tree_util.register_pytree_with_keys_class
-class DiaMatrix(Immutable):
+class DiaMatrix(Immutable, ScipyOperator):
     """A sparse matrix in DIA (diagonal) format, laid out exactly as SciPy's ``dia_array``.
 
     ``data[..., k, j]`` holds ``A[j - offsets[k], j]``: a column of ``data`` is a column
@@ -207,6 +202,7 @@ class DiaMatrix(Immutable):
     _leaves = ("data",)
     _static = ("offsets", "shape")
     _immutable_hint = "; its methods return new matrices"
+    _name = "A"
     data: Array
     offsets: tuple[int, ...]
     shape: tuple[int, int]
@@ -217,11 +213,17 @@ class DiaMatrix(Immutable):
     def __array__(self, dtype: DTypeLike | None = None, copy: Any = None) -> np.ndarray:
         # Without this, ``np.asarray(A)`` is a 0-d object array (as for scipy.sparse) and
         # ``jnp.asarray(A)`` fails inside NumPy with "float() argument must be ...".
+        # SciPy's spsolve, splu, factorized and spilu call np.asarray(A) when A is no
+        # SciPy matrix: this message is the cause of their "unrecognized csc_array
+        # constructor input" error, so it names what to pass them.
         raise TypeError(
             "a DiaMatrix does not convert to a NumPy or JAX array implicitly: write A @ X "
             "for a product, call A.toarray() for a dense jax.Array or A.to_scipy() for a "
-            "scipy.sparse dia_array (to combine it with a scipy.sparse matrix S, convert S "
-            "with jaxdia.DiaMatrix.from_scipy(S))"
+            "scipy.sparse dia_array. SciPy functions that need a SciPy matrix (spsolve, "
+            "splu, factorized, spilu, expm, inv) take A.to_scipy(); jaxdia's own banded "
+            "solvers are jaxdia.solve_banded, lu_factor and factorized (the table in "
+            "docs/migration.md). To combine A with a scipy.sparse matrix S, convert S with "
+            "jaxdia.DiaMatrix.from_scipy(S)"
         )
 
     def __bool__(self) -> bool:
@@ -564,6 +566,15 @@ class DiaMatrix(Immutable):
 
     # -- SciPy's LinearOperator protocol (scipy.sparse.linalg.aslinearoperator) -----------
 
+    def _columns(self, x: Any, adjoint: bool) -> Any:
+        if host_precision(x):
+            # x64 off: JAX would round a float64 x to float32, and SciPy's float64 solvers
+            # would then see float32 products and report convergence they never reached.
+            # SciPy multiplies in float64 (the matrix's entries exactly), as here.
+            S = self.to_scipy()
+            return (S.conj().T if adjoint else S) @ x
+        return operator_product(self._parts, x, adjoint=adjoint)
+
     @_reads_data("A.matvec(x)")
     def matvec(self, x: ArrayLike) -> np.ndarray:
         """``A @ x`` as SciPy's ``LinearOperator.matvec``: NumPy in, NumPy out.
@@ -572,33 +583,43 @@ class DiaMatrix(Immutable):
         this is SciPy's ``LinearOperator`` protocol, so ``scipy.sparse.linalg``'s solvers
         (``cg``, ``gmres``, ``minres``, ``eigsh``, ``svds``, ``lobpcg``, ``onenormest``
         ...) and ``aslinearoperator`` take a ``DiaMatrix`` as it is. Each product is one
-        compiled call.
+        compiled call. The result has SciPy's dtype, the promoted dtype of ``A`` and
+        ``x``: with x64 off, a float64 (complex128) NumPy ``x`` is multiplied on the host
+        by SciPy in double precision, as SciPy multiplies a float32 ``dia_array`` by it
+        (in JAX it would be rounded to float32, and a float64 SciPy solver would report
+        tolerances below float32's rounding as met). SciPy's shift-invert ``eigsh(A,
+        sigma=...)`` is the exception among the solvers: pass it ``A.to_scipy()`` (see
+        docs/migration.md).
 
         Example:
           >>> import numpy as np, scipy.sparse.linalg as spla, jaxdia
           >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(4, 4))
-          >>> A.matvec(np.ones(4))
+          >>> A.matvec(np.ones(4, np.float32))
           array([1., 0., 0., 1.], dtype=float32)
-          >>> x, info = spla.cg(A, np.ones(4))
-          >>> info, np.allclose(A @ x, 1.0, atol=1e-4)
+          >>> A.matvec(np.ones(4)).dtype  # float64, as SciPy's dia_array gives
+          dtype('float64')
+          >>> x, info = spla.cg(A, np.ones(4), rtol=1e-10)
+          >>> info, bool(np.linalg.norm(A.matvec(x) - 1.0) < 1e-9)
           (0, True)
         """
-        return operator_product(self._parts, x, adjoint=False)
+        return self._protocol(x, adjoint=False, matrix=False)
 
     def __call__(self, x: ArrayLike) -> Array | np.ndarray:
         """``A @ x``, as SciPy's ``LinearOperator`` is called: a NumPy result for a NumPy
         ``x`` (so SciPy code that calls the operator, such as ``lobpcg``, takes ``A``
-        directly), a JAX array for a JAX array (so JAX's solvers, which call a callable
-        operator, are unchanged).
+        directly; a 1-D or 2-D one as :meth:`matvec` computes it), a JAX array for a JAX
+        array (so JAX's solvers, which call a callable operator, are unchanged).
 
         Example:
           >>> import numpy as np, jax.numpy as jnp, jaxdia
           >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(3, 3))
-          >>> A(np.ones(3))
+          >>> A(np.ones(3, np.float32))
           array([1., 0., 1.], dtype=float32)
           >>> A(jnp.ones(3))
           Array([1., 0., 1.], dtype=float32)
         """
+        if isinstance(x, np.ndarray) and x.ndim in (1, 2):
+            return self.matvec(x)
         y: Any = self @ x
         return y if isinstance(x, jax.Array) else np.array(y)
 
@@ -613,7 +634,7 @@ class DiaMatrix(Immutable):
           >>> A.rmatvec(v).tolist() == (A.H @ v).tolist() == [0, -1j, -2j]
           True
         """
-        return operator_product(self._parts, x, adjoint=True)
+        return self._protocol(x, adjoint=True, matrix=False)
 
     @_reads_data("A.matmat(X)")
     def matmat(self, X: ArrayLike) -> np.ndarray:
@@ -621,12 +642,12 @@ class DiaMatrix(Immutable):
 
         Example:
           >>> import numpy as np, jaxdia
-          >>> jaxdia.eye(3, k=1).matmat(np.arange(6.0).reshape(3, 2))
+          >>> jaxdia.eye(3, k=1).matmat(np.arange(6, dtype=np.float32).reshape(3, 2))
           array([[2., 3.],
                  [4., 5.],
                  [0., 0.]], dtype=float32)
         """
-        return operator_product(self._parts, _two_dimensional(X, "A.matmat(X)"), adjoint=False)
+        return self._protocol(X, adjoint=False, matrix=True)
 
     @_reads_data("A.rmatmat(X)")
     def rmatmat(self, X: ArrayLike) -> np.ndarray:
@@ -634,12 +655,12 @@ class DiaMatrix(Immutable):
 
         Example:
           >>> import numpy as np, jaxdia
-          >>> jaxdia.eye(3, k=1).rmatmat(np.arange(6.0).reshape(3, 2))
+          >>> jaxdia.eye(3, k=1).rmatmat(np.arange(6, dtype=np.float32).reshape(3, 2))
           array([[0., 0.],
                  [0., 1.],
                  [2., 3.]], dtype=float32)
         """
-        return operator_product(self._parts, _two_dimensional(X, "A.rmatmat(X)"), adjoint=True)
+        return self._protocol(X, adjoint=True, matrix=True)
 
     def dot(self, other: Any) -> Array | DiaMatrix:
         """``A @ other`` (SciPy's spelling): a dense array, or a DiaMatrix for a DiaMatrix.

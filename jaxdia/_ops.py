@@ -203,6 +203,17 @@ def add(A: DiaParts, other: Any, *, subtract: bool = False, reverse: bool = Fals
             f"{what}: A of shape {matrix_shape} and a dense B of shape {np.shape(other)} "
             "do not broadcast"
         ) from None
+    if tuple(np.shape(other)[-2:]) != A.shape:
+        # A vector spread over every entry: the classic trap of dia_matrix code, whose
+        # ``A * u`` is a product (elementwise here), so that ``u + dt * (A * u)`` would
+        # silently build a dense m x n array.
+        raise ValueError(
+            f"{what}: B of shape {np.shape(other)} would broadcast over all {A.shape[0]} x "
+            f"{A.shape[1]} entries of A, a dense array. For a matrix-vector product write "
+            "A @ u (scipy.sparse.dia_matrix's A * u is one; for a dia_array and a "
+            "DiaMatrix * is elementwise, so A * u is a matrix); for the dense result write "
+            f"A.todense() {symbol} B"
+        )
     dense = to_dense(A)
     return sign_a * dense + sign_b * jnp.asarray(other)
 
@@ -286,7 +297,8 @@ def _with_dense(A: DiaParts, x: Array, *, op: Any) -> DiaParts:
     if x.shape[-2] not in (1, m) or x.shape[-1] not in (1, n):
         raise ValueError(
             f"{what}: X of shape {x.shape} does not broadcast to the matrix shape "
-            f"{A.shape}; expected (..., {m} or 1, {n} or 1)"
+            f"{A.shape}; expected (..., {m} or 1, {n} or 1) (for the product with vectors, "
+            "scipy.sparse.dia_matrix's A * X, write A @ X)"
         )
     batch = broadcast_batch(what, A.batch_shape, x.shape[:-2])
     if x.shape[-2] == 1:

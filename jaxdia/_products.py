@@ -169,24 +169,12 @@ def matvec(A: DiaParts, transpose: bool = False) -> Callable[[Array], Array]:
     return product
 
 
-def operator_product(A: DiaParts, x: ArrayLike, *, adjoint: bool) -> np.ndarray:
-    """``A @ x`` or ``A^H @ x`` for SciPy's ``LinearOperator`` protocol: ``x`` of shape
-    ``(rows,)`` or ``(rows, k)``, a NumPy result of the same rank, one compiled call."""
-    name = "A.rmatvec/rmatmat" if adjoint else "A.matvec/matmat"
-    if A.batch_shape:
-        raise ValueError(
-            f"{name}: SciPy's LinearOperator is one matrix; this one has batch shape "
-            f"{A.batch_shape}"
-        )
-    x = _as_operand(x, A.data.dtype)
-    rows = A.shape[0] if adjoint else A.shape[1]
-    if x.ndim > 2 or x.shape[0] != rows:
-        raise ValueError(
-            f"{name}: A of shape {A.shape} needs x of shape ({rows},) or ({rows}, k), got "
-            f"shape {x.shape}"
-        )
-    y = _operator_product(A.data, x, offsets=A.offsets, shape=A.shape, adjoint=adjoint)
-    return np.array(y)  # writable, as SciPy's solvers need (a view of y would be read-only)
+def operator_product(A: DiaParts, x: Any, *, adjoint: bool) -> Array:
+    """``A @ x`` or ``A^H @ x`` for SciPy's ``LinearOperator`` protocol (see
+    :mod:`jaxdia._scipy_operator`, which checks the operands): ``x`` of shape ``(rows,)``
+    or ``(rows, k)``, one compiled call."""
+    x = integers_as(x, A.data.dtype)
+    return _operator_product(A.data, x, offsets=A.offsets, shape=A.shape, adjoint=adjoint)
 
 
 @functools.partial(jax.jit, static_argnames=("offsets", "shape", "adjoint"))

@@ -33,6 +33,7 @@ LAYERS = {
     "_parts": 1,
     "_pytree": 1,
     "_scipy_names": 1,
+    "_scipy_operator": 1.5,
     "_sharding": 1,
     "_kernels": 2,
     "_kernels.pallas_common": 2,

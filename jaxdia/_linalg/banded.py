@@ -53,8 +53,8 @@ METHOD = "auto"
 class Factor(NamedTuple):
     """A factorization's arrays: ``arrays`` (LAPACK's, with the matrix's batch dims
     leading), ``info`` (``(*batch_shape,)`` int32: 0, or the 1-based index of the first
-    zero pivot / non-positive leading minor), and its static description (a pytree whose
-    leaves are the arrays and ``info``)."""
+    zero pivot / non-positive leading minor, or :data:`NON_FINITE`), and its static
+    description (a pytree whose leaves are the arrays and ``info``)."""
 
     kind: str
     widths: tuple[int, ...]
@@ -164,7 +164,32 @@ def _factor(data, *, offsets, kind, widths, lower, method) -> tuple[tuple, Array
     *arrays, info = prims.factor(
         *operands, kind=kind, widths=widths, placement=placement, method=method
     )
-    return tuple(arrays), info
+    # LAPACK factors NaN and inf without complaint (a NaN pivot is no zero pivot): say so
+    # in info, where SciPy's check_finite would have refused the matrix.
+    return tuple(arrays), jnp.where(finite(data, offsets, lower), info, NON_FINITE)
+
+
+#: ``info`` of a factorization whose matrix holds a non-finite entry (LAPACK's negative
+#: values name an illegal argument).
+NON_FINITE = -1
+
+
+def read_slots(offsets: tuple[int, ...], n: int, lower: bool | None, host: bool = False):
+    """The slots of an ``n x n`` matrix's DIA ``data`` that a factorization reads: every
+    in-bounds one for an LU (``lower`` None), the triangle ``lower`` selects for a
+    Cholesky factor."""
+    if lower is None:
+        diagonals = np.ones(len(offsets), bool)
+    else:
+        diagonals = np.array([(k <= 0) if lower else (k >= 0) for k in offsets], bool)
+    return in_bounds(offsets, (n, n), host=host) & diagonals[:, None]
+
+
+def finite(data: Array, offsets: tuple[int, ...], lower: bool | None) -> Array:
+    """Per matrix (shape ``data.shape[:-2]``): whether every entry that the factorization
+    reads (see :func:`read_slots`) is finite."""
+    read = read_slots(offsets, data.shape[-1], lower)
+    return jnp.all(jnp.isfinite(data) | ~read, axis=(-2, -1))
 
 
 def factor_lu(A: DiaParts, method: str | None = None) -> Factor:
@@ -393,9 +418,14 @@ def solve_once(A: DiaParts, b: ArrayLike) -> Array:
     """Solves ``A @ x == b`` for a square ``A`` (see :func:`jaxdia.solve_banded`)."""
     n = A.shape[0]
     b, batch = check_rhs("solve_banded", n, A.batch_shape, b, A.dtype)
-    if lu_kind(A.offsets)[0] != "gt" or n == 0:
-        return solve(A, factor_lu(A), b, function="solve_banded")
     dtype = result_dtype(A.dtype, b)
+    if lu_kind(A.offsets)[0] != "gt" or n == 0:
+        # Factored in the solution's precision (float64 for a float32 A and a float64 b),
+        # as the tridiagonal path, jnp.linalg.solve and SciPy compute; a real A stays real.
+        precision = np.dtype(jnp.result_type(A.dtype, jnp.finfo(dtype).dtype))
+        if precision != A.dtype:
+            A = A.with_data(A.data.astype(precision))
+        return solve(A, factor_lu(A), b, function="solve_banded")
     return _tridiagonal(A.data, b, offsets=A.offsets, batch=batch, dtype=dtype, method=METHOD)
 
 

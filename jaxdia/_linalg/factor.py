@@ -19,11 +19,13 @@ stored factor solving the transposed system, so a gradient never factors again.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import Array
 from jax.typing import ArrayLike
@@ -33,6 +35,7 @@ from .._geometry import band_widths
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable
+from .._scipy_operator import ScipyOperator
 from . import banded
 
 _KIND_NAMES = {"gb": "band", "gt": "tridiagonal", "pb": "band", "pt": "tridiagonal"}
@@ -59,8 +62,10 @@ def _factories_only(cls: _FactorClass) -> _FactorClass:
     return cls
 
 
-class _BandedFactor(Immutable):
-    """What the LU and Cholesky factors share: the matrix, the arrays, ``info``."""
+class _BandedFactor(Immutable, ScipyOperator):
+    """What the LU and Cholesky factors share: the matrix, the arrays, ``info``, and
+    SciPy's ``LinearOperator`` protocol for ``A^-1`` (``matvec`` solves), so that a
+    factor is SciPy's ``M=`` or ``OPinv=``."""
 
     __slots__ = ("_data", "_factors", "_info", "_offsets", "_shape", "_kind", "_widths", "_lower")
     _leaves = ("_data", "_factors", "_info")
@@ -183,6 +188,11 @@ class BandedLU(_BandedFactor):
     ``(*batch_shape, n)``: row ``i`` was interchanged with row ``pivots[i]`` (0-based, as
     SciPy's). ``info``: see :attr:`info`. The matrix's ``data`` is a leaf too.
 
+    The factor is also SciPy's ``LinearOperator`` for ``A^-1``: ``matvec``/``matmat``
+    solve ``A x = b``, ``rmatvec``/``rmatmat`` solve ``A^H x = b`` (NumPy in and out;
+    ``shape`` and ``dtype`` as the matrix's), so it can be SciPy's ``M=``, or the
+    ``OPinv=`` of SciPy's shift-invert ``eigsh`` for ``lu_factor(A - sigma I)``.
+
     Attributes:
       matrix: the factored DiaMatrix.
       lu: the factor, LAPACK's layout (see above).
@@ -210,8 +220,13 @@ class BandedLU(_BandedFactor):
     def __init__(self, *args: Any, **kwargs: Any):
         _no_constructor("BandedLU", "lu_factor")
 
+    _name = "BandedLU"
+
     def _leaf_names(self) -> tuple[str, ...]:
         return ("lu", "pivots")
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        return lu_solve(self, x, trans=2 if adjoint else 0)
 
     @property
     def lu(self) -> Array:
@@ -268,7 +283,9 @@ class BandedCholesky(_BandedFactor):
     diagonal ``d`` and the subdiagonal ``e`` of ``L`` (each ``(*batch_shape, n)``, the
     last entry of ``e`` unused); for any other band ``?pbtrf``'s ``U^H U`` (or ``L L^H``
     with ``lower``), one array ``(*batch_shape, n, kd + 1)`` holding column ``j`` of
-    LAPACK's band array in row ``j``. The matrix's ``data`` is a leaf too.
+    LAPACK's band array in row ``j``. The matrix's ``data`` is a leaf too. Like
+    :class:`BandedLU`, the factor is SciPy's ``LinearOperator`` for ``A^-1`` (``matvec``
+    solves, and so does ``rmatvec``: the matrix is Hermitian).
 
     Attributes:
       matrix: the factored DiaMatrix (only the triangle ``lower`` selects is read).
@@ -296,8 +313,13 @@ class BandedCholesky(_BandedFactor):
     def __init__(self, *args: Any, **kwargs: Any):
         _no_constructor("BandedCholesky", "cho_factor")
 
+    _name = "BandedCholesky"
+
     def _leaf_names(self) -> tuple[str, ...]:
         return ("d", "e") if self._kind == "pt" else ("c",)
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        return cho_solve(self, x)  # the factored matrix is Hermitian
 
     @property
     def factors(self) -> tuple[Array, ...]:
@@ -335,18 +357,41 @@ class BandedCholesky(_BandedFactor):
 
 
 def _raise_failures(
-    function: str, info: Array, batch_shape: tuple[int, ...], what: Callable[[int], str]
+    function: str,
+    factor: _BandedFactor,
+    what: Callable[[int], str],
 ) -> None:
-    """Outside ``jit``: a LinAlgError naming the first failing pivot of each system."""
+    """Outside ``jit``: a ValueError naming a non-finite entry of the matrix (SciPy's
+    ``check_finite``), else a LinAlgError naming the first failing pivot of each system."""
+    info, batch_shape = factor.info, factor.batch_shape
     if is_traced(info):
         return
     failures = banded.info_errors(info)
     if not failures:
         return
+    if any(value == banded.NON_FINITE for _, value in failures):
+        refuse_non_finite(function, factor._parts, factor._lower)
     index, value = failures[0]
     where = f" (matrix {index} of the batch)" if batch_shape else ""
     more = f"; {len(failures) - 1} more matrices of the batch fail too" if len(failures) > 1 else ""
     raise np.linalg.LinAlgError(f"{function}: {what(value)}{where}{more}")
+
+
+def refuse_non_finite(function: str, A: DiaParts, lower: bool | None = None) -> None:
+    """A ValueError naming the first entry of a concrete ``A`` that a factorization reads
+    (``lower``: the triangle a Cholesky factor reads) and is NaN or inf, if there is one;
+    as SciPy's ``check_finite``, which LAPACK needs: it factors such entries as numbers."""
+    host = np.asarray(A.data)
+    read = banded.read_slots(A.offsets, A.shape[0], lower, host=True)
+    bad = np.argwhere(~np.isfinite(host) & read)
+    if not len(bad):
+        return
+    *member, k, j = (int(i) for i in bad[0])
+    where = f" (matrix {tuple(member)} of the batch)" if member else ""
+    raise ValueError(
+        f"{function}: A must not contain infs or NaNs (as SciPy's check_finite requires), "
+        f"but A[{j - A.offsets[k]}, {j}] = {host[(*member, k, j)]}{where}"
+    )
 
 
 def lu_unchecked(A: DiaMatrix) -> BandedLU:
@@ -411,8 +456,7 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
     lu = lu_unchecked(as_square_matrix(A, "lu_factor"))
     _raise_failures(
         "lu_factor",
-        lu.info,
-        A.batch_shape,
+        lu,
         lambda i: f"A is exactly singular: pivot U[{i - 1}, {i - 1}] is zero (LAPACK info = {i})",
     )
     return lu
@@ -503,8 +547,7 @@ def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
     c = cholesky_unchecked(A, bool(lower))
     _raise_failures(
         "cho_factor",
-        c.info,
-        A.batch_shape,
+        c,
         lambda i: (
             f"A is not Hermitian positive definite: its leading minor of order {i} is "
             f"not positive (LAPACK info = {i})"
@@ -609,7 +652,15 @@ def solve_banded(A: DiaMatrix, b: ArrayLike) -> Array:
       >>> bool(jnp.allclose(A @ x, jnp.arange(5.0), atol=1e-5))
       True
     """
-    return banded.solve_once(as_square_matrix(A, "solve_banded")._parts, b)
+    A = as_square_matrix(A, "solve_banded")
+    if not is_traced(A.data) and not bool(jnp.all(_finite(A.data, offsets=A.offsets))):
+        refuse_non_finite("solve_banded", A._parts)
+    return banded.solve_once(A._parts, b)
+
+
+@functools.partial(jax.jit, static_argnames="offsets")
+def _finite(data: Array, *, offsets: tuple[int, ...]) -> Array:
+    return banded.finite(data, offsets, None)
 
 
 def solveh_banded(A: DiaMatrix, b: ArrayLike, *, lower: bool = False) -> Array:

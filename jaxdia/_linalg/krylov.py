@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
@@ -94,14 +95,26 @@ def cg_iterations(
 
 
 def bicgstab_iterations(
-    matvec: Operator, b: Array, x0: Array | None, M: Operator, threshold: Array, maxiter: Any
+    matvec: Operator,
+    b: Array,
+    x0: Array | None,
+    M: Operator,
+    threshold: Array,
+    maxiter: Any,
+    *,
+    one_site: bool = False,
 ):
     """Preconditioned BiCGStab (van der Vorst's, as in ``jax.scipy.sparse.linalg``) from
     ``x0``; stopping as :func:`cg`. Returns ``(x, iterations)``.
 
-    Each iteration applies ``M`` and ``A`` twice, to ``p`` and then to ``s``. The loop
-    runs half iterations instead, alternating the two (all systems in step): its body
-    applies ``M`` once, so a large preconditioner is compiled once.
+    Each iteration applies ``M`` and ``A`` twice, to ``p`` and then to ``s``, and stops a
+    system half way when ``s`` meets the tolerance (as JAX and SciPy do). The loop body
+    is one iteration, as JAX's, unless ``one_site``: then it is a half iteration that
+    alternates the two (all systems in step) and applies ``M`` once, so that a large
+    preconditioner such as a V-cycle is compiled once, and stops the whole loop at a half
+    step where every system is done. That loop passes its state through two
+    ``lax.cond`` each half step, which on CPU costs about two vector copies per state
+    vector: for a cheap ``M`` it is the slower loop (see :func:`large_program`).
     """
     r = b if x0 is None else b - matvec(x0)
     x0 = jnp.zeros_like(b) if x0 is None else x0
@@ -111,6 +124,8 @@ def bicgstab_iterations(
     k = jnp.zeros(shape, jnp.int32)
     active = (_squared_norm(r) > threshold2) & (k < maxiter)
     zeros = jnp.zeros_like(r)
+    if not one_site:
+        return _bicgstab_full(matvec, M, threshold2, maxiter, x0, r, one, k, active, zeros)
     # x, r, rhat, alpha, omega, rho, rho_next, p, v, s, phat, ok, k, active, second half
     state = (x0, r, r, one, one, one, one, zeros, zeros, zeros, zeros, active, k, active, False)
 
@@ -136,22 +151,22 @@ def bicgstab_iterations(
         ok = ok & (rv != 0)
         alpha = _where(ok, _divide(rho_next, rv, ok), alpha)
         s = r - alpha[..., None] * v
-        # Stop half way when s is small enough already (as JAX and SciPy do).
         half = ok & (_squared_norm(s) <= threshold2)
         x = _where(half, x + alpha[..., None] * phat, x)
         r = _where(half, s, r)
         k = k + half
-        active = ok & ~half
-        return (x, r, rhat, alpha, omega, rho, rho_next, p, v, s, phat, ok, k, active, True)
+        # A system done half way takes no part in the second half.
+        ok = ok & ~half
+        return (x, r, rhat, alpha, omega, rho, rho_next, p, v, s, phat, ok, k, ok, True)
 
     def second_half(state, shat, t):
         x, r, rhat, alpha, omega, rho, rho_next, p, v, s, phat, ok, k, active, _ = state
         tt = _dot(t, t)
         full = ok & (tt != 0)
         omega = _where(full, _divide(_dot(t, s), tt, full), omega)
-        step = alpha[..., None] * phat + _where(full, omega[..., None] * shat, 0 * shat)
-        x = _where(ok, x + step, x)
-        r = _where(full, s - omega[..., None] * t, r)
+        step = jnp.where(full, omega, 0)[..., None]
+        x = _where(ok, x + alpha[..., None] * phat + step * shat, x)
+        r = _where(ok, s - step * t, r)
         k = k + ok
         active = full & (_squared_norm(r) > threshold2) & (k < maxiter) & (omega != 0)
         rho = _where(ok, rho_next, rho)
@@ -171,6 +186,73 @@ def bicgstab_iterations(
 
     state = lax.while_loop(cond, body, state)
     return state[0], state[-3]
+
+
+def _bicgstab_full(matvec, M, threshold2, maxiter, x0, r, one, k, active, zeros):
+    """:func:`bicgstab_iterations`' loop with one iteration per body (JAX's)."""
+
+    def cond(state):
+        return jnp.any(state[-1])
+
+    def body(state):
+        x, r, rhat, alpha, omega, rho, p, v, k, active = state
+        rho_next = _dot(rhat, r)
+        ok = active & (rho_next != 0) & (omega != 0)
+        beta = _divide(rho_next, rho, ok) * _divide(alpha, omega, ok)
+        p = _where(ok, r + beta[..., None] * (p - omega[..., None] * v), p)
+        phat = M(p)
+        v = _where(ok, matvec(phat), v)
+        rv = _dot(rhat, v)
+        ok = ok & (rv != 0)
+        alpha = _where(ok, _divide(rho_next, rv, ok), alpha)
+        s = r - alpha[..., None] * v
+        half = ok & (_squared_norm(s) <= threshold2)
+        shat = M(s)
+        t = matvec(shat)
+        tt = _dot(t, t)
+        full = ok & ~half & (tt != 0)
+        omega = _where(full, _divide(_dot(t, s), tt, full), omega)
+        step = jnp.where(full, omega, 0)[..., None]
+        x = _where(ok, x + alpha[..., None] * phat + step * shat, x)
+        r = _where(ok, s - step * t, r)
+        k = k + ok
+        active = full & (_squared_norm(r) > threshold2) & (k < maxiter) & (omega != 0)
+        rho = _where(ok, rho_next, rho)
+        return x, r, rhat, alpha, omega, rho, p, v, k, active
+
+    state = (x0, r, r, one, one, one, zeros, zeros, k, active)
+    x, *_, k, _ = lax.while_loop(cond, body, state)
+    return x, k
+
+
+#: A preconditioner of more operations than this (counted in its traced program, nested
+#: ones included) is applied at one site of BiCGStab's loop, so that it is compiled once;
+#: a smaller one (none, Jacobi's: 1, a Chebyshev polynomial: under 100, a banded LU
+#: solve: about 25) at two, the faster loop. The smallest V-cycles have about 300.
+LARGE_PROGRAM = 200
+
+
+def _operations(jaxpr: jax.extend.core.Jaxpr) -> int:
+    """The equations of ``jaxpr`` and of the programs nested in them (loop bodies,
+    branches, inner ``jit`` calls)."""
+    total = len(jaxpr.eqns)
+    for equation in jaxpr.eqns:
+        for value in equation.params.values():
+            for nested in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(nested, jax.extend.core.ClosedJaxpr):
+                    nested = nested.jaxpr
+                if isinstance(nested, jax.extend.core.Jaxpr):
+                    total += _operations(nested)
+    return total
+
+
+def large_program(M: Operator | None, b: Array) -> bool:
+    """Whether ``M`` applied to arrays like ``b`` traces to more than
+    :data:`LARGE_PROGRAM` operations (a trace only: nothing is compiled or run)."""
+    if M is None:
+        return False
+    program = jax.make_jaxpr(M)(jax.ShapeDtypeStruct(b.shape, b.dtype))
+    return _operations(program.jaxpr) > LARGE_PROGRAM
 
 
 def threshold(b: Array, rtol: ArrayLike, atol: ArrayLike) -> Array:
@@ -287,18 +369,23 @@ def _run_krylov(A, b, x0, M, rtol, atol, maxiter, *, method, batch, dtype):
     x0 = None if x0 is None else jnp.broadcast_to(x0.astype(dtype), b.shape)
     matvec = vector_product(A)
     precondition = (lambda v: v) if M is None else M
-    loop = cg_iterations if method == "cg" else bicgstab_iterations
+    if method == "cg":
+        loop = cg_iterations
+    else:
+        loop = functools.partial(bicgstab_iterations, one_site=large_program(M, b))
 
     def solve(matvec, rhs):
         limit = threshold(rhs, rtol, atol)
         x, iterations = loop(matvec, rhs, x0, precondition, limit, maxiter)
-        return x.astype(rhs.dtype), iterations
+        return x.astype(rhs.dtype), (iterations, limit)
 
-    x, iterations = lax.custom_linear_solve(
+    x, (iterations, limit) = lax.custom_linear_solve(
         matvec, b, solve, solve, symmetric=method == "cg", has_aux=True
     )
     residual = residual_norm(matvec, b, x)
-    converged = residual <= threshold(b, rtol, atol)
+    # An infinite tolerance (|b| not finite in the working precision) is met by nothing:
+    # inf <= inf would report success for an x that is all zeros.
+    converged = (residual <= limit) & jnp.isfinite(residual)
     return x, SolveInfo(iterations, residual, converged)
 
 

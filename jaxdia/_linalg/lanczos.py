@@ -216,7 +216,10 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
         V, H, beta, _, _ = lax.fori_loop(first, ncv, step, (V, H, beta, first, iteration))
         matvecs = matvecs + ncv - first
         theta, S, order, nconv = ritz(H, beta)
-        done = (nconv >= k) | (iteration + 1 >= config.maxiter)
+        # A NaN or inf in T (from NaN entries, or an exactly singular A - sigma I) stays:
+        # stop at once instead of restarting maxiter times.
+        broken = ~(jnp.all(jnp.isfinite(H)) & jnp.isfinite(beta))
+        done = (nconv >= k) | (iteration + 1 >= config.maxiter) | broken
 
         # ARPACK's choice: the wanted vectors, plus one more per converged one (at most
         # half of the rest), which keeps converged directions from stalling the others.
@@ -325,11 +328,20 @@ def _zero_tangent(x: Array) -> Any:
 
 
 def check_hermitian(A: DiaParts) -> None:
-    """A ValueError unless ``A`` (concrete data) is Hermitian to 1000 rounding errors of its
-    largest entry. On the host, with SciPy: it also runs inside a trace that closes over
-    a concrete matrix."""
+    """A ValueError unless ``A`` (concrete data) is finite and Hermitian to 1000 rounding
+    errors of its largest entry. On the host, with SciPy: it also runs inside a trace that
+    closes over a concrete matrix."""
     host = np.asarray(A.data)
     host = np.where(in_bounds(A.offsets, A.shape, host=True), host, 0)
+    bad = np.argwhere(~np.isfinite(host))
+    if len(bad):
+        # NaN would make every Ritz value NaN (SciPy's ARPACK fails at once on it too).
+        *member, k, j = (int(i) for i in bad[0])
+        where = f" (matrix {tuple(member)} of the batch)" if member else ""
+        raise ValueError(
+            "eigsh: A must not contain infs or NaNs, but "
+            f"A[{j - A.offsets[k]}, {j}] = {host[(*member, k, j)]}{where}"
+        )
     work = accumulation_dtype(host.dtype)
     defect = scale = 0.0
     for index in np.ndindex(*host.shape[:-2]):
@@ -474,9 +486,13 @@ def eigsh(
     Krylov relation (``tol=0``: machine precision). ``ncv`` basis vectors (default
     ``min(n, max(2k + 1, 20))``) live in fixed buffers inside a ``lax.while_loop``, so
     the call works under ``jit`` and ``vmap`` (a batch of matrices runs until its slowest
-    member has converged). Shift-invert applies ``(A - sigma I)^{-1}`` with the banded
-    solver of :func:`jaxdia.solve_banded`, which factors ``A - sigma I`` again on every
-    iteration (cheap for tridiagonal matrices, O(n l (l + u)) per step otherwise).
+    member has converged). Shift-invert factors ``A - sigma I`` once (the banded LU of
+    :func:`jaxdia.lu_factor`, O(n l (l + u))) and applies ``(A - sigma I)^{-1}`` with
+    the stored factor, O(n (l + u)) per step; a tridiagonal ``A - sigma I`` is solved
+    afresh each step by ``lax.linalg.tridiagonal_solve`` instead (O(n) either way). A
+    ``sigma`` that is an eigenvalue (``A - sigma I`` exactly singular) raises at once
+    outside ``jit``; under ``jit`` the loop stops after its first restart with NaN
+    eigenvalues and ``converged`` False (as it does for NaN entries).
     Matrices with ``n <= 128``, or ``ncv > n / 2`` (``k`` close to ``n``), are solved
     densely with ``jnp.linalg.eigh``. Any ``1 <= k < n`` works.
 
@@ -527,9 +543,11 @@ def eigsh(
     Raises:
       TypeError: if ``A`` is not a DiaMatrix, ``k``, ``ncv`` or ``maxiter`` are not
         static ints, ``sigma`` is complex, or ``v0`` is complex for a real ``A``.
-      ValueError: if ``A`` is not square, or (with concrete data) not Hermitian; if ``k``
-        is not in ``[1, n)``, ``which`` is unknown, ``ncv`` is out of range, or ``v0``
-        has the wrong shape.
+      ValueError: if ``A`` is not square, or (with concrete data) not Hermitian or not
+        finite (NaN or inf entries); if ``k`` is not in ``[1, n)``, ``which`` is
+        unknown, ``ncv`` is out of range, or ``v0`` has the wrong shape.
+      numpy.linalg.LinAlgError: outside ``jit``, if ``A - sigma I`` is exactly singular
+        (SciPy raises "Factor is exactly singular").
       NotImplementedError: for ``M``, ``Minv``, ``OPinv`` or another ``mode``.
 
     Example:
@@ -568,6 +586,18 @@ def eigsh(
         parts, k, sigma=sigma, which=which, v0=v0, ncv=ncv, maxiter=maxiter, tol=tol
     )
     w, v = w.astype(np.finfo(A.dtype).dtype), v.astype(A.dtype)
+    if sigma is not None and not isinstance(w, jax.core.Tracer):
+        singular = ~np.all(np.isfinite(np.asarray(w)), axis=-1)
+        if singular.any():
+            where = (
+                f" (matrix {tuple(np.argwhere(singular)[0])} of the batch)" if A.batch_shape else ""
+            )
+            raise np.linalg.LinAlgError(
+                f"eigsh: A - sigma I is exactly singular{where} (sigma = "
+                f"{np.asarray(sigma).item()} is an eigenvalue of A to rounding, so "
+                "(A - sigma I)^-1 does not exist; SciPy raises 'Factor is exactly "
+                "singular'): move sigma off the spectrum"
+            )
     if not return_info and not isinstance(info.converged, jax.core.Tracer):
         missing = np.asarray(info.converged) == 0
         if missing.any():

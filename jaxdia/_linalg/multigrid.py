@@ -242,10 +242,14 @@ def axis_strengths(cells: Cells, dim: int) -> list[float]:
     For a discretized ``-div(K grad u)`` this is ``2 K_aa`` in grid units, whatever the
     stencil's shape (the anisotropic 9-point stencils of bilinear elements have positive
     off-diagonal entries along the weak axis, which absolute values would count as
-    coupling), so it compares the couplings along the axes.
+    coupling), so it compares the couplings along the axes. For complex cells (a
+    complex-shifted or Crank-Nicolson operator, ``I + i dt/2 L``) the modulus of that
+    sum: a complex coefficient has no sign.
     """
-    totals = {d: float(values.sum()) for d, values in cells.items() if any(d)}
-    return [-sum(total * d[axis] ** 2 for d, total in totals.items()) for axis in range(dim)]
+    totals = {d: complex(values.sum()) for d, values in cells.items() if any(d)}
+    sums = [-sum(total * d[axis] ** 2 for d, total in totals.items()) for axis in range(dim)]
+    complex_cells = any(np.iscomplexobj(values) for values in cells.values())
+    return [abs(total) if complex_cells else total.real for total in sums]
 
 
 # -- linear interpolation along one axis -------------------------------------------------------

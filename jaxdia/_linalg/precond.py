@@ -36,6 +36,7 @@ from .._checks import (
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable
+from .._scipy_operator import ScipyOperator
 from . import multigrid as _multigrid
 from .krylov import vector_product
 from .smoothers import SMOOTHERS, chebyshev_steps, fusible_product, gershgorin, smoothing_data
@@ -67,13 +68,75 @@ def _unflatten(tree: Any, batch: tuple[int, ...]) -> Any:
 # -- Jacobi ----------------------------------------------------------------------------------
 
 
-def jacobi(A: Any) -> jax.tree_util.Partial:
+@jax.tree_util.register_pytree_with_keys_class
+class Jacobi(Immutable, ScipyOperator):
+    """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)``, what
+    :func:`jaxdia.jacobi` returns.
+
+    Callable on vectors laid out like ``inverse_diagonal`` (``(n,)``, or
+    ``(*batch_shape, n)``; leading dims of ``v`` broadcast), a pytree (its leaf is the
+    inverse diagonal), so it can be an argument or a result of a jitted function, and an
+    operator with SciPy's ``LinearOperator`` protocol (``shape``, ``dtype``, ``matvec``,
+    ``rmatvec``, ``matmat``, ``rmatmat``), so it is SciPy's ``M=`` too.
+
+    Attributes:
+      inverse_diagonal: ``1 / diag(A)``, shape ``(*batch_shape, n)``.
+      shape, dtype, batch_shape: ``(n, n)``, the dtype and the batch dims of
+        ``inverse_diagonal``.
+
+    Example:
+      >>> import numpy as np, scipy.sparse.linalg as spla, jaxdia
+      >>> A = jaxdia.diags([-1.0, 4.0, -1.0], offsets=[-1, 0, 1], shape=(50, 50))
+      >>> M = jaxdia.jacobi(A)
+      >>> M.shape, M.inverse_diagonal[:2]
+      ((50, 50), Array([0.25, 0.25], dtype=float32))
+      >>> x, info = spla.cg(A, np.ones(50), M=M)  # SciPy's solvers take it as M
+      >>> info
+      0
+    """
+
+    # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
+    __slots__ = ("inverse_diagonal", "__weakref__")
+    _leaves = ("inverse_diagonal",)
+    _name = "Jacobi"
+    inverse_diagonal: Any
+
+    def __init__(self, inverse_diagonal: ArrayLike):
+        self._assign(inverse_diagonal)
+
+    def __call__(self, v: ArrayLike) -> Array:
+        return self.inverse_diagonal * v
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        n = self.inverse_diagonal.shape[-1]
+        return n, n
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.inverse_diagonal.dtype)
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(self.inverse_diagonal.shape[:-1])
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        inverse = jnp.conj(self.inverse_diagonal) if adjoint else self.inverse_diagonal
+        return inverse * x if x.ndim == 1 else inverse[:, None] * x
+
+    def __repr__(self) -> str:
+        batch = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
+        return f"Jacobi(shape={self.shape}, dtype={self.dtype.name}{batch})"
+
+
+def jacobi(A: Any) -> Jacobi:
     """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)`` of a square ``A``.
 
-    Pass it as ``M`` to ``jax.scipy.sparse.linalg.cg``, ``gmres`` or ``bicgstab``. The
-    result is a ``jax.tree_util.Partial``: callable, and a pytree, so it can be an
-    argument of a jitted function. ``M`` applies to vectors of shape ``(n,)`` (or
-    ``(*batch_shape, n)`` for a batched ``A``).
+    Pass it as ``M`` to :func:`jaxdia.cg` or :func:`jaxdia.bicgstab`, to
+    ``jax.scipy.sparse.linalg``'s ``cg``, ``gmres`` or ``bicgstab``, or to SciPy's
+    solvers. The result is a :class:`jaxdia.Jacobi`: callable, a pytree (it can be an
+    argument of a jitted function), and a SciPy ``LinearOperator``. ``M`` applies to
+    vectors of shape ``(n,)`` (or ``(*batch_shape, n)`` for a batched ``A``).
 
     ``A`` may also be a :class:`jaxdia.ShardedDiaMatrix` (from :func:`jaxdia.shard`), or
     any linear operator whose ``diagonal()`` returns its main diagonal laid out like the
@@ -89,7 +152,7 @@ def jacobi(A: Any) -> jax.tree_util.Partial:
         with ``@`` and ``diagonal()``).
 
     Returns:
-      ``M``, with ``M(v) == v / diag(A)``.
+      ``M``, a :class:`jaxdia.Jacobi` with ``M(v) == v / diag(A)``.
 
     Raises:
       TypeError: if ``A`` is neither a DiaMatrix nor an operator with ``diagonal()``.
@@ -138,11 +201,7 @@ def _main_diagonal(A: DiaParts) -> Array:
     return A.data[..., A.offsets.index(0), :]
 
 
-def _scale(inverse_diagonal: Array, v: Array) -> Array:
-    return inverse_diagonal * v
-
-
-def _jacobi_of(A: DiaParts) -> jax.tree_util.Partial:
+def _jacobi_of(A: DiaParts) -> Jacobi:
     """``M(v) = v / diag(A)`` for a square ``A`` (see :func:`jaxdia.jacobi`).
 
     Raises a ValueError naming the zeros of a concrete diagonal.
@@ -151,7 +210,7 @@ def _jacobi_of(A: DiaParts) -> jax.tree_util.Partial:
     return _inverse_diagonal(_main_diagonal(A), stored)
 
 
-def _inverse_diagonal(diagonal: Array, hint: str = "") -> jax.tree_util.Partial:
+def _inverse_diagonal(diagonal: Array, hint: str = "") -> Jacobi:
     """``M(v) = v / diagonal``, laid out (and sharded) as ``diagonal`` is.
 
     Raises a ValueError naming the zeros of a concrete ``diagonal`` (``hint`` follows the
@@ -160,14 +219,14 @@ def _inverse_diagonal(diagonal: Array, hint: str = "") -> jax.tree_util.Partial:
     check_nonzero_diagonal(
         diagonal, "jacobi", f"{hint}; the Jacobi preconditioner 1/diag(A) does not exist."
     )
-    return jax.tree_util.Partial(_scale, 1 / diagonal)
+    return Jacobi(1 / diagonal)
 
 
 # -- multigrid -------------------------------------------------------------------------------
 
 
 @jax.tree_util.register_pytree_with_keys_class
-class Multigrid(Immutable):
+class Multigrid(Immutable, ScipyOperator):
     """A geometric multigrid V-cycle, the preconditioner :func:`jaxdia.multigrid` returns.
 
     ``M(v)`` applies one V-cycle for ``A x = v`` from ``x = 0``: an approximation of
@@ -204,6 +263,7 @@ class Multigrid(Immutable):
     # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
     __slots__ = ("_hierarchy", "__weakref__")
     _leaves = ("_hierarchy",)
+    _name = "Multigrid"
     _hierarchy: _multigrid.Hierarchy
 
     def __init__(self, hierarchy: _multigrid.Hierarchy):
@@ -255,6 +315,16 @@ class Multigrid(Immutable):
             dtype = self.dtype
         return _apply(self._hierarchy, v, batch=batch).astype(dtype)
 
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        if adjoint:
+            raise NotImplementedError(
+                "Multigrid.rmatvec: the adjoint of a V-cycle is not computed (for a "
+                "Hermitian A the cycle is Hermitian: use matvec; otherwise build "
+                "jaxdia.multigrid(A.H, grid)). SciPy's cg, bicgstab, gmres and minres call "
+                "only M.matvec"
+            )
+        return self(x) if x.ndim == 1 else self(x.T).T
+
     def __repr__(self) -> str:
         levels = self.levels
         lines = [
@@ -281,12 +351,12 @@ class Multigrid(Immutable):
 @functools.partial(jax.jit, static_argnames=("batch",))
 def _apply(hierarchy: _multigrid.Hierarchy, v: Array, *, batch: tuple[int, ...]) -> Array:
     """The V-cycle on ``v`` of shape ``(*vbatch, n)`` with the hierarchy's batch
-    broadcast to ``batch``, as one compiled call. The cycle has real coefficients: a
-    complex ``v`` runs as its real and imaginary parts, side by side in one batch (one
-    cycle in the program, not two)."""
+    broadcast to ``batch``, as one compiled call. A real hierarchy's cycle has real
+    coefficients: a complex ``v`` runs as its real and imaginary parts, side by side in
+    one batch (one cycle in the program, not two)."""
     dtype = hierarchy.operators[-1].data.dtype
     n = v.shape[-1]
-    split_complex = jnp.iscomplexobj(v)
+    split_complex = jnp.iscomplexobj(v) and not jnp.issubdtype(dtype, jnp.complexfloating)
     v = jnp.broadcast_to(v, (*batch, n)).reshape(-1, n)
     cycle: Callable[[Any, Array], Array] = _multigrid.vcycle
     if split_complex:
@@ -306,6 +376,13 @@ def _apply(hierarchy: _multigrid.Hierarchy, v: Array, *, batch: tuple[int, ...])
     if split_complex:
         out = lax.complex(out[:, 0], out[:, 1])
     return out.reshape(*batch, n)
+
+
+#: The dtypes of a hierarchy (the smoothers divide by the diagonal, the coarsest level is
+#: factored: 16-bit floats would lose the cycle's accuracy).
+_HIERARCHY_DTYPES = tuple(
+    np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)
+)
 
 
 def _as_grid(grid: Any, n: int) -> tuple[int, ...]:
@@ -444,7 +521,7 @@ def multigrid(
     A: DiaMatrix,
     grid: Any,
     *,
-    smoother: str = "chebyshev",
+    smoother: str | None = None,
     sweeps: int = 2,
     coarsening: Any = "full",
     max_coarse: int = 500,
@@ -465,9 +542,22 @@ def multigrid(
     transpose, and each coarse operator the Galerkin product ``R A P``, a DiaMatrix of at
     most 3, 9 or 27 diagonals (``M.levels``). The smoother runs ``sweeps`` products with
     the level's matrix before and after the coarse correction; the coarsest level is
-    solved directly by a dense LU factorized once, here. For a symmetric positive definite
-    ``A`` the V-cycle is symmetric positive definite, so it is a valid preconditioner for
-    conjugate gradients.
+    solved directly by a banded LU factorized once, here. For a symmetric positive
+    definite ``A`` the V-cycle is symmetric positive definite, so it is a valid
+    preconditioner for conjugate gradients.
+
+    Complex matrices (a Hermitian stencil, a complex-shifted Laplacian ``L + s I``,
+    Crank-Nicolson's ``I + i dt/2 H``) get the same hierarchy in complex arithmetic,
+    smoothed by damped Jacobi: the eigenvalues of ``D^-1 A`` (whose diagonal is 1) lie
+    in Gershgorin's disk ``|lambda - 1| <= r``, ``r`` the largest off-diagonal row sum
+    of ``D^-1 A``, and the weight ``1.6 / (1 + r)`` makes each sweep a contraction on
+    that disk for diagonally dominant rows (``r < 1``: any Crank-Nicolson step, any
+    shift with a positive imaginary part and a nonnegative real one). The Chebyshev
+    smoother damps a real interval, no bound off the real axis (its V-cycles diverged on
+    ``L + (-2 + 3i) I`` in the tests), so it is refused for complex ``A``. The cycle of
+    a complex symmetric ``A`` (``A^T = A``) is complex symmetric, not Hermitian: use it
+    with :func:`jaxdia.bicgstab` (iteration counts in benchmarks/README.md), with
+    :func:`jaxdia.cg` only for a Hermitian positive definite ``A``.
 
     ``M`` plugs in as ``M=`` of :func:`jaxdia.cg`, :func:`jaxdia.bicgstab` and
     ``jax.scipy.sparse.linalg.cg``/``gmres``/``bicgstab``. For ``lineax``, wrap it as an
@@ -483,11 +573,13 @@ def multigrid(
     differentiation), which never differentiates through ``M``.
 
     Args:
-      A: a square DiaMatrix of float32 or float64, possibly batched.
+      A: a square DiaMatrix of float32, float64, complex64 or complex128, possibly
+        batched.
       grid: the grid's points per axis; ``prod(grid)`` must equal ``A.shape[0]``.
       smoother: ``"chebyshev"`` (the Chebyshev polynomial in ``D^-1 A`` smallest on the
-        upper 5/6 of its spectrum, bounded by Gershgorin's theorem) or ``"jacobi"``
-        (damped Jacobi, weight ``1.6 / rho`` for that bound ``rho``).
+        upper 5/6 of its spectrum, bounded by Gershgorin's theorem; real ``A`` only) or
+        ``"jacobi"`` (damped Jacobi, weight ``1.6 / rho`` for that bound ``rho``). None:
+        ``"chebyshev"`` for a real ``A``, ``"jacobi"`` for a complex one.
       sweeps: products with ``A`` per smoothing (the polynomial's degree), before and
         after the coarse correction.
       coarsening: ``"full"`` halves every axis at every level. ``"auto"`` halves only the
@@ -499,8 +591,9 @@ def multigrid(
       max_coarse: stop coarsening at this many unknowns or fewer (``"full"`` and
         ``"auto"``); at most 4096, the coarsest level is factorized (a banded LU).
       max_levels: the most levels, the finest included (None: no limit).
-      dtype: the precision of the hierarchy and the cycle, float32 or float64 (default
-        ``A``'s). ``jnp.float32`` for a float64 ``A`` halves the memory traffic of the
+      dtype: the precision of the hierarchy and the cycle, float32 or float64 (complex64
+        or complex128 for a complex ``A``; default ``A``'s). ``jnp.float32`` for a
+        float64 ``A`` halves the memory traffic of the
         setup and of every cycle (the finest level keeps a float32 copy of ``A``); ``M``
         is then exact to about ``1e-7`` relative, which conjugate gradients in float64
         tolerates to tolerances far below that (the same iterations at 1e-8 in the
@@ -511,14 +604,16 @@ def multigrid(
       returns the promoted dtype of ``v`` and ``dtype``.
 
     Raises:
-      TypeError: if ``A`` is not a DiaMatrix, its dtype or ``dtype`` is not
-        float32/float64, or ``coarsening="auto"`` gets a traced ``A``.
+      TypeError: if ``A`` is not a DiaMatrix, its dtype is not one of the four above
+        (or ``dtype`` not one of its kind), or ``coarsening="auto"`` gets a traced
+        ``A``.
       ValueError: if ``A`` is not square, ``prod(grid)`` differs from its size, an
         offset does not fit a stencil on ``grid`` (the message names it), it stores no
-        main diagonal, an option is out of range, or the coarsest level would exceed 4096
-        unknowns. For a concrete ``A`` also: a zero on the diagonal, or a nonzero entry
-        on a stencil diagonal that couples points which are no neighbours (periodic
-        boundaries, or a grid of the wrong shape).
+        main diagonal, an option is out of range, the Chebyshev smoother is asked for a
+        complex ``A``, or the coarsest level would exceed 4096 unknowns. For a concrete
+        ``A`` also: a zero on the diagonal, or a nonzero entry on a stencil diagonal that
+        couples points which are no neighbours (periodic boundaries, or a grid of the
+        wrong shape).
 
     Example:
       >>> import jax.numpy as jnp, numpy as np, scipy.sparse as sp, jaxdia
@@ -533,16 +628,31 @@ def multigrid(
       (True, True)
     """
     A = as_square_matrix(A, "multigrid")
-    if A.dtype not in (np.float32, np.float64):
+    if A.dtype not in _HIERARCHY_DTYPES:
         raise TypeError(
-            f"multigrid: A must be float32 or float64, got {A.dtype.name} (convert with "
-            "A.astype(jnp.float32))"
+            f"multigrid: A must be float32, float64, complex64 or complex128, got "
+            f"{A.dtype.name} (convert 16-bit matrices with A.astype(jnp.float32))"
         )
-    if dtype is not None and np.dtype(dtype) not in (np.float32, np.float64):
-        raise TypeError(f"multigrid: dtype must be float32 or float64, got {np.dtype(dtype).name}")
+    kind = "complex" if A.dtype.kind == "c" else "float"
+    if dtype is not None and (
+        np.dtype(dtype) not in _HIERARCHY_DTYPES or np.dtype(dtype).kind != A.dtype.kind
+    ):
+        raise TypeError(
+            f"multigrid: dtype must be a {kind} dtype of 32 or 64 bits for A of dtype "
+            f"{A.dtype.name}, got {np.dtype(dtype).name}"
+        )
     grid = _as_grid(grid, A.shape[0])
+    if smoother is None:
+        smoother = "jacobi" if A.dtype.kind == "c" else "chebyshev"
     if smoother not in SMOOTHERS:
         raise ValueError(f"multigrid: smoother must be one of {SMOOTHERS}, got {smoother!r}")
+    if smoother == "chebyshev" and A.dtype.kind == "c":
+        raise ValueError(
+            "multigrid: the Chebyshev smoother damps a real interval of the spectrum of "
+            "D^-1 A; a complex A's lies off the real axis, where that polynomial is no "
+            "bound (its V-cycles can diverge): use smoother='jacobi' (the default for "
+            "complex A), or A.real for a real matrix stored as complex"
+        )
     sweeps = static_int(sweeps, "multigrid: sweeps")
     max_coarse = static_int(max_coarse, "multigrid: max_coarse")
     levels = 10**9 if max_levels is None else static_int(max_levels, "multigrid: max_levels")
@@ -592,7 +702,7 @@ def default_lower(degree: int) -> float:
 
 
 @jax.tree_util.register_pytree_with_keys_class
-class Chebyshev(Immutable):
+class Chebyshev(Immutable, ScipyOperator):
     """A Chebyshev polynomial preconditioner, the one :func:`jaxdia.chebyshev` returns.
 
     ``M(v) = p(D^-1 A) D^-1 v``: ``degree`` steps of Chebyshev iteration for ``A x = v``
@@ -622,6 +732,7 @@ class Chebyshev(Immutable):
     __slots__ = ("operator", "inverse_diagonal", "lower", "upper", "degree", "__weakref__")
     _leaves = ("operator", "inverse_diagonal", "lower", "upper")
     _static = ("degree",)
+    _name = "Chebyshev"
     operator: Any
     inverse_diagonal: Any
     lower: Any
@@ -634,39 +745,76 @@ class Chebyshev(Immutable):
         self._assign(operator, inverse_diagonal, lower, upper, degree)
 
     def __call__(self, v: ArrayLike) -> Array:
-        v = as_array(v, "Chebyshev: v")
-        inverse = self.inverse_diagonal
-        lower, upper = jnp.asarray(self.lower), jnp.asarray(self.upper)
-        result = jnp.result_type(v.dtype, lower.dtype)
-        if not jnp.issubdtype(result, jnp.inexact):
-            result = jnp.result_type(float)
-        operator = self.operator
-        if isinstance(operator, DiaMatrix):
-            # In the matrix's precision (jaxdia.chebyshev(..., dtype=) may have narrowed it).
-            work = np.dtype(operator.dtype)
-            if jnp.issubdtype(result, jnp.complexfloating):
-                work = np.dtype(jnp.result_type(work, jnp.complex64))
-            matvec = fusible_product(operator._parts)
-        else:
-            work = result
-            matvec = vector_product(operator)
+        # One compiled call (jit's cache: one compile per structure and shape); eagerly,
+        # the polynomial's loop would otherwise be traced and compiled on every call.
+        return _apply_chebyshev(self, as_array(v, "Chebyshev: v"))
 
-        def scale(r):
-            return r if inverse is None else inverse.astype(work) * r
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.operator.shape)
 
-        x, _ = chebyshev_steps(
-            matvec,
-            scale,
-            jnp.asarray(v, work),
-            None,
-            lower.astype(work)[..., None],
-            upper.astype(work)[..., None],
-            self.degree,
-            residual=False,
-            # Unrolled, XLA would recompute the fused product in each consumer.
-            unroll=False if isinstance(operator, DiaMatrix) else None,
-        )
-        return x.astype(result)
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(jnp.result_type(self.operator.dtype, jnp.asarray(self.lower).dtype))
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(jnp.shape(self.lower))
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        M = self
+        if adjoint:
+            # M = p(D^-1 A) D^-1 with real coefficients, so M^H = p(D^-H A^H) D^-H: the
+            # same polynomial of A^H.
+            if not isinstance(self.operator, DiaMatrix):
+                raise NotImplementedError(
+                    f"Chebyshev.rmatvec needs the adjoint of A, which a "
+                    f"{type(self.operator).__name__} does not give; SciPy's cg, bicgstab, "
+                    "gmres and minres call only M.matvec"
+                )
+            inverse = self.inverse_diagonal
+            M = self._replace(
+                operator=self.operator.H,
+                inverse_diagonal=None if inverse is None else inverse.conj(),
+            )
+        return M(x) if x.ndim == 1 else M(x.T).T
+
+
+@jax.jit
+def _apply_chebyshev(M: Chebyshev, v: Array) -> Array:
+    """``M(v)`` (see :class:`Chebyshev`)."""
+    inverse = M.inverse_diagonal
+    lower, upper = jnp.asarray(M.lower), jnp.asarray(M.upper)
+    result = jnp.result_type(v.dtype, lower.dtype)
+    if not jnp.issubdtype(result, jnp.inexact):
+        result = jnp.result_type(float)
+    operator = M.operator
+    if isinstance(operator, DiaMatrix):
+        # In the matrix's precision (jaxdia.chebyshev(..., dtype=) may have narrowed it).
+        work = np.dtype(operator.dtype)
+        if jnp.issubdtype(result, jnp.complexfloating):
+            work = np.dtype(jnp.result_type(work, jnp.complex64))
+        matvec = fusible_product(operator._parts)
+    else:
+        work = result
+        matvec = vector_product(operator)
+
+    def scale(r):
+        return r if inverse is None else inverse.astype(work) * r
+
+    x, _ = chebyshev_steps(
+        matvec,
+        scale,
+        jnp.asarray(v, work),
+        None,
+        lower.astype(work)[..., None],
+        upper.astype(work)[..., None],
+        M.degree,
+        residual=False,
+        # Unrolled, XLA would recompute the fused product in each consumer.
+        unroll=False if isinstance(operator, DiaMatrix) else None,
+    )
+    return x.astype(result)
 
 
 def chebyshev(
