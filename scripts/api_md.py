@@ -44,7 +44,11 @@ SECTIONS = (
         ("jaxdia.Multigrid", "jaxdia.Chebyshev", "jaxdia.SolveInfo"),
         None,
     ),
-    ("Sharded matrices", ("jaxdia.ShardedDiaMatrix", "jaxdia.shard"), "ShardedDiaMatrix."),
+    (
+        "Sharded matrices",
+        ("jaxdia.ShardedDiaMatrix", "jaxdia.shard", "jaxdia.ShardedMultigrid"),
+        "ShardedDiaMatrix.",
+    ),
     ("lineax", ("jaxdia.DiaLinearOperator", "jaxdia.BandedSolver"), None),
     ("`jaxdia.testing`: Hypothesis strategies", ("jaxdia.testing.",), None),
 )

@@ -300,7 +300,7 @@ def bicgstab_fused_iterations(
         omega = _where(full, _divide(ts, tt, full), omega)
         x = _where(active, x + alpha[..., None] * phat, x)
         x = _where(full, x + omega[..., None] * shat, x)
-        r = _where(active, s - _where(full, omega, 0)[..., None] * t, r)
+        r = _where(active, s - jnp.where(full, omega, 0)[..., None] * t, r)
         k = k + active
         rho_before = _where(full, rho, rho_before)
         rho = _where(full, rs - omega * rt, rho)
@@ -347,9 +347,11 @@ def vector_product(A: Any) -> Callable[[Array], Array]:
             result: Any = A(v)
             return result
         if v.ndim == 1:
-            return A @ v
+            product: Any = A @ v
+            return product
         if isinstance(A, DiaMatrix):  # broadcasts a batch of matrices with the vectors
-            return (A @ v[..., None])[..., 0]
+            product = A @ v[..., None]
+            return product[..., 0]
         n = v.shape[-1]
         block: Any = A @ v.reshape(-1, n).T
         return block.T.reshape(v.shape)

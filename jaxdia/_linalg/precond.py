@@ -36,8 +36,10 @@ from .._checks import (
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable
-from . import multigrid as _multigrid
+from .._shard import ShardedDiaMatrix
+from . import multigrid as _multigrid, sharded_multigrid as _sharded_multigrid
 from .krylov import vector_product
+from .sharded_multigrid import ShardedMultigrid
 from .smoothers import SMOOTHERS, chebyshev_steps, fusible_product, gershgorin, smoothing_data
 
 #: The largest coarsest level: its direct solve is a banded LU, whose band is the
@@ -46,13 +48,16 @@ from .smoothers import SMOOTHERS, chebyshev_steps, fusible_product, gershgorin, 
 MAX_COARSE = 4096
 
 
-def _check_diagonal(function: str, A: DiaMatrix) -> None:
+def _check_diagonal(function: str, A: DiaMatrix | ShardedDiaMatrix) -> None:
     """A ValueError naming the zeros of a concrete diagonal (the smoothers divide by it)."""
     if 0 not in A.offsets:
         raise ValueError(
             f"{function}: A stores no main diagonal (offsets {A.offsets}); its smoother "
             "divides by the diagonal, which must be nonzero"
         )
+    if isinstance(A, ShardedDiaMatrix):  # laid out like its vectors, 1 in padding rows
+        check_nonzero_diagonal(A.diagonal(), function, "")
+        return
     check_nonzero_diagonal(A.data[..., A.offsets.index(0), :], function, "")
 
 
@@ -331,7 +336,9 @@ def _as_grid(grid: Any, n: int) -> tuple[int, ...]:
     return grid
 
 
-def _check_stencil(A: DiaMatrix, grid: tuple[int, ...], host: np.ndarray | None) -> None:
+def _check_stencil(
+    A: DiaMatrix | ShardedDiaMatrix, grid: tuple[int, ...], host: np.ndarray | None
+) -> None:
     """Raises if ``A``'s offsets, or (``host``: its concrete data, flat batch) its
     entries, are no stencil on ``grid``."""
     misfits = _multigrid.stencil_misfits(A.offsets, grid)
@@ -370,7 +377,7 @@ def _point(index: int, grid: tuple[int, ...]) -> tuple[int, ...]:
 
 def _as_plan(
     coarsening: Any,
-    A: DiaMatrix,
+    A: DiaMatrix | ShardedDiaMatrix,
     host: np.ndarray | None,
     grid: tuple[int, ...],
     max_coarse: int,
@@ -441,7 +448,7 @@ def _setup(data: Array, *, offsets, grid, plan, smoother, sweeps) -> _multigrid.
 
 
 def multigrid(
-    A: DiaMatrix,
+    A: DiaMatrix | ShardedDiaMatrix,
     grid: Any,
     *,
     smoother: str = "chebyshev",
@@ -450,7 +457,8 @@ def multigrid(
     max_coarse: int = 500,
     max_levels: int | None = None,
     dtype: DTypeLike | None = None,
-) -> Multigrid:
+    gather_below: int = _sharded_multigrid.GATHER_BELOW,
+) -> Multigrid | ShardedMultigrid:
     """A geometric multigrid V-cycle preconditioner for a stencil matrix on a grid.
 
     ``A`` must be a stencil on ``grid`` (``(n1,)``, ``(n1, n2)`` or ``(n1, n2, n3)``):
@@ -469,6 +477,24 @@ def multigrid(
     ``A`` the V-cycle is symmetric positive definite, so it is a valid preconditioner for
     conjugate gradients.
 
+    ``A`` may be a :class:`jaxdia.ShardedDiaMatrix` (or an unbatched DiaMatrix whose
+    ``data`` columns are split over one mesh axis, which is sharded with
+    :func:`jaxdia.shard`): ``M`` is then a :class:`jaxdia.ShardedMultigrid` on its
+    sharded vectors. The rows are split in C order, so each device holds whole planes of
+    the slowest axis (``grid[0]`` must be a multiple of the device count ``P``). A level
+    stays sharded while it has at least 2 planes and ``gather_below`` unknowns per
+    device, is not the coarsest, and its shards stay aligned under coarsening (an even
+    number of planes per device whenever axis 0 is coarsened: with ``grid[0] = P 2^k``
+    the first ``k`` levels can be). Its smoothing, transfers and Galerkin operator then
+    exchange halos with the neighbouring devices only. The first level that fails is
+    gathered once, in the setup; from it on the hierarchy is built and applied on every
+    device (replicated, the coarsest solve included), so a V-cycle has one all-gather,
+    of that level's residual. The same iterations as on one device, to rounding. Its
+    values never come to the host, so the checks that read them (wrapped entries) are
+    skipped, the zero-diagonal check is a reduction on the devices, and
+    ``coarsening="auto"`` is not available (pass the axes, e.g. a single-device
+    ``M.coarsening``).
+
     ``M`` plugs in as ``M=`` of :func:`jaxdia.cg`, :func:`jaxdia.bicgstab` and
     ``jax.scipy.sparse.linalg.cg``/``gmres``/``bicgstab``. For ``lineax``, wrap it as an
     operator: ``lineax.FunctionLinearOperator(M, jax.ShapeDtypeStruct((n,), dtype),
@@ -483,7 +509,8 @@ def multigrid(
     differentiation), which never differentiates through ``M``.
 
     Args:
-      A: a square DiaMatrix of float32 or float64, possibly batched.
+      A: a square DiaMatrix of float32 or float64, possibly batched; or a
+        ShardedDiaMatrix (or DiaMatrix with sharded columns, unbatched).
       grid: the grid's points per axis; ``prod(grid)`` must equal ``A.shape[0]``.
       smoother: ``"chebyshev"`` (the Chebyshev polynomial in ``D^-1 A`` smallest on the
         upper 5/6 of its spectrum, bounded by Gershgorin's theorem) or ``"jacobi"``
@@ -505,9 +532,12 @@ def multigrid(
         is then exact to about ``1e-7`` relative, which conjugate gradients in float64
         tolerates to tolerances far below that (the same iterations at 1e-8 in the
         benchmarks, a few more at 1e-10), and linear and symmetric up to that rounding.
+      gather_below: for a sharded ``A``: a level with fewer unknowns per device is
+        gathered (with the levels below it) onto every device.
 
     Returns:
-      A :class:`jaxdia.Multigrid`, callable on vectors: it computes in ``dtype`` and
+      A :class:`jaxdia.Multigrid` (a :class:`jaxdia.ShardedMultigrid` for a sharded
+      ``A``), callable on vectors: it computes in ``dtype`` and
       returns the promoted dtype of ``v`` and ``dtype``.
 
     Raises:
@@ -516,7 +546,9 @@ def multigrid(
       ValueError: if ``A`` is not square, ``prod(grid)`` differs from its size, an
         offset does not fit a stencil on ``grid`` (the message names it), it stores no
         main diagonal, an option is out of range, or the coarsest level would exceed 4096
-        unknowns. For a concrete ``A`` also: a zero on the diagonal, or a nonzero entry
+        unknowns; for a sharded ``A``, if ``grid[0]`` is not a multiple of the device
+        count or its first coarsening of axis 0 finds an odd number of planes per
+        device. For a concrete ``A`` also: a zero on the diagonal, or a nonzero entry
         on a stencil diagonal that couples points which are no neighbours (periodic
         boundaries, or a grid of the wrong shape).
 
@@ -532,7 +564,8 @@ def multigrid(
       >>> bool(info.converged), int(info.iterations) < 10
       (True, True)
     """
-    A = as_square_matrix(A, "multigrid")
+    sharded = _sharded_multigrid.sharded_operand(A)
+    A = as_square_matrix(A, "multigrid") if sharded is None else sharded
     if A.dtype not in (np.float32, np.float64):
         raise TypeError(
             f"multigrid: A must be float32 or float64, got {A.dtype.name} (convert with "
@@ -546,15 +579,26 @@ def multigrid(
     sweeps = static_int(sweeps, "multigrid: sweeps")
     max_coarse = static_int(max_coarse, "multigrid: max_coarse")
     levels = 10**9 if max_levels is None else static_int(max_levels, "multigrid: max_levels")
-    if sweeps < 1 or not 1 <= max_coarse <= MAX_COARSE or levels < 1:
+    gather_below = static_int(gather_below, "multigrid: gather_below")
+    if sweeps < 1 or not 1 <= max_coarse <= MAX_COARSE or levels < 1 or gather_below < 1:
         raise ValueError(
-            f"multigrid: need sweeps >= 1, 1 <= max_coarse <= {MAX_COARSE} and max_levels >= 1, "
-            f"got sweeps={sweeps}, max_coarse={max_coarse}, max_levels={max_levels}"
+            f"multigrid: need sweeps >= 1, 1 <= max_coarse <= {MAX_COARSE}, max_levels >= 1 "
+            f"and gather_below >= 1, got sweeps={sweeps}, max_coarse={max_coarse}, "
+            f"max_levels={max_levels}, gather_below={gather_below}"
         )
-    # The concrete data on the host, once, for the checks and coarsening="auto".
-    host = None if is_traced(A.data) else np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
+    # The concrete data on the host, once, for the checks and coarsening="auto" (a
+    # sharded matrix's data stays on its devices).
+    host = None
+    if isinstance(A, DiaMatrix) and not is_traced(A.data):
+        host = np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
     _check_stencil(A, grid, host)
     _check_diagonal("multigrid", A)
+    if sharded is not None and isinstance(coarsening, str) and coarsening == "auto":
+        raise TypeError(
+            "multigrid: coarsening='auto' reads A's values on the host, which a sharded "
+            "matrix keeps on its devices; pass the axes to coarsen (e.g. coarsening="
+            "M.coarsening of a multigrid built on one device for a smaller grid)"
+        )
     plan = _as_plan(coarsening, A, host, grid, max_coarse, levels)
     coarsest = grid
     for axes in plan:
@@ -565,6 +609,9 @@ def multigrid(
             f"({math.prod(coarsest)} unknowns); its direct solve is a banded LU, so at most "
             f"{MAX_COARSE}: allow more levels (max_levels, coarsening)"
         )
+    if sharded is not None:
+        return _sharded_multigrid.build(sharded, grid, plan, smoother, sweeps, dtype, gather_below)
+    assert isinstance(A, DiaMatrix)
     batch = A.batch_shape
     if dtype is not None and np.dtype(dtype) != A.dtype:
         A = A.astype(dtype)
