@@ -1200,6 +1200,15 @@ def sharded_multigrid_matches_one_device():
             assert spec_of(y) == ("rows",), y.sharding
             close(S.unshard_vector(y), one(rhs), 1e-12)
         solve = jax.jit(lambda S, b, M: jaxdia.cg(S, b, M=M, rtol=1e-8, variant="fused"))
+        if name == "poisson-2d":  # smoothing with deep halos: one exchange per smoothing
+            deep = jaxdia.multigrid(S, grid, gather_below=32, deep_halo=True)
+            compiled = solve.lower(S, b, deep).compile()
+            _, deep_info = compiled(S, b, deep)
+            assert int(deep_info.iterations) == int(one_info.iterations), deep_info
+            deep_traffic = loop_traffic(compiled.as_text())["collective-permute"]
+            # The CG product's 2, then per sharded level 2 smoothings and 2 transfers.
+            assert deep_traffic["count"] == 2 + deep.sharded_levels * (2 * 2 + 2), deep_traffic
+            print(f"  poisson-2d, deep halos: collective-permutes {deep_traffic}")
         compiled = solve.lower(S, b, M).compile()
         x, info = compiled(S, b, M)
         assert abs(int(info.iterations) - int(one_info.iterations)) <= 1, (name, info, one_info)
@@ -1254,6 +1263,39 @@ def sharded_multigrid_errors_are_clear():
     # Coarsening the fast axis first keeps the shards aligned whatever their planes.
     M = jaxdia.multigrid(T, (24, 24), coarsening=[(1,), (1,)], gather_below=8)
     assert M.sharded_levels == 2, M
+
+
+@check
+def deep_halo_chebyshev():
+    """jaxdia.chebyshev(S, 4, deep_halo=True): the same polynomial after one exchange, so
+    a CG iteration has 4 collective-permutes (its product's 2, then 2) instead of 8,
+    sending the same bytes (chebyshev_on_a_sharded_matrix counts the 8)."""
+    side, degree = 32, 4
+    A = poisson_2d(side)
+    rhs = np.random.default_rng(42).standard_normal(side * side)
+    S = jaxdia.shard(A, explicit_mesh_of(), "rows")
+    b = S.shard_vector(rhs)
+    deep, plain = jaxdia.chebyshev(S, degree, deep_halo=True), jaxdia.chebyshev(S, degree)
+    y = deep(b)
+    assert spec_of(y) == ("rows",), y.sharding
+    close(y, plain(b), 1e-12)
+    compiled = jax.jit(lambda S, b, M: jaxdia.cg(S, b, M=M, rtol=1e-10)).lower(S, b, deep)
+    compiled = compiled.compile()
+    x, info = compiled(S, b, deep)
+    close(S.unshard_vector(x), spla.spsolve(scipy_of(A).tocsc(), rhs), 1e-8)
+    traffic = loop_traffic(compiled.as_text())
+    halo = 2 * side * 8  # one product's halo rows, as sent
+    assert traffic["collective-permute"] == {
+        "count": 4,
+        "sent": degree * halo,
+        "received": degree * halo,
+    }, traffic
+    print(f"  deep-halo chebyshev-cg: {int(info.iterations)} iterations, {traffic}")
+    expect_error(
+        TypeError,
+        "deep_halo=True is for a ShardedDiaMatrix",
+        lambda: jaxdia.chebyshev(A, 4, deep_halo=True),
+    )
 
 
 def main(names):

@@ -58,6 +58,7 @@ LAYERS = {
     "_linalg.krylov": 5.1,
     "_linalg.smoothers": 5.1,
     "_linalg.multigrid": 5.2,
+    "_linalg.deep_halo": 5.22,
     "_linalg.sharded_multigrid": 5.25,
     "_linalg.lanczos": 5.2,
     "_linalg.expm": 5.2,

@@ -457,8 +457,8 @@ def _solve_args(function: str, A: Any, b: ArrayLike, M: Any, x0: ArrayLike | Non
         n, batch, dtype = None, (), None
     else:
         raise TypeError(
-            f"{function}: A must be a jaxdia.DiaMatrix, a ShardedDiaMatrix or a function "
-            f"v -> A v, got {type(A).__name__}"
+            f"{function}: A must be a jaxdia.DiaMatrix or a function v -> A v (or a "
+            f"jaxdia.ShardedDiaMatrix), got {type(A).__name__}"
         )
     b = as_array(b, f"{function}: b")
     if b.ndim == 0 or (n is not None and b.shape[-1] != n):

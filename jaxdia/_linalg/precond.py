@@ -37,7 +37,12 @@ from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable
 from .._shard import ShardedDiaMatrix
-from . import multigrid as _multigrid, sharded_multigrid as _sharded_multigrid
+from . import (
+    deep_halo as _deep_halo,
+    multigrid as _multigrid,
+    sharded_multigrid as _sharded_multigrid,
+)
+from .deep_halo import DeepHaloMatrix
 from .krylov import vector_product
 from .sharded_multigrid import ShardedMultigrid
 from .smoothers import SMOOTHERS, chebyshev_steps, fusible_product, gershgorin, smoothing_data
@@ -458,6 +463,7 @@ def multigrid(
     max_levels: int | None = None,
     dtype: DTypeLike | None = None,
     gather_below: int = _sharded_multigrid.GATHER_BELOW,
+    deep_halo: bool = False,
 ) -> Multigrid | ShardedMultigrid:
     """A geometric multigrid V-cycle preconditioner for a stencil matrix on a grid.
 
@@ -534,6 +540,10 @@ def multigrid(
         benchmarks, a few more at 1e-10), and linear and symmetric up to that rounding.
       gather_below: for a sharded ``A``: a level with fewer unknowns per device is
         gathered (with the levels below it) onto every device.
+      deep_halo: for a sharded ``A``: each smoothing of a sharded level exchanges its
+        input's halo ``sweeps`` deep once and runs its products locally (one
+        collective-permute each way instead of ``sweeps``; see
+        :func:`jaxdia.chebyshev`'s ``deep_halo``).
 
     Returns:
       A :class:`jaxdia.Multigrid` (a :class:`jaxdia.ShardedMultigrid` for a sharded
@@ -610,7 +620,14 @@ def multigrid(
             f"{MAX_COARSE}: allow more levels (max_levels, coarsening)"
         )
     if sharded is not None:
-        return _sharded_multigrid.build(sharded, grid, plan, smoother, sweeps, dtype, gather_below)
+        return _sharded_multigrid.build(
+            sharded, grid, plan, smoother, sweeps, dtype, gather_below, deep_halo
+        )
+    if deep_halo:
+        raise TypeError(
+            "multigrid: deep_halo=True is for a sharded A (a ShardedDiaMatrix, or a DiaMatrix "
+            "whose data columns are sharded)"
+        )
     assert isinstance(A, DiaMatrix)
     batch = A.batch_shape
     if dtype is not None and np.dtype(dtype) != A.dtype:
@@ -694,6 +711,13 @@ class Chebyshev(Immutable):
             if jnp.issubdtype(result, jnp.complexfloating):
                 work = np.dtype(jnp.result_type(work, jnp.complex64))
             matvec = fusible_product(operator._parts)
+        elif isinstance(operator, DeepHaloMatrix):  # the polynomial after one exchange
+            flat = jnp.asarray(v, result).reshape(-1, v.shape[-1])
+
+            def polynomial(u: Array) -> Array:
+                return _deep_halo.chebyshev(operator, u, lower, upper, self.degree)
+
+            return jax.vmap(polynomial)(flat).reshape(v.shape).astype(result)
         else:
             work = result
             matvec = vector_product(operator)
@@ -717,7 +741,12 @@ class Chebyshev(Immutable):
 
 
 def chebyshev(
-    A: DiaMatrix, degree: int = 16, *, bounds: Any = None, dtype: DTypeLike | None = None
+    A: DiaMatrix,
+    degree: int = 16,
+    *,
+    bounds: Any = None,
+    dtype: DTypeLike | None = None,
+    deep_halo: bool = False,
 ) -> Chebyshev:
     """A Chebyshev polynomial preconditioner for a Hermitian positive definite ``A``.
 
@@ -757,13 +786,19 @@ def chebyshev(
         the spectrum, or ``M`` may be indefinite.
       dtype: the precision the polynomial is applied in (default ``A.dtype``): a float
         (or complex for complex ``A``) dtype no wider than ``A``'s (a DiaMatrix only).
+      deep_halo: for a ShardedDiaMatrix: exchange ``degree - 1`` halos at once, then run
+        the polynomial's products locally (one collective-permute each way per
+        application instead of ``degree - 1``; each device also computes the ghost rows,
+        ``(L + (degree - 1) (lower + upper)) / L`` times the local work for ``L`` rows
+        per device). The same ``M`` to rounding.
 
     Returns:
       A :class:`jaxdia.Chebyshev`, callable on vectors ``(n,)`` (``(*batch_shape, n)``).
 
     Raises:
-      TypeError: if ``A`` is not a DiaMatrix or an operator, or ``dtype`` is not a
-        float/complex type (or is given for an operator).
+      TypeError: if ``A`` is not a DiaMatrix or an operator, ``dtype`` is not a
+        float/complex type (or is given for an operator), or ``deep_halo`` is set for
+        anything but a ShardedDiaMatrix.
       ValueError: if ``A`` is not square, stores no main diagonal, ``degree < 1``,
         concrete ``bounds`` are not ``0 < lower < upper``, or (for a concrete ``A``) its
         diagonal holds a zero.
@@ -782,8 +817,13 @@ def chebyshev(
     degree = static_int(degree, "chebyshev: degree")
     if degree < 1:
         raise ValueError(f"chebyshev: degree must be >= 1, got {degree}")
+    if deep_halo and not isinstance(A, ShardedDiaMatrix):
+        raise TypeError(
+            f"chebyshev: deep_halo=True is for a ShardedDiaMatrix (jaxdia.shard), got "
+            f"{type(A).__name__}"
+        )
     if not isinstance(A, DiaMatrix) and is_operator(A):
-        return _operator_chebyshev(A, degree, bounds, dtype)
+        return _operator_chebyshev(A, degree, bounds, dtype, deep_halo)
     A = as_square_matrix(A, "chebyshev")
     if dtype is not None:
         dtype = np.dtype(dtype)
@@ -823,7 +863,9 @@ def _chebyshev_bounds(bounds: Any, rho: Array, degree: int) -> tuple[Array, Arra
     return lower, upper
 
 
-def _operator_chebyshev(A: Any, degree: int, bounds: Any, dtype: DTypeLike) -> Chebyshev:
+def _operator_chebyshev(
+    A: Any, degree: int, bounds: Any, dtype: DTypeLike, deep_halo: bool
+) -> Chebyshev:
     """:func:`chebyshev` for an operator with ``@``, ``shape``, ``diagonal()`` and
     ``abs()`` (a :class:`jaxdia.ShardedDiaMatrix`): Gershgorin's bound from
     ``abs(A) @ ones``, everything in the vectors' layout (``diagonal()``'s)."""
@@ -836,7 +878,8 @@ def _operator_chebyshev(A: Any, degree: int, bounds: Any, dtype: DTypeLike) -> C
     diagonal = A.diagonal()
     inverse, rho = smoothing_data(diagonal, abs(A) @ jnp.ones_like(diagonal))
     lower, upper = _chebyshev_bounds(bounds, rho, degree)
-    return Chebyshev(A, inverse, lower, upper, degree)
+    operator = _deep_halo.widen(A, degree - 1) if deep_halo else A
+    return Chebyshev(operator, inverse, lower, upper, degree)
 
 
 @functools.partial(jax.jit, static_argnames=("offsets", "shape"))

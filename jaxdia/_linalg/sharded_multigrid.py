@@ -49,6 +49,7 @@ from .._shard import ShardedDiaMatrix, _in_context, _place, shard
 from .._sharded_products import halos
 from .._sharding import explicit_spec, mesh_of
 from . import multigrid as _multigrid
+from .deep_halo import DeepHaloMatrix, apply, widen
 from .smoothers import smooth, smoothing_data
 
 Grid = tuple[int, ...]
@@ -194,16 +195,19 @@ class ShardedHierarchy(Immutable):
     Leaves: ``operators`` (a :class:`jaxdia.ShardedDiaMatrix` per sharded level),
     their ``inverse_diagonals`` (sharded like the vectors) and Gershgorin ``bounds``, and
     ``local``, the :class:`jaxdia._linalg.multigrid.Hierarchy` of the gathered levels
-    (replicated). Static: every level's ``grids``, the ``plan``, ``smoother``, ``sweeps``.
+    (replicated); ``deep``, empty or each sharded level widened to ``sweeps`` halos
+    (smoothing after one exchange, :mod:`jaxdia._linalg.deep_halo`). Static: every
+    level's ``grids`` and the ``plan``.
     """
 
-    __slots__ = ("operators", "inverse_diagonals", "bounds", "local", "grids", "plan")
-    _leaves = ("operators", "inverse_diagonals", "bounds", "local")
+    __slots__ = ("operators", "inverse_diagonals", "bounds", "local", "deep", "grids", "plan")
+    _leaves = ("operators", "inverse_diagonals", "bounds", "local", "deep")
     _static = ("grids", "plan")
     operators: tuple[ShardedDiaMatrix, ...]
     inverse_diagonals: tuple[Array, ...]
     bounds: tuple[Array, ...]
     local: _multigrid.Hierarchy
+    deep: tuple[DeepHaloMatrix, ...]
     grids: tuple[Grid, ...]
     plan: Plan
 
@@ -213,9 +217,18 @@ class ShardedHierarchy(Immutable):
         return len(self.operators)
 
 
-@functools.partial(jax.jit, static_argnames=("grids", "plan", "gathered", "smoother", "sweeps"))
+@functools.partial(
+    jax.jit, static_argnames=("grids", "plan", "gathered", "smoother", "sweeps", "deep_halo")
+)
 def setup(
-    A: ShardedDiaMatrix, *, grids: tuple, plan: Plan, gathered: int, smoother: str, sweeps: int
+    A: ShardedDiaMatrix,
+    *,
+    grids: tuple,
+    plan: Plan,
+    gathered: int,
+    smoother: str,
+    sweeps: int,
+    deep_halo: bool,
 ) -> ShardedHierarchy:
     """The hierarchy of ``A`` as one compiled call: ``gathered`` sharded levels, the
     rest replicated (see the module's docstring)."""
@@ -239,8 +252,9 @@ def setup(
     local = _multigrid.setup(
         local_finest, grids[gathered], plan[gathered:], smoother, sweeps, by_cells=False
     )
+    deep = tuple(widen(S, sweeps) for S in operators) if deep_halo else ()
     return ShardedHierarchy._make(
-        tuple(operators), tuple(inverses), tuple(bounds), local, tuple(grids), plan
+        tuple(operators), tuple(inverses), tuple(bounds), local, deep, tuple(grids), plan
     )
 
 
@@ -259,16 +273,25 @@ def _cycle(h: ShardedHierarchy, level: int, b: Array) -> Array:
     grid, axes = h.grids[level], h.plan[level]
     dim = len(grid)
 
-    def product(v: Array) -> Array:
-        return A @ v
-
     kind, sweeps = local.smoother, local.sweeps
-    x, r = smooth(kind, sweeps, dim, product, inverse, rho, b, None, residual=True)
+
+    def presmooth(product, inverse, rho, b):
+        return smooth(kind, sweeps, dim, product, inverse, rho, b, None, residual=True)
+
+    def postsmooth(product, inverse, rho, b, x):
+        return smooth(kind, sweeps, dim, product, inverse, rho, b, x, residual=False)[:1]
+
+    if h.deep:  # each smoothing's products after one exchange of its input's deep halos
+        x, r = apply(h.deep[level], presmooth, (b,), (rho,))
+    else:
+        x, r = presmooth(A.__matmul__, inverse, rho, b)
     assert r is not None
     coarse_b = restrict(r, grid, axes, A.mesh, A.axis)
     correction = _cycle(h, level + 1, coarse_b)
     x = x + interpolate(correction, grid, axes, A.mesh, A.axis)
-    return smooth(kind, sweeps, dim, product, inverse, rho, b, x, residual=False)[0]
+    if h.deep:
+        return apply(h.deep[level], postsmooth, (b, x), (rho,))[0]
+    return postsmooth(A.__matmul__, inverse, rho, b, x)[0]
 
 
 def _gathered_cycle(h: ShardedHierarchy, b: Array) -> Array:
@@ -464,6 +487,7 @@ def build(
     sweeps: int,
     dtype: Any,
     gather_below: int,
+    deep_halo: bool,
 ) -> ShardedMultigrid:
     """The :class:`ShardedMultigrid` of ``A`` (its options checked by the caller,
     :func:`jaxdia.multigrid`); raises a ValueError when the grid does not split into
@@ -499,5 +523,6 @@ def build(
         gathered=gathered,
         smoother=smoother,
         sweeps=sweeps,
+        deep_halo=deep_halo,
     )
     return ShardedMultigrid(hierarchy)
