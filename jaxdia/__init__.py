@@ -28,6 +28,7 @@ from ._linalg.precond import (
     jacobi as jacobi,
     multigrid as multigrid,
 )
+from ._linalg.sharded_multigrid import ShardedMultigrid as ShardedMultigrid
 from ._matrix import DiaMatrix as DiaMatrix, align as align, matmul as matmul, traces as traces
 from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard
 
@@ -88,6 +89,7 @@ __all__ = [
     "save_npz",
     "shard",
     "ShardedDiaMatrix",
+    "ShardedMultigrid",
     "solve_banded",
     "solveh_banded",
     "SolveInfo",

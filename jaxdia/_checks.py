@@ -274,10 +274,53 @@ def broadcast_batch(what: str, *shapes: Sequence[int]) -> tuple[int, ...]:
         raise ValueError(f"{what}: batch shapes {shapes_} do not broadcast") from None
 
 
+def spans_processes(value: Any) -> bool:
+    """Whether ``value`` is a global ``jax.Array`` with shards on other processes'
+    devices that is not replicated here: its values cannot be fetched to this host (a
+    check that needs them must reduce on the devices instead)."""
+    return (
+        isinstance(value, jax.Array)
+        and not value.is_fully_addressable
+        and not value.is_fully_replicated
+    )
+
+
+@jax.jit
+def _zeros_on_devices(values: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """How many entries of ``values`` are 0, and the flat index of the first: scalars
+    that every process holds (computed where the shards are, reduced across them)."""
+    zero = values == 0
+    # The flat index from iotas: reshaping a sharded array would need a layout of its own.
+    flat = sum(
+        jax.lax.broadcasted_iota(
+            np.int64 if values.size > 2**31 - 1 else np.int32, values.shape, axis
+        )
+        * math.prod(values.shape[axis + 1 :])
+        for axis in range(values.ndim)
+    )
+    return jnp.sum(zero), jnp.min(jnp.where(zero, flat, values.size))
+
+
 def check_nonzero_diagonal(diagonal: Any, function: str, consequence: str) -> None:
     """A ValueError naming the zeros (up to 5) of a concrete ``diagonal``, for the
-    preconditioners and smoothers that divide by it; a traced one is not checked."""
+    preconditioners and smoothers that divide by it; a traced one is not checked.
+
+    A diagonal that spans other processes (:func:`spans_processes`) is checked on the
+    devices: a reduction gives the number of zeros and the first one's index (named
+    alone), and nothing is fetched to the host.
+    """
     if is_traced(diagonal):
+        return
+    if spans_processes(diagonal):
+        count, first = (int(value) for value in _zeros_on_devices(diagonal))
+        if count:
+            index = np.unravel_index(first, diagonal.shape)
+            where = str(int(index[0]) if len(index) == 1 else tuple(int(i) for i in index))
+            more = f" and {count - 1} more" if count > 1 else ""
+            raise ValueError(
+                f"{function}: A's diagonal must be nonzero, but it is 0 at index {where}{more}"
+                f"{consequence}"
+            )
         return
     zeros = np.argwhere(np.asarray(diagonal) == 0)
     if zeros.size:

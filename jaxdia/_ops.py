@@ -39,6 +39,7 @@ from ._checks import (
     is_int,
     is_traced,
     reject_sparse,
+    spans_processes,
     static_int,
 )
 from ._convert import dense_to_dia, to_dense
@@ -73,6 +74,22 @@ def _any_nonzero_in_bounds(host: np.ndarray, A: DiaParts, k: int) -> bool:
     """Whether row ``k`` of the host copy of ``A.data`` holds a nonzero in-bounds entry."""
     start, stop = diagonal_bounds(A.offsets[k], A.shape)
     return bool(np.any(host[..., k, start:stop] != 0))
+
+
+def _nonzero_diagonals(A: DiaParts) -> list[bool]:
+    """Whether each stored diagonal of a concrete ``A`` holds a nonzero in-bounds entry
+    (in some batch member): on the host, or by a reduction on the devices for data that
+    spans other processes (which this host cannot fetch)."""
+    if spans_processes(A.data):
+        return [bool(flag) for flag in np.asarray(_nonzero_on_devices(A))]
+    host = np.asarray(A.data)
+    return [_any_nonzero_in_bounds(host, A, k) for k in range(len(A.offsets))]
+
+
+@jax.jit
+def _nonzero_on_devices(A: DiaParts) -> Array:
+    nonzero = _filled(A) != 0
+    return jnp.any(nonzero, axis=tuple(a for a in range(nonzero.ndim) if a != nonzero.ndim - 2))
 
 
 def _same_shape(what: str, A: DiaParts, B: DiaParts) -> None:
@@ -499,8 +516,8 @@ def with_offsets(A: DiaParts, offsets: Any, *, check: bool = True) -> DiaParts:
                 "under jit/vmap/grad it cannot check that they are zero. Pass check=False to "
                 "drop them unchecked (their entries are then discarded)."
             )
-        host = np.asarray(A.data)
-        nonzero = [A.offsets[i] for i in dropped if _any_nonzero_in_bounds(host, A, i)]
+        flags = _nonzero_diagonals(A)
+        nonzero = [A.offsets[i] for i in dropped if flags[i]]
         if nonzero:
             raise ValueError(
                 f"with_offsets would drop diagonals {nonzero}, which hold nonzero entries; "
@@ -530,8 +547,7 @@ def eliminate_zeros(A: DiaParts) -> DiaParts:
             "and under jit/vmap/grad they are traced. Call it outside the transformation, or "
             "use A.with_offsets(offsets, check=False) with offsets you know."
         )
-    host = np.asarray(A.data)
-    kept = tuple(k for i, k in enumerate(A.offsets) if _any_nonzero_in_bounds(host, A, i))
+    kept = tuple(k for k, nonzero in zip(A.offsets, _nonzero_diagonals(A)) if nonzero)
     return select(A, kept)
 
 

@@ -116,7 +116,11 @@ def _column_spec(x: ArrayLike, mesh: Mesh) -> Any:
     axes (``UNCONSTRAINED``) and replicated eagerly."""
     if isinstance(x, jax.core.Tracer):
         explicit = explicit_spec(x)[1]
-        return spec_entry(explicit) if explicit else PartitionSpec.UNCONSTRAINED
+        if explicit:
+            return spec_entry(explicit)
+        # UNCONSTRAINED needs an Auto axis; on Explicit ones the type says replicated.
+        auto = AxisType.Auto in _in_context(mesh).axis_types
+        return PartitionSpec.UNCONSTRAINED if auto else None
     sharding = getattr(x, "sharding", None)
     if (
         isinstance(sharding, NamedSharding)

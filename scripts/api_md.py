@@ -44,7 +44,11 @@ SECTIONS = (
         ("jaxdia.Multigrid", "jaxdia.Chebyshev", "jaxdia.Jacobi", "jaxdia.SolveInfo"),
         None,
     ),
-    ("Sharded matrices", ("jaxdia.ShardedDiaMatrix", "jaxdia.shard"), "ShardedDiaMatrix."),
+    (
+        "Sharded matrices",
+        ("jaxdia.ShardedDiaMatrix", "jaxdia.shard", "jaxdia.ShardedMultigrid"),
+        "ShardedDiaMatrix.",
+    ),
     (
         "lineax",
         (

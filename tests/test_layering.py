@@ -11,10 +11,11 @@ bottom up (``CONTRIBUTING.md`` describes them):
    place that registers a lowering;
 3. array-level operations on ``(data, offsets, shape)``: conversions, products, traces,
    arithmetic (never ``DiaMatrix``);
-4. the ``DiaMatrix`` class and its constructors;
+4. the ``DiaMatrix`` class and its constructors, and the row-sharded
+   ``ShardedDiaMatrix`` beside it (the solvers take both);
 5. ``_linalg/``: banded factors, Krylov solvers, preconditioners, multigrid, ``eigsh``,
    ``expm_multiply`` (array-level modules first, their public faces above them);
-6. integrations: sharding, lineax, ``.npz`` files, ``jaxdia.testing``, the package.
+6. integrations: lineax, ``.npz`` files, ``jaxdia.testing``, the package.
 
 Every import counts, including those inside functions. A new module must be given a
 layer here.
@@ -55,19 +56,21 @@ LAYERS = {
     "_ops": 3.1,
     "_matrix": 4,
     "_construct": 4.1,
-    "_jacobian": 4.2,
+    "_shard": 4.2,
+    "_jacobian": 4.3,
     "_linalg": 5,
     "_linalg.banded": 5.1,
     "_linalg.krylov": 5.1,
     "_linalg.smoothers": 5.1,
     "_linalg.multigrid": 5.2,
+    "_linalg.deep_halo": 5.22,
+    "_linalg.sharded_multigrid": 5.25,
     "_linalg.lanczos": 5.2,
     "_linalg.expm": 5.2,
     "_linalg.factor": 5.3,
     "_linalg.precond": 5.3,
     "_io": 6,
     "_lineax": 6,
-    "_shard": 6,
     "testing": 6,
     "conftest": 7,
     "__init__": 7,

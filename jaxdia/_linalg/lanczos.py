@@ -42,12 +42,12 @@ import scipy.sparse as sp
 from jax import Array, lax
 from jax.typing import ArrayLike, DTypeLike
 
-from .._checks import as_array, reject_unsupported, scalar, static_int
+from .._checks import as_array, reject_unsupported, scalar, spans_processes, static_int
 from .._convert import dia_to_dense
 from .._geometry import accumulation_dtype, in_bounds
 from .._kernels.primitives import sddmm, spmm
 from .._matrix import DiaMatrix, as_square_matrix
-from .._ops import shifted
+from .._ops import add, conj, shifted, transpose
 from .._parts import DiaParts
 from .._products import matvec as dia_matvec
 from .banded import factor_lu, lu_kind, solve, tridiagonal_solve
@@ -330,32 +330,48 @@ def _zero_tangent(x: Array) -> Any:
 def check_hermitian(A: DiaParts) -> None:
     """A ValueError unless ``A`` (concrete data) is finite and Hermitian to 1000 rounding
     errors of its largest entry. On the host, with SciPy: it also runs inside a trace that
-    closes over a concrete matrix."""
-    host = np.asarray(A.data)
-    host = np.where(in_bounds(A.offsets, A.shape, host=True), host, 0)
-    bad = np.argwhere(~np.isfinite(host))
-    if len(bad):
-        # NaN would make every Ritz value NaN (SciPy's ARPACK fails at once on it too).
-        *member, k, j = (int(i) for i in bad[0])
-        where = f" (matrix {tuple(member)} of the batch)" if member else ""
-        raise ValueError(
-            "eigsh: A must not contain infs or NaNs, but "
-            f"A[{j - A.offsets[k]}, {j}] = {host[(*member, k, j)]}{where}"
-        )
-    work = accumulation_dtype(host.dtype)
-    defect = scale = 0.0
-    for index in np.ndindex(*host.shape[:-2]):
-        S = sp.dia_array((host[index].astype(work), np.array(A.offsets)), shape=A.shape).tocsr()
-        difference = abs(S - S.conj().T)
-        defect = max(defect, float(difference.max()) if difference.nnz else 0.0)
-        scale = max(scale, float(abs(S).max()) if S.nnz else 0.0)
+    closes over a concrete matrix. Data that spans other processes is checked by a
+    reduction on the devices instead (this host cannot fetch it; a NaN there fails the
+    Hermitian test)."""
+    work = accumulation_dtype(np.dtype(A.data.dtype))
+    if spans_processes(A.data):
+        defect, scale = (float(value) for value in _hermitian_defect(A))
+    else:
+        host = np.asarray(A.data)
+        host = np.where(in_bounds(A.offsets, A.shape, host=True), host, 0)
+        bad = np.argwhere(~np.isfinite(host))
+        if len(bad):
+            # NaN would make every Ritz value NaN (SciPy's ARPACK fails at once on it too).
+            *member, k, j = (int(i) for i in bad[0])
+            where = f" (matrix {tuple(member)} of the batch)" if member else ""
+            raise ValueError(
+                "eigsh: A must not contain infs or NaNs, but "
+                f"A[{j - A.offsets[k]}, {j}] = {host[(*member, k, j)]}{where}"
+            )
+        defect = scale = 0.0
+        for index in np.ndindex(*host.shape[:-2]):
+            S = sp.dia_array((host[index].astype(work), np.array(A.offsets)), shape=A.shape)
+            S = S.tocsr()
+            difference = abs(S - S.conj().T)
+            defect = max(defect, float(difference.max()) if difference.nnz else 0.0)
+            scale = max(scale, float(abs(S).max()) if S.nnz else 0.0)
     if not defect <= 1000 * float(np.finfo(work).eps) * scale:
-        kind = "Hermitian" if host.dtype.kind == "c" else "symmetric"
+        kind = "Hermitian" if np.dtype(A.data.dtype).kind == "c" else "symmetric"
         raise ValueError(
             f"eigsh: A must be {kind} (eigsh solves Hermitian problems), but max|A - A^H| = "
             f"{defect:.3g} against max|A| = {scale:.3g}; use A + A.H (or (A + A.H) / 2) if "
             "the asymmetry is rounding"
         )
+
+
+@jax.jit
+def _hermitian_defect(A: DiaParts) -> tuple[Array, Array]:
+    """``(max|A - A^H|, max|A|)`` on the devices (the matrix stays where it is)."""
+    difference = add(A, conj(transpose(A)), subtract=True)
+    return (
+        jnp.max(jnp.abs(jnp.where(in_bounds(difference.offsets, A.shape), difference.data, 0))),
+        jnp.max(jnp.abs(jnp.where(in_bounds(A.offsets, A.shape), A.data, 0))),
+    )
 
 
 def _positive_int(value: Any, name: str) -> int:

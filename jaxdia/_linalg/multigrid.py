@@ -171,23 +171,30 @@ def stencil_rows(cells: Cells, grid: Grid, dtype: DTypeLike, xp: Any = jnp) -> A
     return rows.reshape(math.prod(grid), -1)
 
 
-def color(grid: Grid) -> Array:
+def color(grid: Grid, first: Any = 0) -> Array:
     """Each point's colour, ``sum_a (i_a mod 3) 3^(dim - 1 - a)``, shaped as the grid:
-    the ``3^dim`` neighbours of a point (itself included) have distinct colours."""
+    the ``3^dim`` neighbours of a point (itself included) have distinct colours.
+
+    ``first``: the index along axis 0 of ``grid``'s first plane in a larger grid (a
+    device's slab of planes), so that the colours are the larger grid's.
+    """
     dim = len(grid)
     total = jnp.zeros(grid, np.int32)
     for axis in range(dim):
         index = lax.broadcasted_iota(np.int32, grid, axis)
+        if axis == 0:
+            index = index + first
         total = total + (index % 3) * 3 ** (dim - 1 - axis)
     return total
 
 
-def dia_from_rows(rows: Array, grid: Grid, by_color: bool) -> DiaParts:
+def dia_from_rows(rows: Array, grid: Grid, by_color: bool, first: Any = 0) -> DiaParts:
     """The DIA form of a stencil whose row ``i`` (of ``rows``, ``(prod(grid), 3^dim)``)
     holds ``A[i, i + d]`` in the column of displacement ``d`` (``by_color`` False, see
     :func:`stencil_rows`) or of the colour of point ``i + d`` (True, what probing gives,
-    see :func:`probe`). One gather for all diagonals: ``data[k, j] = A[j - o_k, j]`` is
-    row ``j - d`` where that point lies in the grid, else 0.
+    see :func:`probe`; ``first`` as for :func:`color`). One gather for all diagonals:
+    ``data[k, j] = A[j - o_k, j]`` is row ``j - d`` where that point lies in the grid,
+    else 0.
     """
     dim = len(grid)
     n = math.prod(grid)
@@ -200,7 +207,7 @@ def dia_from_rows(rows: Array, grid: Grid, by_color: bool) -> DiaParts:
     )
     flat = sum(i * stride for i, stride in zip(source, strides(grid)))
     if by_color:
-        column = jnp.broadcast_to(color(grid), (len(steps), *grid))
+        column = jnp.broadcast_to(color(grid, first), (len(steps), *grid))
     else:
         index = [displacements(dim).index(d) for d in steps]
         column = np.asarray(index, np.int32).reshape(len(steps), *([1] * dim))
@@ -395,7 +402,9 @@ def coarse_solve(A: DiaParts, factor: Factor, b: Array) -> Array:
     return solve(A, factor, b, function="multigrid")
 
 
-def setup(parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int) -> Hierarchy:
+def setup(
+    parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int, by_cells: bool = True
+) -> Hierarchy:
     """The hierarchy of one stencil matrix ``parts`` on ``grid``, coarsened along
     ``plan[l]`` from level ``l`` to ``l + 1``.
 
@@ -403,11 +412,12 @@ def setup(parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int) -
     stored cells (views of ``parts``' diagonals: the fine grid's arrays are the largest,
     and a 5- or 7-point stencil has 5 or 7 of the 9 or 27 cells); coarser ones by
     probing (:func:`probe`), a few whole-array operations per level, which keeps the
-    compiled program small.
+    compiled program small. ``by_cells`` False probes the finest level too (for a
+    coarse level's 9- or 27-point stencil, where the cells would make a large program).
     """
     dim = len(grid)
     operators, inverses, bounds, grids = [parts], [], [], [grid]
-    if plan:
+    if plan and by_cells:
         cells = cells_of(parts, grid)
         center = cells.get((0,) * dim, jnp.zeros(grid, parts.dtype))
         inverse, rho = smoothing_data(
@@ -422,15 +432,15 @@ def setup(parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int) -
         operator = dia_from_rows(rows, grid, by_color=False)
         operators.append(operator)
         grids.append(grid)
-        for axes in plan[1:]:
-            operator = operators[-1]
-            inverse, rho = gershgorin(operator)
-            inverses.append(inverse)
-            bounds.append(rho)
-            rows = probe(operator, grid, axes)
-            grid = coarse_grid(grid, axes)
-            operators.append(dia_from_rows(rows, grid, by_color=True))
-            grids.append(grid)
+    for axes in plan[len(operators) - 1 :]:
+        operator = operators[-1]
+        inverse, rho = gershgorin(operator)
+        inverses.append(inverse)
+        bounds.append(rho)
+        rows = probe(operator, grid, axes)
+        grid = coarse_grid(grid, axes)
+        operators.append(dia_from_rows(rows, grid, by_color=True))
+        grids.append(grid)
     return Hierarchy._make(
         tuple(operators),
         tuple(inverses),

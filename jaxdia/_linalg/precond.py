@@ -37,8 +37,15 @@ from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable
 from .._scipy_operator import ScipyOperator
-from . import multigrid as _multigrid
+from .._shard import ShardedDiaMatrix
+from . import (
+    deep_halo as _deep_halo,
+    multigrid as _multigrid,
+    sharded_multigrid as _sharded_multigrid,
+)
+from .deep_halo import DeepHaloMatrix
 from .krylov import vector_product
+from .sharded_multigrid import ShardedMultigrid
 from .smoothers import SMOOTHERS, chebyshev_steps, fusible_product, gershgorin, smoothing_data
 
 #: The largest coarsest level: its direct solve is a banded LU, whose band is the
@@ -47,13 +54,16 @@ from .smoothers import SMOOTHERS, chebyshev_steps, fusible_product, gershgorin, 
 MAX_COARSE = 4096
 
 
-def _check_diagonal(function: str, A: DiaMatrix) -> None:
+def _check_diagonal(function: str, A: DiaMatrix | ShardedDiaMatrix) -> None:
     """A ValueError naming the zeros of a concrete diagonal (the smoothers divide by it)."""
     if 0 not in A.offsets:
         raise ValueError(
             f"{function}: A stores no main diagonal (offsets {A.offsets}); its smoother "
             "divides by the diagonal, which must be nonzero"
         )
+    if isinstance(A, ShardedDiaMatrix):  # laid out like its vectors, 1 in padding rows
+        check_nonzero_diagonal(A.diagonal(), function, "")
+        return
     check_nonzero_diagonal(A.data[..., A.offsets.index(0), :], function, "")
 
 
@@ -408,7 +418,9 @@ def _as_grid(grid: Any, n: int) -> tuple[int, ...]:
     return grid
 
 
-def _check_stencil(A: DiaMatrix, grid: tuple[int, ...], host: np.ndarray | None) -> None:
+def _check_stencil(
+    A: DiaMatrix | ShardedDiaMatrix, grid: tuple[int, ...], host: np.ndarray | None
+) -> None:
     """Raises if ``A``'s offsets, or (``host``: its concrete data, flat batch) its
     entries, are no stencil on ``grid``."""
     misfits = _multigrid.stencil_misfits(A.offsets, grid)
@@ -447,7 +459,7 @@ def _point(index: int, grid: tuple[int, ...]) -> tuple[int, ...]:
 
 def _as_plan(
     coarsening: Any,
-    A: DiaMatrix,
+    A: DiaMatrix | ShardedDiaMatrix,
     host: np.ndarray | None,
     grid: tuple[int, ...],
     max_coarse: int,
@@ -518,7 +530,7 @@ def _setup(data: Array, *, offsets, grid, plan, smoother, sweeps) -> _multigrid.
 
 
 def multigrid(
-    A: DiaMatrix,
+    A: DiaMatrix | ShardedDiaMatrix,
     grid: Any,
     *,
     smoother: str | None = None,
@@ -527,7 +539,9 @@ def multigrid(
     max_coarse: int = 500,
     max_levels: int | None = None,
     dtype: DTypeLike | None = None,
-) -> Multigrid:
+    gather_below: int = _sharded_multigrid.GATHER_BELOW,
+    deep_halo: bool = False,
+) -> Multigrid | ShardedMultigrid:
     """A geometric multigrid V-cycle preconditioner for a stencil matrix on a grid.
 
     ``A`` must be a stencil on ``grid`` (``(n1,)``, ``(n1, n2)`` or ``(n1, n2, n3)``):
@@ -559,6 +573,24 @@ def multigrid(
     with :func:`jaxdia.bicgstab` (iteration counts in benchmarks/README.md), with
     :func:`jaxdia.cg` only for a Hermitian positive definite ``A``.
 
+    ``A`` may be a :class:`jaxdia.ShardedDiaMatrix` (or an unbatched DiaMatrix whose
+    ``data`` columns are split over one mesh axis, which is sharded with
+    :func:`jaxdia.shard`): ``M`` is then a :class:`jaxdia.ShardedMultigrid` on its
+    sharded vectors. The rows are split in C order, so each device holds whole planes of
+    the slowest axis (``grid[0]`` must be a multiple of the device count ``P``). A level
+    stays sharded while it has at least 2 planes and ``gather_below`` unknowns per
+    device, is not the coarsest, and its shards stay aligned under coarsening (an even
+    number of planes per device whenever axis 0 is coarsened: with ``grid[0] = P 2^k``
+    the first ``k`` levels can be). Its smoothing, transfers and Galerkin operator then
+    exchange halos with the neighbouring devices only. The first level that fails is
+    gathered once, in the setup; from it on the hierarchy is built and applied on every
+    device (replicated, the coarsest solve included), so a V-cycle has one all-gather,
+    of that level's residual. The same iterations as on one device, to rounding. Its
+    values never come to the host, so the checks that read them (wrapped entries) are
+    skipped, the zero-diagonal check is a reduction on the devices, and
+    ``coarsening="auto"`` is not available (pass the axes, e.g. a single-device
+    ``M.coarsening``).
+
     ``M`` plugs in as ``M=`` of :func:`jaxdia.cg`, :func:`jaxdia.bicgstab` and
     ``jax.scipy.sparse.linalg.cg``/``gmres``/``bicgstab``. For ``lineax``, wrap it as an
     operator: ``lineax.FunctionLinearOperator(M, jax.ShapeDtypeStruct((n,), dtype),
@@ -574,7 +606,8 @@ def multigrid(
 
     Args:
       A: a square DiaMatrix of float32, float64, complex64 or complex128, possibly
-        batched.
+        batched; or a real ShardedDiaMatrix (or DiaMatrix with sharded columns,
+        unbatched).
       grid: the grid's points per axis; ``prod(grid)`` must equal ``A.shape[0]``.
       smoother: ``"chebyshev"`` (the Chebyshev polynomial in ``D^-1 A`` smallest on the
         upper 5/6 of its spectrum, bounded by Gershgorin's theorem; real ``A`` only) or
@@ -598,19 +631,28 @@ def multigrid(
         is then exact to about ``1e-7`` relative, which conjugate gradients in float64
         tolerates to tolerances far below that (the same iterations at 1e-8 in the
         benchmarks, a few more at 1e-10), and linear and symmetric up to that rounding.
+      gather_below: for a sharded ``A``: a level with fewer unknowns per device is
+        gathered (with the levels below it) onto every device.
+      deep_halo: for a sharded ``A``: each smoothing of a sharded level exchanges its
+        input's halo ``sweeps`` deep once and runs its products locally (one
+        collective-permute each way instead of ``sweeps``; see
+        :func:`jaxdia.chebyshev`'s ``deep_halo``).
 
     Returns:
-      A :class:`jaxdia.Multigrid`, callable on vectors: it computes in ``dtype`` and
+      A :class:`jaxdia.Multigrid` (a :class:`jaxdia.ShardedMultigrid` for a sharded
+      ``A``), callable on vectors: it computes in ``dtype`` and
       returns the promoted dtype of ``v`` and ``dtype``.
 
     Raises:
-      TypeError: if ``A`` is not a DiaMatrix, its dtype is not one of the four above
-        (or ``dtype`` not one of its kind), or ``coarsening="auto"`` gets a traced
-        ``A``.
+      TypeError: if ``A`` is not a DiaMatrix or ShardedDiaMatrix, its dtype is not one
+        of the four above (a sharded ``A``: not real), ``dtype`` is not one of its kind,
+        or ``coarsening="auto"`` gets a traced or sharded ``A``.
       ValueError: if ``A`` is not square, ``prod(grid)`` differs from its size, an
         offset does not fit a stencil on ``grid`` (the message names it), it stores no
         main diagonal, an option is out of range, the Chebyshev smoother is asked for a
-        complex ``A``, or the coarsest level would exceed 4096 unknowns. For a concrete
+        complex ``A``, or the coarsest level would exceed 4096 unknowns; for a sharded
+        ``A``, if ``grid[0]`` is not a multiple of the device count or its first
+        coarsening of axis 0 finds an odd number of planes per device. For a concrete
         ``A`` also: a zero on the diagonal, or a nonzero entry on a stencil diagonal that
         couples points which are no neighbours (periodic boundaries, or a grid of the
         wrong shape).
@@ -627,7 +669,13 @@ def multigrid(
       >>> bool(info.converged), int(info.iterations) < 10
       (True, True)
     """
-    A = as_square_matrix(A, "multigrid")
+    sharded = _sharded_multigrid.sharded_operand(A)
+    A = as_square_matrix(A, "multigrid") if sharded is None else sharded
+    if sharded is not None and A.dtype.kind == "c":
+        raise TypeError(
+            f"multigrid: a sharded A must be float32 or float64, got {A.dtype.name} "
+            "(complex hierarchies run on one device)"
+        )
     if A.dtype not in _HIERARCHY_DTYPES:
         raise TypeError(
             f"multigrid: A must be float32, float64, complex64 or complex128, got "
@@ -656,15 +704,26 @@ def multigrid(
     sweeps = static_int(sweeps, "multigrid: sweeps")
     max_coarse = static_int(max_coarse, "multigrid: max_coarse")
     levels = 10**9 if max_levels is None else static_int(max_levels, "multigrid: max_levels")
-    if sweeps < 1 or not 1 <= max_coarse <= MAX_COARSE or levels < 1:
+    gather_below = static_int(gather_below, "multigrid: gather_below")
+    if sweeps < 1 or not 1 <= max_coarse <= MAX_COARSE or levels < 1 or gather_below < 1:
         raise ValueError(
-            f"multigrid: need sweeps >= 1, 1 <= max_coarse <= {MAX_COARSE} and max_levels >= 1, "
-            f"got sweeps={sweeps}, max_coarse={max_coarse}, max_levels={max_levels}"
+            f"multigrid: need sweeps >= 1, 1 <= max_coarse <= {MAX_COARSE}, max_levels >= 1 "
+            f"and gather_below >= 1, got sweeps={sweeps}, max_coarse={max_coarse}, "
+            f"max_levels={max_levels}, gather_below={gather_below}"
         )
-    # The concrete data on the host, once, for the checks and coarsening="auto".
-    host = None if is_traced(A.data) else np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
+    # The concrete data on the host, once, for the checks and coarsening="auto" (a
+    # sharded matrix's data stays on its devices).
+    host = None
+    if isinstance(A, DiaMatrix) and not is_traced(A.data):
+        host = np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
     _check_stencil(A, grid, host)
     _check_diagonal("multigrid", A)
+    if sharded is not None and isinstance(coarsening, str) and coarsening == "auto":
+        raise TypeError(
+            "multigrid: coarsening='auto' reads A's values on the host, which a sharded "
+            "matrix keeps on its devices; pass the axes to coarsen (e.g. coarsening="
+            "M.coarsening of a multigrid built on one device for a smaller grid)"
+        )
     plan = _as_plan(coarsening, A, host, grid, max_coarse, levels)
     coarsest = grid
     for axes in plan:
@@ -675,6 +734,16 @@ def multigrid(
             f"({math.prod(coarsest)} unknowns); its direct solve is a banded LU, so at most "
             f"{MAX_COARSE}: allow more levels (max_levels, coarsening)"
         )
+    if sharded is not None:
+        return _sharded_multigrid.build(
+            sharded, grid, plan, smoother, sweeps, dtype, gather_below, deep_halo
+        )
+    if deep_halo:
+        raise TypeError(
+            "multigrid: deep_halo=True is for a sharded A (a ShardedDiaMatrix, or a DiaMatrix "
+            "whose data columns are sharded)"
+        )
+    assert isinstance(A, DiaMatrix)
     batch = A.batch_shape
     if dtype is not None and np.dtype(dtype) != A.dtype:
         A = A.astype(dtype)
@@ -795,6 +864,13 @@ def _apply_chebyshev(M: Chebyshev, v: Array) -> Array:
         if jnp.issubdtype(result, jnp.complexfloating):
             work = np.dtype(jnp.result_type(work, jnp.complex64))
         matvec = fusible_product(operator._parts)
+    elif isinstance(operator, DeepHaloMatrix):  # the polynomial after one exchange
+        flat = jnp.asarray(v, result).reshape(-1, v.shape[-1])
+
+        def polynomial(u: Array) -> Array:
+            return _deep_halo.chebyshev(operator, u, lower, upper, M.degree)
+
+        return jax.vmap(polynomial)(flat).reshape(v.shape).astype(result)
     else:
         work = result
         matvec = vector_product(operator)
@@ -818,7 +894,12 @@ def _apply_chebyshev(M: Chebyshev, v: Array) -> Array:
 
 
 def chebyshev(
-    A: DiaMatrix, degree: int = 16, *, bounds: Any = None, dtype: DTypeLike | None = None
+    A: DiaMatrix,
+    degree: int = 16,
+    *,
+    bounds: Any = None,
+    dtype: DTypeLike | None = None,
+    deep_halo: bool = False,
 ) -> Chebyshev:
     """A Chebyshev polynomial preconditioner for a Hermitian positive definite ``A``.
 
@@ -858,13 +939,19 @@ def chebyshev(
         the spectrum, or ``M`` may be indefinite.
       dtype: the precision the polynomial is applied in (default ``A.dtype``): a float
         (or complex for complex ``A``) dtype no wider than ``A``'s (a DiaMatrix only).
+      deep_halo: for a ShardedDiaMatrix: exchange ``degree - 1`` halos at once, then run
+        the polynomial's products locally (one collective-permute each way per
+        application instead of ``degree - 1``; each device also computes the ghost rows,
+        ``(L + (degree - 1) (lower + upper)) / L`` times the local work for ``L`` rows
+        per device). The same ``M`` to rounding.
 
     Returns:
       A :class:`jaxdia.Chebyshev`, callable on vectors ``(n,)`` (``(*batch_shape, n)``).
 
     Raises:
-      TypeError: if ``A`` is not a DiaMatrix or an operator, or ``dtype`` is not a
-        float/complex type (or is given for an operator).
+      TypeError: if ``A`` is not a DiaMatrix or an operator, ``dtype`` is not a
+        float/complex type (or is given for an operator), or ``deep_halo`` is set for
+        anything but a ShardedDiaMatrix.
       ValueError: if ``A`` is not square, stores no main diagonal, ``degree < 1``,
         concrete ``bounds`` are not ``0 < lower < upper``, or (for a concrete ``A``) its
         diagonal holds a zero.
@@ -883,8 +970,13 @@ def chebyshev(
     degree = static_int(degree, "chebyshev: degree")
     if degree < 1:
         raise ValueError(f"chebyshev: degree must be >= 1, got {degree}")
+    if deep_halo and not isinstance(A, ShardedDiaMatrix):
+        raise TypeError(
+            f"chebyshev: deep_halo=True is for a ShardedDiaMatrix (jaxdia.shard), got "
+            f"{type(A).__name__}"
+        )
     if not isinstance(A, DiaMatrix) and is_operator(A):
-        return _operator_chebyshev(A, degree, bounds, dtype)
+        return _operator_chebyshev(A, degree, bounds, dtype, deep_halo)
     A = as_square_matrix(A, "chebyshev")
     if dtype is not None:
         dtype = np.dtype(dtype)
@@ -924,7 +1016,9 @@ def _chebyshev_bounds(bounds: Any, rho: Array, degree: int) -> tuple[Array, Arra
     return lower, upper
 
 
-def _operator_chebyshev(A: Any, degree: int, bounds: Any, dtype: DTypeLike) -> Chebyshev:
+def _operator_chebyshev(
+    A: Any, degree: int, bounds: Any, dtype: DTypeLike, deep_halo: bool
+) -> Chebyshev:
     """:func:`chebyshev` for an operator with ``@``, ``shape``, ``diagonal()`` and
     ``abs()`` (a :class:`jaxdia.ShardedDiaMatrix`): Gershgorin's bound from
     ``abs(A) @ ones``, everything in the vectors' layout (``diagonal()``'s)."""
@@ -937,7 +1031,8 @@ def _operator_chebyshev(A: Any, degree: int, bounds: Any, dtype: DTypeLike) -> C
     diagonal = A.diagonal()
     inverse, rho = smoothing_data(diagonal, abs(A) @ jnp.ones_like(diagonal))
     lower, upper = _chebyshev_bounds(bounds, rho, degree)
-    return Chebyshev(A, inverse, lower, upper, degree)
+    operator = _deep_halo.widen(A, degree - 1) if deep_halo else A
+    return Chebyshev(operator, inverse, lower, upper, degree)
 
 
 @functools.partial(jax.jit, static_argnames=("offsets", "shape"))

@@ -185,15 +185,16 @@ def smooth(
     kind: str,
     sweeps: int,
     dim: int,
-    A: DiaParts,
+    A: DiaParts | Callable[[Array], Array],
     inverse_diagonal: Array,
     rho: Array,
     b: Array,
     x: Array | None,
     residual: bool,
 ) -> tuple[Array, Array | None]:
-    """One smoothing of ``A x = b`` (``x`` None: from zero)."""
-    matvec = dia_matvec(A)
+    """One smoothing of ``A x = b`` (``x`` None: from zero); ``A`` a matrix's parts or
+    its product ``v -> A v`` (a sharded level's)."""
+    matvec = A if callable(A) else dia_matvec(A)
 
     def scale(v):
         return inverse_diagonal * v
