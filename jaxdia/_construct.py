@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import Any
 
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse as sp
 from jax import Array
 from jax.typing import ArrayLike, DTypeLike
 
-from . import _ops
+from . import _host, _ops
 from ._checks import (
     as_array,
     as_offsets,
@@ -122,7 +124,7 @@ def diags(
     layout.sort()
     kept = tuple(offset for offset, *_ in layout)
     places = tuple((index, start, length) for _, index, start, length in layout)
-    if any(isinstance(d, (jax.Array, jax.core.Tracer)) for d in diagonals):
+    if not _host.concrete(*diagonals):  # traced, or on an accelerator
         data = _device_data(diagonals, places, n, dtype)
     else:  # built on the host and transferred once, as SciPy builds it
         data = np.zeros((len(places), n), dtype)
@@ -135,7 +137,8 @@ def diags(
 def _as_diagonal(diagonal: ArrayLike, index: int) -> Array | np.ndarray:
     """A 1-D diagonal: a JAX array as given, anything else as a NumPy array."""
     array = as_array(diagonal, f"diagonals[{index}]", expected="numeric")
-    array = jnp.atleast_1d(array) if isinstance(array, jax.Array) else np.atleast_1d(array)
+    if array.ndim == 0:  # jnp.atleast_1d would compile a program even for 1-D arrays
+        array = jnp.atleast_1d(array) if isinstance(array, jax.Array) else np.atleast_1d(array)
     if array.ndim != 1:
         raise ValueError(f"diagonals[{index}] must be 1-D, got shape {array.shape}")
     return array
@@ -189,7 +192,7 @@ def eye(
     return diags([ones], [k], (m, m if n is None else n))
 
 
-def kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
+def kron(A: Any, B: Any) -> DiaMatrix:
     """The Kronecker product ``A ⊗ B`` as a DiaMatrix, like ``scipy.sparse.kron``.
 
     Entry ``A[i1, j1] * B[i2, j2]`` sits at row ``i1 * mB + i2`` and column
@@ -200,6 +203,12 @@ def kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
     offsets are static; SciPy's result (BSR or COO) drops explicit zeros. Batch
     dimensions broadcast.
 
+    As in SciPy, either factor may also be a scalar (``kron(2, B)`` is ``2 * B``), a 2-D
+    dense array (:meth:`DiaMatrix.from_dense`: integers become JAX's default float) or a
+    ``scipy.sparse`` matrix (:meth:`DiaMatrix.from_scipy`). Concrete factors are
+    multiplied on the host (NumPy; see ``docs/design.md``), so that building an operator
+    from a chain of products compiles nothing.
+
     Args:
       A: the left factor, shape ``(mA, nA)``.
       B: the right factor, shape ``(mB, nB)``.
@@ -208,7 +217,8 @@ def kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
       The DiaMatrix of shape ``(mA * mB, nA * nB)``.
 
     Raises:
-      TypeError: if A or B is not a DiaMatrix.
+      TypeError: if A or B is not a DiaMatrix, a scalar, a 2-D array or a SciPy sparse
+        matrix.
       ValueError: if the batch shapes do not broadcast.
 
     Example:
@@ -219,7 +229,36 @@ def kron(A: DiaMatrix, B: DiaMatrix) -> DiaMatrix:
       ((6, 6), (-1, 0, 1))
       >>> float(K.todense()[3, 2])
       0.0
+      >>> jaxdia.kron(2, T).todense()[0].tolist()
+      [4.0, 1.0, 0.0]
     """
-    return DiaMatrix._wrap(
-        _ops.kronecker(as_matrix(A, "kron: A")._parts, as_matrix(B, "kron: B")._parts)
-    )
+    if _is_scalar(A) and not _is_scalar(B):
+        return _kron_factor(B, "kron: B") * A
+    if _is_scalar(B):
+        return _kron_factor(A, "kron: A") * B
+    left, right = _kron_factor(A, "kron: A")._parts, _kron_factor(B, "kron: B")._parts
+    if _host.concrete(left, right):
+        return DiaMatrix._wrap(_host.kron(left, right))
+    return DiaMatrix._wrap(_ops.kronecker(left, right))
+
+
+def _is_scalar(value: Any) -> bool:
+    if isinstance(value, (numbers.Number, np.generic)):
+        return True
+    return isinstance(value, (np.ndarray, jax.Array)) and value.ndim == 0
+
+
+def _kron_factor(value: Any, name: str) -> DiaMatrix:
+    """A factor of :func:`kron` as a DiaMatrix: as it is, from SciPy, or from a dense 2-D
+    array (a scalar is a 1 x 1 matrix)."""
+    if isinstance(value, DiaMatrix):
+        return as_matrix(value, name)
+    if sp.issparse(value):
+        return DiaMatrix.from_scipy(value)
+    array = as_array(value, name, expected="a DiaMatrix, a scalar or a 2-D array")
+    if array.ndim > 2:
+        raise TypeError(
+            f"{name} must be a DiaMatrix, a scalar or a 2-D array, got an array of shape "
+            f"{array.shape}"
+        )
+    return DiaMatrix.from_dense(array.reshape((1,) * (2 - array.ndim) + array.shape))

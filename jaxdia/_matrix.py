@@ -16,7 +16,7 @@ from jax import Array, export
 from jax.experimental import sparse as jsparse
 from jax.typing import ArrayLike, DTypeLike
 
-from . import _ops
+from . import _host, _ops
 from ._checks import (
     as_array,
     as_offsets,
@@ -38,7 +38,7 @@ from ._convert import (
 )
 from ._geometry import diagonal_bounds, holds_entries, index_dtype
 from ._parts import DiaParts
-from ._products import dense_dia_product, dia_dense_product, dia_dia_product, operator_product
+from ._products import dense_dia_product, dia_dense_product, matrix_product, operator_product
 from ._pytree import Immutable
 from ._scipy_names import SCIPY_EQUIVALENTS
 from ._scipy_operator import ScipyOperator, host_precision
@@ -419,7 +419,8 @@ class DiaMatrix(Immutable, ScipyOperator):
         """Builds a DiaMatrix from a dense ``(..., m, n)`` array.
 
         Args:
-          dense: the matrix (or a batch of matrices).
+          dense: the matrix (or a batch of matrices); integer and bool arrays become JAX's
+            default float dtype (as in :func:`jaxdia.diags`).
           offsets: the diagonals to keep. If None, every diagonal holding a nonzero (in
             any batch member) is kept, which needs a concrete ``dense``; under ``jit`` pass
             offsets explicitly. Elements on diagonals not listed are dropped.
@@ -453,9 +454,13 @@ class DiaMatrix(Immutable, ScipyOperator):
         )
         if array.ndim < 2:
             raise ValueError(f"dense must have shape (..., m, n), got shape {array.shape}")
+        if array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer):
+            array = array.astype(jax.dtypes.canonicalize_dtype(float))  # as diags does
         check_dtype(array.dtype, "dense")
         m, n = array.shape[-2:]
         offsets = tuple(sorted(k for k in check_distinct(offsets) if holds_entries(k, (m, n))))
+        if array.ndim == 2 and _host.concrete(array) and array.dtype in _host.HOST_DTYPES:
+            return cls(_host.dense_to_dia(np.asarray(array), offsets, (m, n)), offsets, (m, n))
         return cls(dense_to_dia(array, offsets, (m, n)), offsets, (m, n))
 
     @_reads_data("A.todense()")
@@ -557,7 +562,7 @@ class DiaMatrix(Immutable, ScipyOperator):
     @_reads_data("A @ X")
     def __matmul__(self, other: Any) -> Array | DiaMatrix:
         if isinstance(other, DiaMatrix):
-            return self._wrap(dia_dia_product(self._parts, other._parts))
+            return self._wrap(matrix_product(self._parts, other._parts))
         return dia_dense_product(self._parts, other)
 
     @_reads_data("X @ A")
@@ -742,7 +747,7 @@ class DiaMatrix(Immutable, ScipyOperator):
           >>> A.T.offsets, A.T.todense()[1:, 0:2].tolist()
           ((-1,), [[1.0, 0.0], [0.0, 2.0]])
         """
-        return self._wrap(_ops.transpose(self._parts))
+        return self._wrap(_ops.transposed(self._parts))
 
     def transpose(self, axes: Any = None) -> DiaMatrix:
         """``A.T``; ``axes`` may only be None or ``(1, 0)`` (as in SciPy).

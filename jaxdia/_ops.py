@@ -29,6 +29,7 @@ import numpy as np
 from jax import Array, lax
 from jax.typing import ArrayLike, DTypeLike
 
+from . import _host
 from ._checks import (
     as_array,
     as_offsets,
@@ -163,6 +164,12 @@ def transpose(A: DiaParts) -> DiaParts:
     return DiaParts(jnp.concatenate(rows, axis=-2), offsets, (n, m))
 
 
+def transposed(A: DiaParts) -> DiaParts:
+    """``A.T``: :func:`transpose`, on the host for a concrete matrix (see
+    :mod:`jaxdia._host`)."""
+    return _host.transpose(A) if _host.concrete(A) else transpose(A)
+
+
 def conj(A: DiaParts) -> DiaParts:
     return A.with_data(jnp.conj(A.data))
 
@@ -201,7 +208,7 @@ def add(A: DiaParts, other: Any, *, subtract: bool = False, reverse: bool = Fals
     if isinstance(other, DiaParts):
         _same_shape(what, A, other)
         broadcast_batch(what, A.batch_shape, other.batch_shape)
-        return _add_dia(A, other, sign_a, sign_b)
+        return (_host.add if _host.concrete(A, other) else _add_dia)(A, other, sign_a, sign_b)
     if not _is_array_like(other):
         return NotImplemented
     if np.ndim(other) == 0:
@@ -261,7 +268,7 @@ def _data_on(data: Array, offsets: tuple[int, ...], wanted: tuple[int, ...]) -> 
 
 
 def neg(A: DiaParts) -> DiaParts:
-    return A.with_data(-A.data)
+    return _host.negative(A) if _host.concrete(A) else A.with_data(-A.data)
 
 
 def multiply(A: DiaParts, other: Any, *, strict: bool = True) -> Any:
@@ -278,8 +285,11 @@ def multiply(A: DiaParts, other: Any, *, strict: bool = True) -> Any:
             )
         return NotImplemented
     if isinstance(other, DiaParts):
-        return _multiply_dia(A, other)
+        _same_shape("A.multiply(B)", A, other)
+        return (_host.multiply if _host.concrete(A, other) else _multiply_dia)(A, other)
     if np.ndim(other) == 0:
+        if _host.concrete(A, other):
+            return _host.scaled(A, other)
         return _with_scalar(A, other, op=operator.mul)
     return _with_dense(A, other, op=operator.mul)
 
@@ -588,19 +598,6 @@ def _set_diagonal(A: DiaParts, values: Array, k: int) -> DiaParts:
     return DiaParts(data, offsets, A.shape)
 
 
-def _kron_offsets(A: DiaParts, B: DiaParts) -> np.ndarray:
-    """The sorted offsets of ``kron(A, B)``: ``a * nB + b + i1 * (nB - mB)`` for each row
-    ``i1`` of each diagonal ``a`` of A and each diagonal ``b`` of B."""
-    mb, nb = B.shape
-    parts = [np.zeros(0, np.int64)]
-    for a in A.offsets:
-        start, stop = diagonal_bounds(a, A.shape)
-        rows = np.arange(start - a, stop - a, dtype=np.int64)
-        spread = np.unique(a * nb + rows * (nb - mb))
-        parts.append((spread[:, None] + np.asarray(B.offsets, np.int64)[None, :]).ravel())
-    return np.unique(np.concatenate(parts))
-
-
 @jax.jit
 @on_auto_axes()
 def kronecker(A: DiaParts, B: DiaParts) -> DiaParts:
@@ -609,7 +606,7 @@ def kronecker(A: DiaParts, B: DiaParts) -> DiaParts:
     (ma, na), (mb, nb) = A.shape, B.shape
     shape = (ma * mb, na * nb)
     dtype = jnp.result_type(A.dtype, B.dtype)
-    offsets = _kron_offsets(A, B)
+    offsets = _host.kron_offsets(A, B)
     # Padding zeroed first: no NaN from padding reaches a value or a gradient.
     a, b = _filled(A).astype(dtype), _filled(B).astype(dtype)
     if mb == nb:

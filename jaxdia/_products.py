@@ -5,7 +5,8 @@ another DIA matrix.
   ``jnp.matmul``: the matrix is an array of shape ``batch_shape + (m, n)``, a 1-D operand
   is a vector, an N-D operand is a stack of matrices whose batch dims broadcast. They
   check the operand and call the ``dia_spmm`` primitive (:mod:`jaxdia._kernels.primitives`).
-* :func:`dia_dia_product` (``A @ B``) is a DIA matrix, computed diagonal by diagonal.
+* :func:`dia_dia_product` (``A @ B``) is a DIA matrix, computed diagonal by diagonal
+  (:func:`matrix_product`: on the host for concrete matrices, see :mod:`jaxdia._host`).
 * :func:`matvec` is ``x -> A @ x`` (or ``A^T @ x``) for the solvers' loops: checked
   operands of the right shape and dtype, straight to the primitive.
 """
@@ -22,6 +23,7 @@ import numpy as np
 from jax import Array
 from jax.typing import ArrayLike
 
+from . import _host
 from ._checks import (
     as_array,
     broadcast_batch,
@@ -231,3 +233,11 @@ def dia_dia_product(A: DiaParts, B: DiaParts) -> DiaParts:
     offsets = tuple(sorted(terms))
     rows = [functools.reduce(jnp.add, terms[c]) for c in offsets]
     return DiaParts(stack_rows(rows, batch, p, dtype), offsets, (m, p))
+
+
+def matrix_product(A: DiaParts, B: DiaParts) -> DiaParts:
+    """``A @ B`` of two DIA matrices: :func:`dia_dia_product`, on the host when both are
+    concrete (see :mod:`jaxdia._host`)."""
+    if A.shape[1] == B.shape[0] and _host.concrete(A, B):
+        return _host.matmul(A, B)
+    return dia_dia_product(A, B)

@@ -49,6 +49,7 @@ LAYERS = {
     "_kernels.primitives": 2.2,
     "_kernels.band_primitives": 2.2,
     "_sharded_products": 2.5,
+    "_host": 2.9,
     "_convert": 3,
     "_products": 3,
     "_traces": 3,
