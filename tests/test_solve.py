@@ -12,7 +12,8 @@ from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 
 import jaxdia
-from jaxdia import _band_primitives, _banded
+from jaxdia._kernels import band_primitives
+from jaxdia._linalg import banded as banded_solves
 from jaxdia.testing import offsets as offset_strategy
 
 from .helpers import assert_close, dense_f64
@@ -182,7 +183,7 @@ def banded_path(request, monkeypatch):
     ``?gbtrf``/``?gttrf`` (CPU). The switch is read when tracing: ``jax.clear_caches``
     drops traces made with the other one."""
     jax.clear_caches()
-    monkeypatch.setattr(_banded, "METHOD", request.param)
+    monkeypatch.setattr(banded_solves, "METHOD", request.param)
     yield
     jax.clear_caches()
 
@@ -370,9 +371,9 @@ def test_solve_banded_gradients(offsets, columns, dtype):
 def test_solve_banded_uses_lapack_on_cpu_for_large_systems():
     """Above ``_PARALLEL_ROWS`` rows a single CPU solve calls LAPACK's banded LU (no loop);
     smaller systems run cyclic reduction, whose refinement is a loop of at most
-    ``_band_refine.STEPS`` trips, with LAPACK only in the fallback for a system it cannot
+    ``band_refine.STEPS`` trips, with LAPACK only in the fallback for a system it cannot
     solve; one-shot tridiagonal solves are JAX's ``gtsv``, a stored factor jaxdia's."""
-    n = _band_primitives._PARALLEL_ROWS + 1
+    n = band_primitives._PARALLEL_ROWS + 1
     A, b = banded(n, (-2, -1, 0, 1, 3)), rhs(n)
     text = jax.jit(jaxdia.solve_banded).lower(A, b).as_text()
     assert "jaxdia_lapack_gbtrf" in text and "jaxdia_lapack_gbtrs" in text

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from ._geometry import accumulation_dtype, index_dtype
+from .._geometry import accumulation_dtype, index_dtype
 
 #: XLA's flop estimate under which the PjRt CPU client runs a program on the calling
 #: thread (with a margin: the loop counter adds a flop or two).

@@ -1,13 +1,13 @@
-"""Preconditioners for a DiaMatrix, and Krylov solvers that report convergence.
+"""Preconditioners for a DiaMatrix: what the ``M=`` of the Krylov solvers takes.
 
-* :func:`multigrid`: a geometric multigrid V-cycle for a stencil matrix on a structured
-  grid (:class:`Multigrid`);
+* :func:`jacobi`: ``v / diag(A)``;
 * :func:`chebyshev`: a Chebyshev polynomial in ``D^-1 A``, products only
   (:class:`Chebyshev`);
-* :func:`cg` and :func:`bicgstab`: preconditioned Krylov solves returning ``(x, info)``
-  with a :class:`SolveInfo` (iterations, final residual, whether it converged).
+* :func:`multigrid`: a geometric multigrid V-cycle for a stencil matrix on a structured
+  grid (:class:`Multigrid`).
 
-The array-level work is in :mod:`jaxdia._multigrid` and :mod:`jaxdia._krylov`.
+The array-level work is in :mod:`jaxdia._linalg.smoothers` and
+:mod:`jaxdia._linalg.multigrid`.
 """
 
 from __future__ import annotations
@@ -15,26 +15,38 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.typing import ArrayLike, DTypeLike
 
-from . import _krylov, _multigrid
-from ._checks import (
+from .._checks import (
     as_array,
     broadcast_batch,
     check_nonzero_diagonal,
+    check_square,
     is_int,
     is_traced,
     static_int,
 )
-from ._linalg import is_operator, square, square_operator
-from ._matrix import DiaMatrix
-from ._parts import DiaParts
+from .._matrix import DiaMatrix, as_square_matrix
+from .._parts import DiaParts
+from .._pytree import Immutable
+from .._scipy_operator import ScipyOperator
+from .._shard import ShardedDiaMatrix
+from . import (
+    deep_halo as _deep_halo,
+    multigrid as _multigrid,
+    sharded_multigrid as _sharded_multigrid,
+)
+from .deep_halo import DeepHaloMatrix
+from .krylov import vector_product
+from .sharded_multigrid import ShardedMultigrid
+from .smoothers import SMOOTHERS, chebyshev_steps, fusible_product, gershgorin, smoothing_data
 
 #: The largest coarsest level: its direct solve is a banded LU, whose band is the
 #: coarsest grid's last axis (2-D) or last two axes (3-D) wide, so its cost grows faster
@@ -42,13 +54,16 @@ from ._parts import DiaParts
 MAX_COARSE = 4096
 
 
-def _check_diagonal(function: str, A: DiaMatrix) -> None:
+def _check_diagonal(function: str, A: DiaMatrix | ShardedDiaMatrix) -> None:
     """A ValueError naming the zeros of a concrete diagonal (the smoothers divide by it)."""
     if 0 not in A.offsets:
         raise ValueError(
             f"{function}: A stores no main diagonal (offsets {A.offsets}); its smoother "
             "divides by the diagonal, which must be nonzero"
         )
+    if isinstance(A, ShardedDiaMatrix):  # laid out like its vectors, 1 in padding rows
+        check_nonzero_diagonal(A.diagonal(), function, "")
+        return
     check_nonzero_diagonal(A.data[..., A.offsets.index(0), :], function, "")
 
 
@@ -60,25 +75,168 @@ def _unflatten(tree: Any, batch: tuple[int, ...]) -> Any:
     return jax.tree.map(lambda leaf: leaf.reshape(*batch, *leaf.shape[1:]), tree)
 
 
-def _vector_product(A: Any) -> Callable[[Array], Array]:
-    """``v -> A @ v`` for vectors stacked on leading dims (``(*batch, n)``): ``A`` a
-    DiaMatrix (or another operator with ``@``), or a function."""
+# -- Jacobi ----------------------------------------------------------------------------------
 
-    def matvec(v: Array) -> Array:
-        if callable(A) and not isinstance(A, DiaMatrix):
-            result: Any = A(v)
-            return result
-        product: Any = A @ (v if v.ndim == 1 else v[..., None])
-        return product if v.ndim == 1 else product[..., 0]
 
-    return matvec
+@jax.tree_util.register_pytree_with_keys_class
+class Jacobi(Immutable, ScipyOperator):
+    """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)``, what
+    :func:`jaxdia.jacobi` returns.
+
+    Callable on vectors laid out like ``inverse_diagonal`` (``(n,)``, or
+    ``(*batch_shape, n)``; leading dims of ``v`` broadcast), a pytree (its leaf is the
+    inverse diagonal), so it can be an argument or a result of a jitted function, and an
+    operator with SciPy's ``LinearOperator`` protocol (``shape``, ``dtype``, ``matvec``,
+    ``rmatvec``, ``matmat``, ``rmatmat``), so it is SciPy's ``M=`` too.
+
+    Attributes:
+      inverse_diagonal: ``1 / diag(A)``, shape ``(*batch_shape, n)``.
+      shape, dtype, batch_shape: ``(n, n)``, the dtype and the batch dims of
+        ``inverse_diagonal``.
+
+    Example:
+      >>> import numpy as np, scipy.sparse.linalg as spla, jaxdia
+      >>> A = jaxdia.diags([-1.0, 4.0, -1.0], offsets=[-1, 0, 1], shape=(50, 50))
+      >>> M = jaxdia.jacobi(A)
+      >>> M.shape, M.inverse_diagonal[:2]
+      ((50, 50), Array([0.25, 0.25], dtype=float32))
+      >>> x, info = spla.cg(A, np.ones(50), M=M)  # SciPy's solvers take it as M
+      >>> info
+      0
+    """
+
+    # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
+    __slots__ = ("inverse_diagonal", "__weakref__")
+    _leaves = ("inverse_diagonal",)
+    _name = "Jacobi"
+    inverse_diagonal: Any
+
+    def __init__(self, inverse_diagonal: ArrayLike):
+        self._assign(inverse_diagonal)
+
+    def __call__(self, v: ArrayLike) -> Array:
+        return self.inverse_diagonal * v
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        n = self.inverse_diagonal.shape[-1]
+        return n, n
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.inverse_diagonal.dtype)
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(self.inverse_diagonal.shape[:-1])
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        inverse = jnp.conj(self.inverse_diagonal) if adjoint else self.inverse_diagonal
+        return inverse * x if x.ndim == 1 else inverse[:, None] * x
+
+    def __repr__(self) -> str:
+        batch = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
+        return f"Jacobi(shape={self.shape}, dtype={self.dtype.name}{batch})"
+
+
+def jacobi(A: Any) -> Jacobi:
+    """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)`` of a square ``A``.
+
+    Pass it as ``M`` to :func:`jaxdia.cg` or :func:`jaxdia.bicgstab`, to
+    ``jax.scipy.sparse.linalg``'s ``cg``, ``gmres`` or ``bicgstab``, or to SciPy's
+    solvers. The result is a :class:`jaxdia.Jacobi`: callable, a pytree (it can be an
+    argument of a jitted function), and a SciPy ``LinearOperator``. ``M`` applies to
+    vectors of shape ``(n,)`` (or ``(*batch_shape, n)`` for a batched ``A``).
+
+    ``A`` may also be a :class:`jaxdia.ShardedDiaMatrix` (from :func:`jaxdia.shard`), or
+    any linear operator whose ``diagonal()`` returns its main diagonal laid out like the
+    vectors it multiplies: ``M`` then applies to those vectors (for a sharded matrix,
+    padded and sharded; ``M`` is elementwise, so it needs no communication and keeps
+    their sharding and zero padding rows).
+
+    For ``cg`` the preconditioner must be Hermitian positive definite, which the Jacobi
+    preconditioner of a Hermitian positive definite ``A`` is.
+
+    Args:
+      A: a square DiaMatrix, possibly batched; or a ShardedDiaMatrix (or an operator
+        with ``@`` and ``diagonal()``).
+
+    Returns:
+      ``M``, a :class:`jaxdia.Jacobi` with ``M(v) == v / diag(A)``.
+
+    Raises:
+      TypeError: if ``A`` is neither a DiaMatrix nor an operator with ``diagonal()``.
+      ValueError: if ``A`` is not square, or (when ``A.data`` is concrete) its diagonal
+        holds a zero. Under ``jit``/``vmap`` the diagonal cannot be checked and a zero
+        entry gives ``inf`` in ``M(v)``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jax.scipy.sparse.linalg as jsl
+      >>> import jaxdia
+      >>> n = 50
+      >>> A = jaxdia.diags([-1.0, 2.5, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+      >>> b = jnp.ones(n)
+      >>> x, _ = jsl.cg(A, b, M=jaxdia.jacobi(A), tol=1e-6)
+      >>> bool(jnp.linalg.norm(A @ x - b) < 1e-4 * jnp.linalg.norm(b))
+      True
+    """
+    if not isinstance(A, DiaMatrix) and is_operator(A):
+        check_square(A, "jacobi")
+        return _inverse_diagonal(A.diagonal())
+    if not isinstance(A, DiaMatrix):
+        raise TypeError(
+            "jacobi: A must be a jaxdia.DiaMatrix, a ShardedDiaMatrix or a linear operator "
+            f"with @, shape and diagonal(), got {type(A).__name__}"
+        )
+    return _jacobi_of(as_square_matrix(A, "jacobi")._parts)
+
+
+def is_operator(A: Any) -> bool:
+    """Whether ``A`` is an operator other than a DiaMatrix with ``@``, ``shape`` and
+    ``diagonal()`` (a :class:`jaxdia.ShardedDiaMatrix`), as :func:`jacobi` and
+    :func:`jaxdia.chebyshev` take."""
+    return (
+        callable(getattr(A, "diagonal", None))
+        and hasattr(A, "__matmul__")
+        and hasattr(A, "shape")
+        and not isinstance(A, (np.ndarray, jax.Array))
+    )
+
+
+def _main_diagonal(A: DiaParts) -> Array:
+    """The main diagonal of a square ``A``, shape ``(*batch_shape, n)`` (zeros if unstored)."""
+    if 0 not in A.offsets:
+        return jnp.zeros((*A.batch_shape, A.shape[1]), A.dtype)
+    return A.data[..., A.offsets.index(0), :]
+
+
+def _jacobi_of(A: DiaParts) -> Jacobi:
+    """``M(v) = v / diag(A)`` for a square ``A`` (see :func:`jaxdia.jacobi`).
+
+    Raises a ValueError naming the zeros of a concrete diagonal.
+    """
+    stored = "" if 0 in A.offsets else " (A stores no main diagonal)"
+    return _inverse_diagonal(_main_diagonal(A), stored)
+
+
+def _inverse_diagonal(diagonal: Array, hint: str = "") -> Jacobi:
+    """``M(v) = v / diagonal``, laid out (and sharded) as ``diagonal`` is.
+
+    Raises a ValueError naming the zeros of a concrete ``diagonal`` (``hint`` follows the
+    message).
+    """
+    check_nonzero_diagonal(
+        diagonal, "jacobi", f"{hint}; the Jacobi preconditioner 1/diag(A) does not exist."
+    )
+    return Jacobi(1 / diagonal)
 
 
 # -- multigrid -------------------------------------------------------------------------------
 
 
-@jax.tree_util.register_pytree_node_class
-class Multigrid:
+@jax.tree_util.register_pytree_with_keys_class
+class Multigrid(Immutable, ScipyOperator):
     """A geometric multigrid V-cycle, the preconditioner :func:`jaxdia.multigrid` returns.
 
     ``M(v)`` applies one V-cycle for ``A x = v`` from ``x = 0``: an approximation of
@@ -112,16 +270,14 @@ class Multigrid:
       (31,)
     """
 
+    # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
+    __slots__ = ("_hierarchy", "__weakref__")
+    _leaves = ("_hierarchy",)
+    _name = "Multigrid"
+    _hierarchy: _multigrid.Hierarchy
+
     def __init__(self, hierarchy: _multigrid.Hierarchy):
-        self._hierarchy = hierarchy
-
-    def tree_flatten(self) -> tuple[tuple[_multigrid.Hierarchy], None]:
-        return (self._hierarchy,), None
-
-    @classmethod
-    def tree_unflatten(cls, aux: None, children: tuple[Any, ...]) -> Multigrid:
-        del aux
-        return cls(children[0])
+        self._assign(hierarchy)
 
     @property
     def levels(self) -> tuple[DiaMatrix, ...]:
@@ -155,7 +311,7 @@ class Multigrid:
     def dtype(self) -> np.dtype:
         return np.dtype(self._hierarchy.operators[-1].data.dtype)
 
-    def __call__(self, v: Any) -> Array:
+    def __call__(self, v: ArrayLike) -> Array:
         v = as_array(v, "Multigrid: v")
         n = self.shape[0]
         if v.ndim == 0 or v.shape[-1] != n:
@@ -168,6 +324,16 @@ class Multigrid:
         if not jnp.issubdtype(dtype, jnp.inexact):
             dtype = self.dtype
         return _apply(self._hierarchy, v, batch=batch).astype(dtype)
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        if adjoint:
+            raise NotImplementedError(
+                "Multigrid.rmatvec: the adjoint of a V-cycle is not computed (for a "
+                "Hermitian A the cycle is Hermitian: use matvec; otherwise build "
+                "jaxdia.multigrid(A.H, grid)). SciPy's cg, bicgstab, gmres and minres call "
+                "only M.matvec"
+            )
+        return self(x) if x.ndim == 1 else self(x.T).T
 
     def __repr__(self) -> str:
         levels = self.levels
@@ -195,12 +361,12 @@ class Multigrid:
 @functools.partial(jax.jit, static_argnames=("batch",))
 def _apply(hierarchy: _multigrid.Hierarchy, v: Array, *, batch: tuple[int, ...]) -> Array:
     """The V-cycle on ``v`` of shape ``(*vbatch, n)`` with the hierarchy's batch
-    broadcast to ``batch``, as one compiled call. The cycle has real coefficients: a
-    complex ``v`` runs as its real and imaginary parts, side by side in one batch (one
-    cycle in the program, not two)."""
+    broadcast to ``batch``, as one compiled call. A real hierarchy's cycle has real
+    coefficients: a complex ``v`` runs as its real and imaginary parts, side by side in
+    one batch (one cycle in the program, not two)."""
     dtype = hierarchy.operators[-1].data.dtype
     n = v.shape[-1]
-    split_complex = jnp.iscomplexobj(v)
+    split_complex = jnp.iscomplexobj(v) and not jnp.issubdtype(dtype, jnp.complexfloating)
     v = jnp.broadcast_to(v, (*batch, n)).reshape(-1, n)
     cycle: Callable[[Any, Array], Array] = _multigrid.vcycle
     if split_complex:
@@ -220,6 +386,13 @@ def _apply(hierarchy: _multigrid.Hierarchy, v: Array, *, batch: tuple[int, ...])
     if split_complex:
         out = lax.complex(out[:, 0], out[:, 1])
     return out.reshape(*batch, n)
+
+
+#: The dtypes of a hierarchy (the smoothers divide by the diagonal, the coarsest level is
+#: factored: 16-bit floats would lose the cycle's accuracy).
+_HIERARCHY_DTYPES = tuple(
+    np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)
+)
 
 
 def _as_grid(grid: Any, n: int) -> tuple[int, ...]:
@@ -245,7 +418,9 @@ def _as_grid(grid: Any, n: int) -> tuple[int, ...]:
     return grid
 
 
-def _check_stencil(A: DiaMatrix, grid: tuple[int, ...], host: np.ndarray | None) -> None:
+def _check_stencil(
+    A: DiaMatrix | ShardedDiaMatrix, grid: tuple[int, ...], host: np.ndarray | None
+) -> None:
     """Raises if ``A``'s offsets, or (``host``: its concrete data, flat batch) its
     entries, are no stencil on ``grid``."""
     misfits = _multigrid.stencil_misfits(A.offsets, grid)
@@ -284,7 +459,7 @@ def _point(index: int, grid: tuple[int, ...]) -> tuple[int, ...]:
 
 def _as_plan(
     coarsening: Any,
-    A: DiaMatrix,
+    A: DiaMatrix | ShardedDiaMatrix,
     host: np.ndarray | None,
     grid: tuple[int, ...],
     max_coarse: int,
@@ -349,23 +524,24 @@ def _setup(data: Array, *, offsets, grid, plan, smoother, sweeps) -> _multigrid.
         hierarchy = _multigrid.setup(
             DiaParts(values, offsets, (n, n)), grid, plan, smoother, sweeps
         )
-        hierarchy.operators = (None, *hierarchy.operators[1:])
-        return hierarchy
+        return hierarchy._replace(operators=(None, *hierarchy.operators[1:]))
 
     return jax.vmap(one)(data)
 
 
 def multigrid(
-    A: DiaMatrix,
+    A: DiaMatrix | ShardedDiaMatrix,
     grid: Any,
     *,
-    smoother: str = "chebyshev",
+    smoother: str | None = None,
     sweeps: int = 2,
     coarsening: Any = "full",
     max_coarse: int = 500,
     max_levels: int | None = None,
-    dtype: Any = None,
-) -> Multigrid:
+    dtype: DTypeLike | None = None,
+    gather_below: int = _sharded_multigrid.GATHER_BELOW,
+    deep_halo: bool = False,
+) -> Multigrid | ShardedMultigrid:
     """A geometric multigrid V-cycle preconditioner for a stencil matrix on a grid.
 
     ``A`` must be a stencil on ``grid`` (``(n1,)``, ``(n1, n2)`` or ``(n1, n2, n3)``):
@@ -380,9 +556,40 @@ def multigrid(
     transpose, and each coarse operator the Galerkin product ``R A P``, a DiaMatrix of at
     most 3, 9 or 27 diagonals (``M.levels``). The smoother runs ``sweeps`` products with
     the level's matrix before and after the coarse correction; the coarsest level is
-    solved directly by a dense LU factorized once, here. For a symmetric positive definite
-    ``A`` the V-cycle is symmetric positive definite, so it is a valid preconditioner for
-    conjugate gradients.
+    solved directly by a banded LU factorized once, here. For a symmetric positive
+    definite ``A`` the V-cycle is symmetric positive definite, so it is a valid
+    preconditioner for conjugate gradients.
+
+    Complex matrices (a Hermitian stencil, a complex-shifted Laplacian ``L + s I``,
+    Crank-Nicolson's ``I + i dt/2 H``) get the same hierarchy in complex arithmetic,
+    smoothed by damped Jacobi: the eigenvalues of ``D^-1 A`` (whose diagonal is 1) lie
+    in Gershgorin's disk ``|lambda - 1| <= r``, ``r`` the largest off-diagonal row sum
+    of ``D^-1 A``, and the weight ``1.6 / (1 + r)`` makes each sweep a contraction on
+    that disk for diagonally dominant rows (``r < 1``: any Crank-Nicolson step, any
+    shift with a positive imaginary part and a nonnegative real one). The Chebyshev
+    smoother damps a real interval, no bound off the real axis (its V-cycles diverged on
+    ``L + (-2 + 3i) I`` in the tests), so it is refused for complex ``A``. The cycle of
+    a complex symmetric ``A`` (``A^T = A``) is complex symmetric, not Hermitian: use it
+    with :func:`jaxdia.bicgstab` (iteration counts in benchmarks/README.md), with
+    :func:`jaxdia.cg` only for a Hermitian positive definite ``A``.
+
+    ``A`` may be a :class:`jaxdia.ShardedDiaMatrix` (or an unbatched DiaMatrix whose
+    ``data`` columns are split over one mesh axis, which is sharded with
+    :func:`jaxdia.shard`): ``M`` is then a :class:`jaxdia.ShardedMultigrid` on its
+    sharded vectors. The rows are split in C order, so each device holds whole planes of
+    the slowest axis (``grid[0]`` must be a multiple of the device count ``P``). A level
+    stays sharded while it has at least 2 planes and ``gather_below`` unknowns per
+    device, is not the coarsest, and its shards stay aligned under coarsening (an even
+    number of planes per device whenever axis 0 is coarsened: with ``grid[0] = P 2^k``
+    the first ``k`` levels can be). Its smoothing, transfers and Galerkin operator then
+    exchange halos with the neighbouring devices only. The first level that fails is
+    gathered once, in the setup; from it on the hierarchy is built and applied on every
+    device (replicated, the coarsest solve included), so a V-cycle has one all-gather,
+    of that level's residual. The same iterations as on one device, to rounding. Its
+    values never come to the host, so the checks that read them (wrapped entries) are
+    skipped, the zero-diagonal check is a reduction on the devices, and
+    ``coarsening="auto"`` is not available (pass the axes, e.g. a single-device
+    ``M.coarsening``).
 
     ``M`` plugs in as ``M=`` of :func:`jaxdia.cg`, :func:`jaxdia.bicgstab` and
     ``jax.scipy.sparse.linalg.cg``/``gmres``/``bicgstab``. For ``lineax``, wrap it as an
@@ -398,11 +605,14 @@ def multigrid(
     differentiation), which never differentiates through ``M``.
 
     Args:
-      A: a square DiaMatrix of float32 or float64, possibly batched.
+      A: a square DiaMatrix of float32, float64, complex64 or complex128, possibly
+        batched; or a real ShardedDiaMatrix (or DiaMatrix with sharded columns,
+        unbatched).
       grid: the grid's points per axis; ``prod(grid)`` must equal ``A.shape[0]``.
       smoother: ``"chebyshev"`` (the Chebyshev polynomial in ``D^-1 A`` smallest on the
-        upper 5/6 of its spectrum, bounded by Gershgorin's theorem) or ``"jacobi"``
-        (damped Jacobi, weight ``1.6 / rho`` for that bound ``rho``).
+        upper 5/6 of its spectrum, bounded by Gershgorin's theorem; real ``A`` only) or
+        ``"jacobi"`` (damped Jacobi, weight ``1.6 / rho`` for that bound ``rho``). None:
+        ``"chebyshev"`` for a real ``A``, ``"jacobi"`` for a complex one.
       sweeps: products with ``A`` per smoothing (the polynomial's degree), before and
         after the coarse correction.
       coarsening: ``"full"`` halves every axis at every level. ``"auto"`` halves only the
@@ -414,26 +624,38 @@ def multigrid(
       max_coarse: stop coarsening at this many unknowns or fewer (``"full"`` and
         ``"auto"``); at most 4096, the coarsest level is factorized (a banded LU).
       max_levels: the most levels, the finest included (None: no limit).
-      dtype: the precision of the hierarchy and the cycle, float32 or float64 (default
-        ``A``'s). ``jnp.float32`` for a float64 ``A`` halves the memory traffic of the
+      dtype: the precision of the hierarchy and the cycle, float32 or float64 (complex64
+        or complex128 for a complex ``A``; default ``A``'s). ``jnp.float32`` for a
+        float64 ``A`` halves the memory traffic of the
         setup and of every cycle (the finest level keeps a float32 copy of ``A``); ``M``
         is then exact to about ``1e-7`` relative, which conjugate gradients in float64
         tolerates to tolerances far below that (the same iterations at 1e-8 in the
         benchmarks, a few more at 1e-10), and linear and symmetric up to that rounding.
+      gather_below: for a sharded ``A``: a level with fewer unknowns per device is
+        gathered (with the levels below it) onto every device.
+      deep_halo: for a sharded ``A``: each smoothing of a sharded level exchanges its
+        input's halo ``sweeps`` deep once and runs its products locally (one
+        collective-permute each way instead of ``sweeps``; see
+        :func:`jaxdia.chebyshev`'s ``deep_halo``).
 
     Returns:
-      A :class:`jaxdia.Multigrid`, callable on vectors: it computes in ``dtype`` and
+      A :class:`jaxdia.Multigrid` (a :class:`jaxdia.ShardedMultigrid` for a sharded
+      ``A``), callable on vectors: it computes in ``dtype`` and
       returns the promoted dtype of ``v`` and ``dtype``.
 
     Raises:
-      TypeError: if ``A`` is not a DiaMatrix, its dtype or ``dtype`` is not
-        float32/float64, or ``coarsening="auto"`` gets a traced ``A``.
+      TypeError: if ``A`` is not a DiaMatrix or ShardedDiaMatrix, its dtype is not one
+        of the four above (a sharded ``A``: not real), ``dtype`` is not one of its kind,
+        or ``coarsening="auto"`` gets a traced or sharded ``A``.
       ValueError: if ``A`` is not square, ``prod(grid)`` differs from its size, an
         offset does not fit a stencil on ``grid`` (the message names it), it stores no
-        main diagonal, an option is out of range, or the coarsest level would exceed 4096
-        unknowns. For a concrete ``A`` also: a zero on the diagonal, or a nonzero entry
-        on a stencil diagonal that couples points which are no neighbours (periodic
-        boundaries, or a grid of the wrong shape).
+        main diagonal, an option is out of range, the Chebyshev smoother is asked for a
+        complex ``A``, or the coarsest level would exceed 4096 unknowns; for a sharded
+        ``A``, if ``grid[0]`` is not a multiple of the device count or its first
+        coarsening of axis 0 finds an odd number of planes per device. For a concrete
+        ``A`` also: a zero on the diagonal, or a nonzero entry on a stencil diagonal that
+        couples points which are no neighbours (periodic boundaries, or a grid of the
+        wrong shape).
 
     Example:
       >>> import jax.numpy as jnp, numpy as np, scipy.sparse as sp, jaxdia
@@ -447,31 +669,61 @@ def multigrid(
       >>> bool(info.converged), int(info.iterations) < 10
       (True, True)
     """
-    A = square(A, "multigrid")
-    if A.dtype not in (np.float32, np.float64):
+    sharded = _sharded_multigrid.sharded_operand(A)
+    A = as_square_matrix(A, "multigrid") if sharded is None else sharded
+    if sharded is not None and A.dtype.kind == "c":
         raise TypeError(
-            f"multigrid: A must be float32 or float64, got {A.dtype.name} (convert with "
-            "A.astype(jnp.float32))"
+            f"multigrid: a sharded A must be float32 or float64, got {A.dtype.name} "
+            "(complex hierarchies run on one device)"
         )
-    if dtype is not None and np.dtype(dtype) not in (np.float32, np.float64):
-        raise TypeError(f"multigrid: dtype must be float32 or float64, got {np.dtype(dtype).name}")
+    if A.dtype not in _HIERARCHY_DTYPES:
+        raise TypeError(
+            f"multigrid: A must be float32, float64, complex64 or complex128, got "
+            f"{A.dtype.name} (convert 16-bit matrices with A.astype(jnp.float32))"
+        )
+    kind = "complex" if A.dtype.kind == "c" else "float"
+    if dtype is not None and (
+        np.dtype(dtype) not in _HIERARCHY_DTYPES or np.dtype(dtype).kind != A.dtype.kind
+    ):
+        raise TypeError(
+            f"multigrid: dtype must be a {kind} dtype of 32 or 64 bits for A of dtype "
+            f"{A.dtype.name}, got {np.dtype(dtype).name}"
+        )
     grid = _as_grid(grid, A.shape[0])
-    if smoother not in _multigrid.SMOOTHERS:
+    if smoother is None:
+        smoother = "jacobi" if A.dtype.kind == "c" else "chebyshev"
+    if smoother not in SMOOTHERS:
+        raise ValueError(f"multigrid: smoother must be one of {SMOOTHERS}, got {smoother!r}")
+    if smoother == "chebyshev" and A.dtype.kind == "c":
         raise ValueError(
-            f"multigrid: smoother must be one of {_multigrid.SMOOTHERS}, got {smoother!r}"
+            "multigrid: the Chebyshev smoother damps a real interval of the spectrum of "
+            "D^-1 A; a complex A's lies off the real axis, where that polynomial is no "
+            "bound (its V-cycles can diverge): use smoother='jacobi' (the default for "
+            "complex A), or A.real for a real matrix stored as complex"
         )
     sweeps = static_int(sweeps, "multigrid: sweeps")
     max_coarse = static_int(max_coarse, "multigrid: max_coarse")
     levels = 10**9 if max_levels is None else static_int(max_levels, "multigrid: max_levels")
-    if sweeps < 1 or not 1 <= max_coarse <= MAX_COARSE or levels < 1:
+    gather_below = static_int(gather_below, "multigrid: gather_below")
+    if sweeps < 1 or not 1 <= max_coarse <= MAX_COARSE or levels < 1 or gather_below < 1:
         raise ValueError(
-            f"multigrid: need sweeps >= 1, 1 <= max_coarse <= {MAX_COARSE} and max_levels >= 1, "
-            f"got sweeps={sweeps}, max_coarse={max_coarse}, max_levels={max_levels}"
+            f"multigrid: need sweeps >= 1, 1 <= max_coarse <= {MAX_COARSE}, max_levels >= 1 "
+            f"and gather_below >= 1, got sweeps={sweeps}, max_coarse={max_coarse}, "
+            f"max_levels={max_levels}, gather_below={gather_below}"
         )
-    # The concrete data on the host, once, for the checks and coarsening="auto".
-    host = None if is_traced(A.data) else np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
+    # The concrete data on the host, once, for the checks and coarsening="auto" (a
+    # sharded matrix's data stays on its devices).
+    host = None
+    if isinstance(A, DiaMatrix) and not is_traced(A.data):
+        host = np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
     _check_stencil(A, grid, host)
     _check_diagonal("multigrid", A)
+    if sharded is not None and isinstance(coarsening, str) and coarsening == "auto":
+        raise TypeError(
+            "multigrid: coarsening='auto' reads A's values on the host, which a sharded "
+            "matrix keeps on its devices; pass the axes to coarsen (e.g. coarsening="
+            "M.coarsening of a multigrid built on one device for a smaller grid)"
+        )
     plan = _as_plan(coarsening, A, host, grid, max_coarse, levels)
     coarsest = grid
     for axes in plan:
@@ -482,6 +734,16 @@ def multigrid(
             f"({math.prod(coarsest)} unknowns); its direct solve is a banded LU, so at most "
             f"{MAX_COARSE}: allow more levels (max_levels, coarsening)"
         )
+    if sharded is not None:
+        return _sharded_multigrid.build(
+            sharded, grid, plan, smoother, sweeps, dtype, gather_below, deep_halo
+        )
+    if deep_halo:
+        raise TypeError(
+            "multigrid: deep_halo=True is for a sharded A (a ShardedDiaMatrix, or a DiaMatrix "
+            "whose data columns are sharded)"
+        )
+    assert isinstance(A, DiaMatrix)
     batch = A.batch_shape
     if dtype is not None and np.dtype(dtype) != A.dtype:
         A = A.astype(dtype)
@@ -494,7 +756,7 @@ def multigrid(
         sweeps=sweeps,
     )
     hierarchy = _unflatten(hierarchy, batch)
-    hierarchy.operators = (A._parts, *hierarchy.operators[1:])
+    hierarchy = hierarchy._replace(operators=(A._parts, *hierarchy.operators[1:]))
     return Multigrid(hierarchy)
 
 
@@ -508,8 +770,8 @@ def default_lower(degree: int) -> float:
     return 1.0 / degree**2
 
 
-@jax.tree_util.register_pytree_node_class
-class Chebyshev:
+@jax.tree_util.register_pytree_with_keys_class
+class Chebyshev(Immutable, ScipyOperator):
     """A Chebyshev polynomial preconditioner, the one :func:`jaxdia.chebyshev` returns.
 
     ``M(v) = p(D^-1 A) D^-1 v``: ``degree`` steps of Chebyshev iteration for ``A x = v``
@@ -535,59 +797,109 @@ class Chebyshev:
       (4, (50,))
     """
 
-    def __init__(self, operator: Any, inverse_diagonal: Any, lower: Any, upper: Any, degree: int):
-        self.operator = operator
-        self.inverse_diagonal = inverse_diagonal
-        self.lower = lower
-        self.upper = upper
-        self.degree = degree
+    # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
+    __slots__ = ("operator", "inverse_diagonal", "lower", "upper", "degree", "__weakref__")
+    _leaves = ("operator", "inverse_diagonal", "lower", "upper")
+    _static = ("degree",)
+    _name = "Chebyshev"
+    operator: Any
+    inverse_diagonal: Any
+    lower: Any
+    upper: Any
+    degree: int
 
-    def tree_flatten(self) -> tuple[tuple[Any, ...], int]:
-        return (self.operator, self.inverse_diagonal, self.lower, self.upper), self.degree
+    def __init__(
+        self, operator: Any, inverse_diagonal: ArrayLike, lower: Any, upper: Any, degree: int
+    ):
+        self._assign(operator, inverse_diagonal, lower, upper, degree)
 
-    @classmethod
-    def tree_unflatten(cls, degree: int, children: tuple[Any, ...]) -> Chebyshev:
-        operator, inverse_diagonal, lower, upper = children
-        return cls(operator, inverse_diagonal, lower, upper, degree)
+    def __call__(self, v: ArrayLike) -> Array:
+        # One compiled call (jit's cache: one compile per structure and shape); eagerly,
+        # the polynomial's loop would otherwise be traced and compiled on every call.
+        return _apply_chebyshev(self, as_array(v, "Chebyshev: v"))
 
-    def __call__(self, v: Any) -> Array:
-        v = as_array(v, "Chebyshev: v")
-        inverse = self.inverse_diagonal
-        lower, upper = jnp.asarray(self.lower), jnp.asarray(self.upper)
-        result = jnp.result_type(v.dtype, lower.dtype)
-        if not jnp.issubdtype(result, jnp.inexact):
-            result = jnp.result_type(float)
-        operator = self.operator
-        if isinstance(operator, DiaMatrix):
-            # In the matrix's precision (jaxdia.chebyshev(..., dtype=) may have narrowed it).
-            work = np.dtype(operator.dtype)
-            if jnp.issubdtype(result, jnp.complexfloating):
-                work = np.dtype(jnp.result_type(work, jnp.complex64))
-            matvec = _multigrid.fusible_product(operator._parts)
-        else:
-            work = result
-            matvec = _vector_product(operator)
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.operator.shape)
 
-        def scale(r):
-            return r if inverse is None else inverse.astype(work) * r
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(jnp.result_type(self.operator.dtype, jnp.asarray(self.lower).dtype))
 
-        x, _ = _multigrid.chebyshev_steps(
-            matvec,
-            scale,
-            v.astype(work),
-            None,
-            lower.astype(work)[..., None],
-            upper.astype(work)[..., None],
-            self.degree,
-            residual=False,
-            # Unrolled, XLA would recompute the fused product in each consumer.
-            unroll=False if isinstance(operator, DiaMatrix) else None,
-        )
-        return x.astype(result)
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(jnp.shape(self.lower))
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        M = self
+        if adjoint:
+            # M = p(D^-1 A) D^-1 with real coefficients, so M^H = p(D^-H A^H) D^-H: the
+            # same polynomial of A^H.
+            if not isinstance(self.operator, DiaMatrix):
+                raise NotImplementedError(
+                    f"Chebyshev.rmatvec needs the adjoint of A, which a "
+                    f"{type(self.operator).__name__} does not give; SciPy's cg, bicgstab, "
+                    "gmres and minres call only M.matvec"
+                )
+            inverse = self.inverse_diagonal
+            M = self._replace(
+                operator=self.operator.H,
+                inverse_diagonal=None if inverse is None else inverse.conj(),
+            )
+        return M(x) if x.ndim == 1 else M(x.T).T
+
+
+@jax.jit
+def _apply_chebyshev(M: Chebyshev, v: Array) -> Array:
+    """``M(v)`` (see :class:`Chebyshev`)."""
+    inverse = M.inverse_diagonal
+    lower, upper = jnp.asarray(M.lower), jnp.asarray(M.upper)
+    result = jnp.result_type(v.dtype, lower.dtype)
+    if not jnp.issubdtype(result, jnp.inexact):
+        result = jnp.result_type(float)
+    operator = M.operator
+    if isinstance(operator, DiaMatrix):
+        # In the matrix's precision (jaxdia.chebyshev(..., dtype=) may have narrowed it).
+        work = np.dtype(operator.dtype)
+        if jnp.issubdtype(result, jnp.complexfloating):
+            work = np.dtype(jnp.result_type(work, jnp.complex64))
+        matvec = fusible_product(operator._parts)
+    elif isinstance(operator, DeepHaloMatrix):  # the polynomial after one exchange
+        flat = jnp.asarray(v, result).reshape(-1, v.shape[-1])
+
+        def polynomial(u: Array) -> Array:
+            return _deep_halo.chebyshev(operator, u, lower, upper, M.degree)
+
+        return jax.vmap(polynomial)(flat).reshape(v.shape).astype(result)
+    else:
+        work = result
+        matvec = vector_product(operator)
+
+    def scale(r):
+        return r if inverse is None else inverse.astype(work) * r
+
+    x, _ = chebyshev_steps(
+        matvec,
+        scale,
+        jnp.asarray(v, work),
+        None,
+        lower.astype(work)[..., None],
+        upper.astype(work)[..., None],
+        M.degree,
+        residual=False,
+        # Unrolled, XLA would recompute the fused product in each consumer.
+        unroll=False if isinstance(operator, DiaMatrix) else None,
+    )
+    return x.astype(result)
 
 
 def chebyshev(
-    A: DiaMatrix, degree: int = 16, *, bounds: Any = None, dtype: Any = None
+    A: DiaMatrix,
+    degree: int = 16,
+    *,
+    bounds: Any = None,
+    dtype: DTypeLike | None = None,
+    deep_halo: bool = False,
 ) -> Chebyshev:
     """A Chebyshev polynomial preconditioner for a Hermitian positive definite ``A``.
 
@@ -627,13 +939,19 @@ def chebyshev(
         the spectrum, or ``M`` may be indefinite.
       dtype: the precision the polynomial is applied in (default ``A.dtype``): a float
         (or complex for complex ``A``) dtype no wider than ``A``'s (a DiaMatrix only).
+      deep_halo: for a ShardedDiaMatrix: exchange ``degree - 1`` halos at once, then run
+        the polynomial's products locally (one collective-permute each way per
+        application instead of ``degree - 1``; each device also computes the ghost rows,
+        ``(L + (degree - 1) (lower + upper)) / L`` times the local work for ``L`` rows
+        per device). The same ``M`` to rounding.
 
     Returns:
       A :class:`jaxdia.Chebyshev`, callable on vectors ``(n,)`` (``(*batch_shape, n)``).
 
     Raises:
-      TypeError: if ``A`` is not a DiaMatrix or an operator, or ``dtype`` is not a
-        float/complex type (or is given for an operator).
+      TypeError: if ``A`` is not a DiaMatrix or an operator, ``dtype`` is not a
+        float/complex type (or is given for an operator), or ``deep_halo`` is set for
+        anything but a ShardedDiaMatrix.
       ValueError: if ``A`` is not square, stores no main diagonal, ``degree < 1``,
         concrete ``bounds`` are not ``0 < lower < upper``, or (for a concrete ``A``) its
         diagonal holds a zero.
@@ -652,9 +970,14 @@ def chebyshev(
     degree = static_int(degree, "chebyshev: degree")
     if degree < 1:
         raise ValueError(f"chebyshev: degree must be >= 1, got {degree}")
+    if deep_halo and not isinstance(A, ShardedDiaMatrix):
+        raise TypeError(
+            f"chebyshev: deep_halo=True is for a ShardedDiaMatrix (jaxdia.shard), got "
+            f"{type(A).__name__}"
+        )
     if not isinstance(A, DiaMatrix) and is_operator(A):
-        return _operator_chebyshev(A, degree, bounds, dtype)
-    A = square(A, "chebyshev")
+        return _operator_chebyshev(A, degree, bounds, dtype, deep_halo)
+    A = as_square_matrix(A, "chebyshev")
     if dtype is not None:
         dtype = np.dtype(dtype)
         if not jnp.issubdtype(dtype, jnp.inexact) or (
@@ -693,264 +1016,29 @@ def _chebyshev_bounds(bounds: Any, rho: Array, degree: int) -> tuple[Array, Arra
     return lower, upper
 
 
-def _operator_chebyshev(A: Any, degree: int, bounds: Any, dtype: Any) -> Chebyshev:
+def _operator_chebyshev(
+    A: Any, degree: int, bounds: Any, dtype: DTypeLike, deep_halo: bool
+) -> Chebyshev:
     """:func:`chebyshev` for an operator with ``@``, ``shape``, ``diagonal()`` and
     ``abs()`` (a :class:`jaxdia.ShardedDiaMatrix`): Gershgorin's bound from
     ``abs(A) @ ones``, everything in the vectors' layout (``diagonal()``'s)."""
-    square_operator(A, "chebyshev")
+    check_square(A, "chebyshev")
     if dtype is not None:
         raise TypeError(
             f"chebyshev: dtype= converts a DiaMatrix; {type(A).__name__} is used in its own "
             "dtype (convert it before sharding)"
         )
     diagonal = A.diagonal()
-    inverse, rho = _multigrid.smoothing_data(diagonal, abs(A) @ jnp.ones_like(diagonal))
+    inverse, rho = smoothing_data(diagonal, abs(A) @ jnp.ones_like(diagonal))
     lower, upper = _chebyshev_bounds(bounds, rho, degree)
-    return Chebyshev(A, inverse, lower, upper, degree)
+    operator = _deep_halo.widen(A, degree - 1) if deep_halo else A
+    return Chebyshev(operator, inverse, lower, upper, degree)
 
 
 @functools.partial(jax.jit, static_argnames=("offsets", "shape"))
 def _bounds(data: Array, *, offsets, shape) -> tuple[Array, Array]:
     """``(1 / diag, Gershgorin bound of D^-1 A)`` of a batch ``(B, n_diags, n)``."""
-    return jax.vmap(lambda d: _multigrid.gershgorin(DiaParts(d, offsets, shape)))(data)
+    return jax.vmap(lambda d: gershgorin(DiaParts(d, offsets, shape)))(data)
 
 
 # -- Krylov solvers that report -----------------------------------------------------------
-
-
-class SolveInfo(NamedTuple):
-    """What :func:`jaxdia.cg` and :func:`jaxdia.bicgstab` report (a pytree, one entry per
-    system of a batch).
-
-    Attributes:
-      iterations: the iterations run (int32).
-      residual_norm: ``|b - A x|`` of the returned ``x``, recomputed with one more product
-        (not the recursively updated residual the iteration tracks).
-      converged: whether ``residual_norm <= max(rtol * |b|, atol)``. False when
-        ``maxiter`` ran out, when the method broke down, or when rounding kept the true
-        residual above the tolerance that the recursive one met.
-
-    Example:
-      >>> import jax.numpy as jnp, jaxdia
-      >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(100, 100))
-      >>> x, info = jaxdia.cg(A, jnp.ones(100), maxiter=5)
-      >>> int(info.iterations), bool(info.converged)
-      (5, False)
-    """
-
-    iterations: Array
-    residual_norm: Array
-    converged: Array
-
-
-def _static_callable(f: Any) -> Any:
-    """``f`` as a jit argument: pytrees (DiaMatrix, Multigrid, Partial, ...) as they are,
-    a plain function as a ``Partial`` (the function itself is static)."""
-    if f is None:
-        return None
-    if jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(f)):
-        return jax.tree_util.Partial(f)
-    return f
-
-
-def _solve_args(function: str, A: Any, b: Any, M: Any, x0: Any, maxiter: Any):
-    if isinstance(A, DiaMatrix):
-        A = square(A, function)
-        n, batch, dtype = A.shape[0], A.batch_shape, A.dtype
-    elif callable(A):
-        n, batch, dtype = None, (), None
-    else:
-        raise TypeError(
-            f"{function}: A must be a jaxdia.DiaMatrix or a function v -> A v, got "
-            f"{type(A).__name__}"
-        )
-    b = as_array(b, f"{function}: b")
-    if b.ndim == 0 or (n is not None and b.shape[-1] != n):
-        raise ValueError(
-            f"{function}: b must have shape ({n if n is not None else 'n'},) or (..., n), got "
-            f"shape {b.shape}"
-        )
-    n = b.shape[-1]
-    batch = broadcast_batch(f"{function}: A and b", batch, b.shape[:-1])
-    if x0 is not None:
-        x0 = as_array(x0, f"{function}: x0")
-        if x0.ndim == 0 or x0.shape[-1] != n:
-            raise ValueError(f"{function}: x0 must have shape ({n},) or (..., {n}), got {x0.shape}")
-        batch = broadcast_batch(f"{function}: A, b and x0", batch, x0.shape[:-1])
-    if M is not None and not callable(M):
-        raise TypeError(
-            f"{function}: M must be a preconditioner function v -> M v (e.g. jaxdia.multigrid, "
-            f"jaxdia.chebyshev, jaxdia.jacobi), got {type(M).__name__}"
-        )
-    if maxiter is None:
-        maxiter = np.int32(min(10 * n, np.iinfo(np.int32).max))
-    elif is_traced(maxiter):  # a traced count is fine: it is an argument of the loop
-        maxiter = jnp.asarray(maxiter, np.int32)
-    else:
-        maxiter = static_int(maxiter, f"{function}: maxiter")
-        if maxiter < 0:
-            raise ValueError(f"{function}: maxiter must be >= 0, got {maxiter}")
-        maxiter = np.int32(min(maxiter, np.iinfo(np.int32).max))
-    result = jnp.result_type(*(t for t in (dtype, b.dtype) if t is not None))
-    if not jnp.issubdtype(result, jnp.inexact):
-        result = jnp.result_type(float)
-    return A, b, M, x0, maxiter, batch, np.dtype(result)
-
-
-@functools.partial(jax.jit, static_argnames=("method", "batch", "dtype"))
-def _run_krylov(A, b, x0, M, rtol, atol, maxiter, *, method, batch, dtype):
-    """The solve as one compiled call; ``maxiter`` is an argument, so that changing it
-    does not compile again."""
-    n = b.shape[-1]
-    b = jnp.broadcast_to(b.astype(dtype), (*batch, n))
-    x0 = None if x0 is None else jnp.broadcast_to(x0.astype(dtype), b.shape)
-    matvec = _vector_product(A)
-    precondition = (lambda v: v) if M is None else M
-    loop = _krylov.cg if method == "cg" else _krylov.bicgstab
-
-    def solve(matvec, rhs):
-        limit = _krylov.threshold(rhs, rtol, atol)
-        x, iterations = loop(matvec, rhs, x0, precondition, limit, maxiter)
-        return x.astype(rhs.dtype), iterations
-
-    x, iterations = lax.custom_linear_solve(
-        matvec, b, solve, solve, symmetric=method == "cg", has_aux=True
-    )
-    residual = _krylov.residual_norm(matvec, b, x)
-    converged = residual <= _krylov.threshold(b, rtol, atol)
-    return x, SolveInfo(iterations, residual, converged)
-
-
-def _tolerance(value: Any, name: str) -> Any:
-    if is_traced(value):
-        return value
-    number = float(as_array(value, name))
-    if not number >= 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-    return number
-
-
-def cg(
-    A: Any,
-    b: Any,
-    *,
-    M: Any = None,
-    x0: Any = None,
-    rtol: Any = 1e-5,
-    atol: Any = 0.0,
-    maxiter: int | None = None,
-) -> tuple[Array, SolveInfo]:
-    """Solves ``A x = b`` by preconditioned conjugate gradients, and says how it went.
-
-    ``A`` must be Hermitian positive definite, and so must ``M``
-    (:func:`jaxdia.multigrid` of a symmetric positive definite stencil,
-    :func:`jaxdia.chebyshev`, :func:`jaxdia.jacobi`). The iteration is
-    ``jax.scipy.sparse.linalg.cg``'s, stopping when ``|b - A x| <= max(rtol * |b|,
-    atol)`` (SciPy's rule; JAX calls ``rtol`` ``tol``) or after ``maxiter`` iterations,
-    and returns ``(x, info)``: ``info.iterations``, ``info.residual_norm`` (recomputed
-    from ``x``) and ``info.converged``, so non-convergence is visible without computing
-    the residual by hand.
-
-    It runs as one compiled call (under ``jit`` it is inlined), works under ``vmap``, and
-    is differentiable in ``b`` and ``A.data`` by implicit differentiation
-    (``lax.custom_linear_solve``, as JAX's solvers): a gradient costs one more solve with
-    the same ``M`` and never differentiates through the iterations or the preconditioner.
-    A batched ``A`` and/or ``b`` (leading dims) solves independent systems at once, each
-    with its own iterations, stopping on its own.
-
-    Args:
-      A: a square DiaMatrix (possibly batched), or a function ``v -> A v`` on arrays of
-        ``b``'s shape.
-      b: the right-hand side(s), shape ``(n,)`` or ``(..., n)``.
-      M: the preconditioner, a function ``v -> M v`` on arrays of ``b``'s shape (None:
-        none).
-      x0: the initial guess (default zeros).
-      rtol, atol: relative and absolute tolerances on the residual norm.
-      maxiter: the most iterations (default ``10 * n``); an argument of the compiled
-        solve (changing it compiles nothing), which may be traced.
-
-    Returns:
-      ``(x, info)``: the solution, of the broadcast batch shape and ``b``'s last dim, in
-      the promoted dtype of ``A`` and ``b``; and a :class:`jaxdia.SolveInfo` whose fields
-      have the batch shape.
-
-    Raises:
-      TypeError: if ``A`` is neither a DiaMatrix nor a function, or ``M`` is not
-        callable.
-      ValueError: if ``A`` is not square, the shapes do not fit, or a tolerance or
-        ``maxiter`` is negative.
-
-    Example:
-      >>> import jax.numpy as jnp, jaxdia
-      >>> A = jaxdia.diags([-1.0, 2.5, -1.0], offsets=[-1, 0, 1], shape=(50, 50))
-      >>> x, info = jaxdia.cg(A, jnp.ones(50), M=jaxdia.jacobi(A), rtol=1e-6)
-      >>> bool(info.converged), bool(info.residual_norm < 1e-6 * jnp.sqrt(50.0))
-      (True, True)
-    """
-    return _solve("cg", A, b, M, x0, rtol, atol, maxiter)
-
-
-def bicgstab(
-    A: Any,
-    b: Any,
-    *,
-    M: Any = None,
-    x0: Any = None,
-    rtol: Any = 1e-5,
-    atol: Any = 0.0,
-    maxiter: int | None = None,
-) -> tuple[Array, SolveInfo]:
-    """Solves ``A x = b`` by preconditioned BiCGStab, for nonsymmetric ``A``, and says how
-    it went.
-
-    The iteration is ``jax.scipy.sparse.linalg.bicgstab``'s (van der Vorst's BiCGStab,
-    with right preconditioning by ``M``); everything else (stopping rule, ``info``,
-    batches, compilation, implicit differentiation) is as for :func:`jaxdia.cg`. A
-    breakdown (a zero inner product) stops the system and leaves ``info.converged``
-    False, where JAX's returns NaN. The gradient solves with ``A^T`` using the same
-    ``M``, as JAX's does.
-
-    Args:
-      A: a square DiaMatrix (possibly batched), or a function ``v -> A v``.
-      b: the right-hand side(s), shape ``(n,)`` or ``(..., n)``.
-      M: the preconditioner, a function ``v -> M v`` (None: none).
-      x0: the initial guess (default zeros).
-      rtol, atol: relative and absolute tolerances on the residual norm.
-      maxiter: the most iterations (default ``10 * n``); each costs two products with
-        ``A`` and two applications of ``M``.
-
-    Returns:
-      ``(x, info)`` as :func:`jaxdia.cg`.
-
-    Raises:
-      TypeError: if ``A`` is neither a DiaMatrix nor a function, or ``M`` is not
-        callable.
-      ValueError: if ``A`` is not square, the shapes do not fit, or a tolerance or
-        ``maxiter`` is negative.
-
-    Example:
-      >>> import jax.numpy as jnp, jaxdia
-      >>> A = jaxdia.diags([-1.2, 2.5, -0.8], offsets=[-1, 0, 1], shape=(50, 50))
-      >>> x, info = jaxdia.bicgstab(A, jnp.ones(50), M=jaxdia.jacobi(A), rtol=1e-5)
-      >>> bool(info.converged)  # float32 (x64 off): 1e-5 is well above its rounding
-      True
-    """
-    return _solve("bicgstab", A, b, M, x0, rtol, atol, maxiter)
-
-
-def _solve(method, A, b, M, x0, rtol, atol, maxiter):
-    A, b, M, x0, maxiter, batch, dtype = _solve_args(method, A, b, M, x0, maxiter)
-    rtol = _tolerance(rtol, f"{method}: rtol")
-    atol = _tolerance(atol, f"{method}: atol")
-    return _run_krylov(
-        _static_callable(A),
-        b,
-        x0,
-        _static_callable(M),
-        rtol,
-        atol,
-        maxiter,
-        method=method,
-        batch=batch,
-        dtype=dtype,
-    )

@@ -32,7 +32,8 @@ written once and no ``(n_diags, n)`` temporary exists:
   pairwise, which shortens each output's chain of dependent adds (see ``_interior``).
 
 When the interior is small next to the edges (wide offsets on a short matrix), the whole
-output is the edge formulation instead, which is also one fused loop.
+output is the edge formulation instead, which is also one fused loop; with more than a few
+diagonals (scattered offsets, as ``kron`` builds) it is the loop over the diagonals.
 
 ``sddmm_xla`` is one gather (see its docstring). What else was tried, and the numbers, are
 in ``benchmarks/README.md``.
@@ -47,7 +48,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from ._geometry import accumulation_dtype, index_dtype, live_terms, pairwise_sum, slot_indices
+from .._geometry import accumulation_dtype, index_dtype, live_terms, pairwise_sum, slot_indices
 
 # Below this fraction of interior rows the interior/edge split is not worth a second and
 # third fused loop; the all-bounds-checked formulation is used instead.
@@ -61,6 +62,13 @@ _MIN_INTERIOR_FRACTION = 0.5
 # to the point where compile time reaches about a second (benchmarks/README.md).
 _MAX_UNROLLED_TERMS = 64
 _MAX_UNROLLED_TERMS_SEVERAL_COLUMNS = 200
+
+# Products with a small interior (wide offsets) and more terms than this run as the loop
+# over the diagonals too. Their bounds-checked sum is one fused loop on its own, but where
+# the product has several consumers (a solver's loop) XLA CPU duplicates the sum into each
+# and writes every padded term to a buffer of its own: a program growing with the terms
+# (benchmarks/README.md, "Scattered offsets").
+_MAX_BOUNDED_TERMS = 8
 
 # Matrix-vector products with at least this many output elements (batch included) run on
 # 1-D vectors (see ``spmm_xla``). Below, the ``(rows, 1)`` form is kept: XLA's cost model
@@ -205,6 +213,8 @@ def spmm_xla(
     lo = max(term.lo for term in terms)
     hi = min(term.hi for term in terms)
     if hi - lo < _MIN_INTERIOR_FRACTION * out_rows:
+        if len(terms) > _MAX_BOUNDED_TERMS:
+            return _looped(data, x, offsets, shape, transpose, batch, acc).astype(out_dtype)
         out = _bounded(data, x, terms, 0, out_rows, (*batch, out_rows, columns), acc)
         return out.astype(out_dtype)
     size = math.prod(batch) * out_rows

@@ -1,14 +1,14 @@
 """Banded factorizations at the array level: factor a square ``DiaParts`` once, solve many.
 
 A factor is a :class:`Factor`: the arrays of one of the kinds of
-:mod:`jaxdia._band_primitives`, chosen from the offsets and the platform:
+:mod:`jaxdia._kernels.band_primitives`, chosen from the offsets and the platform:
 
-* LU (:func:`lu_factor`): on CPU LAPACK's, with partial pivoting: ``"gt"`` (``?gttrf``'s
+* LU (:func:`factor_lu`): on CPU LAPACK's, with partial pivoting: ``"gt"`` (``?gttrf``'s
   rows) when the band is within one diagonal of the main one, else ``"gb"``
   (``?gbtrf``'s bands); on GPU and TPU ``"cr"``, block cyclic reduction (no loop over the
-  rows; see :mod:`jaxdia._band_parallel` for what it is exact for, and
-  :mod:`jaxdia._band_refine` for what its solves do otherwise);
-* Cholesky (:func:`cholesky_factor`) of a Hermitian positive definite band, from the
+  rows; see :mod:`jaxdia._kernels.band_parallel` for what it is exact for, and
+  :mod:`jaxdia._kernels.band_refine` for what its solves do otherwise);
+* Cholesky (:func:`factor_cholesky`) of a Hermitian positive definite band, from the
   triangle ``lower`` selects: on CPU ``"pt"`` (``?pttrf``'s ``L D L^H``) for a
   tridiagonal one, else ``"pb"`` (``?pbtrf``'s bands); on GPU and TPU ``"ch"``, cyclic
   reduction;
@@ -24,6 +24,11 @@ the matrix itself (a sparse product), so derivatives with respect to ``A.data`` 
 come from the products and from solves with the *stored* factor (the transposed solve for
 reverse mode), never from differentiating or repeating the factorization.
 
+:func:`solve_once` solves with :func:`oneshot`'s factor: LAPACK on CPU (``gtsv`` for a
+tridiagonal matrix), cyclic reduction for batches and small systems there and on TPU,
+cuSPARSE's ``gtsv2`` for a tridiagonal matrix on GPUs, cyclic reduction for other bands
+there (see :mod:`jaxdia._kernels.band_primitives`).
+
 16-bit matrices are factored in float32. The factor keeps its dtype; a solve runs in the
 promoted dtype of the matrix and ``b`` (float32 for 16-bit ones), a complex ``b`` for a
 real factor as its real and imaginary parts side by side.
@@ -38,13 +43,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.typing import ArrayLike
 
-from . import _band_primitives as prims
-from ._checks import as_array, broadcast_batch, integers_as
-from ._geometry import accumulation_dtype, band_widths, in_bounds
-from ._parts import DiaParts
-from ._primitives import spmm
-from ._sharding import on_auto_axes
+from .._checks import check_rhs, result_dtype
+from .._geometry import accumulation_dtype, band_widths, in_bounds
+from .._kernels import band_primitives as prims
+from .._kernels.primitives import spmm
+from .._parts import DiaParts
+from .._sharding import on_auto_axes
 
 #: The factorizations' implementation: "auto" (by platform, see the module docstring),
 #: "host" or "scan" (LAPACK's kinds, by LAPACK on CPU or by ``lax.scan``), "parallel"
@@ -78,8 +84,8 @@ def is_tridiagonal(offsets: tuple[int, ...]) -> bool:
 class Factor(NamedTuple):
     """A factorization's arrays: ``arrays`` (LAPACK's, with the matrix's batch dims
     leading), ``info`` (``(*batch_shape,)`` int32: 0, or the 1-based index of the first
-    zero pivot / non-positive leading minor), and its static description (a pytree whose
-    leaves are the arrays and ``info``)."""
+    zero pivot / non-positive leading minor, or :data:`NON_FINITE`), and its static
+    description (a pytree whose leaves are the arrays and ``info``)."""
 
     kind: str
     widths: tuple[int, ...]
@@ -148,7 +154,8 @@ def _shift_left(row: Array, by: int) -> Array:
 
 
 def _lu_operands(data: Array, offsets: tuple[int, ...], kind: str, widths):
-    """The factor primitive's operands and ``placement`` (see ``_band_primitives``)."""
+    """The factor primitive's operands and ``placement`` (see
+    ``jaxdia._kernels.band_primitives``)."""
     if kind == "cr":
         return (data,), ()
     if kind == "gt":
@@ -198,16 +205,41 @@ def _factor(data, *, offsets, kind, widths, lower, method) -> tuple[tuple, Array
     *arrays, info = prims.factor(
         *operands, kind=kind, widths=widths, placement=placement, offsets=offsets, method=method
     )
-    return tuple(arrays), info
+    # LAPACK factors NaN and inf without complaint (a NaN pivot is no zero pivot): say so
+    # in info, where SciPy's check_finite would have refused the matrix.
+    return tuple(arrays), jnp.where(finite(data, offsets, lower), info, NON_FINITE)
 
 
-def lu_factor(A: DiaParts, method: str | None = None) -> Factor:
+#: ``info`` of a factorization whose matrix holds a non-finite entry (LAPACK's negative
+#: values name an illegal argument).
+NON_FINITE = -1
+
+
+def read_slots(offsets: tuple[int, ...], n: int, lower: bool | None, host: bool = False):
+    """The slots of an ``n x n`` matrix's DIA ``data`` that a factorization reads: every
+    in-bounds one for an LU (``lower`` None), the triangle ``lower`` selects for a
+    Cholesky factor."""
+    if lower is None:
+        diagonals = np.ones(len(offsets), bool)
+    else:
+        diagonals = np.array([(k <= 0) if lower else (k >= 0) for k in offsets], bool)
+    return in_bounds(offsets, (n, n), host=host) & diagonals[:, None]
+
+
+def finite(data: Array, offsets: tuple[int, ...], lower: bool | None) -> Array:
+    """Per matrix (shape ``data.shape[:-2]``): whether every entry that the factorization
+    reads (see :func:`read_slots`) is finite."""
+    read = read_slots(offsets, data.shape[-1], lower)
+    return jnp.all(jnp.isfinite(data) | ~read, axis=(-2, -1))
+
+
+def factor_lu(A: DiaParts, method: str | None = None) -> Factor:
     """The banded LU factor of a square ``A`` (``"gt"``, ``"gb"`` or ``"cr"``)."""
     method = method or METHOD
     return _factor_of(A, *lu_kind(A.offsets, method), None, method)
 
 
-def cholesky_factor(A: DiaParts, lower: bool, method: str | None = None) -> Factor:
+def factor_cholesky(A: DiaParts, lower: bool, method: str | None = None) -> Factor:
     """The banded Cholesky factor of a square ``A`` from its upper (or ``lower``)
     triangle (``"pt"``, ``"pb"`` or ``"ch"``)."""
     method = method or METHOD
@@ -233,36 +265,10 @@ def _factor_of(
 # -- solves --------------------------------------------------------------------------------
 
 
-def check_rhs(
-    function: str, n: int, batch_shape: tuple[int, ...], b: Any, dtype: Any, name: str = "b"
-):
-    """``b`` (called ``name`` in messages) checked for an ``n x n`` matrix of batch shape
-    ``batch_shape`` and ``dtype``: returns ``(b, batch)``, ``batch`` the broadcast batch
-    shape of the solution. Integer NumPy ``b`` is converted on the host (see
-    :func:`jaxdia._checks.integers_as`)."""
-    b = integers_as(as_array(b, f"{function}: {name}"), dtype)
-    if b.ndim == 0 or b.shape[-2 if b.ndim > 1 else 0] != n:
-        raise ValueError(
-            f"{function}: {name} must have shape ({n},) or (..., {n}, k) for A of shape "
-            f"{(n, n)}, got shape {b.shape}"
-        )
-    batch = broadcast_batch(f"{function}: A and {name}", batch_shape, b.shape[:-2])
-    return b, batch
-
-
-def result_dtype(matrix_dtype: Any, b: Any) -> np.dtype:
-    """The dtype of a solution: the promoted dtype of the matrix and ``b`` (arrays: a
-    NumPy float64 ``b`` is no explicit request), the default float for integers."""
-    dtype = jnp.result_type(jnp.zeros((), matrix_dtype), b)
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        dtype = jnp.result_type(float)
-    return np.dtype(dtype)
-
-
 def solve(
     A: DiaParts,
     factor: Factor,
-    b: Any,
+    b: ArrayLike,
     *,
     trans: int = 0,
     lower: bool | None = None,
@@ -352,7 +358,8 @@ def _solve(
         if array.dtype == np.int32:  # pivots
             return array
         if kind == "cr" and not split:
-            # Kept: its solves refine to the factor's own precision (see _band_refine).
+            # Kept: its solves refine to the factor's own precision (see
+            # jaxdia._kernels.band_refine).
             return array
         if kind == "pt" and index == 0:  # the real diagonal of L D L^H
             return array.astype(_real(precision))
@@ -423,3 +430,24 @@ def info_errors(info: Any) -> list[tuple[tuple[int, ...], int]]:
     """``(batch index, info)`` of the failed systems of a concrete ``info``."""
     host = np.asarray(info)
     return [(index, int(host[index])) for index in np.ndindex(host.shape) if host[index]]
+
+
+# -- one-shot solves -----------------------------------------------------------------------
+
+
+def solve_once(A: DiaParts, b: ArrayLike) -> Array:
+    """Solves ``A @ x == b`` for a square ``A`` (see :func:`jaxdia.solve_banded`) with
+    :func:`oneshot`'s factor, which factors as it solves, the implementation chosen per
+    platform and size when the program is compiled (see
+    :mod:`jaxdia._kernels.band_primitives`)."""
+    n = A.shape[0]
+    b, _ = check_rhs("solve_banded", n, A.batch_shape, b, A.dtype)
+    dtype = result_dtype(A.dtype, b)
+    # Factored in the solution's precision (float64 for a float32 A and a float64 b), as
+    # jnp.linalg.solve and SciPy compute; a real A stays real.
+    precision = np.dtype(jnp.result_type(A.dtype, jnp.finfo(dtype).dtype))
+    if precision != A.dtype:
+        A = A.with_data(A.data.astype(precision))
+    # LAPACK's kinds forced (tests), else a factor whose solve factors.
+    factor = factor_lu(A, METHOD) if METHOD in ("host", "scan") else oneshot(A)
+    return solve(A, factor, b, function="solve_banded")

@@ -1,4 +1,4 @@
-"""The action of the matrix exponential, ``exp(t A) B``, at the array level.
+"""The action of the matrix exponential, ``exp(t A) B``: :func:`expm_multiply`.
 
 The algorithm is SciPy's ``scipy.sparse.linalg.expm_multiply`` (Al-Mohy & Higham 2011,
 "Computing the action of the matrix exponential"): shift ``A`` by ``mu = trace(A) / n``,
@@ -10,17 +10,24 @@ otherwise blocks of points that share their Taylor terms).
 
 What differs from SciPy:
 
-* The norms are exact: ``||A||_1`` is the largest column sum of ``|A|``, and
-  ``||A^p||_1`` for ``p <= 9`` comes from the DIA powers ``A^p`` (DIA products), where
-  SciPy estimates them with the randomized ``onenormest`` (an underestimate). Powers with
-  more than :data:`POWER_ENTRIES` stored entries are bounded instead
-  (``||A^(a + b)|| <= ||A^a|| ||A^b||``), which may cost substeps, never accuracy.
+* ``||A||_1`` is exact (the largest column sum of ``|A|``). For a band, ``||A^p||_1``
+  for ``p <= 9`` is exact too, from the DIA powers ``A^p`` (DIA products), where SciPy
+  estimates it with ``onenormest`` (an underestimate); powers with more than
+  :data:`POWER_ENTRIES` stored entries are bounded instead (``||A^(a + b)|| <= ||A^a||
+  ||A^b||``), which may cost substeps, never accuracy. Where the powers' offsets spread
+  over more than :data:`POWER_ROWS` diagonals (scattered offsets, as ``kron`` builds for
+  a spin chain: ``0, +-2^k``) their program would grow with the spread, so the norms are
+  estimated as SciPy estimates them: Higham and Tisseur's block 1-norm estimator on
+  products with ``A`` (:func:`estimated_power_norms`), a program of fixed size.
 * The early stop's tolerance is the unit roundoff of the working dtype (SciPy uses
   double's for every dtype). Its norm counts ``|re| + |im|`` of complex entries, and
   the terms' norms are exact every :data:`NORM_EVERY` terms and bounded in between
   (:func:`taylor`): the test passes at SciPy's term or a few terms later.
-* On a time grid the first point ``exp(t_0 A) B`` gets parameters chosen for ``t_0``
-  itself (SciPy reuses those of ``t_q - t_0``: too few substeps when ``|t_0|`` is larger).
+* On a time grid the first point ``exp(t_0 A) B`` gets the parameters of the larger of
+  ``|t_0|`` and the span ``|t_q - t_0|``. SciPy takes those of the span, which are too
+  few substeps when ``|t_0|`` is larger; those of ``|t_0|`` alone lose accuracy when the
+  span is larger (each later point inherits the first one's relative error, amplified
+  where ``t_0 < 0`` shrinks components that later grow).
 
 Everything runs in the graph: ``(m, s)`` are traced integers and the loops are
 ``lax.while_loop``, so the functions work under ``jit`` and ``vmap`` (a batch of matrices
@@ -53,13 +60,15 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.typing import ArrayLike, DTypeLike
 
-from ._banded import check_rhs
-from ._checks import as_array, static_int
-from ._geometry import accumulation_dtype, in_bounds, pairwise_sum
-from ._ops import absolute, reduce_sum, shifted
-from ._parts import DiaParts
-from ._primitives import sddmm, spmm
+from .._checks import as_array, check_rhs, scalar, static_int
+from .._geometry import accumulation_dtype, in_bounds, pairwise_sum
+from .._kernels.primitives import sddmm
+from .._matrix import DiaMatrix, as_square_matrix
+from .._ops import absolute, reduce_sum, shifted
+from .._parts import DiaParts
+from .._products import matvec as dia_matvec
 
 #: ``theta_m``: the largest ``||t A||_1`` for which ``s = 1`` substep of the degree-``m``
 #: Taylor series meets double precision's unit roundoff (SciPy's table: Higham's
@@ -86,6 +95,14 @@ _CANDIDATES = [
 #: Powers ``A^p`` holding more stored entries than this are not formed; their norms are
 #: bounded by products of the lower ones.
 POWER_ENTRIES = 2**23
+#: Powers whose offsets spread over more diagonals than this are not formed at all: the
+#: program that forms them handles each diagonal of the power on its own (compile time
+#: and memory growing with their number), so their norms are estimated instead.
+POWER_ROWS = 64
+#: The block 1-norm estimator's columns and iterations (SciPy's ``onenormest``: t = 2,
+#: itmax = 5).
+ESTIMATOR_COLUMNS = 2
+ESTIMATOR_ITERATIONS = 5
 
 #: Gauss-Legendre nodes per panel of the data cotangent's quadrature: with panels of
 #: ``||t A||_1 <= theta_30``, 12 nodes integrate the products ``u v^T`` (frequencies up
@@ -96,7 +113,7 @@ _PANEL_DEGREE = 30
 CHECKPOINTS = 64
 
 
-def unit_roundoff(dtype: Any) -> float:
+def unit_roundoff(dtype: DTypeLike) -> float:
     return float(np.finfo(dtype).eps) / 2
 
 
@@ -156,9 +173,33 @@ def _rows_from(grid: tuple[int, ...], shift: int, P: Array) -> Array:
     return jnp.concatenate(pieces) if len(pieces) > 1 else pieces[0]
 
 
-def power_norms(A: DiaParts, norm: Array) -> Array:
+def power_grids(offsets: tuple[int, ...], n: int) -> list[tuple[int, ...]] | None:
+    """The offsets of ``A, A^2, ...`` up to ``A^(p_max + 1)`` that :func:`power_norms`
+    forms (fewer where a power would hold more than :data:`POWER_ENTRIES` entries), or
+    None when one of them spreads over more than :data:`POWER_ROWS` diagonals."""
+    grids = [offsets]
+    while len(grids) < _P_MAX + 1:
+        grid = _sumset(grids[-1], offsets, n)
+        if len(grid) * n > POWER_ENTRIES:
+            break
+        if len(grid) > POWER_ROWS:
+            return None
+        grids.append(grid)
+    return grids
+
+
+def _scaled(A: DiaParts, norm: Array) -> Array:
+    """``A / ||A||_1``'s data in single precision with zero padding: the norms of its
+    powers only choose ``(m, s)``, and scaled they cannot overflow."""
+    narrow = np.complex64 if A.dtype.kind == "c" else np.float32
+    scale = jnp.where(norm > 0, 1 / norm, 1)
+    return (jnp.where(in_bounds(A.offsets, A.shape), A.data, 0) * scale).astype(narrow)
+
+
+def power_norms(A: DiaParts, norm: Array, grids: list[tuple[int, ...]]) -> Array:
     """``d_p = ||A^p||_1^(1/p)`` for ``p in 1..p_max + 1``, of a square, unbatched ``A``
-    that stores offset 0, given ``norm = ||A||_1`` (:func:`one_norm`).
+    that stores offset 0, given ``norm = ||A||_1`` (:func:`one_norm`) and the offsets of
+    its powers, :func:`power_grids`.
 
     The powers live on one grid of rows, the offsets of the largest power formed (they
     include every lower power's, since ``0`` is an offset of ``A``), so one compiled loop
@@ -170,16 +211,7 @@ def power_norms(A: DiaParts, norm: Array) -> Array:
     """
     n = A.shape[1]
     count = _P_MAX + 1
-    # Single precision: the norms only choose (m, s), and scaled they cannot overflow.
-    narrow = np.complex64 if A.dtype.kind == "c" else np.float32
-    scale = jnp.where(norm > 0, 1 / norm, 1)
-    data = (jnp.where(in_bounds(A.offsets, A.shape), A.data, 0) * scale).astype(narrow)
-    grids = [A.offsets]
-    while len(grids) < count:
-        grid = _sumset(grids[-1], A.offsets, n)
-        if len(grid) * n > POWER_ENTRIES:
-            break
-        grids.append(grid)
+    data = _scaled(A, norm)
     grid = grids[-1]
     formed = len(grids)  # A^1 .. A^formed are formed exactly
     rows = {c: i for i, c in enumerate(grid)}
@@ -215,6 +247,78 @@ def power_norms(A: DiaParts, norm: Array) -> Array:
     scaled = jnp.stack([norms[p] for p in range(1, count + 1)])
     roots = (1.0 / np.arange(1, count + 1)).astype(norm.dtype)
     return norm * scaled.astype(norm.dtype) ** roots
+
+
+def _signs(n: int) -> Array:
+    """A fixed pseudo-random vector of ``+-1`` (an integer hash of the index): the
+    estimator's second starting column, the same on every run."""
+    index = lax.iota(np.uint32, n) * np.uint32(0x9E3779B9)
+    index = (index ^ (index >> 16)) * np.uint32(0x45D9F3B)
+    return jnp.where((index ^ (index >> 15)) & 1, 1.0, -1.0)
+
+
+def estimate_power_norm(A: DiaParts, power: Array) -> Array:
+    """A lower bound on ``||A^p||_1`` (``p = power``, traced), as SciPy's ``onenormest``
+    of ``A^p``: Higham and Tisseur's block estimator (algorithm 2.4 with
+    :data:`ESTIMATOR_COLUMNS` columns and at most :data:`ESTIMATOR_ITERATIONS`
+    iterations), each iteration one product with ``A^p`` and one with ``(A^H)^p``.
+
+    Its second starting column is a fixed hash (:func:`_signs`), so the estimate is
+    deterministic, and it keeps neither SciPy's resampling of parallel columns nor the
+    history of visited unit vectors: both only make later iterations useful, and an
+    iteration that revisits gives no larger estimate, which stops the loop (test (1))."""
+    n = A.shape[1]
+    t = ESTIMATOR_COLUMNS
+    forward, backward = _matvecs(A)
+
+    def apply(product, X):
+        return lax.fori_loop(0, power, lambda _, X: product(X), X)
+
+    if n <= t:  # as SciPy: the exact norm from the columns of the identity
+        Y = apply(forward, jnp.eye(n, dtype=A.dtype))
+        return jnp.max(jnp.sum(jnp.abs(Y), axis=0), initial=0.0)
+
+    def adjoint(X):
+        return jnp.conj(backward(jnp.conj(X))) if A.dtype.kind == "c" else backward(X)
+
+    def iteration(state):
+        k, X, estimate, S, indices, best, _ = state
+        Y = apply(forward, X)
+        magnitudes = jnp.sum(jnp.abs(Y), axis=0)
+        new = jnp.max(magnitudes)
+        best = jnp.where((k == 2) | (new > estimate), indices[jnp.argmax(magnitudes)], best)
+        stop = ((k >= 2) & (new <= estimate)) | (k > ESTIMATOR_ITERATIONS)  # (1)
+        estimate = jnp.maximum(new, estimate)
+
+        def refine():
+            size = jnp.abs(Y)
+            signs = jnp.where(size == 0, 1, Y / jnp.where(size == 0, 1, size).astype(Y.dtype))
+            repeated = jnp.all(jnp.any(jnp.real(signs.T @ S) >= n - 0.5, axis=1))  # (2)
+            h = jnp.max(jnp.abs(apply(adjoint, signs)), axis=1)
+            converged = (k >= 2) & (jnp.max(h) == h[best])  # (4)
+            top = lax.top_k(h, t)[1].astype(np.int32)
+            X = jax.nn.one_hot(top, n, dtype=A.dtype, axis=0)
+            return k + 1, X, estimate, signs, top, best, repeated | converged
+
+        return lax.cond(stop, lambda: (k, X, estimate, S, indices, best, True), refine)
+
+    first = jnp.stack([jnp.ones(n), _signs(n)], axis=1).astype(A.dtype) / n
+    real = np.finfo(A.dtype).dtype
+    zeros = jnp.zeros((n, t), A.dtype)
+    index = jnp.zeros(t, np.int32)
+    state = (jnp.int32(1), first, jnp.zeros((), real), zeros, index, jnp.int32(0), False)
+    return lax.while_loop(lambda state: ~state[-1], iteration, state)[2]
+
+
+def estimated_power_norms(A: DiaParts, norm: Array) -> Array:
+    """``d_p ~ ||A^p||_1^(1/p)`` for ``p in 1..p_max + 1`` as :func:`power_norms` returns
+    them, with ``||A^p||_1`` (``p >= 2``) estimated by :func:`estimate_power_norm` (what
+    SciPy does for every matrix), on ``A / ||A||_1`` in single precision."""
+    scaled = DiaParts(_scaled(A, norm), A.offsets, A.shape)
+    powers = jnp.arange(2, _P_MAX + 2, dtype=np.int32)
+    estimates = lax.map(lambda p: estimate_power_norm(scaled, p), powers)
+    roots = (1.0 / np.arange(2, _P_MAX + 2)).astype(norm.dtype)
+    return jnp.concatenate([norm[None], norm * estimates.astype(norm.dtype) ** roots])
 
 
 def parameters(norms: Array, scale: Array, columns: int) -> tuple[Array, Array]:
@@ -253,11 +357,13 @@ def _power_bound(columns: int) -> float:
 
 
 def all_norms(A: DiaParts, norm: Array, scale: Array, columns: int) -> Array:
-    """:func:`power_norms` (``norm = ||A||_1``), formed only when fragment 3.1 needs them
-    at ``scale`` (condition (3.13) fails)."""
+    """:func:`power_norms` (``norm = ||A||_1``), or :func:`estimated_power_norms` where
+    the powers spread too far to be formed, computed only when fragment 3.1 needs them at
+    ``scale`` (condition (3.13) fails)."""
+    grids = power_grids(A.offsets, A.shape[1])
     return lax.cond(
         scale * norm > _power_bound(columns),
-        lambda: power_norms(A, norm),
+        lambda: estimated_power_norms(A, norm) if grids is None else power_norms(A, norm, grids),
         lambda: jnp.full(_P_MAX + 1, norm),
     )
 
@@ -369,13 +475,13 @@ def _blocks(matvec, X, h, mu, m, s, q: int, tol: float) -> Array:
 
 
 class Config(NamedTuple):
-    """The static part of one evolution: the matrix's structure and the time grid."""
+    """The static part of one evolution: the matrix's structure and the time grid's size
+    (its times, and the step's divisor, are arguments: no program per grid)."""
 
     offsets: tuple[int, ...]
     n: int
     grid: bool  # a grid of times (else the single time 1)
     num: int  # number of time points (1 without a grid)
-    divisions: int  # the grid step is (stop - start) / divisions
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -383,27 +489,13 @@ class Config(NamedTuple):
 
 
 def _matvecs(A: DiaParts):
-    """``x -> A @ x`` and ``x -> A^T @ x`` for ``x`` of shape ``(n,)`` or ``(n, c)``.
-
-    One column is kept 1-D through the loops: XLA CPU reduces an ``(n, 1)`` array (the
-    early stop's norms) several times slower than a vector.
-    """
-
-    def product(x, transpose):
-        y = spmm(
-            A.data,
-            x[:, None] if x.ndim == 1 else x,
-            offsets=A.offsets,
-            shape=A.shape,
-            transpose=transpose,
-        )
-        return y[:, 0] if x.ndim == 1 else y
-
-    return partial(product, transpose=False), partial(product, transpose=True)
+    """``x -> A @ x`` and ``x -> A^T @ x`` for ``x`` of shape ``(n,)`` or ``(n, c)``."""
+    return dia_matvec(A), dia_matvec(A, transpose=True)
 
 
-def _forward(config: Config, data, B, trace, start, stop):
-    """``exp(t A) B`` at the time(s) of ``config`` (NaN when ``A`` holds inf or NaN)."""
+def _forward(config: Config, data, B, trace, start, stop, divisions):
+    """``exp(t A) B`` at the time(s) of ``config`` (NaN when ``A`` holds inf or NaN); on a
+    grid the step is ``(stop - start) / divisions``."""
     A = DiaParts(data, config.offsets, config.shape)
     mu = (trace / config.n).astype(data.dtype)
     tol = unit_roundoff(data.dtype)
@@ -420,24 +512,26 @@ def _forward(config: Config, data, B, trace, start, stop):
         X = taylor(matvec, B, one, mu, m, s, tol, size)
     else:
         q = config.num - 1
-        h = (stop - start) / config.divisions
+        h = (stop - start) / divisions
         t = q * h
-        norms = all_norms(shifted_A, norm, jnp.maximum(jnp.abs(start), jnp.abs(t)), columns)
-        m0, s0 = parameters(norms, jnp.abs(start), columns)
-        X = jnp.zeros((config.num, *B.shape), B.dtype)
-        X = X.at[0].set(taylor(matvec, B, start, mu, m0, s0, tol, size))
+        first = jnp.maximum(jnp.abs(start), jnp.abs(t))  # see the module's docstring
+        norms = all_norms(shifted_A, norm, first, columns)
+        m0, s0 = parameters(norms, first, columns)
         m, s = parameters(norms, jnp.abs(t), columns)
+        mh, sh = parameters(norms, jnp.abs(h), columns)  # for q <= s
+        stepwise = q <= s
 
-        def steps(X):  # q <= s: each step with parameters of its own
-            mh, sh = parameters(norms, jnp.abs(h), columns)
-            return lax.fori_loop(
-                0,
-                q,
-                lambda k, X: X.at[k + 1].set(taylor(matvec, X[k], h, mu, mh, sh, tol, size)),
-                X,
-            )
+        def step(k, X):
+            # X[0] from B, and for q <= s each X[k] from X[k - 1] with parameters of its
+            # own: one Taylor loop in the program for both.
+            initial = k == 0
+            tau, mk, sk = (jnp.where(initial, a, b) for a, b in ((start, h), (m0, mh), (s0, sh)))
+            Y = taylor(matvec, X[jnp.maximum(k - 1, 0)], tau, mu, mk, sk, tol, size)
+            return X.at[k].set(Y)
 
-        X = lax.cond(q <= s, steps, lambda X: _blocks(matvec, X, h, mu, m, s, q, tol), X)
+        X = jnp.zeros((config.num, *B.shape), B.dtype).at[0].set(B)
+        X = lax.fori_loop(0, jnp.where(stepwise, q + 1, 1), step, X)
+        X = lax.cond(stepwise, lambda X: X, lambda X: _blocks(matvec, X, h, mu, m, s, q, tol), X)
     return jnp.where(jnp.isfinite(norm), X, jnp.nan)
 
 
@@ -554,18 +648,18 @@ def _step_cotangent(config: Config, shifted_A: DiaParts, mu, norm, size, tau, x,
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _evolve(config: Config, data, B, trace, start, stop):
+def _evolve(config: Config, data, B, trace, start, stop, divisions):
     """``exp(t A) B`` at the time(s) of ``config``: ``(n, c)`` or ``(num, n, c)``."""
-    return _forward(config, data, B, trace, start, stop)
+    return _forward(config, data, B, trace, start, stop, divisions)
 
 
-def _evolve_fwd(config, data, B, trace, start, stop):
-    X = _forward(config, data, B, trace, start, stop)
-    return X, (data, B, trace, start, stop, X)
+def _evolve_fwd(config, data, B, trace, start, stop, divisions):
+    X = _forward(config, data, B, trace, start, stop, divisions)
+    return X, (data, B, trace, start, stop, divisions, X)
 
 
 def _evolve_bwd(config, residuals, G):
-    data, B, trace, start, stop, X = residuals
+    data, B, trace, start, stop, divisions, X = residuals
     A = DiaParts(data, config.offsets, config.shape)
     mu = (trace / config.n).astype(data.dtype)
     shifted_A = shifted(A, mu)
@@ -575,9 +669,9 @@ def _evolve_bwd(config, residuals, G):
     if not config.grid:
         Bbar, data_bar = step(jnp.ones((), start.dtype), B, G)
         zero = jnp.zeros((), start.dtype)
-        return data_bar, Bbar, jnp.zeros_like(trace), zero, zero
+        return data_bar, Bbar, jnp.zeros_like(trace), zero, zero, jnp.zeros_like(divisions)
     q = config.num - 1
-    h = (stop - start) / config.divisions
+    h = (stop - start) / divisions
 
     def back(i, state):
         adjoint, data_bar = state
@@ -591,46 +685,39 @@ def _evolve_bwd(config, residuals, G):
     matvec, _ = _matvecs(A)
     AX = jax.vmap(matvec)(X)
     rates = jnp.real(jnp.sum(G * AX, axis=tuple(range(1, X.ndim))))
-    fraction = jnp.arange(config.num, dtype=start.dtype) / config.divisions
+    fraction = jnp.arange(config.num, dtype=start.dtype) / divisions
     return (
         data_bar + term,
         Bbar,
         jnp.zeros_like(trace),
         jnp.sum((1 - fraction) * rates).astype(start.dtype),
         jnp.sum(fraction * rates).astype(start.dtype),
+        jnp.zeros_like(divisions),
     )
 
 
 _evolve.defvjp(_evolve_fwd, _evolve_bwd)
 
 
+#: What a complex time should be instead (the hint of its TypeError).
+_COMPLEX_TIME = "; fold a complex factor into A (e.g. expm_multiply(-1j * H, psi, start=0, stop=T))"
+
+
 # -- the entry point ---------------------------------------------------------------------------
 
 
-def _time(value: Any, name: str) -> Any:
-    """A real scalar time (traced values allowed: they are differentiable)."""
-    value = as_array(value, f"expm_multiply: {name}", expected="a real scalar")
-    if np.ndim(value) != 0:
-        raise ValueError(f"expm_multiply: {name} must be a scalar, got shape {np.shape(value)}")
-    if np.dtype(value.dtype).kind == "c":
-        raise TypeError(
-            f"expm_multiply: {name} must be real, got dtype {value.dtype}; fold a complex "
-            "factor into A (e.g. expm_multiply(-1j * H, psi, start=0, stop=T))"
-        )
-    return value
-
-
-def expm_multiply(
+def _exponential_action(
     A: DiaParts,
-    B: Any,
+    B: ArrayLike,
     *,
-    start: Any = None,
-    stop: Any = None,
+    start: ArrayLike | None = None,
+    stop: ArrayLike | None = None,
     num: Any = None,
     endpoint: Any = None,
-    traceA: Any = None,
+    traceA: ArrayLike | None = None,
 ) -> Array:
-    """``exp(A) B``, or ``exp(t_k A) B`` on a time grid (see :func:`jaxdia.expm_multiply`)."""
+    """``exp(A) B``, or ``exp(t_k A) B`` on a time grid, for a square ``A`` (see
+    :func:`expm_multiply`)."""
     n = A.shape[0]
     B, batch = check_rhs("expm_multiply", n, A.batch_shape, B, A.dtype, name="B")
     grid = any(value is not None for value in (start, stop, num, endpoint))
@@ -649,11 +736,14 @@ def expm_multiply(
             raise TypeError(
                 f"expm_multiply: endpoint must be a Python bool, got {type(endpoint).__name__}"
             )
-        start, stop = _time(start, "start"), _time(stop, "stop")
-        divisions = num - 1 if endpoint else num
+        start, stop = (
+            scalar(time, f"expm_multiply: {name}", hint=_COMPLEX_TIME)
+            for time, name in ((start, "start"), (stop, "stop"))
+        )
+        divisions = np.asarray(num - 1 if endpoint else num, np.float32)
     else:
         start = stop = np.zeros((), np.float32)
-        num, divisions = 1, 1
+        num, divisions = 1, np.ones((), np.float32)
     given = traceA is not None
     if given:
         traceA = as_array(traceA, "expm_multiply: traceA", expected="a scalar")
@@ -671,13 +761,14 @@ def expm_multiply(
     dtype = jnp.result_type(A.data, B, float)
     if not jnp.issubdtype(dtype, jnp.inexact):
         dtype = jnp.result_type(float)
-    config = Config(A.offsets, n, grid, num, divisions)
+    config = Config(A.offsets, n, grid, num)
     return _run(
         A.data,
         B,
         traceA,
         start,
         stop,
+        divisions,
         config=config,
         batch=batch,
         dtype=np.dtype(dtype),
@@ -686,7 +777,7 @@ def expm_multiply(
 
 
 @partial(jax.jit, static_argnames=("config", "batch", "dtype", "trace_given"))
-def _run(data, B, trace, start, stop, *, config: Config, batch, dtype, trace_given):
+def _run(data, B, trace, start, stop, divisions, *, config: Config, batch, dtype, trace_given):
     """:func:`expm_multiply` for checked operands, as one compiled call; a batch is
     flattened and mapped with ``vmap``."""
     work = accumulation_dtype(dtype)
@@ -702,7 +793,7 @@ def _run(data, B, trace, start, stop, *, config: Config, batch, dtype, trace_giv
             else jnp.zeros(data.shape[:-2], work)
         )
     trace = jnp.asarray(trace).astype(work)
-    start, stop = jnp.asarray(start).astype(real), jnp.asarray(stop).astype(real)
+    start, stop, divisions = (jnp.asarray(x).astype(real) for x in (start, stop, divisions))
     size = math.prod(batch)
     data = jnp.broadcast_to(data, (*batch, *data.shape[-2:])).reshape(size, *data.shape[-2:])
     B = jnp.broadcast_to(B, (*batch, *B.shape[-2:])).reshape(size, *B.shape[-2:])
@@ -713,10 +804,93 @@ def _run(data, B, trace, start, stop, *, config: Config, batch, dtype, trace_giv
     if config.n == 0:
         X = jnp.zeros((size, *((config.num,) if config.grid else ()), *B.shape[1:]), work)
     elif batch:
-        X = jax.vmap(lambda d, b, tr: _evolve(config, d, b, tr, start, stop))(data, B, trace)
+        X = jax.vmap(lambda d, b, tr: _evolve(config, d, b, tr, start, stop, divisions))(
+            data, B, trace
+        )
     else:
-        X = jnp.asarray(_evolve(config, data[0], B[0], trace[0], start, stop))[None]
+        X = jnp.asarray(_evolve(config, data[0], B[0], trace[0], start, stop, divisions))[None]
     if one_column:
         X = X[..., None]
     X = X.reshape(*batch, *X.shape[1:]).astype(dtype)
     return X[..., 0] if vector else X
+
+
+# -- the public function ------------------------------------------------------------------
+
+
+def expm_multiply(
+    A: DiaMatrix,
+    B: ArrayLike,
+    *,
+    start: ArrayLike | None = None,
+    stop: ArrayLike | None = None,
+    num: int | None = None,
+    endpoint: bool | None = None,
+    traceA: ArrayLike | None = None,
+) -> Array:
+    """The action of the matrix exponential, ``exp(A) @ B``, as SciPy's ``expm_multiply``.
+
+    Without ``start``/``stop``/``num``/``endpoint`` it returns ``exp(A) @ B``; with them,
+    ``exp(t_k A) @ B`` at the times ``numpy.linspace(start, stop, num, endpoint)``
+    (``num`` defaults to 50, ``endpoint`` to True), stacked on a new leading axis. The
+    algorithm is SciPy's (Al-Mohy & Higham 2011): ``A`` shifted by ``trace(A) / n``
+    (``traceA`` overrides the trace), a Taylor degree ``m`` and ``s`` substeps chosen
+    from 1-norms of powers of ``A`` with SciPy's table and code fragment 3.1, and
+    Taylor series stopped once two terms are negligible; a time grid reuses Taylor terms
+    across points (algorithm 5.2). The norms of a DIA matrix are exact (column sums of
+    ``|A^p|``, from the DIA powers ``A^p``), where SciPy estimates them; the results
+    agree with SciPy's to rounding.
+
+    For the Schrödinger equation pass ``-1j * H`` (and ``start``/``stop`` for the times,
+    or ``-1j * t * H``); a real ``A`` with a complex ``B`` works too.
+
+    ``(m, s)`` depend on the values of ``A``, so the loops are ``lax.while_loop``: the
+    call works under ``jit`` and ``vmap`` (each member of a batch gets its own
+    parameters). Reverse-mode differentiation (``grad``, ``vjp``) w.r.t. ``A.data``,
+    ``B``, ``start`` and ``stop`` is a custom rule: ``exp(A)^T G`` for ``B``, and for
+    ``A.data`` the integral ``int_0^1 exp((1 - r) A)^T G (exp(r A) B)^T dr`` on the
+    stored diagonals by Gauss-Legendre quadrature on short panels (exact to rounding;
+    at most 4096 panels of ``||t A||_1 <= 3.54`` per time step, beyond which the
+    gradient is NaN). Forward mode (``jvp``, ``jacfwd``) is not available.
+
+    Batches follow :func:`jaxdia.solve_banded`: a 1-D ``B`` of length ``n`` is a vector,
+    an N-D ``B`` a stack of ``(n, c)`` blocks whose batch dims broadcast with
+    ``A.batch_shape``; the result has the batch dims first, then SciPy's shape.
+
+    Args:
+      A: a square DiaMatrix (possibly batched).
+      B: a vector ``(n,)`` or a block ``(..., n, c)``.
+      start: the first time of a grid (a real scalar; may be traced).
+      stop: the last time of the grid (excluded if ``endpoint=False``).
+      num: the number of times, at least 2 (static).
+      endpoint: whether ``stop`` is the last time (a Python bool).
+      traceA: ``trace(A)``, used only to shift ``A`` (default: computed exactly).
+
+    Returns:
+      ``exp(A) @ B``, of ``B``'s shape (batch dims broadcast), or ``(num, *B.shape)`` on
+      a time grid; in the promoted dtype of ``A`` and ``B`` (16-bit floats computed in
+      float32 and cast back).
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix, ``B`` is not numeric, ``num`` is not a
+        static int, ``endpoint`` not a bool, a time is complex, or a grid lacks
+        ``start`` or ``stop``.
+      ValueError: if ``A`` is not square, ``B``'s shape does not fit, ``num < 2``, or a
+        time or ``traceA`` is not a scalar.
+
+    Example:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(50, 50))
+      >>> u = jaxdia.expm_multiply(0.5 * A, jnp.ones(50))
+      >>> exact = jax.scipy.linalg.expm(0.5 * A.todense()) @ jnp.ones(50)
+      >>> bool(jnp.allclose(u, exact, atol=1e-5))
+      True
+      >>> jaxdia.expm_multiply(-1j * A, jnp.ones(50), start=0, stop=1, num=5).shape
+      (5, 50)
+    """
+    A = as_square_matrix(A, "expm_multiply")
+    return _exponential_action(
+        A._parts, B, start=start, stop=stop, num=num, endpoint=endpoint, traceA=traceA
+    )

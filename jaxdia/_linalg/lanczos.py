@@ -1,4 +1,4 @@
-"""A few eigenpairs of a Hermitian DIA matrix, at the array level: thick-restart Lanczos.
+"""A few eigenpairs of a Hermitian DiaMatrix: :func:`eigsh`, by thick-restart Lanczos.
 
 The method is thick-restart Lanczos (Wu & Simon 2000; for a Hermitian operator it is
 Stewart's Krylov-Schur) with full reorthogonalization, in fixed-size buffers:
@@ -30,6 +30,7 @@ convergence report has zero tangents.
 from __future__ import annotations
 
 import math
+import warnings
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -39,14 +40,17 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 from jax import Array, lax
+from jax.typing import ArrayLike, DTypeLike
 
-from ._banded import is_tridiagonal, lu_factor, oneshot, solve
-from ._checks import as_array, static_int
-from ._convert import dia_to_dense
-from ._geometry import accumulation_dtype, in_bounds
-from ._ops import shifted
-from ._parts import DiaParts
-from ._primitives import sddmm, spmm
+from .._checks import as_array, reject_unsupported, scalar, spans_processes, static_int
+from .._convert import dia_to_dense
+from .._geometry import accumulation_dtype, in_bounds
+from .._kernels.primitives import sddmm, spmm
+from .._matrix import DiaMatrix, as_square_matrix
+from .._ops import add, conj, shifted, transpose
+from .._parts import DiaParts
+from .._products import matvec as dia_matvec
+from .banded import factor_lu, is_tridiagonal, oneshot, solve
 
 #: ``which`` values: largest/smallest magnitude, largest/smallest algebraic, both ends.
 WHICH = ("LM", "SM", "LA", "SA", "BE")
@@ -139,7 +143,7 @@ def _projected(H: Array) -> Array:
     return upper + jnp.conj(upper.T) + jnp.diag(jnp.real(jnp.diagonal(H)).astype(H.dtype))
 
 
-def _pseudo_random(n: int, seed: Array, dtype: Any) -> Array:
+def _pseudo_random(n: int, seed: Array, dtype: DTypeLike) -> Array:
     """A deterministic vector with entries spread over ``[-1, 1)`` (an integer hash of the
     index and ``seed``): a starting vector, or a new direction out of an invariant
     subspace. Cheaper to compile than ``jax.random``'s Threefry, and reproducible."""
@@ -212,7 +216,10 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
         V, H, beta, _, _ = lax.fori_loop(first, ncv, step, (V, H, beta, first, iteration))
         matvecs = matvecs + ncv - first
         theta, S, order, nconv = ritz(H, beta)
-        done = (nconv >= k) | (iteration + 1 >= config.maxiter)
+        # A NaN or inf in T (from NaN entries, or an exactly singular A - sigma I) stays:
+        # stop at once instead of restarting maxiter times.
+        broken = ~(jnp.all(jnp.isfinite(H)) & jnp.isfinite(beta))
+        done = (nconv >= k) | (iteration + 1 >= config.maxiter) | broken
 
         # ARPACK's choice: the wanted vectors, plus one more per converged one (at most
         # half of the rest), which keeps converged directions from stalling the others.
@@ -259,15 +266,8 @@ def _shift_invert(A: DiaParts, sigma: Array):
     B = shifted(A, sigma)
     if is_tridiagonal(B.offsets):
         return lambda x: solve(B, oneshot(B), x, function="eigsh")
-    factor = lu_factor(B)
+    factor = factor_lu(B)
     return lambda x: solve(B, factor, x, function="eigsh")
-
-
-def _matvec(A: DiaParts):
-    def apply(x):
-        return spmm(A.data, x[:, None], offsets=A.offsets, shape=A.shape)[:, 0]
-
-    return apply
 
 
 def _one(config: Config, data: Array, v0: Array, sigma: Array, tol: Array):
@@ -282,7 +282,7 @@ def _one(config: Config, data: Array, v0: Array, sigma: Array, tol: Array):
         converged, nconv = jnp.bool_(True), jnp.int32(k)
         iterations = matvecs = jnp.int32(0)
     else:
-        op = _shift_invert(A, sigma) if config.shift_invert else _matvec(A)
+        op = _shift_invert(A, sigma) if config.shift_invert else dia_matvec(A)
         theta, Y, converged, nconv, iterations, matvecs = _lanczos(op, v0, config, tol)
         lam = sigma + 1 / theta if config.shift_invert else theta
         lam = jnp.real(lam)
@@ -329,25 +329,50 @@ def _zero_tangent(x: Array) -> Any:
 
 
 def check_hermitian(A: DiaParts) -> None:
-    """A ValueError unless ``A`` (concrete data) is Hermitian to 1000 rounding errors of its
-    largest entry. On the host, with SciPy: it also runs inside a trace that closes over
-    a concrete matrix."""
-    host = np.asarray(A.data)
-    host = np.where(in_bounds(A.offsets, A.shape, host=True), host, 0)
-    work = accumulation_dtype(host.dtype)
-    defect = scale = 0.0
-    for index in np.ndindex(*host.shape[:-2]):
-        S = sp.dia_array((host[index].astype(work), np.array(A.offsets)), shape=A.shape).tocsr()
-        difference = abs(S - S.conj().T)
-        defect = max(defect, float(difference.max()) if difference.nnz else 0.0)
-        scale = max(scale, float(abs(S).max()) if S.nnz else 0.0)
+    """A ValueError unless ``A`` (concrete data) is finite and Hermitian to 1000 rounding
+    errors of its largest entry. On the host, with SciPy: it also runs inside a trace that
+    closes over a concrete matrix. Data that spans other processes is checked by a
+    reduction on the devices instead (this host cannot fetch it; a NaN there fails the
+    Hermitian test)."""
+    work = accumulation_dtype(np.dtype(A.data.dtype))
+    if spans_processes(A.data):
+        defect, scale = (float(value) for value in _hermitian_defect(A))
+    else:
+        host = np.asarray(A.data)
+        host = np.where(in_bounds(A.offsets, A.shape, host=True), host, 0)
+        bad = np.argwhere(~np.isfinite(host))
+        if len(bad):
+            # NaN would make every Ritz value NaN (SciPy's ARPACK fails at once on it too).
+            *member, k, j = (int(i) for i in bad[0])
+            where = f" (matrix {tuple(member)} of the batch)" if member else ""
+            raise ValueError(
+                "eigsh: A must not contain infs or NaNs, but "
+                f"A[{j - A.offsets[k]}, {j}] = {host[(*member, k, j)]}{where}"
+            )
+        defect = scale = 0.0
+        for index in np.ndindex(*host.shape[:-2]):
+            S = sp.dia_array((host[index].astype(work), np.array(A.offsets)), shape=A.shape)
+            S = S.tocsr()
+            difference = abs(S - S.conj().T)
+            defect = max(defect, float(difference.max()) if difference.nnz else 0.0)
+            scale = max(scale, float(abs(S).max()) if S.nnz else 0.0)
     if not defect <= 1000 * float(np.finfo(work).eps) * scale:
-        kind = "Hermitian" if host.dtype.kind == "c" else "symmetric"
+        kind = "Hermitian" if np.dtype(A.data.dtype).kind == "c" else "symmetric"
         raise ValueError(
             f"eigsh: A must be {kind} (eigsh solves Hermitian problems), but max|A - A^H| = "
             f"{defect:.3g} against max|A| = {scale:.3g}; use A + A.H (or (A + A.H) / 2) if "
             "the asymmetry is rounding"
         )
+
+
+@jax.jit
+def _hermitian_defect(A: DiaParts) -> tuple[Array, Array]:
+    """``(max|A - A^H|, max|A|)`` on the devices (the matrix stays where it is)."""
+    difference = add(A, conj(transpose(A)), subtract=True)
+    return (
+        jnp.max(jnp.abs(jnp.where(in_bounds(difference.offsets, A.shape), difference.data, 0))),
+        jnp.max(jnp.abs(jnp.where(in_bounds(A.offsets, A.shape), A.data, 0))),
+    )
 
 
 def _positive_int(value: Any, name: str) -> int:
@@ -357,18 +382,18 @@ def _positive_int(value: Any, name: str) -> int:
     return value
 
 
-def eigsh(
+def _eigenpairs(
     A: DiaParts,
     k: Any = 6,
     *,
-    sigma: Any = None,
+    sigma: ArrayLike | None = None,
     which: Any = "LM",
-    v0: Any = None,
+    v0: ArrayLike | None = None,
     ncv: Any = None,
     maxiter: Any = None,
-    tol: Any = 0.0,
+    tol: ArrayLike = 0.0,
 ) -> tuple[Array, Array, EigshInfo]:
-    """``(w, V, info)`` for a square ``A`` (see :func:`jaxdia.eigsh`)."""
+    """``(w, V, info)`` for a square ``A`` and the options of :func:`eigsh`, checked."""
     n = A.shape[0]
     k = _positive_int(k, "k")
     if k >= n:
@@ -388,23 +413,12 @@ def eigsh(
                 f"eigsh: ncv must satisfy k < ncv <= n ({k} < ncv <= {n}), got ncv = {ncv}"
             )
     maxiter = n * 10 if maxiter is None else _positive_int(maxiter, "maxiter")
-    tol = as_array(tol, "eigsh: tol", expected="a non-negative real number")
-    if np.ndim(tol) != 0 or np.dtype(tol.dtype).kind == "c":
-        raise TypeError(f"eigsh: tol must be a real scalar, got {tol!r}")
-    if not isinstance(tol, jax.core.Tracer) and float(tol) < 0:
-        raise ValueError(f"eigsh: tol must be non-negative, got {float(tol)}")
+    tol = scalar(tol, "eigsh: tol", nonnegative=True)
     dtype = A.dtype
     work = accumulation_dtype(dtype)
     shift_invert = sigma is not None
     if shift_invert:
-        sigma = as_array(sigma, "eigsh: sigma", expected="a real scalar")
-        if np.ndim(sigma) != 0:
-            raise ValueError(f"eigsh: sigma must be a scalar, got shape {np.shape(sigma)}")
-        if np.dtype(sigma.dtype).kind == "c":
-            raise TypeError(
-                f"eigsh: sigma must be real for a Hermitian A (its eigenvalues are real), got "
-                f"dtype {sigma.dtype}"
-            )
+        sigma = scalar(sigma, "eigsh: sigma", hint=" (a Hermitian A has real eigenvalues)")
     else:
         sigma = np.zeros((), np.float32)
     batch = A.batch_shape
@@ -451,3 +465,167 @@ def _run(data, v0, sigma, tol, *, config: Config, dtype):
         data.reshape(size, *data.shape[-2:]), v0.reshape(size, config.n)
     )
     return jax.tree.map(lambda x: x.reshape(*batch, *x.shape[1:]), flat)
+
+
+# -- the public function ------------------------------------------------------------------
+
+
+def eigsh(
+    A: DiaMatrix,
+    k: int = 6,
+    M: Any = None,
+    sigma: ArrayLike | None = None,
+    which: str = "LM",
+    v0: ArrayLike | None = None,
+    ncv: int | None = None,
+    maxiter: int | None = None,
+    tol: ArrayLike = 0.0,
+    return_eigenvectors: bool = True,
+    Minv: Any = None,
+    OPinv: Any = None,
+    mode: str = "normal",
+    *,
+    return_info: bool = False,
+) -> Any:
+    """``k`` eigenvalues and eigenvectors of a Hermitian DiaMatrix, as SciPy's ``eigsh``.
+
+    The same arguments and results as ``scipy.sparse.linalg.eigsh`` for a standard
+    problem: ``which`` picks the eigenvalues of largest (``"LM"``) or smallest (``"SM"``)
+    magnitude, largest (``"LA"``) or smallest (``"SA"``) value, or half from each end
+    (``"BE"``); with ``sigma`` it is shift-invert mode (SciPy's ``mode="normal"``):
+    ``which`` then applies to ``nu = 1 / (lambda - sigma)``, so the default ``"LM"``
+    finds the eigenvalues nearest ``sigma``, the fast way to the bottom of a spectrum.
+    Eigenvalues come back in ascending order and eigenvectors as the columns of ``v``,
+    normalized (their sign or complex phase is arbitrary, as in SciPy).
+
+    The solver is thick-restart Lanczos (Krylov-Schur) with full reorthogonalization and
+    ARPACK's convergence test, ``||A v - lambda v|| <= tol * |lambda|`` estimated from the
+    Krylov relation (``tol=0``: machine precision). ``ncv`` basis vectors (default
+    ``min(n, max(2k + 1, 20))``) live in fixed buffers inside a ``lax.while_loop``, so
+    the call works under ``jit`` and ``vmap`` (a batch of matrices runs until its slowest
+    member has converged). Shift-invert factors ``A - sigma I`` once (the banded LU of
+    :func:`jaxdia.lu_factor`, O(n l (l + u))) and applies ``(A - sigma I)^{-1}`` with
+    the stored factor, O(n (l + u)) per step; a tridiagonal ``A - sigma I`` is solved
+    afresh each step by ``lax.linalg.tridiagonal_solve`` instead (O(n) either way). A
+    ``sigma`` that is an eigenvalue (``A - sigma I`` exactly singular) raises at once
+    outside ``jit``; under ``jit`` the loop stops after its first restart with NaN
+    eigenvalues and ``converged`` False (as it does for NaN entries).
+    Matrices with ``n <= 128``, or ``ncv > n / 2`` (``k`` close to ``n``), are solved
+    densely with ``jnp.linalg.eigh``. Any ``1 <= k < n`` works.
+
+    Convergence is not an exception (none can be raised under ``jit``): pass
+    ``return_info=True`` for a last value ``info``, a named tuple (a pytree, batched like
+    ``w``) of ``converged`` (all ``k`` pairs passed the test; always true on the dense
+    path), ``nconv`` (how many did), ``iterations`` (restarts), ``matvecs``
+    (applications of ``A`` or ``(A - sigma I)^{-1}``) and ``residuals``
+    (``||A v_i - lambda_i v_i||``, in the order of ``w``). Without it, an unconverged
+    eager call warns. SciPy raises ``ArpackNoConvergence``.
+
+    ``A`` must be Hermitian (real symmetric, or complex Hermitian); with concrete data
+    this is checked (to 1000 rounding errors of ``A``'s largest entry). Under ``jit``
+    it cannot be, and a non-Hermitian matrix gives meaningless results, as in SciPy.
+
+    Differentiation: the eigenvalues are differentiable w.r.t. ``A.data``
+    (``jax.grad``, ``jvp``) for simple eigenvalues, ``d lambda = Re(v^H dA v)`` over the
+    stored diagonals: the derivative of the eigenvalues of the Hermitian part of ``A``
+    (a perturbation that breaks the symmetry counts through its Hermitian part, as
+    ``jnp.linalg.eigh`` does). Eigenvector derivatives are not computed: their tangent
+    is NaN, so a loss that reads the eigenvectors gets a NaN gradient, never a silently
+    wrong one (the ``info`` fields have zero tangents). Degenerate eigenvalues have no
+    derivative.
+
+    Args:
+      A: a square, Hermitian DiaMatrix (possibly batched: leading dims of ``A.data``).
+      k: the number of eigenpairs, ``1 <= k < n`` (static).
+      M: must be None (generalized problems are not supported).
+      sigma: a real shift for shift-invert mode, or None.
+      which: ``"LM"``, ``"SM"``, ``"LA"``, ``"SA"`` or ``"BE"``.
+      v0: the starting vector ``(n,)`` (or a batch of them); default: a fixed
+        pseudo-random vector, so results are reproducible.
+      ncv: the number of Lanczos vectors, ``k < ncv <= n`` (static).
+      maxiter: the largest number of restarts (static; default ``10 n``, as SciPy).
+      tol: the relative accuracy of the eigenvalues; 0 means machine precision.
+      return_eigenvectors: also return the eigenvectors (SciPy's flag).
+      Minv: must be None.
+      OPinv: must be None.
+      mode: must be ``"normal"`` (SciPy's ``"buckling"`` and ``"cayley"`` are not
+        supported).
+      return_info: also return ``info`` (above) as the last value.
+
+    Returns:
+      ``w`` of shape ``(..., k)`` (real, ascending), then ``v`` of shape ``(..., n, k)``
+      if ``return_eigenvectors``, then ``info`` if ``return_info``. 16-bit matrices are
+      solved in float32 and the results cast back.
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix, ``k``, ``ncv`` or ``maxiter`` are not
+        static ints, ``sigma`` is complex, or ``v0`` is complex for a real ``A``.
+      ValueError: if ``A`` is not square, or (with concrete data) not Hermitian or not
+        finite (NaN or inf entries); if ``k`` is not in ``[1, n)``, ``which`` is
+        unknown, ``ncv`` is out of range, or ``v0`` has the wrong shape.
+      numpy.linalg.LinAlgError: outside ``jit``, if ``A - sigma I`` is exactly singular
+        (SciPy raises "Factor is exactly singular").
+      NotImplementedError: for ``M``, ``Minv``, ``OPinv`` or another ``mode``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> n = 200
+      >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+      >>> w, v = jaxdia.eigsh(A, k=3, which="SA")
+      >>> exact = 2 - 2 * jnp.cos(jnp.arange(1, 4) * jnp.pi / (n + 1))
+      >>> bool(jnp.allclose(w, exact, atol=1e-5)), v.shape
+      (True, (200, 3))
+      >>> w, info = jaxdia.eigsh(A, k=3, sigma=0.0, return_eigenvectors=False,
+      ...                        return_info=True)
+      >>> bool(info.converged), bool(jnp.allclose(w, exact, atol=1e-5))
+      (True, True)
+    """
+    A = as_square_matrix(A, "eigsh")
+    reject_unsupported("eigsh", "M", M, "generalized eigenproblems need a factorization of M")
+    reject_unsupported("eigsh", "Minv", Minv, "only standard problems are solved")
+    reject_unsupported("eigsh", "OPinv", OPinv, "shift-invert uses jaxdia's banded solver")
+    if mode != "normal":
+        raise NotImplementedError(
+            f"eigsh: mode must be 'normal' (plain shift-invert), got {mode!r}"
+        )
+    if not isinstance(return_eigenvectors, (bool, np.bool_)):
+        raise TypeError(
+            "eigsh: return_eigenvectors must be a Python bool, got "
+            f"{type(return_eigenvectors).__name__}"
+        )
+    if not isinstance(return_info, (bool, np.bool_)):
+        raise TypeError(
+            f"eigsh: return_info must be a Python bool, got {type(return_info).__name__}"
+        )
+    parts = A._parts
+    w, v, info = _eigenpairs(
+        parts, k, sigma=sigma, which=which, v0=v0, ncv=ncv, maxiter=maxiter, tol=tol
+    )
+    w, v = w.astype(np.finfo(A.dtype).dtype), v.astype(A.dtype)
+    if sigma is not None and not isinstance(w, jax.core.Tracer):
+        singular = ~np.all(np.isfinite(np.asarray(w)), axis=-1)
+        if singular.any():
+            where = (
+                f" (matrix {tuple(np.argwhere(singular)[0])} of the batch)" if A.batch_shape else ""
+            )
+            raise np.linalg.LinAlgError(
+                f"eigsh: A - sigma I is exactly singular{where} (sigma = "
+                f"{np.asarray(sigma).item()} is an eigenvalue of A to rounding, so "
+                "(A - sigma I)^-1 does not exist; SciPy raises 'Factor is exactly "
+                "singular'): move sigma off the spectrum"
+            )
+    if not return_info and not isinstance(info.converged, jax.core.Tracer):
+        missing = np.asarray(info.converged) == 0
+        if missing.any():
+            warnings.warn(
+                f"eigsh: not converged after maxiter restarts ({int(np.sum(missing))} of "
+                f"{missing.size} matrices); pass return_info=True to read the residuals, "
+                "or raise maxiter/ncv",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    out: tuple[Any, ...] = (w, v) if return_eigenvectors else (w,)
+    if return_info:
+        out += (info,)
+    return out[0] if len(out) == 1 else out

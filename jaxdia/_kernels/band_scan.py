@@ -1,6 +1,6 @@
 """LAPACK's banded factorizations and solves in pure JAX: ``lax.scan`` over the rows.
 
-The same routines and layouts as :mod:`jaxdia._lapack` (``gbtrf/gbtrs``, ``pbtrf/pbtrs``,
+The same routines and layouts as :mod:`jaxdia._kernels.lapack` (``gbtrf/gbtrs``, ``pbtrf/pbtrs``,
 ``gttrf/gttrs``, ``pttrf/pttrs``; see its docstring), so that a factor computed by either
 is solved by either. This is the implementation on GPU and TPU, where a host call would
 copy the system to the host, and on CPU for systems too small to pay for one. Every

@@ -1,4 +1,6 @@
-"""Factor once, solve many: banded LU and Cholesky factors of a DiaMatrix, as pytrees.
+"""Banded direct solves of a DiaMatrix: one-shot, or factor once and solve many.
+
+:func:`solve_banded` and :func:`solveh_banded` solve one system directly.
 
 :func:`lu_factor` and :func:`cho_factor` factor a square banded :class:`jaxdia.DiaMatrix`
 and return a :class:`BandedLU` or :class:`BandedCholesky`, whose ``solve`` reuses the
@@ -17,20 +19,24 @@ stored factor solving the transposed system, so a gradient never factors again.
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, NoReturn, TypeVar
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import Array
+from jax.typing import ArrayLike
 
-from . import _banded
-from ._checks import is_traced
-from ._geometry import band_widths
-from ._linalg import square
-from ._matrix import DiaMatrix
-from ._parts import DiaParts
+from .._checks import is_traced
+from .._geometry import band_widths
+from .._matrix import DiaMatrix, as_square_matrix
+from .._parts import DiaParts
+from .._pytree import Immutable
+from .._scipy_operator import ScipyOperator
+from . import banded
 
 _KIND_NAMES = {
     "gb": "band",
@@ -72,10 +78,14 @@ def _factories_only(cls: _FactorClass) -> _FactorClass:
     return cls
 
 
-class _BandedFactor:
-    """What the LU and Cholesky factors share: the matrix, the arrays, ``info``."""
+class _BandedFactor(Immutable, ScipyOperator):
+    """What the LU and Cholesky factors share: the matrix, the arrays, ``info``, and
+    SciPy's ``LinearOperator`` protocol for ``A^-1`` (``matvec`` solves), so that a
+    factor is SciPy's ``M=`` or ``OPinv=``."""
 
     __slots__ = ("_data", "_factors", "_info", "_offsets", "_shape", "_kind", "_widths", "_lower")
+    _leaves = ("_data", "_factors", "_info")
+    _static = ("_offsets", "_shape", "_kind", "_widths", "_lower")
     _data: Array
     _factors: tuple[Array, ...]
     _info: Array
@@ -86,50 +96,39 @@ class _BandedFactor:
     _lower: bool | None  # the triangle a Cholesky factor read; None for an LU factor
 
     @classmethod
-    def _make(
-        cls: type[_Factor], A: DiaParts, factor: _banded.Factor, lower: bool | None = None
+    def _of(
+        cls: type[_Factor], A: DiaParts, factor: banded.Factor, lower: bool | None = None
     ) -> _Factor:
-        instance = object.__new__(cls)
-        object.__setattr__(instance, "_lower", lower)
-        object.__setattr__(instance, "_data", A.data)
-        object.__setattr__(instance, "_offsets", A.offsets)
-        object.__setattr__(instance, "_shape", A.shape)
-        object.__setattr__(instance, "_kind", factor.kind)
-        object.__setattr__(instance, "_widths", factor.widths)
-        object.__setattr__(instance, "_factors", tuple(factor.arrays))
-        object.__setattr__(instance, "_info", factor.info)
-        return instance
+        """The factor ``factor`` of ``A`` (``lower``: the triangle a Cholesky factor read)."""
+        return cls._make(
+            A.data,
+            tuple(factor.arrays),
+            factor.info,
+            A.offsets,
+            A.shape,
+            factor.kind,
+            factor.widths,
+            lower,
+        )
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError(f"{type(self).__name__} is immutable")
-
-    # -- pytree ------------------------------------------------------------------------
+    # -- pytree: the factor arrays are leaves of their own, named by kind ----------------
 
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        leaves = (self._data, *self._factors, self._info)
-        return leaves, (self._offsets, self._shape, self._kind, self._widths, self._lower)
+        _, aux = super().tree_flatten()
+        return (self._data, *self._factors, self._info), aux
 
-    def tree_flatten_with_keys(self) -> tuple[tuple[tuple[Any, Any], ...], tuple[Any, ...]]:
-        leaves, aux = self.tree_flatten()
-        keys = [jax.tree_util.GetAttrKey(name) for name in ("data", *self._leaf_names(), "info")]
-        return tuple(zip(keys, leaves)), aux
+    def _leaf_keys(self) -> tuple[str, ...]:
+        return ("data", *self._leaf_names(), "info")
 
     def _leaf_names(self) -> tuple[str, ...]:
         """The names of the factor arrays, for key paths."""
         raise NotImplementedError
 
     @classmethod
-    def tree_unflatten(
-        cls: type[_Factor], aux: tuple[Any, ...], children: Sequence[Any]
-    ) -> _Factor:
+    def tree_unflatten(cls: type[_Factor], aux: tuple[Any, ...], children: Any) -> _Factor:
         # JAX unflattens with tracers, None or placeholder objects: do not validate here.
-        offsets, shape, kind, widths, lower = aux
         data, *factors, info = children
-        factor = _banded.Factor(kind, widths, tuple(factors), info)
-        return cls._make(DiaParts(data, offsets, shape), factor, lower)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return type(self).tree_unflatten, self.tree_flatten()[::-1]
+        return cls._make(data, tuple(factors), info, *aux)
 
     # -- properties ----------------------------------------------------------------------
 
@@ -143,8 +142,8 @@ class _BandedFactor:
         return DiaParts(self._data, self._offsets, self._shape)
 
     @property
-    def _factor(self) -> _banded.Factor:
-        return _banded.Factor(self._kind, self._widths, self._factors, self._info)
+    def _factor(self) -> banded.Factor:
+        return banded.Factor(self._kind, self._widths, self._factors, self._info)
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -213,6 +212,11 @@ class BandedLU(_BandedFactor):
     of ``l`` and ``u``), their couplings to the kept blocks and the kept blocks'
     couplings, then the inverse of the last block; it has no ``lu`` or ``pivots``.
 
+    The factor is also SciPy's ``LinearOperator`` for ``A^-1``: ``matvec``/``matmat``
+    solve ``A x = b``, ``rmatvec``/``rmatmat`` solve ``A^H x = b`` (NumPy in and out;
+    ``shape`` and ``dtype`` as the matrix's), so it can be SciPy's ``M=``, or the
+    ``OPinv=`` of SciPy's shift-invert ``eigsh`` for ``lu_factor(A - sigma I)``.
+
     Attributes:
       matrix: the factored DiaMatrix.
       lu: the factor, LAPACK's layout (see above; LAPACK's kinds only).
@@ -243,6 +247,8 @@ class BandedLU(_BandedFactor):
     def __init__(self, *args: Any, **kwargs: Any):
         _no_constructor("BandedLU", "lu_factor")
 
+    _name = "BandedLU"
+
     def _leaf_names(self) -> tuple[str, ...]:
         if self._kind == "cr":
             return _parallel_leaf_names(len(self._factors))
@@ -254,6 +260,9 @@ class BandedLU(_BandedFactor):
                 f"BandedLU.{name}: a parallel (cyclic reduction) factor has no LAPACK "
                 "layout; its arrays are BandedLU.factors"
             )
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        return lu_solve(self, x, trans=2 if adjoint else 0)
 
     @property
     def lu(self) -> Array:
@@ -290,7 +299,7 @@ class BandedLU(_BandedFactor):
         """The number of superdiagonals of the factored matrix."""
         return band_widths(self._offsets)[1]
 
-    def solve(self, b: Any, trans: int = 0) -> Array:
+    def solve(self, b: ArrayLike, trans: int = 0) -> Array:
         """Solves ``A @ x == b`` with the stored factor (see :func:`jaxdia.lu_solve`).
 
         Args:
@@ -327,6 +336,8 @@ class BandedCholesky(_BandedFactor):
     with ``lower``), one array ``(*batch_shape, n, kd + 1)`` holding column ``j`` of
     LAPACK's band array in row ``j``. On GPU and TPU block cyclic reduction's arrays
     (``kind == "parallel"``; see :class:`BandedLU`). The matrix's ``data`` is a leaf too.
+    Like :class:`BandedLU`, the factor is SciPy's ``LinearOperator`` for ``A^-1``
+    (``matvec`` solves, and so does ``rmatvec``: the matrix is Hermitian).
 
     Attributes:
       matrix: the factored DiaMatrix (only the triangle ``lower`` selects is read).
@@ -356,10 +367,15 @@ class BandedCholesky(_BandedFactor):
     def __init__(self, *args: Any, **kwargs: Any):
         _no_constructor("BandedCholesky", "cho_factor")
 
+    _name = "BandedCholesky"
+
     def _leaf_names(self) -> tuple[str, ...]:
         if self._kind == "ch":
             return _parallel_leaf_names(len(self._factors))
         return ("d", "e") if self._kind == "pt" else ("c",)
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        return cho_solve(self, x)  # the factored matrix is Hermitian
 
     @property
     def factors(self) -> tuple[Array, ...]:
@@ -375,9 +391,9 @@ class BandedCholesky(_BandedFactor):
     @property
     def bandwidth(self) -> int:
         """``kd``: the number of superdiagonals of the factored Hermitian matrix."""
-        return _banded.cholesky_bandwidth(self._offsets, self.lower)
+        return banded.cholesky_bandwidth(self._offsets, self.lower)
 
-    def solve(self, b: Any) -> Array:
+    def solve(self, b: ArrayLike) -> Array:
         """Solves ``A @ x == b`` with the stored factor (see :func:`jaxdia.cho_solve`).
 
         Example:
@@ -398,29 +414,52 @@ class BandedCholesky(_BandedFactor):
 
 
 def _raise_failures(
-    function: str, info: Array, batch_shape: tuple[int, ...], what: Callable[[int], str]
+    function: str,
+    factor: _BandedFactor,
+    what: Callable[[int], str],
 ) -> None:
-    """Outside ``jit``: a LinAlgError naming the first failing pivot of each system."""
+    """Outside ``jit``: a ValueError naming a non-finite entry of the matrix (SciPy's
+    ``check_finite``), else a LinAlgError naming the first failing pivot of each system."""
+    info, batch_shape = factor.info, factor.batch_shape
     if is_traced(info):
         return
-    failures = _banded.info_errors(info)
+    failures = banded.info_errors(info)
     if not failures:
         return
+    if any(value == banded.NON_FINITE for _, value in failures):
+        refuse_non_finite(function, factor._parts, factor._lower)
     index, value = failures[0]
     where = f" (matrix {index} of the batch)" if batch_shape else ""
     more = f"; {len(failures) - 1} more matrices of the batch fail too" if len(failures) > 1 else ""
     raise np.linalg.LinAlgError(f"{function}: {what(value)}{where}{more}")
 
 
+def refuse_non_finite(function: str, A: DiaParts, lower: bool | None = None) -> None:
+    """A ValueError naming the first entry of a concrete ``A`` that a factorization reads
+    (``lower``: the triangle a Cholesky factor reads) and is NaN or inf, if there is one;
+    as SciPy's ``check_finite``, which LAPACK needs: it factors such entries as numbers."""
+    host = np.asarray(A.data)
+    read = banded.read_slots(A.offsets, A.shape[0], lower, host=True)
+    bad = np.argwhere(~np.isfinite(host) & read)
+    if not len(bad):
+        return
+    *member, k, j = (int(i) for i in bad[0])
+    where = f" (matrix {tuple(member)} of the batch)" if member else ""
+    raise ValueError(
+        f"{function}: A must not contain infs or NaNs (as SciPy's check_finite requires), "
+        f"but A[{j - A.offsets[k]}, {j}] = {host[(*member, k, j)]}{where}"
+    )
+
+
 def lu_unchecked(A: DiaMatrix) -> BandedLU:
     """:func:`lu_factor` that never raises on a failed factorization (for solvers that
     report failure otherwise, such as :class:`jaxdia.BandedSolver`)."""
-    return BandedLU._make(A._parts, _banded.lu_factor(A._parts))
+    return BandedLU._of(A._parts, banded.factor_lu(A._parts))
 
 
 def cholesky_unchecked(A: DiaMatrix, lower: bool) -> BandedCholesky:
     """:func:`cho_factor` that never raises on a failed factorization."""
-    return BandedCholesky._make(A._parts, _banded.cholesky_factor(A._parts, lower), lower)
+    return BandedCholesky._of(A._parts, banded.factor_cholesky(A._parts, lower), lower)
 
 
 def lu_factor(A: DiaMatrix) -> BandedLU:
@@ -482,7 +521,7 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
       >>> bool(jnp.allclose(u, v, rtol=1e-5))
       True
     """
-    lu = lu_unchecked(square(A, "lu_factor"))
+    lu = lu_unchecked(as_square_matrix(A, "lu_factor"))
 
     def what(i: int) -> str:
         if lu._kind == "cr":
@@ -493,11 +532,11 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
             )
         return f"A is exactly singular: pivot U[{i - 1}, {i - 1}] is zero (LAPACK info = {i})"
 
-    _raise_failures("lu_factor", lu.info, A.batch_shape, what)
+    _raise_failures("lu_factor", lu, what)
     return lu
 
 
-def lu_solve(lu: BandedLU, b: Any, trans: int = 0) -> Array:
+def lu_solve(lu: BandedLU, b: ArrayLike, trans: int = 0) -> Array:
     """Solves ``A @ x == b`` (or a transposed system) with a stored LU factor of ``A``.
 
     As ``jax.scipy.linalg.lu_solve``, for a :class:`BandedLU` from :func:`lu_factor`.
@@ -539,7 +578,7 @@ def lu_solve(lu: BandedLU, b: Any, trans: int = 0) -> Array:
         )
     if isinstance(trans, bool) or trans not in (0, 1, 2):
         raise ValueError(f"lu_solve: trans must be 0, 1 or 2, got {trans!r}")
-    return _banded.solve(lu._parts, lu._factor, b, trans=int(trans), function="lu_solve")
+    return banded.solve(lu._parts, lu._factor, b, trans=int(trans), function="lu_solve")
 
 
 def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
@@ -576,7 +615,7 @@ def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
       >>> [round(float(value), 4) for value in x]
       [2.5, 4.0, 4.5, 4.0, 2.5]
     """
-    A = square(A, "cho_factor")
+    A = as_square_matrix(A, "cho_factor")
     if not isinstance(lower, (bool, np.bool_)):
         raise TypeError(f"cho_factor: lower must be a bool, got {type(lower).__name__}")
     c = cholesky_unchecked(A, bool(lower))
@@ -592,11 +631,11 @@ def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
             f"not positive (LAPACK info = {i})"
         )
 
-    _raise_failures("cho_factor", c.info, A.batch_shape, what)
+    _raise_failures("cho_factor", c, what)
     return c
 
 
-def cho_solve(c: BandedCholesky, b: Any) -> Array:
+def cho_solve(c: BandedCholesky, b: ArrayLike) -> Array:
     """Solves ``A @ x == b`` with a stored Cholesky factor of ``A``.
 
     As ``scipy.linalg.cho_solve``, for a :class:`BandedCholesky` from :func:`cho_factor`.
@@ -628,10 +667,84 @@ def cho_solve(c: BandedCholesky, b: Any) -> Array:
             "cho_solve: c must be a jaxdia.BandedCholesky (from jaxdia.cho_factor), got "
             f"{type(c).__name__}"
         )
-    return _banded.solve(c._parts, c._factor, b, lower=c.lower, function="cho_solve")
+    return banded.solve(c._parts, c._factor, b, lower=c.lower, function="cho_solve")
 
 
-def solveh_banded(A: DiaMatrix, b: Any, *, lower: bool = False) -> Array:
+def solve_banded(A: DiaMatrix, b: ArrayLike) -> Array:
+    """Solves ``A @ x == b`` directly, for a square banded DiaMatrix ``A``.
+
+    ``jaxdia.lu_factor(A).solve(b)`` in one call: an LU factorization with partial
+    pivoting within the band (row swaps widen the upper band of ``U`` to ``l + u``), then
+    the solve, O(n l (l + u)) work for offsets within ``[-l, u]``. To solve with the same
+    matrix again (time stepping, several right-hand sides arriving one by one), factor it
+    once with :func:`jaxdia.lu_factor` (or :func:`jaxdia.cho_factor` for a Hermitian
+    positive definite matrix) and reuse the factor.
+
+    * On CPU, LAPACK's banded LU (``?gbtrf``/``?gbtrs``, the routines of
+      ``scipy.linalg.solve_banded``; ``gtsv`` for a tridiagonal ``A``), called from the
+      compiled program on its own buffers, except for small systems (16 rows or fewer)
+      and batches of 8 or more systems of up to 1e5 rows, which run block cyclic
+      reduction (see :func:`jaxdia.lu_factor`). A program holding such a LAPACK call
+      cannot be serialized with ``jax.export``.
+    * On GPUs, ``jax.lax.linalg.tridiagonal_solve`` (cuSPARSE's ``gtsv2``, which pivots)
+      for a tridiagonal ``A``, block cyclic reduction for other bands; on TPU block cyclic
+      reduction: O(log n) sequential steps, no loop over the rows. Cyclic reduction
+      interchanges rows only within its blocks; its solve checks the backward error and
+      refines, and a system it cannot solve is solved by LAPACK on CPU and is NaN on
+      GPU/TPU (see :func:`jaxdia.lu_factor`).
+
+    The band is what the offsets span, whatever the entries: corner entries of periodic
+    boundary conditions (offsets ``±(n - 1)``) make it the whole matrix and the solve
+    O(n^3), far slower than ``scipy.sparse.linalg.spsolve``'s sparse LU. Solve such systems,
+    and large 2-D/3-D stencils (bandwidth ``sqrt(n)`` or ``n^(2/3)``: fill-in that a
+    sparse LU's reordering avoids), with ``jax.scipy.sparse.linalg.gmres``, ``bicgstab``
+    or ``cg``.
+
+    A singular matrix (an exactly zero pivot, e.g. a zero column) gives an all-NaN
+    solution; no exception is raised, as none can be under ``jit``
+    (:func:`jaxdia.lu_factor` raises outside ``jit``). An ill-conditioned matrix gives a
+    finite solution with a small residual (partial pivoting is backward stable in
+    practice) but a forward error that grows with the condition number.
+
+    Batches follow :func:`jaxdia.matmul`'s rules: a 1-D ``b`` of length ``n`` is a
+    vector; an N-D ``b`` is a stack of ``(n, k)`` right-hand sides whose batch dims
+    broadcast with ``A.batch_shape``. The solve works under ``jit`` and ``vmap`` (over
+    ``A.data``, ``b`` or both) and is differentiable in ``A.data`` and ``b`` (forward
+    and reverse mode) by implicit differentiation: a gradient costs another solve, with
+    ``A^T`` by the same stored factor, and never differentiates the LU itself.
+
+    Args:
+      A: a square DiaMatrix (possibly batched).
+      b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
+
+    Returns:
+      ``x``, of the broadcast batch shape and ``b``'s trailing shape, in the promoted
+      dtype of ``A`` and ``b`` (16-bit floats are solved in float32 and cast back).
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix, or ``b`` is not numeric.
+      ValueError: if ``A`` is not square, or ``b``'s shape does not fit.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([[1.0] * 4, [4.0] * 5, [2.0] * 3], offsets=[-1, 0, 2])
+      >>> x = jaxdia.solve_banded(A, jnp.arange(5.0))
+      >>> bool(jnp.allclose(A @ x, jnp.arange(5.0), atol=1e-5))
+      True
+    """
+    A = as_square_matrix(A, "solve_banded")
+    if not is_traced(A.data) and not bool(jnp.all(_finite(A.data, offsets=A.offsets))):
+        refuse_non_finite("solve_banded", A._parts)
+    return banded.solve_once(A._parts, b)
+
+
+@functools.partial(jax.jit, static_argnames="offsets")
+def _finite(data: Array, *, offsets: tuple[int, ...]) -> Array:
+    return banded.finite(data, offsets, None)
+
+
+def solveh_banded(A: DiaMatrix, b: ArrayLike, *, lower: bool = False) -> Array:
     """Solves ``A @ x == b`` for a Hermitian positive definite banded ``A``, in one call.
 
     SciPy's name: :func:`cho_factor` then :func:`cho_solve` (factor once with those to

@@ -6,7 +6,7 @@ behind traces and diagonals.
 * ``dia_sddmm(g, x; offsets, shape)``: ``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]``
   in bounds, 0 in padding slots: the cotangent of ``data``.
 * ``jaxdia_run_sums(x; runs)``: sums of *runs* of the flattened ``x`` (see
-  :mod:`jaxdia._xla_runs`): the diagonals of a dense matrix or of DIA ``data``.
+  :mod:`jaxdia._kernels.xla_runs`): the diagonals of a dense matrix or of DIA ``data``.
 
 The two products are linear in each argument, and the transpose of one is the other, so
 ``ad.defbilinear`` gives JVP and transpose rules that close under any order of
@@ -16,9 +16,10 @@ batch of ``x`` alone into columns and otherwise give the operands a leading batc
 (with its default ``check_vma=True``) the operands are first made to vary over the same
 manual mesh axes, as ``jax.numpy``'s binary operations do, and the result varies over
 them too; differentiation then sums the cotangent of a replicated operand over the axes
-(the transpose of that cast). Lowering is chosen per platform: the Pallas kernels
-(``_pallas_triton`` on cuda/rocm, ``_pallas_tpu`` on tpu, imported only when lowering for
-those platforms) where they support the dtype, else the XLA implementation of ``_xla``.
+(the transpose of that cast). Lowering is chosen per platform (``choose_implementation``):
+the Pallas kernels (``pallas_mosaic_gpu``, else ``pallas_triton``, on cuda;
+``pallas_triton`` on rocm; ``pallas_tpu`` on tpu; imported only when lowering for those
+platforms) where they can compute the product, else the XLA implementation of ``_xla``.
 
 Run sums are linear: ``ad.deflinear2`` gives their JVP and transpose (a scatter of the
 cotangent onto the runs; reverse mode through the kernel's loops would carry an
@@ -40,20 +41,28 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
-from ._geometry import index_dtype
-from ._sharding import on_auto_axes
-from ._xla import sddmm_xla, spmm_xla
-from ._xla_runs import Run, positions, run_sums_xla, sum_dtype
+from .._geometry import index_dtype
+from .._sharding import on_auto_axes
+from .xla import sddmm_xla, spmm_xla
+from .xla_runs import Run, positions, run_sums_xla, sum_dtype
 
 _XLA_IMPLS = {"spmm": spmm_xla, "sddmm": sddmm_xla}
 
-# Platform -> module holding Pallas kernels named like the primitives ("spmm", "sddmm")
-# and a ``supports(dtype)`` predicate.
+# The Pallas kernel families (modules holding kernels named like the primitives, "spmm"
+# and "sddmm", and a ``supports(dtype)`` predicate), imported only when lowering for
+# their platform; and each platform's families, best first.
+_MOSAIC_GPU = "jaxdia._kernels.pallas_mosaic_gpu"
+_TRITON = "jaxdia._kernels.pallas_triton"
 _KERNEL_MODULES = {
-    "cuda": "jaxdia._pallas_triton",
-    "rocm": "jaxdia._pallas_triton",
-    "tpu": "jaxdia._pallas_tpu",
+    "cuda": (_MOSAIC_GPU, _TRITON),
+    "rocm": (_TRITON,),
+    "tpu": ("jaxdia._kernels.pallas_tpu",),
 }
+# ``implementation=`` names that force one family.
+_FAMILIES = {"mosaic": _MOSAIC_GPU, "triton": _TRITON}
+# JAX deprecates the Triton backend from 0.11 on; before, Triton stays the default on
+# cuda (and Mosaic GPU can be forced).
+_MOSAIC_DEFAULT_JAX = (0, 11)
 
 spmm_p = Primitive("dia_spmm")
 sddmm_p = Primitive("dia_sddmm")
@@ -259,35 +268,82 @@ batching.primitive_batchers[sddmm_p] = _sddmm_batch
 # -- lowering ------------------------------------------------------------------------------
 
 
-def choose_implementation(name: str, platform: str | None, dtype, implementation):
-    """The function that computes primitive ``name`` on ``platform`` for ``dtype``.
+def _unavailable(module_name: str, name: str, platform, avals, params) -> str | None:
+    """Why kernel family ``module_name`` cannot compute this ``name`` product, or None."""
+    module = importlib.import_module(module_name)
+    dtype = avals[0].dtype
+    if module_name != _MOSAIC_GPU:
+        if module.supports(dtype):
+            return None
+        return f"the {module_name} kernels do not take dtype {np.dtype(dtype).name}"
+    reason = module.unsupported_device()
+    if reason is None:
+        reason = module.feasible(
+            name,
+            avals[0].shape,
+            avals[1].shape,
+            dtype,
+            offsets=params["offsets"],
+            shape=params["shape"],
+            transpose=params.get("transpose", False),
+        )
+    return reason
+
+
+def choose_implementation(name: str, platform: str | None, avals, params, implementation):
+    """The function that computes primitive ``name`` on ``platform`` for operands of
+    types ``avals`` and the primitive's ``params``.
+
+    ``None`` picks the first kernel family of the platform that can compute it, else XLA.
+    On cuda that is Mosaic GPU from JAX 0.11 on (where Triton is deprecated) on a GPU of
+    compute capability 9.0 or newer (or when lowering without a GPU), with XLA for what
+    it does not take; Triton on older JAX or older GPUs. ``"pallas"`` takes the first
+    family that can compute it (Mosaic GPU, then Triton on cuda) and raises where none
+    can; ``"mosaic"`` and ``"triton"`` force one family.
 
     Raises:
-      ValueError: when ``implementation="pallas"`` was forced where no kernel runs.
+      ValueError: when a forced kernel cannot run here, naming why.
     """
     if implementation == "xla":
         return _XLA_IMPLS[name]
-    kernel = None
-    module_name = _KERNEL_MODULES.get(platform or "")
-    if module_name is not None:
-        module = importlib.import_module(module_name)
-        if module.supports(dtype):
-            kernel = getattr(module, name, None)
-    if kernel is not None:
-        return kernel
-    if implementation == "pallas":
-        raise ValueError(
-            f"implementation='pallas' was requested, but there is no Pallas {name} kernel for "
-            f"dtype {np.dtype(dtype).name} on platform {platform or 'cpu'!r} (Pallas kernels "
-            "run on cuda/rocm, and on tpu for float32/bfloat16 products). Use "
-            "implementation=None to pick the best available, or 'xla'."
+    families = _KERNEL_MODULES.get(platform or "", ())
+    if implementation in _FAMILIES:
+        families = tuple(f for f in families if f == _FAMILIES[implementation])
+    elif jax.__version_info__ < _MOSAIC_DEFAULT_JAX:
+        families = tuple(f for f in families if f != _MOSAIC_GPU)
+    elif (
+        implementation is None
+        and _MOSAIC_GPU in families
+        and importlib.import_module(_MOSAIC_GPU).unsupported_device() is None
+    ):
+        # Where Mosaic GPU runs, what it does not take runs on XLA, not on the deprecated
+        # Triton backend (which stays for older GPUs, and when forced).
+        families = (_MOSAIC_GPU,)
+    reasons = []
+    for module_name in families:
+        reason = _unavailable(module_name, name, platform, avals, params)
+        if reason is None:
+            return getattr(importlib.import_module(module_name), name)
+        reasons.append(reason)
+    if implementation is None:
+        return _XLA_IMPLS[name]
+    family = {"pallas": "Pallas", "mosaic": "Mosaic GPU", "triton": "Pallas Triton"}
+    where = f"on platform {platform or 'cpu'!r}"
+    if not families:
+        reasons.append(
+            "Mosaic GPU kernels run on cuda, Triton ones on cuda and rocm, Mosaic TPU ones on tpu"
         )
-    return _XLA_IMPLS[name]
+    raise ValueError(
+        f"implementation={implementation!r} was requested, but there is no "
+        f"{family[implementation]} {name} kernel for dtype {np.dtype(avals[0].dtype).name} "
+        f"{where}: {'; '.join(reasons)}. Use implementation=None to pick the best "
+        "available, or 'xla'."
+    )
 
 
 def _lowering_rule(name, platform):
     def rule(ctx, *args, implementation, **params):
-        fn = choose_implementation(name, platform, ctx.avals_in[0].dtype, implementation)
+        fn = choose_implementation(name, platform, ctx.avals_in, params, implementation)
         return mlir.lower_fun(partial(fn, **params), multiple_results=False)(ctx, *args)
 
     return rule

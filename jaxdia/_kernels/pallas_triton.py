@@ -1,6 +1,6 @@
 """Pallas GPU kernels (Triton backend) for the DIA products ``A @ X``, ``A^T @ X`` and SDDMM.
 
-The semantics are exactly those of :mod:`jaxdia._xla` (``spmm_xla``, ``sddmm_xla``); this
+The semantics are exactly those of :mod:`jaxdia._kernels.xla` (``spmm_xla``, ``sddmm_xla``); this
 module only changes how they run on an NVIDIA or AMD GPU. It is imported lazily by the
 platform lowering rules, so importing :mod:`jaxdia` never imports Pallas.
 
@@ -34,8 +34,8 @@ from jax import Array, lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
-from ._geometry import accumulation_dtype, diagonal_bounds
-from ._pallas_common import broadcast_batch_index, kernel_out_shape
+from .._geometry import accumulation_dtype, diagonal_bounds
+from .pallas_common import broadcast_batch_index, kernel_out_shape
 
 _SUPPORTED = frozenset(
     np.dtype(d)
@@ -54,7 +54,7 @@ def supports(dtype) -> bool:
     """Whether the Triton kernels handle ``dtype``.
 
     Example:
-        >>> from jaxdia._pallas_triton import supports
+        >>> from jaxdia._kernels.pallas_triton import supports
         >>> import jax.numpy as jnp
         >>> supports(jnp.float32), supports(jnp.complex128), supports(jnp.int32)
         (True, True, False)
@@ -82,7 +82,7 @@ class BlockSizes:
         num_stages: software-pipelining stages (``None``: Pallas' default).
 
     Example:
-        >>> from jaxdia._pallas_triton import BlockSizes
+        >>> from jaxdia._kernels.pallas_triton import BlockSizes
         >>> import jax.numpy as jnp
         >>> BlockSizes.default((1000, 1000), 1, jnp.float32)
         BlockSizes(rows=1024, cols=1, num_warps=4, num_stages=None)
@@ -252,7 +252,7 @@ def spmm(
         ``(*B, m, c)`` (or ``(*B, n, c)``) of the inputs' dtype.
 
     Example:
-        >>> from jaxdia._pallas_triton import spmm
+        >>> from jaxdia._kernels.pallas_triton import spmm
         >>> import numpy as np
         >>> data = np.array([[1., 2., 3.], [4., 5., 6.]], np.float32)
         >>> y = spmm(data, np.ones((3, 1), np.float32), offsets=(0, 1), shape=(3, 3),
@@ -400,7 +400,7 @@ def sddmm(
         ``(*B, len(offsets), n)`` of the inputs' dtype, exactly 0 in padding slots.
 
     Example:
-        >>> from jaxdia._pallas_triton import sddmm
+        >>> from jaxdia._kernels.pallas_triton import sddmm
         >>> import numpy as np
         >>> g = np.array([[1.], [2.]], np.float32)
         >>> x = np.array([[3.], [4.]], np.float32)

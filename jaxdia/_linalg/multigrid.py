@@ -18,7 +18,8 @@ views of the matrix's diagonals, none of its zero cells read); coarser levels' b
 probing (:func:`probe`: one product with ``3^dim`` coloured columns), a few whole-array
 operations per level, so that the compiled program stays small.
 
-Smoothers are polynomials in ``D^-1 A`` (``D`` the diagonal): damped Jacobi, or the
+Smoothers (:mod:`jaxdia._linalg.smoothers`) are polynomials in ``D^-1 A`` (``D`` the
+diagonal): damped Jacobi, or the
 Chebyshev polynomial smallest on ``[rho / 6, rho]`` (2-D, 3-D; ``[rho / 3, rho]`` in 1-D),
 where ``rho`` is Gershgorin's bound on the spectrum of ``D^-1 A``, read off the stored
 entries (no product is spent on it). The same polynomial before and after the coarse
@@ -38,20 +39,23 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.typing import DTypeLike
 
-from . import _banded
-from ._banded import Factor, lu_factor, solve
-from ._convert import dia_to_dense
-from ._geometry import accumulation_dtype, band_widths, diagonal_bounds, in_bounds
-from ._parts import DiaParts
-from ._primitives import spmm
+from .._convert import dia_to_dense
+from .._geometry import accumulation_dtype, by_rows, diagonal_bounds
+from .._kernels.primitives import spmm
+from .._parts import DiaParts
+from .._pytree import Immutable
+from . import banded
+from .banded import Factor, factor_lu, solve
+from .smoothers import gershgorin, row_sums, smooth, smoothing_data
 
 Grid = tuple[int, ...]
 Plan = tuple[tuple[int, ...], ...]
@@ -143,19 +147,6 @@ def _inside(d: Sequence[int], grid: Grid, xp: Any = jnp) -> Any:
     return mask
 
 
-def _shift(row: Any, offset: int, xp: Any = jnp) -> Any:
-    """``out[i] = row[i + offset]`` where that is inside ``row``, else 0 (1-D)."""
-    n = row.shape[-1]
-    if offset == 0:
-        return row
-    zeros = xp.zeros((min(abs(offset), n),), row.dtype)
-    if abs(offset) >= n:
-        return zeros
-    if offset > 0:
-        return xp.concatenate([row[offset:], zeros])
-    return xp.concatenate([zeros, row[: n + offset]])
-
-
 Cells = dict  # displacement -> cell values of the grid's shape; absent cells are zero
 
 
@@ -168,13 +159,13 @@ def cells_of(parts: DiaParts, grid: Grid, xp: Any = jnp) -> Cells:
         if not live(d, grid) or offset not in offsets:
             continue
         # data[k, j] == A[j - offset, j], so A[i, i + offset] == data[k, i + offset].
-        values = _shift(data[offsets.index(offset)], offset, xp).reshape(grid)
+        values = by_rows(data[offsets.index(offset)], offset, xp).reshape(grid)
         mask = _inside(d, grid, xp)
         cells[d] = values if mask is None else xp.where(mask, values, 0)
     return cells
 
 
-def stencil_rows(cells: Cells, grid: Grid, dtype: Any, xp: Any = jnp) -> Any:
+def stencil_rows(cells: Cells, grid: Grid, dtype: DTypeLike, xp: Any = jnp) -> Any:
     """The cells as rows ``(prod(grid), 3^dim)``: row ``i`` holds ``A[i, i + d]`` in
     column ``displacements(dim).index(d)``."""
     zeros = xp.zeros(grid, dtype)
@@ -182,23 +173,30 @@ def stencil_rows(cells: Cells, grid: Grid, dtype: Any, xp: Any = jnp) -> Any:
     return rows.reshape(math.prod(grid), -1)
 
 
-def color(grid: Grid) -> Array:
+def color(grid: Grid, first: Any = 0) -> Array:
     """Each point's colour, ``sum_a (i_a mod 3) 3^(dim - 1 - a)``, shaped as the grid:
-    the ``3^dim`` neighbours of a point (itself included) have distinct colours."""
+    the ``3^dim`` neighbours of a point (itself included) have distinct colours.
+
+    ``first``: the index along axis 0 of ``grid``'s first plane in a larger grid (a
+    device's slab of planes), so that the colours are the larger grid's.
+    """
     dim = len(grid)
     total = jnp.zeros(grid, np.int32)
     for axis in range(dim):
         index = lax.broadcasted_iota(np.int32, grid, axis)
+        if axis == 0:
+            index = index + first
         total = total + (index % 3) * 3 ** (dim - 1 - axis)
     return total
 
 
-def dia_from_rows(rows: Array, grid: Grid, by_color: bool) -> DiaParts:
+def dia_from_rows(rows: Array, grid: Grid, by_color: bool, first: Any = 0) -> DiaParts:
     """The DIA form of a stencil whose row ``i`` (of ``rows``, ``(prod(grid), 3^dim)``)
     holds ``A[i, i + d]`` in the column of displacement ``d`` (``by_color`` False, see
     :func:`stencil_rows`) or of the colour of point ``i + d`` (True, what probing gives,
-    see :func:`probe`). One gather for all diagonals: ``data[k, j] = A[j - o_k, j]`` is
-    row ``j - d`` where that point lies in the grid, else 0.
+    see :func:`probe`; ``first`` as for :func:`color`). One gather for all diagonals:
+    ``data[k, j] = A[j - o_k, j]`` is row ``j - d`` where that point lies in the grid,
+    else 0.
     """
     dim = len(grid)
     n = math.prod(grid)
@@ -211,7 +209,7 @@ def dia_from_rows(rows: Array, grid: Grid, by_color: bool) -> DiaParts:
     )
     flat = sum(i * stride for i, stride in zip(source, strides(grid)))
     if by_color:
-        column = jnp.broadcast_to(color(grid), (len(steps), *grid))
+        column = jnp.broadcast_to(color(grid, first), (len(steps), *grid))
     else:
         index = [displacements(dim).index(d) for d in steps]
         column = np.asarray(index, np.int32).reshape(len(steps), *([1] * dim))
@@ -247,25 +245,20 @@ def probe(A: DiaParts, grid: Grid, axes: Sequence[int]) -> Array:
     return restrict(product.reshape(*grid, width), axes).reshape(-1, width)
 
 
-def row_sums(cells: Sequence[Any], xp: Any = jnp) -> Any:
-    """``sum |A[i, j]|`` over ``j`` for each point ``i``: a sum of the cells (a reduction
-    over the leading axis of a stencil array is a slow strided loop on CPU)."""
-    total = None
-    for values in cells:
-        total = xp.abs(values) if total is None else total + xp.abs(values)
-    return total
-
-
 def axis_strengths(cells: Cells, dim: int) -> list[float]:
     """``-sum_d cell_d * d_a^2``, summed over the grid, for each axis ``a`` (host cells).
 
     For a discretized ``-div(K grad u)`` this is ``2 K_aa`` in grid units, whatever the
     stencil's shape (the anisotropic 9-point stencils of bilinear elements have positive
     off-diagonal entries along the weak axis, which absolute values would count as
-    coupling), so it compares the couplings along the axes.
+    coupling), so it compares the couplings along the axes. For complex cells (a
+    complex-shifted or Crank-Nicolson operator, ``I + i dt/2 L``) the modulus of that
+    sum: a complex coefficient has no sign.
     """
-    totals = {d: float(values.sum()) for d, values in cells.items() if any(d)}
-    return [-sum(total * d[axis] ** 2 for d, total in totals.items()) for axis in range(dim)]
+    totals = {d: complex(values.sum()) for d, values in cells.items() if any(d)}
+    sums = [-sum(total * d[axis] ** 2 for d, total in totals.items()) for axis in range(dim)]
+    complex_cells = any(np.iscomplexobj(values) for values in cells.values())
+    return [abs(total) if complex_cells else total.real for total in sums]
 
 
 # -- linear interpolation along one axis -------------------------------------------------------
@@ -282,11 +275,11 @@ def coarse_grid(grid: Grid, axes: Sequence[int]) -> Grid:
     return tuple(coarse_size(n) if axis in axes else n for axis, n in enumerate(grid))
 
 
-def _index(x: Any, axis: int, item: Any) -> Any:
+def _index(x: Array, axis: int, item: Any) -> Any:
     return x[(slice(None),) * axis + (item,)]
 
 
-def _pad_to(x: Any, axis: int, size: int, xp: Any = jnp) -> Any:
+def _pad_to(x: Array, axis: int, size: int, xp: Any = jnp) -> Any:
     """``x`` zero-padded at the end of ``axis`` to ``size``."""
     extra = size - x.shape[axis]
     if extra <= 0:
@@ -294,7 +287,7 @@ def _pad_to(x: Any, axis: int, size: int, xp: Any = jnp) -> Any:
     return xp.pad(x, [(0, extra) if a == axis else (0, 0) for a in range(x.ndim)])
 
 
-def _points(x: Any, axis: int, p: int, xp: Any = jnp) -> Any:
+def _points(x: Array, axis: int, p: int, xp: Any = jnp) -> Any:
     """``x[2I + 1 + p]`` along ``axis`` for every coarse ``I`` (0 beyond the end)."""
     nc = coarse_size(x.shape[axis])
     x = _pad_to(x, axis, 2 * nc + 2, xp)
@@ -366,177 +359,11 @@ def galerkin_cells(cells: Cells, grid: Grid, axis: int, xp: Any = jnp) -> Cells:
     return result
 
 
-# -- smoothers and polynomial preconditioners ------------------------------------------------
-
-#: Polynomial steps up to this many are unrolled; longer polynomials run in a
-#: ``fori_loop``, so that compile time does not grow with the degree.
-_UNROLL = 4
-
-
-def chebyshev_steps(
-    matvec: Callable[[Array], Array],
-    scale: Callable[[Array], Array],
-    b: Array,
-    x: Array | None,
-    lower: Any,
-    upper: Any,
-    steps: int,
-    residual: bool,
-    unroll: bool | None = None,
-) -> tuple[Array, Array | None]:
-    """``steps`` steps of Chebyshev iteration for ``A x = b``, preconditioned by ``scale``.
-
-    The error is multiplied by the polynomial of degree ``steps`` that is smallest on
-    ``[lower, upper]`` (the part of the spectrum of ``scale(A)`` to damp) among those
-    equal to 1 at 0, a scaled Chebyshev polynomial. ``x`` None is a zero start, which
-    saves a product. With ``residual``, also returns ``b - A x`` of the result (one more
-    product). The three-term recurrence is Saad's (Iterative Methods for Sparse Linear
-    Systems, 2nd ed., Algorithm 12.1). ``unroll``: the steps as straight-line code (the
-    default up to :data:`_UNROLL` steps) or in a ``fori_loop``.
-    """
-    theta = (upper + lower) / 2
-    delta = (upper - lower) / 2
-    sigma = theta / delta
-    r = b if x is None else b - matvec(x)
-    d = scale(r) / theta
-    x = d if x is None else x + d
-    rho = 1 / sigma
-
-    def step(carry):
-        x, r, d, rho = carry
-        r = r - matvec(d)
-        rho_next = 1 / (2 * sigma - rho)
-        d = (rho_next * rho) * d + (2 * rho_next / delta) * scale(r)
-        return x + d, r, d, rho_next
-
-    carry = (x, r, d, rho)
-    if unroll is None:
-        unroll = steps - 1 <= _UNROLL
-    if not unroll:
-        carry = lax.fori_loop(0, steps - 1, lambda _, c: step(c), carry)
-    else:
-        for _ in range(steps - 1):
-            carry = step(carry)
-    x, r, d, _ = carry
-    assert x is not None
-    return x, (r - matvec(d)) if residual else None
-
-
-def jacobi_steps(
-    matvec: Callable[[Array], Array],
-    scale: Callable[[Array], Array],
-    b: Array,
-    x: Array | None,
-    omega: Any,
-    steps: int,
-    residual: bool,
-) -> tuple[Array, Array | None]:
-    """``steps`` damped Jacobi sweeps ``x += omega * scale(b - A x)`` (``x`` and
-    ``residual`` as in :func:`chebyshev_steps`)."""
-    r = b if x is None else b - matvec(x)
-    for index in range(steps):
-        d = omega * scale(r)
-        x = d if x is None else x + d
-        if residual or index < steps - 1:
-            r = r - matvec(d)
-    assert x is not None
-    return x, r if residual else None
-
-
-def product(A: DiaParts) -> Callable[[Array], Array]:
-    """``v -> A @ v`` for one matrix and a vector, through the ``dia_spmm`` primitive."""
-
-    def matvec(v: Array) -> Array:
-        return spmm(A.data, v[:, None], offsets=A.offsets, shape=A.shape)[:, 0]
-
-    return matvec
-
-
-def fusible_product(A: DiaParts) -> Callable[[Array], Array]:
-    """``v -> A @ v`` for vectors ``(..., n)`` (batch dims broadcast with ``A``'s), as one
-    expression that XLA fuses with the vector updates that consume it.
-
-    Diagonal ``k`` contributes ``data[k, i + o] * v[i + o]`` to row ``i``: the product of
-    the two rows, zero-padded and shifted by the offset (padding slots of ``data`` are
-    never read). The ``dia_spmm`` primitive computes the product on its own, into a
-    buffer written piece by piece; a Chebyshev step around it (the product, then three
-    vector updates) then passes over memory several times, where XLA makes one loop of
-    this expression and the updates (measured in benchmarks/README.md). Not a primitive:
-    differentiated and batched as ``jax.numpy``. Where a step is unrolled, XLA may
-    recompute it in every consumer instead: the polynomial's steps run in a loop.
-    """
-    data, offsets, shape = A
-    n = shape[1]
-    lower, upper = band_widths(offsets)
-
-    def matvec(v: Array) -> Array:
-        dtype = jnp.result_type(data.dtype, v.dtype)
-        pad = [(0, 0)] * (v.ndim - 1) + [(lower, upper)]
-        padded = jnp.pad(v.astype(dtype), pad)
-        total = jnp.zeros(jnp.broadcast_shapes(data.shape[:-2], v.shape[:-1]) + (n,), dtype)
-        for k, offset in enumerate(offsets):
-            row = jnp.pad(
-                data[..., k, :].astype(dtype), [(0, 0)] * (data.ndim - 2) + [(lower, upper)]
-            )
-            total = total + lax.slice_in_dim(
-                row * padded, lower + offset, lower + offset + n, axis=-1
-            )
-        return total
-
-    return matvec
-
-
-def gershgorin(A: DiaParts) -> tuple[Array, Array]:
-    """``(1 / diag(A), bound)`` for one square matrix: ``bound`` is the largest absolute
-    row sum of ``D^-1 A``, which bounds the modulus of its eigenvalues."""
-    data, offsets, shape = A
-    n = shape[0]
-    inside = in_bounds(offsets, shape)
-    magnitudes = jnp.where(inside, jnp.abs(data), 0)
-    # Row i of diagonal k sits in column i + offset: shift each row of data back by it.
-    rows = row_sums([_shift(magnitudes[k], offset) for k, offset in enumerate(offsets)])
-    diagonal = data[offsets.index(0)] if 0 in offsets else jnp.zeros((n,), data.dtype)
-    return smoothing_data(diagonal, rows)
-
-
 # -- the hierarchy ---------------------------------------------------------------------------
 
-#: The Chebyshev smoother damps ``[CHEBYSHEV_LOWER[dim] * rho, rho]`` of the spectrum of
-#: ``D^-1 A``; the damped Jacobi smoother's weight is ``JACOBI_WEIGHT / rho``. For the
-#: 3-, 5- and 7-point Laplacians ``rho`` is 2 and the modes that linear interpolation
-#: cannot represent lie above ``2 / dim``; the fractions were tuned on 1-D, 2-D and 3-D
-#: Poisson, jumping coefficients and convection-diffusion (see benchmarks/README.md).
-CHEBYSHEV_LOWER = {1: 1 / 3, 2: 1 / 6, 3: 1 / 6}
-JACOBI_WEIGHT = 1.6
 
-SMOOTHERS = ("chebyshev", "jacobi")
-
-
-def smooth(
-    kind: str,
-    sweeps: int,
-    dim: int,
-    A: DiaParts,
-    inverse_diagonal: Array,
-    rho: Array,
-    b: Array,
-    x: Array | None,
-    residual: bool,
-) -> tuple[Array, Array | None]:
-    """One smoothing of ``A x = b`` (``x`` None: from zero)."""
-    matvec = product(A)
-
-    def scale(v):
-        return inverse_diagonal * v
-
-    if kind == "jacobi":
-        return jacobi_steps(matvec, scale, b, x, JACOBI_WEIGHT / rho, sweeps, residual)
-    lower = CHEBYSHEV_LOWER[dim] * rho
-    return chebyshev_steps(matvec, scale, b, x, lower, rho, sweeps, residual)
-
-
-@jax.tree_util.register_pytree_node_class
-class Hierarchy:
+@jax.tree_util.register_pytree_with_keys_class
+class Hierarchy(Immutable):
     """A multigrid hierarchy of one matrix (or a batch, as leading dims of every leaf).
 
     Leaves: ``operators`` (``DiaParts`` of every level, finest first), and for every level
@@ -546,46 +373,39 @@ class Hierarchy:
     ``sweeps``.
     """
 
-    def __init__(
-        self,
-        operators: tuple[Any, ...],
-        inverse_diagonals: tuple[Array, ...],
-        bounds: tuple[Array, ...],
-        coarse_lu: Any,
-        grids: tuple[Grid, ...],
-        plan: Plan,
-        smoother: str,
-        sweeps: int,
-    ):
-        self.operators = operators
-        self.inverse_diagonals = inverse_diagonals
-        self.bounds = bounds
-        self.coarse_lu = coarse_lu
-        self.grids = grids
-        self.plan = plan
-        self.smoother = smoother
-        self.sweeps = sweeps
-
-    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        children = (self.operators, self.inverse_diagonals, self.bounds, self.coarse_lu)
-        return children, (self.grids, self.plan, self.smoother, self.sweeps)
-
-    @classmethod
-    def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> Hierarchy:
-        return cls(*children, *aux)
+    __slots__ = (
+        "operators",
+        "inverse_diagonals",
+        "bounds",
+        "coarse_lu",
+        "grids",
+        "plan",
+        "smoother",
+        "sweeps",
+    )
+    _leaves = ("operators", "inverse_diagonals", "bounds", "coarse_lu")
+    _static = ("grids", "plan", "smoother", "sweeps")
+    operators: tuple[Any, ...]
+    inverse_diagonals: tuple[Array, ...]
+    bounds: tuple[Array, ...]
+    coarse_lu: Any
+    grids: tuple[Grid, ...]
+    plan: Plan
+    smoother: str
+    sweeps: int
 
 
 def coarse_factor(A: DiaParts) -> Factor | Array:
     """The coarsest level's solver, made once in the setup and used by every cycle
     through :func:`coarse_solve`: on CPU its banded LU (LAPACK's); on GPU and TPU (see
-    ``_banded.platform``) its inverse, dense, so that each cycle's coarse solve is one
+    ``banded.platform``) its inverse, dense, so that each cycle's coarse solve is one
     matrix-vector product where a banded solve is a sequence of small kernels, about
     ``2 log2(n / m)`` of them for cyclic reduction (at most ``MAX_COARSE`` = 4096
     unknowns: at most 128 MiB in float64)."""
-    if _banded.platform() in _banded.PARALLEL_PLATFORMS:
+    if banded.platform() in banded.PARALLEL_PLATFORMS:
         dense = dia_to_dense(A.data.astype(accumulation_dtype(A.dtype)), A.offsets, A.shape)
         return jnp.linalg.inv(dense)
-    return lu_factor(A)
+    return factor_lu(A)
 
 
 def coarse_solve(A: DiaParts, factor: Factor | Array, b: Array) -> Array:
@@ -594,13 +414,9 @@ def coarse_solve(A: DiaParts, factor: Factor | Array, b: Array) -> Array:
     return (factor @ b.astype(factor.dtype)).astype(jnp.result_type(A.dtype, b))
 
 
-def smoothing_data(center: Array, sums: Array) -> tuple[Array, Array]:
-    """``(1 / diag, rho)``: the inverse diagonal and Gershgorin's bound on ``D^-1 A``."""
-    inverse = 1 / center
-    return inverse, jnp.max(sums * jnp.abs(inverse))
-
-
-def setup(parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int) -> Hierarchy:
+def setup(
+    parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int, by_cells: bool = True
+) -> Hierarchy:
     """The hierarchy of one stencil matrix ``parts`` on ``grid``, coarsened along
     ``plan[l]`` from level ``l`` to ``l + 1``.
 
@@ -608,11 +424,12 @@ def setup(parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int) -
     stored cells (views of ``parts``' diagonals: the fine grid's arrays are the largest,
     and a 5- or 7-point stencil has 5 or 7 of the 9 or 27 cells); coarser ones by
     probing (:func:`probe`), a few whole-array operations per level, which keeps the
-    compiled program small.
+    compiled program small. ``by_cells`` False probes the finest level too (for a
+    coarse level's 9- or 27-point stencil, where the cells would make a large program).
     """
     dim = len(grid)
     operators, inverses, bounds, grids = [parts], [], [], [grid]
-    if plan:
+    if plan and by_cells:
         cells = cells_of(parts, grid)
         center = cells.get((0,) * dim, jnp.zeros(grid, parts.dtype))
         inverse, rho = smoothing_data(
@@ -627,16 +444,16 @@ def setup(parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int) -
         operator = dia_from_rows(rows, grid, by_color=False)
         operators.append(operator)
         grids.append(grid)
-        for axes in plan[1:]:
-            operator = operators[-1]
-            inverse, rho = gershgorin(operator)
-            inverses.append(inverse)
-            bounds.append(rho)
-            rows = probe(operator, grid, axes)
-            grid = coarse_grid(grid, axes)
-            operators.append(dia_from_rows(rows, grid, by_color=True))
-            grids.append(grid)
-    return Hierarchy(
+    for axes in plan[len(operators) - 1 :]:
+        operator = operators[-1]
+        inverse, rho = gershgorin(operator)
+        inverses.append(inverse)
+        bounds.append(rho)
+        rows = probe(operator, grid, axes)
+        grid = coarse_grid(grid, axes)
+        operators.append(dia_from_rows(rows, grid, by_color=True))
+        grids.append(grid)
+    return Hierarchy._make(
         tuple(operators),
         tuple(inverses),
         tuple(bounds),

@@ -1,6 +1,6 @@
 """The parallel LU's safety net: each solve checks its backward error and refines.
 
-The cyclic-reduction LU (:mod:`jaxdia._band_parallel`) does not pivot across blocks. It
+The cyclic-reduction LU (:mod:`jaxdia._kernels.band_parallel`) does not pivot across blocks. It
 is backward stable for diagonally dominant and Hermitian positive definite matrices;
 for others growth in its Schur complements can cost accuracy. So every solve with it
 measures the normwise backward error of its result ``x`` per system,
@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from ._xla import spmm_xla
+from .xla import spmm_xla
 
 #: Refinement steps at most per solve.
 STEPS = 3

@@ -1,8 +1,8 @@
 """The JAX primitives of the banded factorizations: ``jaxdia_band_factor`` and
 ``jaxdia_band_solve``.
 
-Four kinds of factor in LAPACK's layout (see :mod:`jaxdia._lapack`), two computed by block
-cyclic reduction (see :mod:`jaxdia._band_parallel`), and a one-shot solve:
+Four kinds of factor in LAPACK's layout (see :mod:`jaxdia._kernels.lapack`), two computed by block
+cyclic reduction (see :mod:`jaxdia._kernels.band_parallel`), and a one-shot solve:
 
 ===========  ===============================  ==========================================
 ``kind``     factor operands                  factor results
@@ -33,13 +33,13 @@ leading (batch) dims equal ``b``'s, or are absent: one factor for all.
 
 Lowering is chosen per platform from the full (batched) shapes:
 
-* LAPACK's kinds: on CPU, LAPACK through :mod:`jaxdia._lapack` unless the systems are
+* LAPACK's kinds: on CPU, LAPACK through :mod:`jaxdia._kernels.lapack` unless the systems are
   small enough that a scan is cheaper than the host call (see :func:`host_is_faster`);
-  everywhere else the ``lax.scan`` kernels of :mod:`jaxdia._band_scan`, a batch as one
+  everywhere else the ``lax.scan`` kernels of :mod:`jaxdia._kernels.band_scan`, a batch as one
   scan with the systems side by side (``n`` sequential steps).
 * The parallel kinds: cyclic reduction everywhere (``log2(n / m)`` levels, no loop over
   the rows). The LU's solves check their backward error and refine
-  (:mod:`jaxdia._band_refine`); a system that still fails is solved by LAPACK on CPU
+  (:mod:`jaxdia._kernels.band_refine`); a system that still fails is solved by LAPACK on CPU
   and is NaN elsewhere. On CPU ``info`` of a failed ``"cr"`` factor is LAPACK's.
 * The one-shot solve: on CPU LAPACK (``gtsv`` through ``lax.linalg.tridiagonal_solve``
   for a tridiagonal matrix, ``?gbtrf`` + ``?gbtrs`` else) or cyclic reduction for
@@ -68,8 +68,8 @@ from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from . import _band_parallel, _band_refine, _band_scan, _lapack
-from ._geometry import diagonal_bounds, in_bounds
+from .._geometry import diagonal_bounds, in_bounds
+from . import band_parallel, band_refine, band_scan, lapack
 
 factor_p = Primitive("jaxdia_band_factor")
 factor_p.multiple_results = True
@@ -90,13 +90,13 @@ def block_size(kind: str, widths: tuple[int, ...]) -> int:
     """``m``, the blocks' size of a parallel kind (or of the one-shot solve)."""
     if kind == "ch":
         return max(widths[0], 1)
-    return _band_parallel.block_size(*widths)
+    return band_parallel.block_size(*widths)
 
 
 def parallel_shapes(kind: str, widths: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
     """The core shape of each array of a parallel factor of ``n`` rows."""
     m = block_size(kind, widths)
-    return _band_parallel.factor_shapes(-(-n // m), m)
+    return band_parallel.factor_shapes(-(-n // m), m)
 
 
 def factor(
@@ -272,10 +272,10 @@ def _factor_scan(*operands, kind, widths, placement):
     flat = [_flatten(o, c)[0] for o, c in zip(operands, _FACTOR_IN_CORE[kind])]
     batch = _flatten(operands[0], _FACTOR_IN_CORE[kind][0])[1]
     kernel = {
-        "gb": lambda ab: _band_scan.gbtrf(ab, kl=widths[0], ku=widths[1]),
-        "pb": lambda ab: _band_scan.pbtrf(ab, kd=widths[0], lower=bool(widths[1])),
-        "gt": _band_scan.gttrf,
-        "pt": _band_scan.pttrf,
+        "gb": lambda ab: band_scan.gbtrf(ab, kl=widths[0], ku=widths[1]),
+        "pb": lambda ab: band_scan.pbtrf(ab, kd=widths[0], lower=bool(widths[1])),
+        "gt": band_scan.gttrf,
+        "pt": band_scan.pttrf,
     }[kind]
     results = jax.vmap(kernel)(*flat)
     return [r.reshape(*batch, *r.shape[1:]) for r in results]
@@ -285,12 +285,12 @@ def _solve_scan(*operands, kind, widths, trans):
     *factors, b = operands
     core = SOLVE_CORE[kind]
     kernel = {
-        "gb": lambda lu, p, rhs: _band_scan.gbtrs(
+        "gb": lambda lu, p, rhs: band_scan.gbtrs(
             lu, p, rhs, kl=widths[0], ku=widths[1], trans=trans
         ),
-        "pb": lambda c, rhs: _band_scan.pbtrs(c, rhs, kd=widths[0], lower=bool(widths[1])),
-        "gt": lambda lu, p, rhs: _band_scan.gttrs(lu, p, rhs, trans=trans),
-        "pt": _band_scan.pttrs,
+        "pb": lambda c, rhs: band_scan.pbtrs(c, rhs, kd=widths[0], lower=bool(widths[1])),
+        "gt": lambda lu, p, rhs: band_scan.gttrs(lu, p, rhs, trans=trans),
+        "pt": band_scan.pttrs,
     }[kind]
     if factors[0].ndim == core[0]:  # one factor: all right-hand sides as columns
         return kernel(*factors, b.reshape(-1, b.shape[-1])).reshape(b.shape)
@@ -301,20 +301,20 @@ def _solve_scan(*operands, kind, widths, trans):
 
 def _factor_host(*operands, kind, widths, placement):
     if kind == "gb":
-        return _lapack.gbtrf(*operands, placement=placement, kl=widths[0], ku=widths[1])
+        return lapack.gbtrf(*operands, placement=placement, kl=widths[0], ku=widths[1])
     if kind == "pb":
-        return _lapack.pbtrf(*operands, placement=placement, kd=widths[0], lower=bool(widths[1]))
-    return (_lapack.gttrf if kind == "gt" else _lapack.pttrf)(*operands)
+        return lapack.pbtrf(*operands, placement=placement, kd=widths[0], lower=bool(widths[1]))
+    return (lapack.gttrf if kind == "gt" else lapack.pttrf)(*operands)
 
 
 def _solve_host(*operands, kind, widths, trans):
     if kind == "gb":
-        return _lapack.gbtrs(*operands, kl=widths[0], ku=widths[1], trans=trans)
+        return lapack.gbtrs(*operands, kl=widths[0], ku=widths[1], trans=trans)
     if kind == "pb":
-        return _lapack.pbtrs(*operands, kd=widths[0], lower=bool(widths[1]))
+        return lapack.pbtrs(*operands, kd=widths[0], lower=bool(widths[1]))
     if kind == "gt":
-        return _lapack.gttrs(*operands, trans=trans)
-    return _lapack.pttrs(*operands)
+        return lapack.gttrs(*operands, trans=trans)
+    return lapack.pttrs(*operands)
 
 
 def _use_host(method: str, n: int, systems: int, size: int) -> bool:
@@ -401,14 +401,14 @@ def _factor_parallel(data, *, kind, widths, offsets, cpu: bool):
         return [*empty, jnp.zeros(batch, np.int32)]
     flat = _systems(data, offsets)
     m = block_size(kind, widths)
-    arrays, failed = _band_parallel.factor_systems(flat, offsets, m, _triangle(kind, widths))
+    arrays, failed = band_parallel.factor_systems(flat, offsets, m, _triangle(kind, widths))
     info = jnp.where(failed >= 0, failed + 1, 0).astype(np.int32)
     if cpu and kind == "cr" and offsets:
         # LAPACK says whether the matrix is singular (the reduction fails on more).
         def lapack_info():
             placement = _gb_placement(offsets, widths)
-            lapack = _lapack.gbtrf(flat, placement=placement, kl=widths[0], ku=widths[1])[2]
-            return jnp.where(failed >= 0, lapack, 0)
+            info = lapack.gbtrf(flat, placement=placement, kl=widths[0], ku=widths[1])[2]
+            return jnp.where(failed >= 0, info, 0)
 
         info = lax.cond(jnp.any(failed >= 0), lapack_info, lambda: info)
     return [a.reshape(*batch, *a.shape[1:]) for a in arrays] + [info.reshape(batch)]
@@ -436,8 +436,8 @@ def _lapack_solve(data, b, *, offsets, widths, trans):
     if not offsets:  # the zero matrix
         return jnp.full(b.shape, jnp.nan, b.dtype)
     kl, ku = widths
-    lu, pivots, info = _lapack.gbtrf(data, placement=_gb_placement(offsets, widths), kl=kl, ku=ku)
-    x = _lapack.gbtrs(lu, pivots, b, kl=kl, ku=ku, trans=trans)
+    lu, pivots, info = lapack.gbtrf(data, placement=_gb_placement(offsets, widths), kl=kl, ku=ku)
+    x = lapack.gbtrs(lu, pivots, b, kl=kl, ku=ku, trans=trans)
     return jnp.where((info != 0)[:, None, None], jnp.nan, x)
 
 
@@ -496,7 +496,7 @@ def _solve_parallel(*operands, kind, widths, trans, offsets, method, platform: s
     n = b.shape[-1]
     if kind == "ch":
         flat = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
-        return _band_parallel.solve_systems(flat, b, trans=0).reshape(*lead, *b.shape[-2:])
+        return band_parallel.solve_systems(flat, b, trans=0).reshape(*lead, *b.shape[-2:])
     data = _systems(arrays.pop(), offsets)
     tridiagonal = max(widths) <= 1
     if kind == "os" and method == "auto":
@@ -512,25 +512,25 @@ def _solve_parallel(*operands, kind, widths, trans, offsets, method, platform: s
             return x.reshape(*lead, *b.shape[-2:])
     m = block_size(kind, widths)
     if kind == "os":
-        arrays, failed = _band_parallel.factor_systems(data, offsets, m)
+        arrays, failed = band_parallel.factor_systems(data, offsets, m)
     else:
         arrays = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
         failed = None
 
     def solve(rhs):
-        return _band_parallel.solve_systems(arrays, rhs, trans=trans)
+        return band_parallel.solve_systems(arrays, rhs, trans=trans)
 
-    # The factor's precision, which may be below b's (see _banded._solve).
+    # The factor's precision, which may be below b's (see jaxdia._linalg.banded).
     precision = arrays[-1].dtype
-    x, error = _band_refine.refined(solve, data, offsets, b, trans=trans, precision=precision)
-    bad = ~(error <= _band_refine.limit(precision))
+    x, error = band_refine.refined(solve, data, offsets, b, trans=trans, precision=precision)
+    bad = ~(error <= band_refine.limit(precision))
     if failed is not None:
         bad = bad | (failed >= 0)
     if platform == "cpu":
 
         def fallback():
-            lapack = _lapack_solve(data, b, offsets=offsets, widths=widths, trans=trans)
-            return jnp.where(bad[:, None, None], lapack, x)
+            exact = _lapack_solve(data, b, offsets=offsets, widths=widths, trans=trans)
+            return jnp.where(bad[:, None, None], exact, x)
 
         x = lax.cond(jnp.any(bad), fallback, lambda: x)
     else:

@@ -1,6 +1,6 @@
 """Pallas TPU kernels (Mosaic) for the DIA products ``A @ X``, ``A^T @ X`` and SDDMM.
 
-The semantics are exactly those of :mod:`jaxdia._xla` (``spmm_xla``, ``sddmm_xla``); this
+The semantics are exactly those of :mod:`jaxdia._kernels.xla` (``spmm_xla``, ``sddmm_xla``); this
 module only changes how they run on a TPU. It is imported lazily by the TPU lowering rule,
 so importing :mod:`jaxdia` never imports Pallas. Only float32 and bfloat16 are handled
 (TPUs have no 64-bit vector types; bfloat16 is computed in float32); everything else stays
@@ -42,8 +42,8 @@ from jax import Array, lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from ._geometry import diagonal_bounds, holds_entries
-from ._pallas_common import broadcast_batch_index, kernel_out_shape
+from .._geometry import diagonal_bounds, holds_entries
+from .pallas_common import broadcast_batch_index, kernel_out_shape
 
 _SUPPORTED = frozenset(np.dtype(d) for d in (jnp.float32, jnp.bfloat16))
 _LANES = 128
@@ -53,7 +53,7 @@ def supports(dtype) -> bool:
     """Whether the TPU kernel handles ``dtype`` (float32 and bfloat16).
 
     Example:
-        >>> from jaxdia._pallas_tpu import supports
+        >>> from jaxdia._kernels.pallas_tpu import supports
         >>> import jax.numpy as jnp
         >>> supports(jnp.bfloat16), supports(jnp.float64)
         (True, False)
@@ -71,7 +71,7 @@ class BlockSizes:
             more columns than this, all of them are taken at once.
 
     Example:
-        >>> from jaxdia._pallas_tpu import BlockSizes
+        >>> from jaxdia._kernels.pallas_tpu import BlockSizes
         >>> import jax.numpy as jnp
         >>> BlockSizes.default((100_000, 100_000), 1, jnp.float32, offsets=(-1, 0, 1))
         BlockSizes(rows=2048, cols=8)
@@ -267,7 +267,7 @@ def spmm(
         TypeError: for a dtype other than float32 and bfloat16.
 
     Example:
-        >>> from jaxdia._pallas_tpu import spmm
+        >>> from jaxdia._kernels.pallas_tpu import spmm
         >>> import numpy as np
         >>> data = np.array([[1., 2., 3.], [4., 5., 6.]], np.float32)
         >>> y = spmm(data, np.ones((3, 1), np.float32), offsets=(0, 1), shape=(3, 3),
@@ -441,7 +441,7 @@ def sddmm(
         TypeError: for a dtype other than float32 and bfloat16.
 
     Example:
-        >>> from jaxdia._pallas_tpu import sddmm
+        >>> from jaxdia._kernels.pallas_tpu import sddmm
         >>> import numpy as np
         >>> g = np.array([[1.], [2.]], np.float32)
         >>> x = np.array([[3.], [4.]], np.float32)

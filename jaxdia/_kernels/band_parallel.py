@@ -22,7 +22,7 @@ backward stable where that elimination is, which covers matrices diagonally domi
 rows or by columns (the reordering and the Schur complements stay dominant) and
 Hermitian positive definite ones (they stay positive definite). Others may lose accuracy
 to growth in the Schur complements; the callers check the residual (see
-``jaxdia._band_refine``).
+``jaxdia._kernels.band_refine``).
 
 A factor is five arrays, the levels one after the other along the block axis:
 ``inverses``, ``left``, ``right`` (``E``, ``alpha``, ``gamma`` of every eliminated block,
