@@ -759,8 +759,10 @@ def test_pytree_structure():
 @pytest.mark.parametrize("cholesky", [False, True])
 @pytest.mark.parametrize("lower", [1, 3])
 def test_accelerators_lower_the_scan(platform, cholesky, lower):
-    """On GPU and TPU the factorization and the solves are ``lax.scan`` loops, never a
-    host call (the CPU program of the same function calls LAPACK)."""
+    """LAPACK's kinds of factor (the CPU's; traced here on a CPU) lower to ``lax.scan``
+    loops on GPU and TPU, never a host call (the CPU program of the same function calls
+    LAPACK). A factor traced for GPU or TPU is cyclic reduction's instead
+    (``tests/test_band_parallel.py``)."""
     n = band_primitives._SCAN_ROWS + 1
     A = hermitian_band(n, lower, np.float32) if cholesky else random_band(n, lower, 2, np.float32)
 

@@ -7,8 +7,8 @@ bottom up (``CONTRIBUTING.md`` describes them):
    pytree base, the SciPy-name hints, what a sharding says;
 2. ``_kernels/``: the JAX primitives and what they lower to (XLA, Pallas Mosaic GPU,
    Pallas Triton, Pallas TPU, LAPACK through XLA's FFI, the ``lax.scan``
-   factorizations). It imports only the foundations (and itself), and it is the only
-   place that registers a lowering;
+   factorizations, block cyclic reduction and its refinement). It imports only the
+   foundations (and itself), and it is the only place that registers a lowering;
 3. array-level operations on ``(data, offsets, shape)``: conversions, products, traces,
    arithmetic (never ``DiaMatrix``);
 4. the ``DiaMatrix`` class and its constructors, and the row-sharded
@@ -46,6 +46,8 @@ LAYERS = {
     "_kernels.pallas_tpu": 2.1,
     "_kernels.lapack": 2.1,
     "_kernels.band_scan": 2.1,
+    "_kernels.band_parallel": 2.1,
+    "_kernels.band_refine": 2.15,
     "_kernels.primitives": 2.2,
     "_kernels.band_primitives": 2.2,
     "_sharded_products": 2.5,
@@ -85,6 +87,7 @@ BACKENDS = {
     "_kernels.pallas_tpu",
     "_kernels.lapack",
     "_kernels.band_scan",
+    "_kernels.band_parallel",
 }
 KERNELS = "_kernels"
 

@@ -18,7 +18,13 @@ import numpy as np
 import pytest
 
 import jaxdia
-from jaxdia._kernels import band_primitives, pallas_mosaic_gpu, pallas_tpu, pallas_triton
+from jaxdia._kernels import (
+    band_primitives,
+    band_refine,
+    pallas_mosaic_gpu,
+    pallas_tpu,
+    pallas_triton,
+)
 
 TRITON_CALLS = ("__gpu$xla.gpu.triton", "triton_kernel_call")
 TPU_CALL = "tpu_custom_call"
@@ -43,15 +49,52 @@ def abstract_gpu(platform: str) -> contextlib.AbstractContextManager:
     return jax.sharding.use_abstract_mesh(mesh)
 
 
-def lowered_text(fn, *args, platform: str) -> str:
-    """StableHLO text of ``jax.jit(fn)(*args)`` lowered for ``platform``.
+def lowered(fn, *args, platform: str):
+    """``jax.jit(fn)(*args)`` lowered for ``platform`` (a ``jax.stages.Lowered``).
 
     The one place that lowers for a platform this machine lacks: if a JAX version needs
     more for that (e.g. an abstract GPU device for cuda), it goes here.
     """
     with abstract_gpu(platform):
-        traced = jax.jit(fn).trace(*args)
-        return traced.lower(lowering_platforms=(platform,)).as_text()
+        return jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,))
+
+
+def lowered_text(fn, *args, platform: str) -> str:
+    """StableHLO text of ``jax.jit(fn)(*args)`` lowered for ``platform``."""
+    return lowered(fn, *args, platform=platform).as_text()
+
+
+def while_loops(fn, *args, platform: str) -> list[tuple[int, ...]]:
+    """One entry per ``stablehlo.while`` of the lowered program (in every function, nested
+    loops included): the sorted integer constants of its condition, which hold the trip
+    count of a loop over a range (``lax.scan``, ``fori_loop``, a bounded ``while_loop``).
+    A loop whose trip count grows with ``n`` shows a different entry when ``n`` does."""
+    from jax._src.lib.mlir import ir
+
+    def constants(region) -> list[int]:
+        values = []
+        for block in region.blocks:
+            for op in block.operations:
+                if op.operation.name == "stablehlo.constant":
+                    attribute = op.operation.attributes["value"]
+                    if isinstance(attribute, ir.DenseIntElementsAttr):
+                        values += [int(v) for v in attribute]
+                for inner in op.operation.regions:
+                    values += constants(inner)
+        return values
+
+    found = []
+
+    def walk(operation) -> None:
+        for region in operation.regions:
+            for block in region.blocks:
+                for op in block.operations:
+                    if op.operation.name == "stablehlo.while":
+                        found.append(tuple(sorted(constants(op.operation.regions[0]))))
+                    walk(op.operation)
+
+    walk(lowered(fn, *args, platform=platform).compiler_ir("stablehlo").operation)
+    return found
 
 
 def has_triton_call(text: str) -> bool:
@@ -211,35 +254,33 @@ def test_grad_data_uses_sddmm_kernel(platform):
 
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
 def test_solve_banded_lowers_without_the_cpu_lapack_call(platform):
-    """Large banded solves call LAPACK on the host on CPU only; accelerators keep the
-    ``lax.scan`` LU (a host call there would copy the system to the host)."""
-    n = band_primitives._SCAN_ROWS + 1
+    """Large banded solves call LAPACK on the host on CPU only; accelerators run cyclic
+    reduction (a host call there would copy the system to the host), whose only loop is
+    its refinement's (``tests/test_band_parallel.py`` checks that no loop grows with n)."""
+    n = band_primitives._PARALLEL_ROWS + 1
     A = jaxdia.diags([1.0, 1.0, 4.0, 1.0], offsets=[-2, -1, 0, 2], shape=(n, n))
     b = jnp.ones(n, jnp.float32)
     assert "jaxdia_lapack" in lowered_text(jaxdia.solve_banded, A, b, platform="cpu")
     text = lowered_text(jaxdia.solve_banded, A, b, platform=platform)
-    assert "jaxdia_lapack" not in text and "stablehlo.while" in text
+    assert "jaxdia_lapack" not in text and text.count("stablehlo.while") == 1
 
 
 @pytest.mark.parametrize("solve", ["solve_banded", "eigsh"])
-def test_tridiagonal_solves_pivot_on_tpu(solve):
-    """TPU's ``tridiagonal_solve`` is the Thomas algorithm, which does not pivot: there a
-    one-shot tridiagonal solve and eigsh's shift-invert factor with partial pivoting
-    (``banded._factor``); elsewhere they call the library's pivoting ``gtsv``."""
+def test_tridiagonal_solves_on_tpu_are_cyclic_reduction(solve):
+    """TPU's ``tridiagonal_solve`` is the Thomas algorithm, a loop over the rows: there a
+    one-shot tridiagonal solve and eigsh's shift-invert run cyclic reduction (with its
+    refinement loop of at most ``band_refine.STEPS`` trips); elsewhere they call the
+    library's pivoting ``gtsv``."""
     n = 400
     A = jaxdia.diags([-1.0, 4.0, -1.5], offsets=[-1, 0, 1], shape=(n, n))
     if solve == "solve_banded":
         fn, args = jaxdia.solve_banded, (A, jnp.ones(n, jnp.float32))
     else:
         fn, args = (lambda A: jaxdia.eigsh(A, k=2, sigma=0.5)[0]), (A,)
-
-    def text(platform):
-        lowered = jax.jit(fn).trace(*args).lower(lowering_platforms=(platform,))
-        return lowered.as_text(debug_info=True)
-
-    cpu, tpu = text("cpu"), text("tpu")
-    assert "gtsv" in cpu and "jit(_factor)" not in cpu
-    assert "gtsv" not in tpu and "jit(_factor)" in tpu
+    cpu, tpu = lowered_text(fn, *args, platform="cpu"), lowered_text(fn, *args, platform="tpu")
+    assert "gtsv" in cpu and "gtsv" not in tpu
+    if solve == "solve_banded":
+        assert while_loops(fn, *args, platform="tpu") == [(0, band_refine.STEPS)]
 
 
 def test_float64_on_tpu_falls_back_to_xla():

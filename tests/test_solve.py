@@ -369,23 +369,30 @@ def test_solve_banded_gradients(offsets, columns, dtype):
 
 
 def test_solve_banded_uses_lapack_on_cpu_for_large_systems():
-    """Above ``_SCAN_ROWS`` rows, CPU solves call LAPACK's banded LU (the scan LU is several
-    times slower at n = 1e5); the scan stays for small systems and on other platforms
-    (``tests/test_lowering.py``); one-shot tridiagonal solves are JAX's ``gtsv``."""
-    n = band_primitives._SCAN_ROWS + 1
+    """Above ``_PARALLEL_ROWS`` rows a single CPU solve calls LAPACK's banded LU (no loop);
+    smaller systems run cyclic reduction, whose refinement is a loop of at most
+    ``band_refine.STEPS`` trips, with LAPACK only in the fallback for a system it cannot
+    solve; one-shot tridiagonal solves are JAX's ``gtsv``, a stored factor jaxdia's."""
+    n = band_primitives._PARALLEL_ROWS + 1
     A, b = banded(n, (-2, -1, 0, 1, 3)), rhs(n)
     text = jax.jit(jaxdia.solve_banded).lower(A, b).as_text()
     assert "jaxdia_lapack_gbtrf" in text and "jaxdia_lapack_gbtrs" in text
+    assert "stablehlo.while" not in text
     small = banded(n - 1, (-2, -1, 0, 1, 3))
-    assert "jaxdia_lapack" not in jax.jit(jaxdia.solve_banded).lower(small, rhs(n - 1)).as_text()
+    small_text = jax.jit(jaxdia.solve_banded).lower(small, rhs(n - 1)).as_text()
+    assert "stablehlo.while" in small_text and "stablehlo.case" in small_text
     tridiagonal = banded(n, (-1, 0, 1))
-    # A one-shot tridiagonal solve is JAX's own (LAPACK's gtsv), a stored factor jaxdia's.
     one_shot = jax.jit(jaxdia.solve_banded).lower(tridiagonal, b).as_text()
     assert "gtsv" in one_shot and "jaxdia_lapack" not in one_shot
     factored = jax.jit(lambda A, b: jaxdia.lu_factor(A).solve(b)).lower(tridiagonal, b)
     assert "jaxdia_lapack_gttrf" in factored.as_text()
     expected = sla.solve_banded(*scipy_banded(A), b)
     np.testing.assert_allclose(jaxdia.solve_banded(A, b), expected, rtol=1e-12)
+    np.testing.assert_allclose(
+        jaxdia.solve_banded(small, rhs(n - 1)),
+        sla.solve_banded(*scipy_banded(small), rhs(n - 1)),
+        rtol=1e-12,
+    )
 
 
 def test_solve_banded_numpy_float64_without_x64_is_quiet():

@@ -1,7 +1,8 @@
 """The JAX primitives of the banded factorizations: ``jaxdia_band_factor`` and
 ``jaxdia_band_solve``.
 
-Four kinds of factor, each LAPACK's layout (see :mod:`jaxdia._kernels.lapack`):
+Four kinds of factor in LAPACK's layout (see :mod:`jaxdia._kernels.lapack`), two computed by block
+cyclic reduction (see :mod:`jaxdia._kernels.band_parallel`), and a one-shot solve:
 
 ===========  ===============================  ==========================================
 ``kind``     factor operands                  factor results
@@ -12,21 +13,39 @@ Four kinds of factor, each LAPACK's layout (see :mod:`jaxdia._kernels.lapack`):
 ``"gt"``     rows ``(..., 4, n)``             ``lu`` (rows ``dl, d, du, du2``),
                                               ``pivots``, ``info``
 ``"pt"``     ``d`` (real), ``e`` ``(..., n)``  ``d``, ``e``, ``info``
+``"cr"``     DIA ``data`` ``(..., nd, n)``    the cyclic reduction's arrays, ``info``
+``"ch"``     DIA ``data`` ``(..., nd, n)``    the same, of the Hermitian matrix one
+                                              triangle defines, ``info``
+``"os"``     (no factor)                      (none: the solve factors)
 ===========  ===============================  ==========================================
 
 For ``"gb"`` and ``"pb"`` the static ``placement`` says where each diagonal of ``data``
 goes: ``(offset, column)`` pairs, the column of LAPACK's band array, or -1 for a diagonal
-the factorization does not read (the other triangle, for a Cholesky factor). Only the
-slots of ``data`` inside the matrix are read.
+the factorization does not read (the other triangle, for a Cholesky factor). The
+parallel kinds and the one-shot solve take the static ``offsets`` of ``data`` instead.
+Only the slots of ``data`` inside the matrix are read. ``widths``: ``(kl, ku)`` for
+``"gb"``, ``"cr"`` and ``"os"``, ``(kd, lower)`` for ``"pb"`` and ``"ch"``, ``()`` else.
 
-``jaxdia_band_solve`` takes a factor's arrays (without ``info``) and right-hand sides
-``b`` ``(..., k, n)`` (the columns one after the other) and returns ``x`` of ``b``'s shape.
-The factor's leading (batch) dims equal ``b``'s, or are absent: one factor for all.
+``jaxdia_band_solve`` takes a factor's arrays (without ``info``; for ``"cr"`` followed by
+the matrix's ``data``, for ``"os"`` only ``data``) and right-hand sides ``b`` ``(..., k,
+n)`` (the columns one after the other) and returns ``x`` of ``b``'s shape. The factor's
+leading (batch) dims equal ``b``'s, or are absent: one factor for all.
 
-Lowering is chosen per platform from the full (batched) shapes: on CPU, LAPACK through
-:mod:`jaxdia._kernels.lapack` unless the systems are small enough that a scan is cheaper than the
-host call (see :func:`host_is_faster`); everywhere else the ``lax.scan`` kernels of
-:mod:`jaxdia._kernels.band_scan`, a batch as one scan with the systems side by side.
+Lowering is chosen per platform from the full (batched) shapes:
+
+* LAPACK's kinds: on CPU, LAPACK through :mod:`jaxdia._kernels.lapack` unless the systems are
+  small enough that a scan is cheaper than the host call (see :func:`host_is_faster`);
+  everywhere else the ``lax.scan`` kernels of :mod:`jaxdia._kernels.band_scan`, a batch as one
+  scan with the systems side by side (``n`` sequential steps).
+* The parallel kinds: cyclic reduction everywhere (``log2(n / m)`` levels, no loop over
+  the rows). The LU's solves check their backward error and refine
+  (:mod:`jaxdia._kernels.band_refine`); a system that still fails is solved by LAPACK on CPU
+  and is NaN elsewhere. On CPU ``info`` of a failed ``"cr"`` factor is LAPACK's.
+* The one-shot solve: on CPU LAPACK (``gtsv`` through ``lax.linalg.tridiagonal_solve``
+  for a tridiagonal matrix, ``?gbtrf`` + ``?gbtrs`` else) or cyclic reduction for
+  batches of systems and small systems (see :func:`parallel_is_faster`); on GPUs
+  ``lax.linalg.tridiagonal_solve`` (cuSPARSE's ``gtsv2``, parallel and pivoting) for a
+  tridiagonal matrix, cyclic reduction else; on TPU cyclic reduction.
 
 There are no differentiation rules: the factorization is never differentiated (callers
 stop its gradient and differentiate the solve implicitly with
@@ -43,23 +62,41 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import Array, lax
 from jax._src import dispatch
 from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from .._geometry import in_bounds
-from . import band_scan, lapack
+from .._geometry import diagonal_bounds, in_bounds
+from . import band_parallel, band_refine, band_scan, lapack
 
 factor_p = Primitive("jaxdia_band_factor")
 factor_p.multiple_results = True
 solve_p = Primitive("jaxdia_band_solve")
 
-#: Dims per system of each factor operand, and of each factor result, by kind.
+#: Dims per system of each factor operand, and of each factor result, by kind (LAPACK's).
 _FACTOR_IN_CORE = {"gb": (2,), "pb": (2,), "gt": (2,), "pt": (1, 1)}
 _FACTOR_OUT_CORE = {"gb": (2, 1, 0), "pb": (2, 0), "gt": (2, 1, 0), "pt": (1, 1, 0)}
 #: Dims per system of the factor arrays a solve takes (the results less ``info``).
 SOLVE_CORE = {kind: core[:-1] for kind, core in _FACTOR_OUT_CORE.items()}
+#: The kinds computed by cyclic reduction, and the dims per system of their solve's
+#: first operand (a factor array, or ``data`` for the one-shot solve).
+PARALLEL = ("cr", "ch")
+_FIRST_CORE = {**{kind: core[0] for kind, core in SOLVE_CORE.items()}, "cr": 3, "ch": 3, "os": 2}
+
+
+def block_size(kind: str, widths: tuple[int, ...]) -> int:
+    """``m``, the blocks' size of a parallel kind (or of the one-shot solve)."""
+    if kind == "ch":
+        return max(widths[0], 1)
+    return band_parallel.block_size(*widths)
+
+
+def parallel_shapes(kind: str, widths: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
+    """The core shape of each array of a parallel factor of ``n`` rows."""
+    m = block_size(kind, widths)
+    return band_parallel.factor_shapes(-(-n // m), m)
 
 
 def factor(
@@ -67,14 +104,17 @@ def factor(
     kind: str,
     widths: tuple[int, ...],
     placement: tuple[tuple[int, int], ...] = (),
+    offsets: tuple[int, ...] = (),
     method: str = "auto",
 ):
-    """The factor arrays and ``info`` of one of the four kinds (see the module docstring).
+    """The factor arrays and ``info`` of a kind (see the module docstring).
 
-    ``widths``: ``(kl, ku)`` for ``"gb"``, ``(kd, lower)`` for ``"pb"``, ``()`` else.
-    ``method``: "auto" (by platform and size), or "host"/"scan" (CPU; for tests).
+    ``method`` (LAPACK's kinds): "auto" (by platform and size), or "host"/"scan" (CPU;
+    for tests).
     """
-    return factor_p.bind(*operands, kind=kind, widths=widths, placement=placement, method=method)
+    return factor_p.bind(
+        *operands, kind=kind, widths=widths, placement=placement, offsets=offsets, method=method
+    )
 
 
 def band_columns(kind: str, widths: tuple[int, ...]) -> int:
@@ -82,13 +122,24 @@ def band_columns(kind: str, widths: tuple[int, ...]) -> int:
     return 2 * widths[0] + widths[1] + 1 if kind == "gb" else widths[0] + 1
 
 
-def solve(*operands, kind: str, widths: tuple[int, ...], trans: int = 0, method: str = "auto"):
+def solve(
+    *operands,
+    kind: str,
+    widths: tuple[int, ...],
+    trans: int = 0,
+    offsets: tuple[int, ...] = (),
+    method: str = "auto",
+):
     """``x`` ``(..., k, n)`` for the factor arrays and right-hand sides ``operands[-1]``.
 
-    ``trans``: 0 solves ``A x = b``, 1 ``A^T x = b``, 2 ``A^H x = b`` (``"gb"``/``"gt"``;
-    the Cholesky kinds take 0 only, their ``A`` being Hermitian).
+    ``trans``: 0 solves ``A x = b``, 1 ``A^T x = b``, 2 ``A^H x = b`` (the LU kinds and
+    the one-shot solve; the Cholesky kinds take 0 only, their ``A`` being Hermitian).
+    ``method``: "auto", or for the one-shot solve "parallel" (cyclic reduction
+    everywhere; for tests).
     """
-    return solve_p.bind(*operands, kind=kind, widths=widths, trans=trans, method=method)
+    return solve_p.bind(
+        *operands, kind=kind, widths=widths, trans=trans, offsets=offsets, method=method
+    )
 
 
 # -- abstract evaluation -------------------------------------------------------------------
@@ -98,8 +149,14 @@ def _batch(aval, core: int) -> tuple[int, ...]:
     return tuple(aval.shape[: aval.ndim - core])
 
 
-def _factor_abstract(*avals, kind, widths, placement, method):
-    del placement, method
+def _factor_abstract(*avals, kind, widths, placement, offsets, method):
+    del placement, offsets, method
+    if kind in PARALLEL:
+        (data,) = avals
+        batch = _batch(data, 2)
+        shapes = parallel_shapes(kind, widths, data.shape[-1])
+        arrays = [ShapedArray((*batch, *shape), data.dtype) for shape in shapes]
+        return [*arrays, ShapedArray(batch, np.int32)]
     batch = _batch(avals[0], _FACTOR_IN_CORE[kind][0])
     if kind == "pt":
         d, e = avals
@@ -120,8 +177,8 @@ def _factor_abstract(*avals, kind, widths, placement, method):
     return [*results, ShapedArray(batch, np.int32)]
 
 
-def _solve_abstract(*avals, kind, widths, trans, method):
-    del kind, widths, trans, method
+def _solve_abstract(*avals, kind, widths, trans, offsets, method):
+    del kind, widths, trans, offsets, method
     b = avals[-1]
     return ShapedArray(b.shape, b.dtype)
 
@@ -146,10 +203,10 @@ def _factor_batch(args, dims, **params):
     return results, [0] * len(results)
 
 
-def _solve_batch(args, dims, *, kind, widths, trans, method):
+def _solve_batch(args, dims, *, kind, widths, trans, offsets, method):
     *factors, b = args
     *factor_dims, b_dim = dims
-    params = dict(kind=kind, widths=widths, trans=trans, method=method)
+    params = dict(kind=kind, widths=widths, trans=trans, offsets=offsets, method=method)
     if all(d is None for d in factor_dims):
         # A batch of right-hand sides for one factor: fold it into the columns.
         b = jnp.moveaxis(b, b_dim, -3)  # (..., V, k, n)
@@ -159,7 +216,7 @@ def _solve_batch(args, dims, *, kind, widths, trans, method):
     size = next(a.shape[d] for a, d in zip(factors, factor_dims) if d is not None)
     factors = [_to_front(a, d, size) for a, d in zip(factors, factor_dims)]
     b = _to_front(b, b_dim, size)
-    factor_batch = factors[0].ndim - SOLVE_CORE[kind][0]
+    factor_batch = factors[0].ndim - _FIRST_CORE[kind]
     if b.ndim - 2 != factor_batch:  # the factor had no batch dims before: b's must go too
         b = jnp.broadcast_to(b, (*factors[0].shape[:factor_batch], *b.shape[-2:]))
     return solve_p.bind(*factors, b, **params), 0
@@ -268,7 +325,9 @@ def _use_host(method: str, n: int, systems: int, size: int) -> bool:
     return host_is_faster(n, systems, size)
 
 
-def _factor_cpu(*operands, kind, widths, placement, method):
+def _factor_cpu(*operands, kind, widths, placement, offsets, method):
+    if kind in PARALLEL:
+        return _factor_parallel(*operands, kind=kind, widths=widths, offsets=offsets, cpu=True)
     first = operands[0]
     core = _FACTOR_IN_CORE[kind][0]
     n = first.shape[-1]
@@ -278,7 +337,12 @@ def _factor_cpu(*operands, kind, widths, placement, method):
     return _factor_scan(*operands, kind=kind, widths=widths, placement=placement)
 
 
-def _solve_cpu(*operands, kind, widths, trans, method):
+def _solve_cpu(*operands, kind, widths, trans, offsets, method):
+    if kind in (*PARALLEL, "os"):
+        return _solve_parallel(
+            *operands, kind=kind, widths=widths, trans=trans, offsets=offsets, method=method,
+            platform="cpu",
+        )  # fmt: skip
     first = operands[0]
     core = SOLVE_CORE[kind][0]
     n = first.shape[-2] if kind in ("gb", "pb") else first.shape[-1]
@@ -288,19 +352,199 @@ def _solve_cpu(*operands, kind, widths, trans, method):
     return _solve_scan(*operands, kind=kind, widths=widths, trans=trans)
 
 
-def _factor_default(*operands, kind, widths, placement, method):
+def _factor_default(*operands, kind, widths, placement, offsets, method):
     del method
+    if kind in PARALLEL:
+        return _factor_parallel(*operands, kind=kind, widths=widths, offsets=offsets, cpu=False)
     return _factor_scan(*operands, kind=kind, widths=widths, placement=placement)
 
 
-def _solve_default(*operands, kind, widths, trans, method):
-    del method
-    return _solve_scan(*operands, kind=kind, widths=widths, trans=trans)
+def _solve_on(platform: str):
+    def lowering(*operands, kind, widths, trans, offsets, method):
+        if kind in (*PARALLEL, "os"):
+            return _solve_parallel(
+                *operands, kind=kind, widths=widths, trans=trans, offsets=offsets,
+                method=method, platform=platform,
+            )  # fmt: skip
+        return _solve_scan(*operands, kind=kind, widths=widths, trans=trans)
+
+    return lowering
+
+
+# -- the parallel kinds and the one-shot solve ------------------------------------------------
+
+
+def _gb_placement(offsets: tuple[int, ...], widths: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """``"gb"``'s placement of diagonals of these offsets (see the module docstring)."""
+    kl, ku = widths
+    return tuple((offset, kl + ku - offset) for offset in offsets)
+
+
+def _systems(data: Array, offsets: tuple[int, ...]) -> Array:
+    """``data`` ``(..., nd, n)`` as ``(S, nd, n)``, its padding slots zero."""
+    n = data.shape[-1]
+    flat = data.reshape(math.prod(data.shape[:-2]), *data.shape[-2:])
+    return jnp.where(in_bounds(offsets, (n, n)), flat, 0)
+
+
+def _triangle(kind: str, widths: tuple[int, ...]) -> str | None:
+    if kind != "ch":
+        return None
+    return "lower" if widths[1] else "upper"
+
+
+def _factor_parallel(data, *, kind, widths, offsets, cpu: bool):
+    batch = data.shape[:-2]
+    if data.shape[-1] == 0:
+        shapes = parallel_shapes(kind, widths, 0)
+        empty = [jnp.zeros((*batch, *shape), data.dtype) for shape in shapes]
+        return [*empty, jnp.zeros(batch, np.int32)]
+    flat = _systems(data, offsets)
+    m = block_size(kind, widths)
+    arrays, failed = band_parallel.factor_systems(flat, offsets, m, _triangle(kind, widths))
+    info = jnp.where(failed >= 0, failed + 1, 0).astype(np.int32)
+    if cpu and kind == "cr" and offsets:
+        # LAPACK says whether the matrix is singular (the reduction fails on more).
+        def lapack_info():
+            placement = _gb_placement(offsets, widths)
+            info = lapack.gbtrf(flat, placement=placement, kl=widths[0], ku=widths[1])[2]
+            return jnp.where(failed >= 0, info, 0)
+
+        info = lax.cond(jnp.any(failed >= 0), lapack_info, lambda: info)
+    return [a.reshape(*batch, *a.shape[1:]) for a in arrays] + [info.reshape(batch)]
+
+
+#: One-shot solves on CPU by cyclic reduction rather than LAPACK: systems of up to
+#: ``_PARALLEL_ROWS`` rows, and batches of at least ``_PARALLEL_BATCH`` systems of up to
+#: ``_PARALLEL_BATCH_ROWS`` rows (benchmarks/README.md).
+_PARALLEL_ROWS = 16
+_PARALLEL_BATCH = 8
+_PARALLEL_BATCH_ROWS = 100_000
+
+
+def parallel_is_faster(n: int, systems: int, size: int) -> bool:
+    """Whether a one-shot CPU solve of ``systems`` systems of ``n`` rows (``size``
+    elements in LAPACK's band of one) runs cyclic reduction rather than LAPACK."""
+    if n <= _PARALLEL_ROWS or size > _INT32:
+        return True
+    return systems >= _PARALLEL_BATCH and n <= _PARALLEL_BATCH_ROWS
+
+
+def _lapack_solve(data, b, *, offsets, widths, trans):
+    """LAPACK's ``?gbtrf`` + ``?gbtrs`` on ``data`` ``(S or 1, nd, n)``; NaN where a
+    matrix is singular."""
+    if not offsets:  # the zero matrix
+        return jnp.full(b.shape, jnp.nan, b.dtype)
+    kl, ku = widths
+    lu, pivots, info = lapack.gbtrf(data, placement=_gb_placement(offsets, widths), kl=kl, ku=ku)
+    x = lapack.gbtrs(lu, pivots, b, kl=kl, ku=ku, trans=trans)
+    return jnp.where((info != 0)[:, None, None], jnp.nan, x)
+
+
+def _tridiagonal_library(data, b, *, offsets, trans):
+    """``lax.linalg.tridiagonal_solve`` (LAPACK's ``gtsv`` on CPU, cuSPARSE's ``gtsv2`` on
+    GPUs; both pivot) of the tridiagonal ``op(A)`` of ``data`` ``(S or 1, nd, n)``."""
+    n = data.shape[-1]
+    if trans:
+        data, offsets = _transposed(data, offsets)
+        if trans == 2:
+            data = data.conj()
+
+    def diagonal(offset):
+        # lax's layout: dl[i] = A[i, i - 1] (dl[0] = 0), du[i] = A[i, i + 1] (du[-1] = 0).
+        if offset not in offsets:
+            return jnp.zeros((*data.shape[:-2], n), data.dtype)
+        values = data[..., offsets.index(offset), :]
+        return _row_aligned(values, offset)
+
+    dl, d, du = (jnp.broadcast_to(diagonal(k), (b.shape[0], n)) for k in (-1, 0, 1))
+    x = lax.linalg.tridiagonal_solve(dl, d, du, jnp.swapaxes(b, -1, -2))
+    return jnp.swapaxes(x, -1, -2)
+
+
+def _row_aligned(values: Array, offset: int) -> Array:
+    """``out[i] = A[i, i + offset]`` from the column-aligned diagonal ``values[j] = A[j -
+    offset, j]``, zero outside the matrix."""
+    n = values.shape[-1]
+    start, stop = diagonal_bounds(offset, (n, n))
+    pad = [(0, 0)] * (values.ndim - 1) + [(start - offset, n - (stop - offset))]
+    return jnp.pad(values[..., start:stop], pad)
+
+
+def _transposed(data, offsets):
+    """DIA ``data`` and offsets of ``A^T`` (not conjugated): diagonal ``o`` of ``A`` is
+    diagonal ``-o`` of ``A^T``, whose column ``j - o`` holds ``A[j - o, j]``."""
+    order = sorted(range(len(offsets)), key=lambda k: -offsets[k])
+    rows = [_shift(data[..., k, :], offsets[k]) for k in order]
+    return jnp.stack(rows, axis=-2), tuple(-offsets[k] for k in order)
+
+
+def _shift(values: Array, by: int) -> Array:
+    """``out[j] = values[j + by]``, zero-filled."""
+    n = values.shape[-1]
+    if by == 0 or n == 0:
+        return values
+    if by > 0:
+        return jnp.pad(values[..., by:], [(0, 0)] * (values.ndim - 1) + [(0, by)])
+    return jnp.pad(values[..., :by], [(0, 0)] * (values.ndim - 1) + [(-by, 0)])
+
+
+def _solve_parallel(*operands, kind, widths, trans, offsets, method, platform: str):
+    *arrays, b = operands
+    lead = b.shape[:-2]
+    b = b.reshape(math.prod(lead), *b.shape[-2:])
+    n = b.shape[-1]
+    if kind == "ch":
+        flat = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
+        return band_parallel.solve_systems(flat, b, trans=0).reshape(*lead, *b.shape[-2:])
+    data = _systems(arrays.pop(), offsets)
+    tridiagonal = max(widths) <= 1
+    if kind == "os" and method == "auto":
+        systems, size = max(b.shape[0], data.shape[0]), n * band_columns("gb", widths)
+        if platform == "cpu" and not parallel_is_faster(n, systems, size):
+            if tridiagonal:
+                x = _tridiagonal_library(data, b, offsets=offsets, trans=trans)
+            else:
+                x = _lapack_solve(data, b, offsets=offsets, widths=widths, trans=trans)
+            return x.reshape(*lead, *b.shape[-2:])
+        if platform == "gpu" and tridiagonal:
+            x = _tridiagonal_library(data, b, offsets=offsets, trans=trans)
+            return x.reshape(*lead, *b.shape[-2:])
+    m = block_size(kind, widths)
+    if kind == "os":
+        arrays, failed = band_parallel.factor_systems(data, offsets, m)
+    else:
+        arrays = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
+        failed = None
+
+    def solve(rhs):
+        return band_parallel.solve_systems(arrays, rhs, trans=trans)
+
+    # The factor's precision, which may be below b's (see jaxdia._linalg.banded).
+    precision = arrays[-1].dtype
+    x, error = band_refine.refined(solve, data, offsets, b, trans=trans, precision=precision)
+    bad = ~(error <= band_refine.limit(precision))
+    if failed is not None:
+        bad = bad | (failed >= 0)
+    if platform == "cpu":
+
+        def fallback():
+            exact = _lapack_solve(data, b, offsets=offsets, widths=widths, trans=trans)
+            return jnp.where(bad[:, None, None], exact, x)
+
+        x = lax.cond(jnp.any(bad), fallback, lambda: x)
+    else:
+        x = jnp.where(bad[:, None, None], jnp.nan, x)
+    return x.reshape(*lead, *b.shape[-2:])
 
 
 factor_p.def_impl(partial(dispatch.apply_primitive, factor_p))
 solve_p.def_impl(partial(dispatch.apply_primitive, solve_p))
 mlir.register_lowering(factor_p, mlir.lower_fun(_factor_default, multiple_results=True))
-mlir.register_lowering(solve_p, mlir.lower_fun(_solve_default, multiple_results=False))
+mlir.register_lowering(solve_p, mlir.lower_fun(_solve_on("tpu"), multiple_results=False))
 mlir.register_lowering(factor_p, mlir.lower_fun(_factor_cpu, multiple_results=True), platform="cpu")
 mlir.register_lowering(solve_p, mlir.lower_fun(_solve_cpu, multiple_results=False), platform="cpu")
+for _gpu in ("cuda", "rocm"):
+    mlir.register_lowering(
+        solve_p, mlir.lower_fun(_solve_on("gpu"), multiple_results=False), platform=_gpu
+    )

@@ -1,25 +1,33 @@
 """Banded factorizations at the array level: factor a square ``DiaParts`` once, solve many.
 
-A factor is a :class:`Factor`: LAPACK's arrays for one of four kinds (see
-:mod:`jaxdia._kernels.band_primitives`), chosen from the offsets:
+A factor is a :class:`Factor`: the arrays of one of the kinds of
+:mod:`jaxdia._kernels.band_primitives`, chosen from the offsets and the platform:
 
-* LU with partial pivoting (:func:`factor_lu`): ``"gt"`` (``?gttrf``'s rows) when the
-  band is within one diagonal of the main one, else ``"gb"`` (``?gbtrf``'s bands);
+* LU (:func:`factor_lu`): on CPU LAPACK's, with partial pivoting: ``"gt"`` (``?gttrf``'s
+  rows) when the band is within one diagonal of the main one, else ``"gb"``
+  (``?gbtrf``'s bands); on GPU and TPU ``"cr"``, block cyclic reduction (no loop over the
+  rows; see :mod:`jaxdia._kernels.band_parallel` for what it is exact for, and
+  :mod:`jaxdia._kernels.band_refine` for what its solves do otherwise);
 * Cholesky (:func:`factor_cholesky`) of a Hermitian positive definite band, from the
-  triangle ``lower`` selects: ``"pt"`` (``?pttrf``'s ``L D L^H``) for a tridiagonal one,
-  else ``"pb"`` (``?pbtrf``'s bands).
+  triangle ``lower`` selects: on CPU ``"pt"`` (``?pttrf``'s ``L D L^H``) for a
+  tridiagonal one, else ``"pb"`` (``?pbtrf``'s bands); on GPU and TPU ``"ch"``, cyclic
+  reduction;
+* one-shot (:func:`oneshot`): no arrays; each solve factors (LAPACK or cyclic reduction
+  chosen per platform and size when the program is compiled).
+
+The kind is chosen when the factorization is traced, for the platform computations run on
+by default (:func:`platform`): unlike a solve, a factor's arrays are a result, and their
+layout must be fixed before the program is lowered.
 
 :func:`solve` solves with a factor: by ``lax.custom_linear_solve``, whose ``matvec`` is
 the matrix itself (a sparse product), so derivatives with respect to ``A.data`` and ``b``
 come from the products and from solves with the *stored* factor (the transposed solve for
 reverse mode), never from differentiating or repeating the factorization.
 
-:func:`solve_once` is :func:`factor_lu` followed by :func:`solve`, except for tridiagonal
-systems on CPU and GPUs, which take ``jax.lax.linalg.tridiagonal_solve`` (LAPACK's
-``gtsv`` on CPU, cuSPARSE's ``gtsv2`` on GPUs; both pivot): a one-shot solve is then one
-library call with no host round trip (the stored factor's solve has a fixed cost per
-call), and on a GPU one parallel call where the factor's sequential scan takes ``n``
-steps. TPU keeps the factor (its ``tridiagonal_solve`` does not pivot).
+:func:`solve_once` solves with :func:`oneshot`'s factor: LAPACK on CPU (``gtsv`` for a
+tridiagonal matrix), cyclic reduction for batches and small systems there and on TPU,
+cuSPARSE's ``gtsv2`` for a tridiagonal matrix on GPUs, cyclic reduction for other bands
+there (see :mod:`jaxdia._kernels.band_primitives`).
 
 16-bit matrices are factored in float32. The factor keeps its dtype; a solve runs in the
 promoted dtype of the matrix and ``b`` (float32 for 16-bit ones), a complex ``b`` for a
@@ -38,16 +46,39 @@ from jax import Array, lax
 from jax.typing import ArrayLike
 
 from .._checks import check_rhs, result_dtype
-from .._geometry import accumulation_dtype, band_widths, diagonal_bounds, in_bounds
+from .._geometry import accumulation_dtype, band_widths, in_bounds
 from .._kernels import band_primitives as prims
 from .._kernels.primitives import spmm
 from .._parts import DiaParts
 from .._sharding import on_auto_axes
 
-#: Where the factorizations run on CPU: "auto" (LAPACK, or a scan for small systems; see
-#: ``_band_primitives.host_is_faster``), "host" or "scan" (tests force either). Read when
-#: a factorization or solve is traced.
+#: The factorizations' implementation: "auto" (by platform, see the module docstring),
+#: "host" or "scan" (LAPACK's kinds, by LAPACK on CPU or by ``lax.scan``), "parallel"
+#: (cyclic reduction). Tests force each; read when a factorization or solve is traced.
 METHOD = "auto"
+#: The platforms whose stored factors are computed by cyclic reduction.
+PARALLEL_PLATFORMS = ("gpu", "tpu", "cuda", "rocm")
+
+
+def platform() -> str:
+    """The platform computations run on by default: that of ``jax_default_device`` if it
+    is set, else JAX's default backend (``"cpu"``, ``"gpu"``, ``"tpu"``)."""
+    device = getattr(jax.config, "jax_default_device", None)
+    if device is not None and not isinstance(device, str):
+        return device.platform
+    return str(device) if device is not None else jax.default_backend()
+
+
+def parallel(method: str) -> bool:
+    """Whether a factorization traced now is computed by cyclic reduction."""
+    if method == "auto":
+        return platform() in PARALLEL_PLATFORMS
+    return method == "parallel"
+
+
+def is_tridiagonal(offsets: tuple[int, ...]) -> bool:
+    lower, upper = band_widths(offsets)
+    return lower <= 1 and upper <= 1
 
 
 class Factor(NamedTuple):
@@ -73,12 +104,13 @@ def _real(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.finfo(dtype).dtype)
 
 
-def lu_kind(offsets: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+def lu_kind(offsets: tuple[int, ...], method: str) -> tuple[str, tuple[int, ...]]:
     """The LU factor's kind and widths for a square matrix with these offsets."""
-    lower, upper = band_widths(offsets)
-    if lower <= 1 and upper <= 1:
+    if parallel(method):
+        return "cr", band_widths(offsets)
+    if is_tridiagonal(offsets):
         return "gt", ()
-    return "gb", (lower, upper)
+    return "gb", band_widths(offsets)
 
 
 def cholesky_bandwidth(offsets: tuple[int, ...], lower: bool) -> int:
@@ -86,9 +118,13 @@ def cholesky_bandwidth(offsets: tuple[int, ...], lower: bool) -> int:
     return max((abs(k) for k in offsets if (k <= 0 if lower else k >= 0)), default=0)
 
 
-def cholesky_kind(offsets: tuple[int, ...], lower: bool) -> tuple[str, tuple[int, ...]]:
+def cholesky_kind(
+    offsets: tuple[int, ...], lower: bool, method: str
+) -> tuple[str, tuple[int, ...]]:
     """The Cholesky factor's kind and widths, from the triangle ``lower`` selects."""
     kd = cholesky_bandwidth(offsets, lower)
+    if parallel(method):
+        return "ch", (kd, int(lower))
     if kd <= 1:
         return "pt", ()
     return "pb", (kd, int(lower))
@@ -118,7 +154,10 @@ def _shift_left(row: Array, by: int) -> Array:
 
 
 def _lu_operands(data: Array, offsets: tuple[int, ...], kind: str, widths):
-    """The factor primitive's operands and ``placement`` (see ``_band_primitives``)."""
+    """The factor primitive's operands and ``placement`` (see
+    ``jaxdia._kernels.band_primitives``)."""
+    if kind == "cr":
+        return (data,), ()
     if kind == "gt":
         data = _clean(data, offsets)
         dl = _diagonal(data, offsets, -1)  # dl[i] = A[i + 1, i], column i
@@ -131,6 +170,8 @@ def _lu_operands(data: Array, offsets: tuple[int, ...], kind: str, widths):
 
 
 def _cholesky_operands(data, offsets, kind, widths, lower: bool):
+    if kind == "ch":
+        return (data,), ()
     if kind == "pt":
         data = _clean(data, offsets)
         d = _diagonal(data, offsets, 0).real.astype(_real(data.dtype))
@@ -162,7 +203,7 @@ def _factor(data, *, offsets, kind, widths, lower, method) -> tuple[tuple, Array
     else:
         operands, placement = _cholesky_operands(data, offsets, kind, widths, lower)
     *arrays, info = prims.factor(
-        *operands, kind=kind, widths=widths, placement=placement, method=method
+        *operands, kind=kind, widths=widths, placement=placement, offsets=offsets, method=method
     )
     # LAPACK factors NaN and inf without complaint (a NaN pivot is no zero pivot): say so
     # in info, where SciPy's check_finite would have refused the matrix.
@@ -193,26 +234,30 @@ def finite(data: Array, offsets: tuple[int, ...], lower: bool | None) -> Array:
 
 
 def factor_lu(A: DiaParts, method: str | None = None) -> Factor:
-    """The banded LU factor of a square ``A`` (``"gt"`` or ``"gb"``)."""
-    return _factor_of(A, *lu_kind(A.offsets), None, method)
+    """The banded LU factor of a square ``A`` (``"gt"``, ``"gb"`` or ``"cr"``)."""
+    method = method or METHOD
+    return _factor_of(A, *lu_kind(A.offsets, method), None, method)
 
 
 def factor_cholesky(A: DiaParts, lower: bool, method: str | None = None) -> Factor:
     """The banded Cholesky factor of a square ``A`` from its upper (or ``lower``)
-    triangle (``"pt"`` or ``"pb"``)."""
-    return _factor_of(A, *cholesky_kind(A.offsets, lower), lower, method)
+    triangle (``"pt"``, ``"pb"`` or ``"ch"``)."""
+    method = method or METHOD
+    return _factor_of(A, *cholesky_kind(A.offsets, lower, method), lower, method)
+
+
+def oneshot(A: DiaParts) -> Factor:
+    """A factor of ``A`` without arrays, whose solves factor as they go (``"os"``): LAPACK
+    or cyclic reduction, chosen per platform and size when the program is lowered."""
+    info = jnp.zeros(A.batch_shape, np.int32)
+    return Factor("os", band_widths(A.offsets), (), info)
 
 
 def _factor_of(
-    A: DiaParts, kind: str, widths: tuple[int, ...], lower: bool | None, method: str | None
+    A: DiaParts, kind: str, widths: tuple[int, ...], lower: bool | None, method: str
 ) -> Factor:
     arrays, info = _factor(
-        A.data,
-        offsets=A.offsets,
-        kind=kind,
-        widths=widths,
-        lower=lower,
-        method=method or METHOD,
+        A.data, offsets=A.offsets, kind=kind, widths=widths, lower=lower, method=method
     )
     return Factor(kind, widths, arrays, info)
 
@@ -299,7 +344,10 @@ def _solve(
         info = jnp.broadcast_to(info, batch)
         data = jnp.broadcast_to(data, (*batch, *data.shape[-2:]))
     matrix = jnp.reshape(data, (1,) * (len(batch) - data.ndim + 2) + data.shape).astype(work)
-    factor_dtype = arrays[1 if kind == "pt" else 0].dtype  # pt: d is real, e is not
+    if kind == "os":  # no arrays: the solve factors the matrix
+        factor_dtype = accumulation_dtype(data.dtype)
+    else:
+        factor_dtype = arrays[1 if kind == "pt" else 0].dtype  # pt: d is real, e is not
     split = jnp.issubdtype(work, jnp.complexfloating) and not jnp.issubdtype(
         factor_dtype, jnp.complexfloating
     )
@@ -309,11 +357,17 @@ def _solve(
     def cast(index: int, array: Array) -> Array:
         if array.dtype == np.int32:  # pivots
             return array
+        if kind == "cr" and not split:
+            # Kept: its solves refine to the factor's own precision (see
+            # jaxdia._kernels.band_refine).
+            return array
         if kind == "pt" and index == 0:  # the real diagonal of L D L^H
             return array.astype(_real(precision))
         return array.astype(precision)
 
     arrays = tuple(cast(index, array) for index, array in enumerate(arrays))
+    if kind in ("cr", "os"):  # the solve's residuals (and the one-shot's factorization)
+        arrays = (*arrays, lax.stop_gradient(data).astype(precision))
     failed = (info != 0)[..., None, None]
     hermitian = lower is not None
 
@@ -332,6 +386,7 @@ def _solve(
             kind=kind,
             widths=widths,
             trans=min(t, 1) if split else t,
+            offsets=offsets if kind in ("cr", "os") else (),
             method=method,
         )
         if split:
@@ -380,66 +435,19 @@ def info_errors(info: Any) -> list[tuple[tuple[int, ...], int]]:
 # -- one-shot solves -----------------------------------------------------------------------
 
 
-def _pad_last(x: Array, before: int, after: int) -> Array:
-    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(before, after)])
-
-
-def tridiagonal_solve(A: DiaParts, b: Array, function: str) -> Array:
-    """``A x = b`` by ``lax.linalg.tridiagonal_solve`` (its own derivative rules), for
-    ``A`` of offsets within ``{-1, 0, 1}`` and ``b`` ``(*batch, n, k)`` of the solve's
-    dtype, batch dims matching ``A``'s or ``A`` unbatched. On TPU, whose
-    ``tridiagonal_solve`` is the Thomas algorithm (no pivoting), the banded LU with
-    partial pivoting instead (``function`` names the caller in its errors)."""
-
-    def pivoting(b):
-        return solve(A, factor_lu(A), b, function=function)
-
-    return lax.platform_dependent(b, tpu=pivoting, default=partial(_library_solve, A))
-
-
-def _library_solve(A: DiaParts, b: Array) -> Array:
-    n = A.shape[0]
-    data = A.data.astype(b.dtype)
-
-    def diagonal(offset):
-        if offset not in A.offsets:
-            return jnp.zeros((*data.shape[:-2], n), b.dtype)
-        values = data[..., A.offsets.index(offset), :]
-        start, stop = diagonal_bounds(offset, (n, n))
-        # lax's layout: dl[i] = A[i, i - 1] (dl[0] = 0), du[i] = A[i, i + 1] (du[-1] = 0).
-        return _pad_last(values[..., start:stop], start - offset, n - (stop - offset))
-
-    batch = b.shape[:-2]
-    dl, d, du = (jnp.broadcast_to(diagonal(k), (*batch, n)) for k in (-1, 0, 1))
-    return lax.linalg.tridiagonal_solve(dl, d, du, b)
-
-
 def solve_once(A: DiaParts, b: ArrayLike) -> Array:
-    """Solves ``A @ x == b`` for a square ``A`` (see :func:`jaxdia.solve_banded`)."""
+    """Solves ``A @ x == b`` for a square ``A`` (see :func:`jaxdia.solve_banded`) with
+    :func:`oneshot`'s factor, which factors as it solves, the implementation chosen per
+    platform and size when the program is compiled (see
+    :mod:`jaxdia._kernels.band_primitives`)."""
     n = A.shape[0]
-    b, batch = check_rhs("solve_banded", n, A.batch_shape, b, A.dtype)
+    b, _ = check_rhs("solve_banded", n, A.batch_shape, b, A.dtype)
     dtype = result_dtype(A.dtype, b)
-    if lu_kind(A.offsets)[0] != "gt" or n == 0:
-        # Factored in the solution's precision (float64 for a float32 A and a float64 b),
-        # as the tridiagonal path, jnp.linalg.solve and SciPy compute; a real A stays real.
-        precision = np.dtype(jnp.result_type(A.dtype, jnp.finfo(dtype).dtype))
-        if precision != A.dtype:
-            A = A.with_data(A.data.astype(precision))
-        return solve(A, factor_lu(A), b, function="solve_banded")
-    return _tridiagonal(A.data, b, offsets=A.offsets, batch=batch, dtype=dtype, method=METHOD)
-
-
-@partial(jax.jit, static_argnames=("offsets", "batch", "dtype", "method"))
-@on_auto_axes(last=False)
-def _tridiagonal(data, b, *, offsets, batch, dtype, method):
-    n = data.shape[-1]
-    parts = DiaParts(data, offsets, (n, n))
-
-    if method != "auto":  # a forced implementation (tests)
-        factor = factor_lu(parts, method)
-        return solve(parts, factor, b, function="solve_banded", method=method)
-    work = accumulation_dtype(dtype)
-    rhs = (b[:, None] if b.ndim == 1 else b).astype(work)
-    rhs = jnp.broadcast_to(rhs, (*batch, *rhs.shape[-2:]))
-    x = tridiagonal_solve(parts, rhs, "solve_banded").astype(dtype)
-    return x[..., 0] if b.ndim == 1 else x
+    # Factored in the solution's precision (float64 for a float32 A and a float64 b), as
+    # jnp.linalg.solve and SciPy compute; a real A stays real.
+    precision = np.dtype(jnp.result_type(A.dtype, jnp.finfo(dtype).dtype))
+    if precision != A.dtype:
+        A = A.with_data(A.data.astype(precision))
+    # LAPACK's kinds forced (tests), else a factor whose solve factors.
+    factor = factor_lu(A, METHOD) if METHOD in ("host", "scan") else oneshot(A)
+    return solve(A, factor, b, function="solve_banded")

@@ -38,7 +38,23 @@ from .._pytree import Immutable
 from .._scipy_operator import ScipyOperator
 from . import banded
 
-_KIND_NAMES = {"gb": "band", "gt": "tridiagonal", "pb": "band", "pt": "tridiagonal"}
+_KIND_NAMES = {
+    "gb": "band",
+    "gt": "tridiagonal",
+    "pb": "band",
+    "pt": "tridiagonal",
+    "cr": "parallel",
+    "ch": "parallel",
+}
+
+
+def _parallel_leaf_names(count: int) -> tuple[str, ...]:
+    """Key-path names of a parallel factor's arrays: per level of the reduction its
+    block inverses, couplings and kept blocks, then the last block's inverse."""
+    levels = (count - 1) // 3
+    kinds = ("inverses", "couplings", "kept")
+    names = [f"{name}_{level}" for level in range(levels) for name in kinds]
+    return (*names, "inverse")
 
 
 _FactorClass = TypeVar("_FactorClass", bound=type)
@@ -146,7 +162,9 @@ class _BandedFactor(Immutable, ScipyOperator):
 
     @property
     def kind(self) -> str:
-        """``"tridiagonal"`` (LAPACK's ``?gttrf``/``?pttrf`` form) or ``"band"``."""
+        """``"tridiagonal"`` (LAPACK's ``?gttrf``/``?pttrf`` form), ``"band"`` (LAPACK's
+        ``?gbtrf``/``?pbtrf``) or ``"parallel"`` (block cyclic reduction, the factor on
+        GPU and TPU)."""
         return _KIND_NAMES[self._kind]
 
     @property
@@ -188,6 +206,12 @@ class BandedLU(_BandedFactor):
     ``(*batch_shape, n)``: row ``i`` was interchanged with row ``pivots[i]`` (0-based, as
     SciPy's). ``info``: see :attr:`info`. The matrix's ``data`` is a leaf too.
 
+    On GPU and TPU the factor is block cyclic reduction's instead (``kind ==
+    "parallel"``, see :func:`jaxdia.lu_factor`): ``factors`` holds, per level of the
+    reduction, the inverses of the eliminated ``m x m`` diagonal blocks (``m`` the wider
+    of ``l`` and ``u``), their couplings to the kept blocks and the kept blocks'
+    couplings, then the inverse of the last block; it has no ``lu`` or ``pivots``.
+
     The factor is also SciPy's ``LinearOperator`` for ``A^-1``: ``matvec``/``matmat``
     solve ``A x = b``, ``rmatvec``/``rmatmat`` solve ``A^H x = b`` (NumPy in and out;
     ``shape`` and ``dtype`` as the matrix's), so it can be SciPy's ``M=``, or the
@@ -195,11 +219,14 @@ class BandedLU(_BandedFactor):
 
     Attributes:
       matrix: the factored DiaMatrix.
-      lu: the factor, LAPACK's layout (see above).
-      pivots: the row interchanges.
-      info: 0, or the 1-based index of the first exactly zero pivot ``U[i - 1, i - 1]``.
+      lu: the factor, LAPACK's layout (see above; LAPACK's kinds only).
+      pivots: the row interchanges (LAPACK's kinds only).
+      factors: the factor's arrays, of any kind.
+      info: 0, or the 1-based index of the first exactly zero pivot ``U[i - 1, i - 1]``
+        (a parallel factor on GPU/TPU: the first row of a singular diagonal block it
+        met).
       ok: ``info == 0``.
-      kind: ``"tridiagonal"`` or ``"band"``.
+      kind: ``"tridiagonal"``, ``"band"`` or ``"parallel"``.
       lower: the number of subdiagonals ``l``.
       upper: the number of superdiagonals ``u``.
 
@@ -223,20 +250,44 @@ class BandedLU(_BandedFactor):
     _name = "BandedLU"
 
     def _leaf_names(self) -> tuple[str, ...]:
+        if self._kind == "cr":
+            return _parallel_leaf_names(len(self._factors))
         return ("lu", "pivots")
+
+    def _lapack_only(self, name: str) -> None:
+        if self._kind == "cr":
+            raise AttributeError(
+                f"BandedLU.{name}: a parallel (cyclic reduction) factor has no LAPACK "
+                "layout; its arrays are BandedLU.factors"
+            )
 
     def _columns(self, x: Any, adjoint: bool) -> Array:
         return lu_solve(self, x, trans=2 if adjoint else 0)
 
     @property
     def lu(self) -> Array:
-        """LAPACK's factor (see the class docstring for its layout)."""
+        """LAPACK's factor (see the class docstring for its layout).
+
+        Raises:
+          AttributeError: for a parallel factor (``kind == "parallel"``).
+        """
+        self._lapack_only("lu")
         return self._factors[0]
 
     @property
     def pivots(self) -> Array:
-        """``(*batch_shape, n)`` int32: row ``i`` was interchanged with ``pivots[i]``."""
+        """``(*batch_shape, n)`` int32: row ``i`` was interchanged with ``pivots[i]``.
+
+        Raises:
+          AttributeError: for a parallel factor (``kind == "parallel"``).
+        """
+        self._lapack_only("pivots")
         return self._factors[1]
+
+    @property
+    def factors(self) -> tuple[Array, ...]:
+        """The factor's arrays: ``(lu, pivots)``, or a parallel factor's (see above)."""
+        return self._factors
 
     @property
     def lower(self) -> int:
@@ -283,16 +334,19 @@ class BandedCholesky(_BandedFactor):
     diagonal ``d`` and the subdiagonal ``e`` of ``L`` (each ``(*batch_shape, n)``, the
     last entry of ``e`` unused); for any other band ``?pbtrf``'s ``U^H U`` (or ``L L^H``
     with ``lower``), one array ``(*batch_shape, n, kd + 1)`` holding column ``j`` of
-    LAPACK's band array in row ``j``. The matrix's ``data`` is a leaf too. Like
-    :class:`BandedLU`, the factor is SciPy's ``LinearOperator`` for ``A^-1`` (``matvec``
-    solves, and so does ``rmatvec``: the matrix is Hermitian).
+    LAPACK's band array in row ``j``. On GPU and TPU block cyclic reduction's arrays
+    (``kind == "parallel"``; see :class:`BandedLU`). The matrix's ``data`` is a leaf too.
+    Like :class:`BandedLU`, the factor is SciPy's ``LinearOperator`` for ``A^-1``
+    (``matvec`` solves, and so does ``rmatvec``: the matrix is Hermitian).
 
     Attributes:
       matrix: the factored DiaMatrix (only the triangle ``lower`` selects is read).
       factors: the factor's arrays (see above).
-      info: 0, or the order of the first leading minor that is not positive.
+      info: 0, or the order of the first leading minor that is not positive (a
+        parallel factor: the first row of a diagonal block of the reduction that was
+        not positive definite).
       ok: ``info == 0``.
-      kind: ``"tridiagonal"`` or ``"band"``.
+      kind: ``"tridiagonal"``, ``"band"`` or ``"parallel"``.
       lower: which triangle of ``matrix`` was read.
       bandwidth: the number of superdiagonals ``kd`` of that triangle.
 
@@ -316,6 +370,8 @@ class BandedCholesky(_BandedFactor):
     _name = "BandedCholesky"
 
     def _leaf_names(self) -> tuple[str, ...]:
+        if self._kind == "ch":
+            return _parallel_leaf_names(len(self._factors))
         return ("d", "e") if self._kind == "pt" else ("c",)
 
     def _columns(self, x: Any, adjoint: bool) -> Array:
@@ -323,7 +379,8 @@ class BandedCholesky(_BandedFactor):
 
     @property
     def factors(self) -> tuple[Array, ...]:
-        """The factor's arrays: ``(d, e)`` (tridiagonal) or ``(c,)`` (band)."""
+        """The factor's arrays: ``(d, e)`` (tridiagonal), ``(c,)`` (band) or a parallel
+        factor's."""
         return self._factors
 
     @property
@@ -417,9 +474,20 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
     ``l + u`` superdiagonals), or ``?gttrf``'s tridiagonal one when the offsets lie within
     ``{-1, 0, 1}``. On CPU, LAPACK runs it (SciPy's routines, called from the XLA program
     without copying the arrays), except for small systems and batches of small systems,
-    which a ``lax.scan`` implementation handles faster; on GPU and TPU that scan runs
-    it, a batch as one program. A program that calls LAPACK cannot be serialized with
-    ``jax.export``.
+    which a ``lax.scan`` implementation handles faster. A program that calls LAPACK
+    cannot be serialized with ``jax.export``.
+
+    On GPU and TPU (the platform of JAX's default device when the factorization is
+    traced) block cyclic reduction computes the factor instead (``kind ==
+    "parallel"``): ``log2(n / m)`` levels of batched ``m x m`` block operations, ``m =
+    max(l, u)``, and no loop over the rows, so a factor and each solve with it take
+    O(log n) sequential steps (a scan would take ``n``). It interchanges rows only
+    within its diagonal blocks (it inverts every nonsingular block), not across them:
+    it is exact (backward stable) for matrices diagonally dominant by rows or columns
+    and for Hermitian positive definite ones. For any other matrix each solve checks its
+    backward error and refines (at most 3 corrections); a system it cannot solve to
+    ``sqrt(eps)`` of backward error is NaN (on CPU, where cyclic reduction runs one-shot
+    solves of batches, LAPACK solves it instead).
 
     ``A`` may be batched (``A.batch_shape``): one factor per matrix. The result is a
     pytree (see :class:`BandedLU`), usable under ``jit`` and ``vmap``, closed over or
@@ -454,11 +522,17 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
       True
     """
     lu = lu_unchecked(as_square_matrix(A, "lu_factor"))
-    _raise_failures(
-        "lu_factor",
-        lu,
-        lambda i: f"A is exactly singular: pivot U[{i - 1}, {i - 1}] is zero (LAPACK info = {i})",
-    )
+
+    def what(i: int) -> str:
+        if lu._kind == "cr":
+            return (
+                f"A is singular, or needs row interchanges across blocks, which the parallel "
+                f"LU does not make: the diagonal block from row {i - 1} was singular when "
+                f"cyclic reduction reached it (info = {i})"
+            )
+        return f"A is exactly singular: pivot U[{i - 1}, {i - 1}] is zero (LAPACK info = {i})"
+
+    _raise_failures("lu_factor", lu, what)
     return lu
 
 
@@ -545,14 +619,19 @@ def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
     if not isinstance(lower, (bool, np.bool_)):
         raise TypeError(f"cho_factor: lower must be a bool, got {type(lower).__name__}")
     c = cholesky_unchecked(A, bool(lower))
-    _raise_failures(
-        "cho_factor",
-        c,
-        lambda i: (
+
+    def what(i: int) -> str:
+        if c._kind == "ch":
+            return (
+                "A is not Hermitian positive definite: cyclic reduction met a diagonal "
+                f"block from row {i - 1} that is not positive definite (info = {i})"
+            )
+        return (
             f"A is not Hermitian positive definite: its leading minor of order {i} is "
             f"not positive (LAPACK info = {i})"
-        ),
-    )
+        )
+
+    _raise_failures("cho_factor", c, what)
     return c
 
 
@@ -602,15 +681,17 @@ def solve_banded(A: DiaMatrix, b: ArrayLike) -> Array:
     positive definite matrix) and reuse the factor.
 
     * On CPU, LAPACK's banded LU (``?gbtrf``/``?gbtrs``, the routines of
-      ``scipy.linalg.solve_banded``), called from the compiled program on its own
-      buffers, except for small systems (16 rows or fewer) and batches of 64 or more
-      systems of up to 128 rows, where the ``lax.scan`` implementation below is faster. A
-      program holding such a LAPACK call cannot be serialized with ``jax.export``.
-    * On GPU and TPU, the same algorithm as a sequential ``lax.scan`` over the ``n``
-      columns, with compile time independent of ``n``; a batch runs as one scan.
-    * A tridiagonal ``A`` is solved by ``jax.lax.linalg.tridiagonal_solve`` on CPU and
-      GPUs (LAPACK's ``gtsv``, cuSPARSE's ``gtsv2``; both pivot), and by the factor's
-      scan on TPU (whose ``tridiagonal_solve`` does not pivot).
+      ``scipy.linalg.solve_banded``; ``gtsv`` for a tridiagonal ``A``), called from the
+      compiled program on its own buffers, except for small systems (16 rows or fewer)
+      and batches of 8 or more systems of up to 1e5 rows, which run block cyclic
+      reduction (see :func:`jaxdia.lu_factor`). A program holding such a LAPACK call
+      cannot be serialized with ``jax.export``.
+    * On GPUs, ``jax.lax.linalg.tridiagonal_solve`` (cuSPARSE's ``gtsv2``, which pivots)
+      for a tridiagonal ``A``, block cyclic reduction for other bands; on TPU block cyclic
+      reduction: O(log n) sequential steps, no loop over the rows. Cyclic reduction
+      interchanges rows only within its blocks; its solve checks the backward error and
+      refines, and a system it cannot solve is solved by LAPACK on CPU and is NaN on
+      GPU/TPU (see :func:`jaxdia.lu_factor`).
 
     The band is what the offsets span, whatever the entries: corner entries of periodic
     boundary conditions (offsets ``±(n - 1)``) make it the whole matrix and the solve

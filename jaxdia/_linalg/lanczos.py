@@ -50,7 +50,7 @@ from .._matrix import DiaMatrix, as_square_matrix
 from .._ops import add, conj, shifted, transpose
 from .._parts import DiaParts
 from .._products import matvec as dia_matvec
-from .banded import factor_lu, lu_kind, solve, tridiagonal_solve
+from .banded import factor_lu, is_tridiagonal, oneshot, solve
 
 #: ``which`` values: largest/smallest magnitude, largest/smallest algebraic, both ends.
 WHICH = ("LM", "SM", "LA", "SA", "BE")
@@ -259,12 +259,13 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
 def _shift_invert(A: DiaParts, sigma: Array):
     """``x -> (A - sigma I)^{-1} x``: ``A - sigma I`` factored once (banded LU), each
     application one solve with the stored factor. A tridiagonal ``A - sigma I`` is
-    solved afresh each time by ``lax.linalg.tridiagonal_solve`` instead: O(n) either way,
-    and that call has no per-call overhead beyond LAPACK's (the stored factor's solve is
-    a host call, whose fixed cost dominates a solve of a few thousand rows)."""
+    solved afresh each time by a one-shot solve instead (``lax.linalg.tridiagonal_solve``
+    on CPU and GPUs): O(n) either way, and that call has no per-call overhead beyond
+    LAPACK's (the stored factor's solve is a host call, whose fixed cost dominates a
+    solve of a few thousand rows)."""
     B = shifted(A, sigma)
-    if lu_kind(B.offsets)[0] == "gt":
-        return lambda x: tridiagonal_solve(B, x[:, None], "eigsh")[:, 0]
+    if is_tridiagonal(B.offsets):
+        return lambda x: solve(B, oneshot(B), x, function="eigsh")
     factor = factor_lu(B)
     return lambda x: solve(B, factor, x, function="eigsh")
 

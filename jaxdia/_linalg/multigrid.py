@@ -26,8 +26,8 @@ entries (no product is spent on it). The same polynomial before and after the co
 correction keeps the cycle symmetric for a symmetric ``A``; ``rho`` bounds the spectrum,
 so the smoother converges in the energy norm and the cycle is positive definite for a
 symmetric positive definite ``A``, as conjugate gradients need. The coarsest level is
-solved directly, by jaxdia's banded LU factorized once, in the setup
-(:func:`coarse_factor`).
+solved directly with what the setup made once (:func:`coarse_factor`): its banded LU on
+CPU, its dense inverse on GPU and TPU.
 
 Everything here works on one matrix; batches are ``jax.vmap``-ed over by the callers.
 The cell functions take ``xp`` (``jax.numpy`` or ``numpy``): the ``"auto"`` coarsening
@@ -48,10 +48,12 @@ import numpy as np
 from jax import Array, lax
 from jax.typing import DTypeLike
 
-from .._geometry import by_rows, diagonal_bounds
+from .._convert import dia_to_dense
+from .._geometry import accumulation_dtype, by_rows, diagonal_bounds
 from .._kernels.primitives import spmm
 from .._parts import DiaParts
 from .._pytree import Immutable
+from . import banded
 from .banded import Factor, factor_lu, solve
 from .smoothers import gershgorin, row_sums, smooth, smoothing_data
 
@@ -366,8 +368,9 @@ class Hierarchy(Immutable):
 
     Leaves: ``operators`` (``DiaParts`` of every level, finest first), and for every level
     but the coarsest its ``inverse_diagonals`` and Gershgorin ``bounds``; ``coarse_lu``
-    the coarsest level's banded LU factor. Static: ``grids`` (one per level), ``plan`` (the
-    axes coarsened from each level to the next), ``smoother`` and ``sweeps``.
+    the coarsest level's solver (:func:`coarse_factor`). Static: ``grids`` (one per
+    level), ``plan`` (the axes coarsened from each level to the next), ``smoother`` and
+    ``sweeps``.
     """
 
     __slots__ = (
@@ -392,14 +395,23 @@ class Hierarchy(Immutable):
     sweeps: int
 
 
-def coarse_factor(A: DiaParts) -> Factor:
-    """The coarsest level's banded LU, made once in the setup and reused by every cycle
-    through :func:`coarse_solve`."""
+def coarse_factor(A: DiaParts) -> Factor | Array:
+    """The coarsest level's solver, made once in the setup and used by every cycle
+    through :func:`coarse_solve`: on CPU its banded LU (LAPACK's); on GPU and TPU (see
+    ``banded.platform``) its inverse, dense, so that each cycle's coarse solve is one
+    matrix-vector product where a banded solve is a sequence of small kernels, about
+    ``2 log2(n / m)`` of them for cyclic reduction (at most ``MAX_COARSE`` = 4096
+    unknowns: at most 128 MiB in float64)."""
+    if banded.platform() in banded.PARALLEL_PLATFORMS:
+        dense = dia_to_dense(A.data.astype(accumulation_dtype(A.dtype)), A.offsets, A.shape)
+        return jnp.linalg.inv(dense)
     return factor_lu(A)
 
 
-def coarse_solve(A: DiaParts, factor: Factor, b: Array) -> Array:
-    return solve(A, factor, b, function="multigrid")
+def coarse_solve(A: DiaParts, factor: Factor | Array, b: Array) -> Array:
+    if isinstance(factor, Factor):
+        return solve(A, factor, b, function="multigrid")
+    return (factor @ b.astype(factor.dtype)).astype(jnp.result_type(A.dtype, b))
 
 
 def setup(

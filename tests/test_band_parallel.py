@@ -1,0 +1,455 @@
+"""Banded solves by block cyclic reduction: no loop over the rows on GPU/TPU.
+
+Structure (no accelerator needed): programs lowered for ``cuda`` and ``tpu`` (with the
+platform a factorization is traced for set to theirs, as on such a machine) hold no
+``while`` loop whose trip count grows with ``n``. The rule: lowered at ``n`` and ``4 n``,
+the program's loops are the same, each with the same integer constants in its condition
+(a loop over the rows compares its counter with ``n``); loops bounded by a static count
+(the refinement's ``STEPS``, Krylov and Lanczos ``maxiter``) are allowed, and no LAPACK
+host call appears.
+
+Correctness, on CPU with cyclic reduction forced (``METHOD = "parallel"``), against SciPy:
+LU and Cholesky, real and complex, transposed, batched, ``vmap``, ``jit``, gradients;
+what the documented stability behaviour says: exact for diagonally dominant and
+positive definite matrices, refined for others, LAPACK on CPU and NaN elsewhere for a
+system refinement cannot rescue, LAPACK's ``info`` on CPU for a failed factorization.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import jaxdia
+from jaxdia._kernels import band_parallel, band_primitives, band_refine
+from jaxdia._linalg import banded as _banded
+from jaxdia._linalg.lanczos import DENSE_UP_TO
+
+from .helpers import dense_f64
+from .test_factor import _dense_solve, _zero_padding, hermitian_band, random_band, rhs, scipy_solve
+from .test_lowering import lowered_text, while_loops
+
+PLATFORMS = ["cuda", "tpu"]
+
+
+@pytest.fixture
+def parallel(monkeypatch):
+    """Cyclic reduction forced on CPU (read when tracing)."""
+    jax.clear_caches()
+    monkeypatch.setattr(_banded, "METHOD", "parallel")
+    yield
+    jax.clear_caches()
+
+
+def on_platform(monkeypatch, platform):
+    """Factorizations are traced as on ``platform``'s machine (its default backend)."""
+    jax.clear_caches()
+    monkeypatch.setattr(_banded, "platform", lambda: "gpu" if platform == "cuda" else platform)
+
+
+# -- structure: no loop over the rows -------------------------------------------------------
+
+
+def assert_no_loop_grows(make, platform, n=64):
+    """``make(n)`` gives ``(fn, args)``: its program for ``platform`` at ``n`` and ``4 n``
+    has the same loops (see the module docstring) and no LAPACK call."""
+    loops = []
+    for size in (n, 4 * n):
+        fn, args = make(size)
+        text = lowered_text(fn, *args, platform=platform)
+        assert "jaxdia_lapack" not in text
+        loops.append(while_loops(fn, *args, platform=platform))
+    assert loops[0] == loops[1], loops
+    for constants in loops[0]:
+        assert max(constants, default=0) < n, constants
+    return loops[0]
+
+
+def poisson(side, dtype=np.float32):
+    """The 5-point Laplacian on a ``side x side`` grid."""
+    T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(side, side))
+    identity = sp.eye_array(side)
+    return jaxdia.DiaMatrix.from_scipy(
+        (sp.kron(T, identity) + sp.kron(identity, T)).todia()
+    ).astype(dtype)
+
+
+def _band(n, offsets, dtype=np.float32):
+    rng = np.random.default_rng(n)
+    data = rng.standard_normal((len(offsets), n)).astype(dtype)
+    data[offsets.index(0)] += 2 * len(offsets)
+    return jaxdia.DiaMatrix(data, offsets, (n, n))
+
+
+BANDS = {
+    "tridiagonal": (-1, 0, 1),
+    "pentadiagonal": (-2, -1, 0, 1, 2),
+    "7-diagonal": (-3, -2, -1, 0, 1, 2, 3),
+    "band of 50": (-50, -1, 0, 1, 50),
+}
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("band", BANDS)
+def test_solve_banded_has_no_loop_over_the_rows(monkeypatch, platform, band):
+    on_platform(monkeypatch, platform)
+
+    def make(n):
+        return jaxdia.solve_banded, (_band(n, BANDS[band]), jnp.ones(n, jnp.float32))
+
+    loops = assert_no_loop_grows(make, platform, n=256 if band == "band of 50" else 64)
+    # The refinement's loop only; a tridiagonal solve on GPU is cuSPARSE's gtsv2.
+    library = platform == "cuda" and band == "tridiagonal"
+    assert loops == ([] if library else [(0, band_refine.STEPS)])
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("band", ["pentadiagonal", "band of 50"])
+def test_lu_factor_and_solves_have_no_loop_over_the_rows(monkeypatch, platform, band):
+    on_platform(monkeypatch, platform)
+
+    def factor_and_solve(A, b):
+        lu = jaxdia.lu_factor(A)
+        assert lu.kind == "parallel"
+        return lu.solve(b), lu.solve(b, trans=2), jax.vmap(lu.solve)(jnp.stack([b, b]))
+
+    def make(n):
+        return factor_and_solve, (_band(n, BANDS[band]), jnp.ones(n, jnp.float32))
+
+    assert_no_loop_grows(make, platform, n=256 if band == "band of 50" else 64)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("kd", [1, 3])
+def test_cho_factor_and_solve_have_no_loop(monkeypatch, platform, kd):
+    on_platform(monkeypatch, platform)
+
+    def factor_and_solve(A, b):
+        c = jaxdia.cho_factor(A)
+        assert c.kind == "parallel"
+        return c.solve(b)
+
+    def make(n):
+        return factor_and_solve, (hermitian_band(n, kd, np.float32), jnp.ones(n, jnp.float32))
+
+    assert assert_no_loop_grows(make, platform) == []
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_multigrid_cg_has_no_loop_over_the_rows(monkeypatch, platform):
+    """The multigrid-CG program's only loop is CG's (``maxiter``); its coarsest level is
+    a dense inverse applied as one product. Both sizes coarsen to the same 15 x 15 grid
+    (``max_coarse``), so the dense inverse's setup (on TPU a loop over its columns) is
+    the same program."""
+    on_platform(monkeypatch, platform)
+
+    def make(n):
+        side = round(np.sqrt(n))
+
+        def solve(A, b):
+            return jaxdia.cg(A, b, M=jaxdia.multigrid(A, (side, side)), maxiter=25)[0]
+
+        return solve, (poisson(side), jnp.ones(side * side, jnp.float32))
+
+    assert assert_no_loop_grows(make, platform, n=31 * 31)  # CG's loop
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("band", ["pentadiagonal"])
+def test_shift_invert_eigsh_has_no_loop_over_the_rows(monkeypatch, platform, band):
+    on_platform(monkeypatch, platform)
+
+    def eigenvalues(A):
+        return jaxdia.eigsh(A, k=2, sigma=0.5, ncv=8, maxiter=30)[0]
+
+    def make(n):
+        return eigenvalues, (_band(n, BANDS[band]),)
+
+    # Above DENSE_UP_TO rows at both sizes: the Lanczos iteration, not dense eigh.
+    assert_no_loop_grows(make, platform, n=DENSE_UP_TO + 1)
+
+
+def test_the_rule_catches_a_scan(monkeypatch):
+    """LAPACK's kinds lower to a scan on accelerators: the helper sees its loops grow."""
+    monkeypatch.setattr(_banded, "METHOD", "scan")
+
+    def make(n):
+        return (lambda A, b: jaxdia.lu_factor(A).solve(b)), (_band(n, BANDS["pentadiagonal"]),
+                                                           jnp.ones(n, jnp.float32))  # fmt: skip
+
+    with pytest.raises(AssertionError):
+        assert_no_loop_grows(make, "cuda")
+
+
+# -- correctness against SciPy --------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("parallel")
+@pytest.mark.parametrize(
+    "lower, upper, dtype, columns",
+    [
+        (1, 1, np.complex128, 2),
+        (3, 1, np.float32, 2),
+    ],
+)
+def test_parallel_lu_matches_scipy(lower, upper, dtype, columns):
+    n = 37
+    A = random_band(n, lower, upper, dtype, seed=lower + 5 * upper)
+    lu = jax.jit(jaxdia.lu_factor)(A)
+    assert lu.kind == "parallel" and bool(lu.ok)
+    b = rhs((n,) if columns is None else (n, columns), dtype)
+    scale = 100 if np.dtype(dtype).itemsize <= 8 and np.dtype(dtype).kind != "c" else 10
+    tolerance = scale * np.finfo(dtype).eps
+    for trans in (0, 1, 2):
+        got = jax.jit(jaxdia.lu_solve, static_argnums=2)(lu, b, trans)
+        np.testing.assert_allclose(got, scipy_solve(A, b, trans), rtol=tolerance, atol=tolerance)
+    np.testing.assert_allclose(
+        jaxdia.solve_banded(A, b), scipy_solve(A, b), rtol=tolerance, atol=tolerance
+    )
+
+
+@pytest.mark.usefixtures("parallel")
+@pytest.mark.parametrize(
+    "kd, dtype, lower",
+    [(1, np.float64, False), (1, np.complex128, True), (3, np.complex128, False)],
+)
+def test_parallel_cholesky_matches_scipy(kd, dtype, lower):
+    n = 29
+    H = hermitian_band(n, kd, dtype, seed=kd)
+    c = jaxdia.cho_factor(H, lower=lower)
+    assert c.kind == "parallel" and bool(c.ok)
+    b = rhs((n, 2), dtype)
+    np.testing.assert_allclose(c.solve(b), np.linalg.solve(dense_f64(H), b), rtol=1e-12)
+    np.testing.assert_allclose(
+        jaxdia.solveh_banded(H, b, lower=lower), np.linalg.solve(dense_f64(H), b), rtol=1e-12
+    )
+
+
+@pytest.mark.usefixtures("parallel")
+def test_parallel_batches_vmap_and_gradients():
+    n, offsets = 21, (-2, -1, 0, 1)
+    A = random_band(n, 2, 1, batch=(3,), seed=3)
+    b = rhs((3, n, 2), seed=4)
+    lu = jaxdia.lu_factor(A)
+    np.testing.assert_allclose(lu.solve(b), scipy_solve(A, b), rtol=1e-12)
+    single = jaxdia.lu_factor(random_band(n, 2, 1, seed=5))
+    np.testing.assert_allclose(
+        jax.vmap(single.solve)(jnp.asarray(b[..., 0])),
+        scipy_solve(single.matrix, b[..., 0].T).T,  # one factor, a batch of vectors
+        rtol=1e-12,
+    )
+
+    def solve(d, b):
+        return jaxdia.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b)
+
+    data = _zero_padding(A)
+    np.testing.assert_allclose(jax.vmap(solve)(data, b), scipy_solve(A, b), rtol=1e-12)
+    weights = jnp.asarray(rhs((n, 2), seed=6))
+    for trans in (0, 1):
+
+        def loss(d, b, trans=trans):
+            lu = jaxdia.lu_factor(jaxdia.DiaMatrix(d, offsets, (n, n)))
+            return jnp.sum(weights * lu.solve(b, trans) ** 2)
+
+        def dense_loss(d, b, trans=trans):
+            return jnp.sum(weights * _dense_solve(d, offsets, (n, n), b, trans) ** 2)
+
+        got = jax.grad(loss, (0, 1))(data[0], jnp.asarray(b[0]))
+        expected = jax.grad(dense_loss, (0, 1))(data[0], jnp.asarray(b[0]))
+        for g, e in zip(got, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.usefixtures("parallel")
+def test_parallel_factor_pytree():
+    lu = jaxdia.lu_factor(random_band(11, 1, 2, seed=7))
+    names = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(lu)[0]]
+    assert names[0] == ".data" and names[-2:] == [".inverse", ".info"]
+    assert names[1:4] == [".inverses_0", ".couplings_0", ".kept_0"]
+    assert len(lu.factors) == len(names) - 2
+    assert repr(lu) == "BandedLU(shape=(11, 11), dtype=float64, kind='parallel', lower=1, upper=2)"
+    with pytest.raises(AttributeError, match="no LAPACK layout"):
+        _ = lu.pivots
+    carried = jax.lax.scan(lambda u, _: (lu.solve(u), None), jnp.ones(11), length=3)[0]
+    expected = np.ones(11)
+    for _ in range(3):
+        expected = scipy_solve(lu.matrix, expected)
+    np.testing.assert_allclose(carried, expected, rtol=1e-12)
+
+
+def test_cpu_batches_of_one_shot_solves_run_cyclic_reduction():
+    """``vmap(solve_banded)`` over many systems compiles to cyclic reduction on CPU (one
+    refinement loop; LAPACK only in the fallback), a single system to LAPACK."""
+    n, systems = 50, band_primitives._PARALLEL_BATCH
+    A = random_band(n, 2, 2, batch=(systems,), seed=8)
+    b = rhs((systems, n), seed=9)
+
+    def solve(d, b):
+        return jaxdia.solve_banded(jaxdia.DiaMatrix(d, A.offsets, A.shape), b)
+
+    data = _zero_padding(A)
+    text = jax.jit(jax.vmap(solve)).lower(data, b).as_text()
+    assert text.count("stablehlo.while") == 1
+    single = jax.jit(solve).lower(data[0], b[0]).as_text()
+    assert "stablehlo.while" not in single and "jaxdia_lapack_gbtrf" in single
+    np.testing.assert_allclose(
+        jax.vmap(solve)(data, b), scipy_solve(A, b[..., None])[..., 0], rtol=1e-12
+    )
+
+
+# -- stability: what the documentation says -------------------------------------------------
+
+
+def _unrefined(A, b):
+    """Cyclic reduction's solve without refinement, and its backward error."""
+    data = jnp.asarray(_zero_padding(A))[None]
+    m = band_parallel.block_size(*(max(0, -A.offsets[0]), max(0, A.offsets[-1])))
+    arrays, failed = band_parallel.factor_systems(data, A.offsets, m)
+    x = band_parallel.solve_systems(arrays, jnp.asarray(b)[None, None])[0, 0]
+    return x, _backward_error(A, x, b)
+
+
+def _backward_error(A, x, b):
+    dense = dense_f64(A)
+    residual = np.abs(b - dense @ np.asarray(x)).max()
+    return residual / (np.abs(dense).sum(1).max() * np.abs(x).max() + np.abs(b).max())
+
+
+def _dominant_by_columns(n, seed):
+    rng = np.random.default_rng(seed)
+    dense = np.diag(rng.standard_normal(n - 2), -2) + np.diag(rng.standard_normal(n - 1), 1)
+    dense += np.diag(rng.standard_normal(n - 1), -1) * 5
+    dense += np.diag(np.abs(dense).sum(0) * (1 + rng.random(n)) * np.sign(rng.standard_normal(n)))
+    return jaxdia.DiaMatrix.from_scipy(sp.dia_array(dense))
+
+
+@pytest.mark.parametrize(
+    "matrix",
+    ["dominant by columns", "positive definite, ill-conditioned"],
+)
+def test_exact_without_refinement(matrix):
+    """Backward stable for the classes the docs name: the first solve already meets the
+    refinement's target, for a matrix dominant by columns but not by rows and a
+    symmetric positive definite one of condition ~3e6 (not dominant)."""
+    n = 64
+    if matrix == "dominant by rows":
+        A = random_band(n, 2, 3, seed=10)
+    elif matrix == "dominant by columns":
+        A = _dominant_by_columns(n, seed=11)
+        dense = dense_f64(A)
+        assert (np.abs(np.diag(dense)) * 2 <= np.abs(dense).sum(1)).any()  # not by rows
+    else:
+        T = jaxdia.diags([-1.0, 2.0 + 1e-9, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+        A = T @ T  # pentadiagonal, positive definite, condition ~ 3e6
+        assert np.linalg.cond(dense_f64(A)) > 1e6
+    b = rhs(n, seed=12)
+    x, error = _unrefined(A, b)
+    assert error <= band_refine.target(np.float64)
+    expected = np.linalg.solve(dense_f64(A), b)
+    condition = np.linalg.cond(dense_f64(A))
+    np.testing.assert_allclose(
+        x, expected, rtol=0, atol=100 * condition * 1e-16 * abs(expected).max()
+    )
+
+
+def _needs_pivoting(n, seed, small=1e-3):
+    """Tridiagonal, far from dominant: tiny diagonal, unit off-diagonals (growth in the
+    reduction without pivoting, though the matrix is well conditioned)."""
+    rng = np.random.default_rng(seed)
+    d = small * rng.standard_normal(n)
+    return jaxdia.diags([rng.uniform(1, 2, n - 1), d, rng.uniform(1, 2, n - 1)], [-1, 0, 1])
+
+
+@pytest.mark.usefixtures("parallel")
+def test_refinement_rescues_growth():
+    """Far from dominant: the unrefined solve misses the target, the refined one (the
+    solve's default) meets it and matches SciPy."""
+    n = 63
+    A = _needs_pivoting(n, seed=13)
+    b = rhs(n, seed=14)
+    _, error = _unrefined(A, b)
+    assert error > band_refine.target(np.float64)
+    x = jaxdia.lu_factor(A).solve(b)
+    assert _backward_error(A, x, b) <= band_refine.target(np.float64)
+    np.testing.assert_allclose(x, scipy_solve(A, b), rtol=1e-10)
+
+
+def _swap_pairs(n):
+    """The permutation swapping rows 2i and 2i + 1 (as a tridiagonal matrix), plus a small
+    coupling: nonsingular, but every 1 x 1 diagonal block is zero."""
+    d = np.zeros(n)
+    up = np.where(np.arange(n - 1) % 2 == 0, 1.0, 0.1)
+    return jaxdia.diags([up, d, up], [-1, 0, 1])
+
+
+@pytest.mark.usefixtures("parallel")
+def test_singular_blocks_fall_back_to_lapack_on_cpu():
+    """A nonsingular matrix whose diagonal blocks are singular: on CPU the factor reports
+    LAPACK's ``info`` (0) and the solve is LAPACK's; under ``jit`` too."""
+    n = 16
+    A, b = _swap_pairs(n), rhs(n, seed=15)
+    lu = jaxdia.lu_factor(A)  # no LinAlgError: LAPACK's info is 0
+    assert int(lu.info) == 0
+    np.testing.assert_allclose(lu.solve(b), scipy_solve(A, b), rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(jaxdia.solve_banded)(A, b), scipy_solve(A, b), rtol=1e-12)
+
+
+@pytest.mark.parametrize("platform", ["tpu"])
+def test_unsolvable_systems_are_nan_on_accelerators(platform):
+    """The accelerators' solve (run here on CPU): a system refinement cannot solve to
+    ``limit`` is NaN, the others of the batch are solved."""
+    n = 16
+    good, bad = random_band(n, 1, 1, seed=16), _swap_pairs(n)
+    data = jnp.stack([_zero_padding(good), _zero_padding(bad)])
+    b = jnp.asarray(rhs((2, 1, n), seed=17))
+    x = band_primitives._solve_parallel(
+        data, b, kind="os", widths=(1, 1), trans=0, offsets=good.offsets, method="parallel",
+        platform=platform,
+    )  # fmt: skip
+    np.testing.assert_allclose(x[0, 0], scipy_solve(good, b[0, 0]), rtol=1e-12)
+    assert np.isnan(x[1]).all()
+
+
+@pytest.mark.usefixtures("parallel")
+def test_singular_and_indefinite():
+    """Exactly singular: LAPACK's ``info`` and LinAlgError outside jit, NaN under it; not
+    positive definite: cyclic reduction's ``info`` (a row of the failing block)."""
+    singular = jaxdia.diags([[1.0, 2.0, 0.0, 3.0, 1.0]], offsets=[0])
+    with pytest.raises(np.linalg.LinAlgError, match=r"info = 3"):
+        jaxdia.lu_factor(singular)
+    assert np.isnan(jax.jit(jaxdia.solve_banded)(singular, jnp.ones(5))).all()
+    indefinite = jaxdia.diags([[1.0, 2.0, 2.0, -3.0, 1.0]], offsets=[0])
+    with pytest.raises(np.linalg.LinAlgError, match="not Hermitian positive definite"):
+        jaxdia.cho_factor(indefinite)
+    assert np.isnan(
+        jax.jit(lambda A, b: jaxdia.cho_factor(A).solve(b))(indefinite, jnp.ones(5))
+    ).all()
+
+
+# -- multigrid's coarsest level and eigsh on accelerators, run on CPU -------------------------
+
+
+def test_multigrid_dense_coarse_level_matches_the_banded_one(monkeypatch):
+    grid = (15, 15)
+    A = poisson(15, np.float64)
+    b = jnp.asarray(rhs(A.shape[0], seed=18))
+    x_cpu, info_cpu = jaxdia.cg(A, b, M=jaxdia.multigrid(A, grid, max_coarse=60), rtol=1e-10)
+    on_platform(monkeypatch, "gpu")
+    M = jaxdia.multigrid(A, grid, max_coarse=60)
+    x_gpu, info_gpu = jaxdia.cg(A, b, M=M, rtol=1e-10)
+    assert int(info_gpu.iterations) == int(info_cpu.iterations)
+    np.testing.assert_allclose(x_gpu, x_cpu, rtol=1e-9)
+
+
+def test_shift_invert_eigsh_with_parallel_factor(monkeypatch):
+    """A - sigma I indefinite (sigma inside the spectrum): the parallel factor's refined
+    solves give SciPy's eigenvalues nearest sigma."""
+    on_platform(monkeypatch, "tpu")
+    S = hermitian_band(40, 2, seed=19)
+    dense = dense_f64(S)
+    eigenvalues = np.linalg.eigvalsh(dense)
+    sigma = float(np.median(eigenvalues)) + 0.01
+    got = np.sort(np.asarray(jaxdia.eigsh(S, k=3, sigma=sigma)[0]))
+    expected = np.sort(eigenvalues[np.argsort(np.abs(eigenvalues - sigma))[:3]])
+    np.testing.assert_allclose(got, expected, rtol=1e-9)
