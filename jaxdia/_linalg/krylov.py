@@ -16,10 +16,10 @@ shape ``(*batch, n)`` to the same shape.
 rearranged so that the inner products of each step are one reduction (a stack of
 elementwise products summed at once): on a sharded matrix, one all-reduce per CG
 iteration (Chronopoulos and Gear, J. Comput. Appl. Math. 25, 1989) and one per BiCGStab
-half step, where the standard loops pay three and five or more. Both test the residual
-norm one step late, with the next step's inner products, and so apply ``M`` and ``A``
-once more before stopping than the standard loops; the iterates are the same in exact
-arithmetic.
+half step, where the standard loops pay three and three to five (see
+:func:`jaxdia.bicgstab`). Both test the residual norm one step late, with the next
+step's inner products, and so apply ``M`` and ``A`` once more before stopping than the
+standard loops; the iterates are the same in exact arithmetic.
 """
 
 from __future__ import annotations
@@ -721,7 +721,9 @@ def bicgstab(
 
     ``variant="fused"`` computes the inner products of each half step in one reduction:
     two all-reduces per iteration on a sharded matrix (the fewest BiCGStab's two step
-    lengths allow, each waiting for a product) instead of five or more. The next
+    lengths allow, each waiting for a product) instead of three (the standard loop of one
+    iteration per body, which a small ``M`` gets; independent reductions compile into
+    one) to five (the half-step loop of a large ``M``). The next
     ``rho = (rhat, r)`` then comes from a recurrence, ``(rhat, s) - omega (rhat, t)``,
     whose rounding error grows as the residual falls; the iteration counts agree with
     the standard loop's to within a few on ill-conditioned problems (tested against

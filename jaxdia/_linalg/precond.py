@@ -894,7 +894,7 @@ def _apply_chebyshev(M: Chebyshev, v: Array) -> Array:
 
 
 def chebyshev(
-    A: DiaMatrix,
+    A: DiaMatrix | ShardedDiaMatrix,
     degree: int = 16,
     *,
     bounds: Any = None,
@@ -1017,7 +1017,7 @@ def _chebyshev_bounds(bounds: Any, rho: Array, degree: int) -> tuple[Array, Arra
 
 
 def _operator_chebyshev(
-    A: Any, degree: int, bounds: Any, dtype: DTypeLike, deep_halo: bool
+    A: Any, degree: int, bounds: Any, dtype: DTypeLike | None, deep_halo: bool
 ) -> Chebyshev:
     """:func:`chebyshev` for an operator with ``@``, ``shape``, ``diagonal()`` and
     ``abs()`` (a :class:`jaxdia.ShardedDiaMatrix`): Gershgorin's bound from
