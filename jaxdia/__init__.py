@@ -15,6 +15,12 @@ from ._factor import (
     solveh_banded as solveh_banded,
 )
 from ._functions import align as align, kron as kron, matmul as matmul, traces as traces
+from ._incomplete import (
+    IncompleteCholesky as IncompleteCholesky,
+    IncompleteLU as IncompleteLU,
+    ic0 as ic0,
+    ilu0 as ilu0,
+)
 from ._io import load_npz as load_npz, save_npz as save_npz
 from ._linalg import jacobi as jacobi, solve_banded as solve_banded
 from ._matrix import DiaMatrix as DiaMatrix
@@ -66,6 +72,10 @@ __all__ = [
     "expm_multiply",
     "eye",
     "factorized",
+    "ic0",
+    "ilu0",
+    "IncompleteCholesky",
+    "IncompleteLU",
     "jacobi",
     "kron",
     "load_npz",

@@ -222,32 +222,41 @@ def _apply(hierarchy: _multigrid.Hierarchy, v: Array, *, batch: tuple[int, ...])
     return out.reshape(*batch, n)
 
 
-def _as_grid(grid: Any, n: int) -> tuple[int, ...]:
+def _as_grid(grid: Any, n: int, function: str = "multigrid") -> tuple[int, ...]:
+    """``grid`` checked: 1 to 3 positive ints whose product is ``n`` (``function`` names
+    the caller in the messages)."""
     if isinstance(grid, (str, bytes)) or not isinstance(grid, Sequence):
         if is_int(grid):
             grid = (grid,)
         else:
             raise TypeError(
-                f"multigrid: grid must be a tuple of 1 to 3 ints (the grid's points per axis), "
+                f"{function}: grid must be a tuple of 1 to 3 ints (the grid's points per axis), "
                 f"got {type(grid).__name__}: {grid!r}"
             )
-    grid = tuple(static_int(size, "multigrid: grid", "a tuple of ints") for size in grid)
+    grid = tuple(static_int(size, f"{function}: grid", "a tuple of ints") for size in grid)
     if not 1 <= len(grid) <= 3 or any(size < 1 for size in grid):
         raise ValueError(
-            f"multigrid: grid must be 1 to 3 positive ints (2-D: (n1, n2), 3-D: (n1, n2, n3)), "
+            f"{function}: grid must be 1 to 3 positive ints (2-D: (n1, n2), 3-D: (n1, n2, n3)), "
             f"got {grid}"
         )
     if math.prod(grid) != n:
         raise ValueError(
-            f"multigrid: grid {grid} has {math.prod(grid)} points, but A has shape ({n}, {n}): "
+            f"{function}: grid {grid} has {math.prod(grid)} points, but A has shape ({n}, {n}): "
             "the unknowns must be the grid's points, in C order (as np.ravel lays them out)"
         )
     return grid
 
 
-def _check_stencil(A: DiaMatrix, grid: tuple[int, ...], host: np.ndarray | None) -> None:
+def _check_stencil(
+    A: DiaMatrix,
+    grid: tuple[int, ...],
+    host: np.ndarray | None,
+    function: str = "multigrid",
+    alternative: str = "use jaxdia.chebyshev",
+) -> None:
     """Raises if ``A``'s offsets, or (``host``: its concrete data, flat batch) its
-    entries, are no stencil on ``grid``."""
+    entries, are no stencil on ``grid`` (``function`` names the caller, ``alternative``
+    what to do for a matrix that is no stencil)."""
     misfits = _multigrid.stencil_misfits(A.offsets, grid)
     if misfits:
         strides = _multigrid.strides(grid)
@@ -257,11 +266,11 @@ def _check_stencil(A: DiaMatrix, grid: tuple[int, ...], host: np.ndarray | None)
         )
         fitting = sorted(_multigrid.stencil_offsets(grid))
         raise ValueError(
-            f"multigrid: A's offset {misfits[0]} does not fit a stencil on grid {grid}"
+            f"{function}: A's offset {misfits[0]} does not fit a stencil on grid {grid}"
             + (f" (nor do {misfits[1:]})" if len(misfits) > 1 else "")
             + f": the neighbours of a grid point lie at offsets {terms} with each d in "
             f"{{-1, 0, 1}}, i.e. {fitting}. Check the grid's shape and order (C order, as "
-            "np.ravel), or use jaxdia.chebyshev for matrices that are no stencil"
+            f"np.ravel), or {alternative} for matrices that are no stencil"
         )
     if host is None:
         return
@@ -271,7 +280,7 @@ def _check_stencil(A: DiaMatrix, grid: tuple[int, ...], host: np.ndarray | None)
             i, j, value = wrapped[0]
             where = f" (batch member {member})" if len(host) > 1 else ""
             raise ValueError(
-                f"multigrid: A[{i}, {j}] = {value}{where} couples grid points "
+                f"{function}: A[{i}, {j}] = {value}{where} couples grid points "
                 f"{_point(i, grid)} and {_point(j, grid)}, which are no "
                 f"neighbours on grid {grid}, so A is no stencil on it (periodic boundaries, "
                 "or the wrong grid shape?)"

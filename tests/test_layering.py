@@ -36,14 +36,17 @@ LAYERS = {
     "_pallas_tpu": 2,
     "_lapack": 2,
     "_band_scan": 2,
+    "_ilu_kernels": 2,
     "_primitives": 3,
     "_band_primitives": 3,
+    "_ilu_primitives": 3,
     "_convert": 4,
     "_products": 4,
     "_sharded_products": 3.5,
     "_traces": 4,
     "_ops": 4.1,
     "_banded": 4.2,
+    "_ilu": 4.25,
     "_solve": 4.3,
     "_expm": 4.3,
     "_lanczos": 4.4,
@@ -56,6 +59,7 @@ LAYERS = {
     "_spectral": 6.1,
     "_factor": 6.1,
     "_precond": 6.1,
+    "_incomplete": 6.2,
     "_io": 7,
     "_lineax": 7,
     "_shard": 7,
@@ -63,7 +67,15 @@ LAYERS = {
     "conftest": 8,
     "__init__": 8,
 }
-BACKENDS = {"_xla", "_xla_runs", "_pallas_triton", "_pallas_tpu", "_lapack", "_band_scan"}
+BACKENDS = {
+    "_xla",
+    "_xla_runs",
+    "_pallas_triton",
+    "_pallas_tpu",
+    "_lapack",
+    "_band_scan",
+    "_ilu_kernels",
+}
 
 
 def _package_imports(path: Path) -> set[str]:

@@ -1,0 +1,194 @@
+"""ILU(0) and IC(0) of a square matrix at the array level: the factor, and its application.
+
+:func:`factorize` takes a ``DiaParts`` (possibly batched) to a :class:`Factor` in the row
+layout of :mod:`jaxdia._ilu_kernels`, by the primitives of :mod:`jaxdia._ilu_primitives`;
+:func:`apply` solves with it, :func:`diagonals` gives its triangles back as DIA data. The
+matrix is factored as it is: orderings are the caller's (:mod:`jaxdia._incomplete`).
+
+Given a ``grid`` (the unknowns are its points in C order), the factor keeps only entries
+that couple grid neighbours (points whose coordinates differ by at most one along every
+axis): what a stencil's factor holds anyway, and what the wavefront solves over the grid's
+hyperplanes require.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import Array, lax
+
+from . import _ilu_primitives as prims
+from ._ilu_kernels import shift
+from ._parts import DiaParts
+
+KINDS = ("ilu", "ic")
+
+
+@jax.tree_util.register_pytree_node_class
+class Factor:
+    """An incomplete factor of one matrix, or of a batch (leading dims of every array).
+
+    ``kind="ilu"``: ``A ~ L U``, ``L`` unit lower triangular with the strictly lower
+    entries ``lower`` ``(..., Kl, n)`` on ``lower_offsets``; ``U`` upper triangular with
+    the strictly upper entries ``upper`` ``(..., Ku, n)`` on ``upper_offsets`` and the
+    diagonal ``1 / inverse_diagonal`` ``(..., n)``. ``kind="ic"``: ``A ~ L L^H``, ``L``
+    lower triangular with ``lower`` on ``lower_offsets`` and the diagonal ``1 /
+    inverse_diagonal``; ``upper`` is None. Row layout. Static: the offsets, ``grid`` and
+    ``weights`` (None, or the grid and hyperplane weights of the wavefront solves) and
+    ``solves`` (``"auto"``, ``"scan"`` or ``"wavefront"``).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        lower: Array,
+        upper: Array | None,
+        inverse_diagonal: Array,
+        lower_offsets: tuple[int, ...],
+        upper_offsets: tuple[int, ...],
+        grid: tuple[int, ...] | None,
+        weights: tuple[int, ...] | None,
+        solves: str,
+    ):
+        self.kind = kind
+        self.lower = lower
+        self.upper = upper
+        self.inverse_diagonal = inverse_diagonal
+        self.lower_offsets = lower_offsets
+        self.upper_offsets = upper_offsets
+        self.grid = grid
+        self.weights = weights
+        self.solves = solves
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        children = (self.lower, self.upper, self.inverse_diagonal)
+        static = (
+            self.kind,
+            self.lower_offsets,
+            self.upper_offsets,
+            self.grid,
+            self.weights,
+            self.solves,
+        )
+        return children, static
+
+    @classmethod
+    def tree_unflatten(cls, static: tuple[Any, ...], children: tuple[Any, ...]) -> Factor:
+        kind, lower_offsets, upper_offsets, grid, weights, solves = static
+        lower, upper, inverse_diagonal = children
+        return cls(
+            kind, lower, upper, inverse_diagonal, lower_offsets, upper_offsets, grid, weights,
+            solves,
+        )  # fmt: skip
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(self.inverse_diagonal.shape[:-1])
+
+    @property
+    def dtype(self) -> Any:
+        return self.inverse_diagonal.dtype
+
+
+def rows(data: Array, offsets: tuple[int, ...]) -> Array:
+    """The row layout ``(..., K, n)`` of DIA ``data`` (padding slots are not read)."""
+    return jnp.stack([shift(data[..., k, :], o) for k, o in enumerate(offsets)], axis=-2)
+
+
+def diagonals(rows: Array, offsets: tuple[int, ...]) -> Array:
+    """DIA ``data`` ``(..., K, n)`` of a row layout (padding slots zero)."""
+    return jnp.stack([shift(rows[..., k, :], -o) for k, o in enumerate(offsets)], axis=-2)
+
+
+def neighbours(offset: int, grid: tuple[int, ...]) -> Array:
+    """Booleans ``(n,)``: whether row ``i``'s slot ``i + offset`` couples grid neighbours."""
+    n = math.prod(grid)
+    i = lax.iota(jnp.int32, n)
+    j = i + offset
+    ok = (j >= 0) & (j < n)
+    stride = n
+    for size in grid:
+        stride //= size
+        difference = (i // stride) % size - (j // stride) % size
+        ok = ok & (jnp.abs(difference) <= 1)
+    return ok
+
+
+def factorize(
+    A: DiaParts,
+    *,
+    kind: str,
+    method: str,
+    sweeps: int,
+    shift_by: Any = 0.0,
+    grid: tuple[int, ...] | None = None,
+    weights: tuple[int, ...] | None = None,
+    solves: str = "auto",
+) -> tuple[Factor, Array]:
+    """The ILU(0) or IC(0) factor of a square ``A`` holding its main diagonal, and the
+    pivots (``U``'s diagonal for ILU, ``L``'s for IC: a breakdown shows as a zero or
+    non-finite pivot, or for IC a NaN one).
+
+    IC(0) reads the lower triangle (offsets ``<= 0``). The factor is of ``A + shift_by *
+    diag(A)`` and is not differentiated (``stop_gradient``). ``method``: ``"auto"``,
+    ``"exact"`` or ``"sweeps"`` (``sweeps`` Chow–Patel sweeps); see
+    :mod:`jaxdia._ilu_primitives`.
+    """
+    offsets = A.offsets if kind == "ilu" else tuple(o for o in A.offsets if o <= 0)
+    data = lax.stop_gradient(A.data)
+    if kind == "ic":
+        data = data[..., : len(offsets), :]
+    layout = rows(data, offsets)
+    center = offsets.index(0)
+    if not (isinstance(shift_by, (int, float)) and shift_by == 0):
+        scale = 1 + lax.stop_gradient(jnp.asarray(shift_by, layout.real.dtype))
+        layout = layout.at[..., center, :].multiply(scale.astype(layout.dtype))
+    factor = prims.factor(layout, offsets=offsets, kind=kind, method=method, sweeps=sweeps)
+    if grid is not None:
+        mask = jnp.stack([neighbours(o, grid) for o in offsets])
+        factor = jnp.where(mask, factor, 0)
+    pivots = factor[..., center, :]
+    lower = factor[..., :center, :]
+    upper = factor[..., center + 1 :, :] if kind == "ilu" else None
+    upper_offsets = offsets[center + 1 :] if kind == "ilu" else ()
+    result = Factor(
+        kind, lower, upper, 1 / pivots, offsets[:center], upper_offsets, grid, weights, solves
+    )
+    return result, pivots
+
+
+def _solve(factor: Factor, coefficients, offsets, inverse_diagonal, b, transpose, conjugate):
+    if not offsets:  # a diagonal triangle
+        if inverse_diagonal is None:
+            return b
+        return b * (inverse_diagonal.conj() if conjugate else inverse_diagonal)
+    return prims.solve(
+        coefficients,
+        inverse_diagonal,
+        b,
+        offsets=offsets,
+        transpose=transpose,
+        conjugate=conjugate,
+        grid=factor.grid,
+        weights=factor.weights,
+        method=factor.solves,
+    )
+
+
+def apply(factor: Factor, b: Array, adjoint: bool = False) -> Array:
+    """``(L U)^-1 b`` (``(L L^H)^-1 b`` for IC), or with ``adjoint`` its conjugate
+    transpose applied, for ``b`` ``(..., n)`` of the factor's dtype whose batch dims equal
+    the factor's, or for a factor without batch dims."""
+    lower, inverse = factor.lower, factor.inverse_diagonal
+    if factor.kind == "ic":  # (L L^H)^-1 is Hermitian
+        y = _solve(factor, lower, factor.lower_offsets, inverse, b, False, False)
+        return _solve(factor, lower, factor.lower_offsets, inverse, y, True, True)
+    upper, offsets = factor.upper, factor.upper_offsets
+    if adjoint:  # (L U)^-H = L^-H U^-H
+        y = _solve(factor, upper, offsets, inverse, b, True, True)
+        return _solve(factor, lower, factor.lower_offsets, None, y, True, True)
+    y = _solve(factor, lower, factor.lower_offsets, None, b, False, False)
+    return _solve(factor, upper, offsets, inverse, y, False, False)
