@@ -10,20 +10,26 @@ distinct. The factorizations keep the pattern of the offsets (ILU(0), IC(0)):
   triangular in the others (its diagonal holds the pivots).
 * IC(0): ``A ~ L L^H`` for a Hermitian ``A`` given by its lower triangle (offsets ``<= 0``).
 
-Two ways to compute each:
+Both solve the equations ``(L U)[i, j] = A[i, j]`` on the pattern, where entry
+``(i, i + r)`` takes ``L[i, i + p] U[i + p, i + r]`` for the *pairs* ``(p, r - p)`` of
+offsets (``p < 0 < r - p``; for IC(0), ``U[k, j] = conj(L[j, k])``). Two ways:
 
 * exactly, by a ``fori_loop`` over the rows (:func:`ilu_rows`, :func:`ic_rows`): row ``i``
-  needs only rows ``i + p`` (``p < 0``), already final. ``n`` sequential steps, the
-  textbook (IKJ) order.
+  needs rows ``i + p`` (``p < 0``), already final; ``n`` sequential steps of scalar
+  arithmetic, the textbook (IKJ) order.
 * by Chow and Patel's fine-grained iteration (:func:`ilu_sweeps`, :func:`ic_sweeps`;
-  SIAM J. Sci. Comput. 37(2), 2015): every entry of the factors is updated at once from
-  the previous iterate, by the nonlinear equations ``(L U)[i, j] = A[i, j]`` on the
-  pattern. Each sweep is a few whole-array operations (a sum over pairs of offsets), so
-  it runs in parallel; its fixed point is the exact factorization.
+  SIAM J. Sci. Comput. 37(2), 2015): every entry updated at once from the previous
+  iterate (Jacobi's way), a few whole-array operations per sweep (one gather for all
+  pairs), whose fixed point is the exact factorization.
 
-The triangular solves read a factor's coefficients where they lie: ``scan_solve`` one row
-at a time (``n`` steps), ``wavefront_solve`` one hyperplane of a grid at a time (see its
-docstring: ``O(N)`` steps on an ``N x N`` or ``N^3`` grid, every point of a hyperplane at
+Where whole arrays are updated (the sweeps, the wavefront's hyperplanes) one operation
+serves all offsets or pairs at once, so that the programs stay small (a 27-point stencil
+has 27 offsets and over a hundred pairs); the row-by-row loops read scalars instead, which
+XLA fuses into one loop body.
+
+The triangular solves read a factor's coefficients where they lie: :func:`scan_solve`
+one row at a time (``n`` steps), :func:`wavefront_solve` one hyperplane of a grid at a
+time (``O(N)`` steps on an ``N x N`` or ``N^3`` grid, every point of a hyperplane at
 once).
 """
 
@@ -33,43 +39,46 @@ import math
 from collections.abc import Sequence
 
 import jax.numpy as jnp
+import numpy as np
 from jax import Array, lax
 
-from ._geometry import place_row
+
+def _take(F: Array, rows: np.ndarray, columns: Array) -> Array:
+    """``F[rows, columns]`` of ``F`` ``(K, n)``, the columns clipped into the matrix
+    (callers mask what lies outside); ``rows`` static, broadcast against ``columns``."""
+    n = F.shape[-1]
+    rows = np.asarray(rows, np.int32)
+    rows = rows.reshape(rows.shape + (1,) * (columns.ndim - rows.ndim))
+    return F[rows, jnp.clip(columns, 0, n - 1)]
 
 
-def shift(v: Array, offset: int) -> Array:
-    """``out[..., i] = v[..., i + offset]`` where that index exists, else 0."""
-    n = v.shape[-1]
-    if offset == 0:
-        return v
-    if abs(offset) >= n:
-        return jnp.zeros_like(v)
-    if offset > 0:
-        return place_row(v[..., offset:], 0, n)
-    return place_row(v[..., : n + offset], -offset, n)
-
-
-def inside(offset: int, n: int) -> Array:
-    """Booleans ``(n,)``: whether row ``i`` has a slot ``i + offset`` in the matrix."""
-    i = lax.iota(jnp.int32, n)
-    return (i + offset >= 0) & (i + offset < n)
+def _segment_sum(terms: Array, segments: np.ndarray, count: int) -> Array:
+    """Sums of ``terms`` (leading axis) by ``segments``: a product with a 0/1 matrix."""
+    if terms.shape[0] == 0:
+        return jnp.zeros((count, *terms.shape[1:]), terms.dtype)
+    indicator = (np.arange(count)[:, None] == np.asarray(segments)[None, :]).astype(np.float32)
+    return jnp.tensordot(jnp.asarray(indicator, terms.real.dtype).astype(terms.dtype), terms, 1)
 
 
 # -- triangular solves ------------------------------------------------------------------------
 
 
-def _steps(offsets: Sequence[int], transpose: bool) -> tuple[tuple[int, ...], bool]:
+def _steps(offsets: Sequence[int], transpose: bool) -> tuple[np.ndarray, bool]:
     """The offsets of the system solved (``op(T)``'s) and whether the sweep runs forward."""
-    steps = tuple(-o for o in offsets) if transpose else tuple(offsets)
-    return steps, all(s < 0 for s in steps)
+    steps = np.asarray([-o for o in offsets] if transpose else list(offsets), np.int32)
+    return steps, bool(np.all(steps < 0))
 
 
-def _coefficient(C: Array, k: int, i: Array, step: int, transpose: bool, conjugate: bool):
-    """``op(T)[i, i + step]`` for row(s) ``i``: ``C[k, i]``, or ``C[k, i + step]`` for a
-    transposed ``T`` (``T^T[i, i - o] = T[i - o, i]``), conjugated for ``T^H``."""
-    n = C.shape[-1]
-    value = C[k, jnp.clip(i + step, 0, n - 1) if transpose else i]
+def _coefficients(C: Array, i: Array, steps: np.ndarray, transpose: bool, conjugate: bool):
+    """``op(T)[i, i + steps]`` for rows ``i`` (a scalar or lanes ``(H,)``): ``C[k, i]``,
+    or ``C[k, i + step]`` for a transposed ``T`` (``T^T[i, i - o] = T[i - o, i]``),
+    conjugated for ``T^H``; shape ``(K, *i.shape)``."""
+    ks = np.arange(len(steps))
+    i = jnp.asarray(i)[None]
+    shape = steps.reshape(-1, *([1] * (i.ndim - 1)))
+    value = _take(
+        C, ks, i + shape if transpose else jnp.broadcast_to(i, (len(steps), *i.shape[1:]))
+    )
     return value.conj() if conjugate else value
 
 
@@ -94,9 +103,12 @@ def scan_solve(
     def body(step, x):
         i = step if forward else n - 1 - step
         total = x[i]
-        for k, s in enumerate(steps):
+        # Scalar reads, one per offset: XLA fuses them into one loop body, where gathers
+        # of small vectors would each be an operation of their own in every step.
+        for k, s in enumerate(steps.tolist()):
             j = i + s
-            c = _coefficient(coefficients, k, i, s, transpose, conjugate)
+            c = coefficients[k, jnp.clip(j, 0, n - 1) if transpose else i]
+            c = c.conj() if conjugate else c
             total = total - jnp.where((j >= 0) & (j < n), c * x[jnp.clip(j, 0, n - 1)], 0)
         if inverse_diagonal is not None:
             scale = inverse_diagonal[i]
@@ -157,18 +169,15 @@ def wavefront_solve(
     steps, forward = _steps(offsets, transpose)
     count = hyperplanes(grid, weights)
     lanes = math.prod(grid[:-1])
+    # Each lane's first point (flat index) and its sum_a w_a i_a, from its coordinates.
+    strides = [math.prod(grid[a + 1 :]) for a in range(len(grid))]
+    base = jnp.zeros((lanes,), jnp.int32)
+    level = jnp.zeros((lanes,), jnp.int32)
     index = lax.iota(jnp.int32, lanes)
-    base = jnp.zeros((lanes,), jnp.int32)  # the flat index of each lane's first point
-    level = jnp.zeros((lanes,), jnp.int32)  # sum_a w_a i_a over the lane's coordinates
-    stride = math.prod(grid[1:])
-    remainder = index
     for axis in range(len(grid) - 1):
-        line_stride = math.prod(grid[axis + 1 : -1])
-        coordinate = remainder // line_stride
-        remainder = remainder % line_stride
-        base = base + coordinate * stride
+        coordinate = (index // math.prod(grid[axis + 1 : -1])) % grid[axis]
+        base = base + coordinate * strides[axis]
         level = level + coordinate * weights[axis]
-        stride //= grid[axis + 1]
     last = grid[-1]
 
     def body(step, x):
@@ -176,12 +185,11 @@ def wavefront_solve(
         c = t - level
         on = (c >= 0) & (c < last)
         i = jnp.where(on, base + c, 0)
-        total = x[i]
-        for k, s in enumerate(steps):
-            j = i + s
-            coefficient = _coefficient(coefficients, k, i, s, transpose, conjugate)
-            neighbour = x[jnp.clip(j, 0, n - 1)]
-            total = total - jnp.where(on & (j >= 0) & (j < n), coefficient * neighbour, 0)
+        j = i[None] + steps[:, None]
+        coefficient = _coefficients(coefficients, i, steps, transpose, conjugate)
+        neighbour = x[jnp.clip(j, 0, n - 1)]
+        terms = jnp.where(on & (j >= 0) & (j < n), coefficient * neighbour, 0)
+        total = x[i] - jnp.sum(terms, axis=0)
         if inverse_diagonal is not None:
             scale = inverse_diagonal[i]
             total = total * (scale.conj() if conjugate else scale)
@@ -190,18 +198,26 @@ def wavefront_solve(
     return lax.fori_loop(0, count, body, b)
 
 
-# -- ILU(0) -----------------------------------------------------------------------------------
+# -- the equations on the pattern -----------------------------------------------------------
 
 
-def _ilu_pairs(offsets: tuple[int, ...]) -> dict[int, list[tuple[int, int]]]:
-    """For each offset ``r``: the pairs ``(p, q)``, ``p < 0 < q``, ``p + q = r``, through
-    which ``L[i, i + p] U[i + p, i + r]`` enters entry ``(i, i + r)`` (``p < r`` holds as
-    ``q > 0``)."""
+def _ilu_pairs(offsets: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """``(r, p, q)``: ``L[i, i + p] U[i + p, i + p + q]`` enters entry ``(i, i + r)``,
+    ``p < 0 < q``, ``p + q = r``, for every pair of offsets the pattern holds."""
     present = set(offsets)
-    return {
-        r: [(p, r - p) for p in offsets if p < 0 and r - p > 0 and r - p in present]
-        for r in offsets
-    }
+    return [
+        (r, p, r - p) for r in offsets for p in offsets if p < 0 and r - p > 0 and r - p in present
+    ]
+
+
+def _ic_pairs(offsets: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """``(r, p, s)``: ``L[i, i + p] conj(L[i + r, i + p])`` enters the strictly lower
+    entry ``(i, i + r)`` for ``p < r``, ``L[i + r, i + p]`` lying on offset ``s = p - r``."""
+    present = set(offsets)
+    return [(r, p, p - r) for r in offsets if r < 0 for p in offsets if p < r and p - r in present]
+
+
+# -- ILU(0) ------------------------------------------------------------------------------------
 
 
 def ilu_rows(rows: Array, offsets: tuple[int, ...]) -> Array:
@@ -214,58 +230,60 @@ def ilu_rows(rows: Array, offsets: tuple[int, ...]) -> Array:
     lower = [o for o in offsets if o < 0]
 
     def body(i, F):
+        # Scalar reads and updates: XLA fuses them into one loop body (gathers of small
+        # vectors would each be an operation of its own, in every one of the n steps).
         w = {o: F[index[o], i] for o in offsets}
         # IKJ: for k = i + p ascending, L[i, k] = w[k] / U[k, k], then the row of U[k]
         # updates the later entries of row i that the pattern holds.
         for p in lower:
             k = jnp.maximum(i + p, 0)
             w[p] = jnp.where(i + p >= 0, w[p] / F[center, k], 0)
-            for r in offsets:
-                for p_, q in pairs[r]:
-                    if p_ == p:
-                        w[r] = w[r] - w[p] * F[index[q], k]
+            for r, p_, q in pairs:
+                if p_ == p:
+                    w[r] = w[r] - w[p] * F[index[q], k]
         column = jnp.stack([jnp.where((i + o >= 0) & (i + o < n), w[o], 0) for o in offsets])
         return lax.dynamic_update_slice(F, column[:, None], (0, i))
 
     return lax.fori_loop(0, n, body, rows)
 
 
+def _slots(offsets: Sequence[int], n: int) -> Array:
+    """Booleans ``(K, n)``: whether row ``i`` has a slot ``i + offsets[k]`` in the matrix."""
+    j = lax.broadcasted_iota(jnp.int32, (len(offsets), n), 1)
+    j = j + np.asarray(offsets, np.int32)[:, None]
+    return (j >= 0) & (j < n)
+
+
 def ilu_sweeps(rows: Array, offsets: tuple[int, ...], sweeps: int) -> Array:
     """``sweeps`` Chow–Patel sweeps for ILU(0) of one matrix, from ``L = tril(A) D^-1``,
     ``U = triu(A)`` (``D`` the diagonal); layouts as :func:`ilu_rows`."""
     n = rows.shape[-1]
-    A = dict(zip(offsets, rows))
-    slots = {o: inside(o, n) for o in offsets}
+    index = {o: k for k, o in enumerate(offsets)}
     pairs = _ilu_pairs(offsets)
-    center = offsets.index(0)
+    r = np.asarray([index[t[0]] for t in pairs], np.int32)
+    kp = np.asarray([index[t[1]] for t in pairs], np.int32)
+    kq = np.asarray([index[t[2]] for t in pairs], np.int32)
+    p = np.asarray([t[1] for t in pairs], np.int32)
+    slots = _slots(offsets, n)
+    columns = lax.broadcasted_iota(jnp.int32, (len(offsets), n), 1)
+    lower = np.asarray(offsets) < 0
+    to_pivot = columns + np.asarray(offsets, np.int32)[:, None]
+    center = np.full(len(offsets), index[0])
 
-    def lower_entry(r, value, U0):
-        return jnp.where(slots[r], value / jnp.where(slots[r], shift(U0, r), 1), 0)
-
-    start = jnp.stack([lower_entry(o, A[o], A[0]) if o < 0 else A[o] for o in offsets])
+    def finish(total, F):
+        """The lower entries divided by the pivots at ``i + r``, the rest as they are."""
+        pivot = jnp.where(lower[:, None], _take(F, center, to_pivot), 1)
+        return jnp.where(slots, total / jnp.where(slots, pivot, 1), 0)
 
     def sweep(_, F):
-        factor = dict(zip(offsets, F))
-        new = []
-        for r in offsets:
-            total = A[r]
-            for p, q in pairs[r]:
-                total = total - factor[p] * shift(factor[q], p)
-            new.append(lower_entry(r, total, F[center]) if r < 0 else total)
-        return jnp.where(jnp.stack([slots[o] for o in offsets]), jnp.stack(new), 0)
+        i = lax.broadcasted_iota(jnp.int32, (len(pairs), n), 1) + p[:, None]
+        products = jnp.where(i >= 0, F[kp] * _take(F, kq, i), 0)
+        return finish(rows - _segment_sum(products, r, len(offsets)), F)
 
-    return lax.fori_loop(0, sweeps, sweep, start)
+    return lax.fori_loop(0, sweeps, sweep, finish(rows, rows))
 
 
 # -- IC(0) ------------------------------------------------------------------------------------
-
-
-def _ic_pairs(offsets: tuple[int, ...]) -> dict[int, list[int]]:
-    """For each strictly lower offset ``r``: the ``p < r`` through which ``L[i, i + p]
-    conj(L[i + r, i + p])`` enters entry ``(i, i + r)`` (``L[i + r, i + p]`` lies on
-    offset ``p - r``, which the pattern must hold)."""
-    present = set(offsets)
-    return {r: [p for p in offsets if p < r and p - r in present] for r in offsets if r < 0}
 
 
 def _pivot_root(pivot: Array) -> Array:
@@ -287,10 +305,11 @@ def ic_rows(rows: Array, offsets: tuple[int, ...]) -> Array:
     def body(i, F):
         w = {o: F[index[o], i] for o in offsets}
         pivot = w[0].real
-        for r in lower:
+        for r in lower:  # ascending: every p < r of row i is final
             k = jnp.maximum(i + r, 0)
-            for p in pairs[r]:
-                w[r] = w[r] - w[p] * F[index[p - r], k].conj()
+            for r_, p, s in pairs:
+                if r_ == r:
+                    w[r] = w[r] - w[p] * F[index[s], k].conj()
             w[r] = jnp.where(i + r >= 0, w[r] / F[center, k], 0)
             pivot = pivot - (w[r].conj() * w[r]).real
         w[0] = _pivot_root(pivot).astype(F.dtype)
@@ -304,30 +323,34 @@ def ic_sweeps(rows: Array, offsets: tuple[int, ...], sweeps: int) -> Array:
     """``sweeps`` Chow–Patel sweeps for IC(0), from ``L = tril(A) D^-1/2``; layouts as
     :func:`ic_rows`."""
     n = rows.shape[-1]
-    A = dict(zip(offsets, rows))
-    slots = {o: inside(o, n) for o in offsets}
+    index = {o: k for k, o in enumerate(offsets)}
     pairs = _ic_pairs(offsets)
-    center = offsets.index(0)
+    center = index[0]
+    r = np.asarray([index[t[0]] for t in pairs], np.int32)
+    kp = np.asarray([index[t[1]] for t in pairs], np.int32)
+    ks = np.asarray([index[t[2]] for t in pairs], np.int32)
+    at = np.asarray([t[0] for t in pairs], np.int32)
+    slots = _slots(offsets, n)
+    to_pivot = lax.broadcasted_iota(jnp.int32, (len(offsets), n), 1)
+    to_pivot = to_pivot + np.asarray(offsets, np.int32)[:, None]
+    centers = np.full(len(offsets), center)
+    diagonal = np.asarray(offsets) == 0
 
-    def entries(factor, diagonal):
-        new = []
-        for r in offsets:
-            if r == 0:
-                continue
-            total = A[r]
-            for p in pairs[r]:
-                total = total - factor[p] * shift(factor[p - r], r).conj()
-            new.append(jnp.where(slots[r], total / jnp.where(slots[r], shift(diagonal, r), 1), 0))
-        return new
+    def finish(total, F, root):
+        """The strict entries divided by the pivots at ``i + r``, the diagonal ``root``."""
+        pivot = _take(F, centers, to_pivot)
+        strict = jnp.where(slots, total / jnp.where(slots, pivot, 1), 0)
+        return jnp.where(diagonal[:, None], root[None], strict)
 
-    root = _pivot_root(A[0].real).astype(rows.dtype)
-    start = jnp.stack([*entries(dict(zip(offsets, jnp.zeros_like(rows))), root), root])
+    root = _pivot_root(rows[center].real).astype(rows.dtype)
 
     def sweep(_, F):
-        factor = dict(zip(offsets, F))
-        pivot = A[0].real
-        for p in offsets[:-1]:
-            pivot = pivot - (factor[p].conj() * factor[p]).real
-        return jnp.stack([*entries(factor, F[center]), _pivot_root(pivot).astype(F.dtype)])
+        i = lax.broadcasted_iota(jnp.int32, (len(pairs), n), 1) + at[:, None]
+        products = jnp.where(i >= 0, F[kp] * _take(F, ks, i).conj(), 0)
+        strict = F[:center]
+        pivot = rows[center].real - jnp.sum((strict.conj() * strict).real, axis=0)
+        root = _pivot_root(pivot).astype(F.dtype)
+        return finish(rows - _segment_sum(products, r, len(offsets)), F, root)
 
+    start = finish(rows, rows.at[center].set(root), root)
     return lax.fori_loop(0, sweeps, sweep, start)

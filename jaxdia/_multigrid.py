@@ -39,6 +39,7 @@ import functools
 import itertools
 import math
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import jax
@@ -46,8 +47,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from . import _ilu
 from ._banded import Factor, lu_factor, solve
 from ._geometry import band_widths, diagonal_bounds, in_bounds
+from ._ilu_kernels import hyperplane_weights
 from ._parts import DiaParts
 from ._primitives import spmm
 
@@ -86,6 +89,18 @@ def stencil_misfits(offsets: Sequence[int], grid: Grid) -> list[int]:
     """The offsets that are no neighbour displacement on ``grid``."""
     fitting = stencil_offsets(grid)
     return [offset for offset in offsets if offset not in fitting]
+
+
+def wavefront_weights(offsets: Sequence[int], grid: Grid) -> tuple[int, ...]:
+    """The hyperplane weights (:func:`jaxdia._ilu_kernels.hyperplane_weights`) under which
+    both triangles of a stencil with ``offsets`` couple each point to earlier or later
+    hyperplanes only: its lower displacements, and its upper ones negated."""
+    steps = []
+    for d in displacements(len(grid)):
+        offset = flat_offset(d, grid)
+        if live(d, grid) and offset in offsets and offset != 0:
+            steps.append(d if offset < 0 else tuple(-step for step in d))
+    return hyperplane_weights(steps, len(grid))
 
 
 def wrapped_entries(data: np.ndarray, offsets: Sequence[int], grid: Grid) -> list[tuple]:
@@ -507,7 +522,7 @@ def gershgorin(A: DiaParts) -> tuple[Array, Array]:
 CHEBYSHEV_LOWER = {1: 1 / 3, 2: 1 / 6, 3: 1 / 6}
 JACOBI_WEIGHT = 1.6
 
-SMOOTHERS = ("chebyshev", "jacobi")
+SMOOTHERS = ("chebyshev", "jacobi", "ilu")
 
 
 def smooth(
@@ -520,9 +535,14 @@ def smooth(
     b: Array,
     x: Array | None,
     residual: bool,
+    factor: _ilu.Factor | None = None,
 ) -> tuple[Array, Array | None]:
-    """One smoothing of ``A x = b`` (``x`` None: from zero)."""
+    """One smoothing of ``A x = b`` (``x`` None: from zero); ``factor`` the level's ILU(0)
+    for the ``"ilu"`` smoother, whose steps are ``x += (L U)^-1 (b - A x)``."""
     matvec = product(A)
+    if kind == "ilu":
+        assert factor is not None
+        return jacobi_steps(matvec, partial(_ilu.apply, factor), b, x, 1.0, sweeps, residual)
 
     def scale(v):
         return inverse_diagonal * v
@@ -538,8 +558,9 @@ class Hierarchy:
     """A multigrid hierarchy of one matrix (or a batch, as leading dims of every leaf).
 
     Leaves: ``operators`` (``DiaParts`` of every level, finest first), and for every level
-    but the coarsest its ``inverse_diagonals`` and Gershgorin ``bounds``; ``coarse_lu``
-    the coarsest level's banded LU factor. Static: ``grids`` (one per level), ``plan`` (the
+    but the coarsest its ``inverse_diagonals`` and Gershgorin ``bounds`` (and, for the
+    ``"ilu"`` smoother, its ILU(0) ``factors``; else none); ``coarse_lu`` the coarsest
+    level's banded LU factor. Static: ``grids`` (one per level), ``plan`` (the
     axes coarsened from each level to the next), ``smoother`` and ``sweeps``.
     """
 
@@ -553,23 +574,28 @@ class Hierarchy:
         plan: Plan,
         smoother: str,
         sweeps: int,
+        factors: tuple[Any, ...] = (),
     ):
         self.operators = operators
         self.inverse_diagonals = inverse_diagonals
         self.bounds = bounds
         self.coarse_lu = coarse_lu
+        self.factors = factors
         self.grids = grids
         self.plan = plan
         self.smoother = smoother
         self.sweeps = sweeps
 
     def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        children = (self.operators, self.inverse_diagonals, self.bounds, self.coarse_lu)
+        children = (
+            self.operators, self.inverse_diagonals, self.bounds, self.coarse_lu, self.factors
+        )  # fmt: skip
         return children, (self.grids, self.plan, self.smoother, self.sweeps)
 
     @classmethod
     def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> Hierarchy:
-        return cls(*children, *aux)
+        *arrays, factors = children
+        return cls(*arrays, *aux, factors)
 
 
 def coarse_factor(A: DiaParts) -> Factor:
@@ -624,6 +650,9 @@ def setup(parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int) -
             grid = coarse_grid(grid, axes)
             operators.append(dia_from_rows(rows, grid, by_color=True))
             grids.append(grid)
+    factors = ()
+    if smoother == "ilu":
+        factors = tuple(ilu_smoother(A, level_grid) for A, level_grid in zip(operators, grids[:-1]))
     return Hierarchy(
         tuple(operators),
         tuple(inverses),
@@ -633,7 +662,22 @@ def setup(parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int) -
         plan,
         smoother,
         sweeps,
+        factors,
     )
+
+
+def ilu_smoother(A: DiaParts, grid: Grid) -> _ilu.Factor:
+    """A level's ILU(0) for the ``"ilu"`` smoother: exact on CPU, Chow–Patel's sweeps
+    and solves by hyperplanes elsewhere (see :mod:`jaxdia._ilu_primitives`)."""
+    factor, _ = _ilu.factorize(
+        A,
+        kind="ilu",
+        method="auto",
+        sweeps=_ilu.DEFAULT_SWEEPS,
+        grid=grid,
+        weights=wavefront_weights(A.offsets, grid),
+    )
+    return factor
 
 
 def full_plan(grid: Grid, max_coarse: int, max_levels: int) -> Plan:
@@ -691,8 +735,9 @@ def _cycle(h: Hierarchy, level: int, b: Array) -> Array:
     inverse, rho = h.inverse_diagonals[level], h.bounds[level]
     grid, axes, coarse = h.grids[level], h.plan[level], h.grids[level + 1]
     dim = len(grid)
-    x, r = smooth(h.smoother, h.sweeps, dim, A, inverse, rho, b, None, residual=True)
+    factor = h.factors[level] if h.factors else None
+    x, r = smooth(h.smoother, h.sweeps, dim, A, inverse, rho, b, None, True, factor)
     assert r is not None
     correction = _cycle(h, level + 1, restrict(r.reshape(grid), axes).reshape(-1))
     x = x + interpolate(correction.reshape(coarse), axes, grid).reshape(-1)
-    return smooth(h.smoother, h.sweeps, dim, A, inverse, rho, b, x, residual=False)[0]
+    return smooth(h.smoother, h.sweeps, dim, A, inverse, rho, b, x, False, factor)[0]

@@ -391,7 +391,8 @@ def multigrid(
     the level's matrix before and after the coarse correction; the coarsest level is
     solved directly by a dense LU factorized once, here. For a symmetric positive definite
     ``A`` the V-cycle is symmetric positive definite, so it is a valid preconditioner for
-    conjugate gradients.
+    conjugate gradients (with the polynomial smoothers; the ``"ilu"`` one makes it
+    nonsymmetric, a preconditioner for :func:`jaxdia.bicgstab`).
 
     ``M`` plugs in as ``M=`` of :func:`jaxdia.cg`, :func:`jaxdia.bicgstab` and
     ``jax.scipy.sparse.linalg.cg``/``gmres``/``bicgstab``. For ``lineax``, wrap it as an
@@ -410,10 +411,15 @@ def multigrid(
       A: a square DiaMatrix of float32 or float64, possibly batched.
       grid: the grid's points per axis; ``prod(grid)`` must equal ``A.shape[0]``.
       smoother: ``"chebyshev"`` (the Chebyshev polynomial in ``D^-1 A`` smallest on the
-        upper 5/6 of its spectrum, bounded by Gershgorin's theorem) or ``"jacobi"``
-        (damped Jacobi, weight ``1.6 / rho`` for that bound ``rho``).
-      sweeps: products with ``A`` per smoothing (the polynomial's degree), before and
-        after the coarse correction.
+        upper 5/6 of its spectrum, bounded by Gershgorin's theorem), ``"jacobi"``
+        (damped Jacobi, weight ``1.6 / rho`` for that bound ``rho``) or ``"ilu"`` (steps
+        ``x += (L U)^-1 (b - A x)`` with each level's ILU(0), as :func:`jaxdia.ilu0`
+        factors it with a grid: the smoother that keeps multigrid converging where
+        convection dominates, at the cost of two triangular solves per step; a zero
+        pivot is not reported, it makes ``M(v)`` NaN).
+      sweeps: products with ``A`` per smoothing (the polynomial's degree; ILU steps for
+        ``"ilu"``, of which 1 is usually the fastest), before and after the coarse
+        correction.
       coarsening: ``"full"`` halves every axis at every level. ``"auto"`` halves only the
         axes whose coupling is at least half the strongest one's (semi-coarsening, for
         anisotropic problems); it reads ``A``'s values, so it needs a concrete ``A``
