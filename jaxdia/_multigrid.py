@@ -594,8 +594,8 @@ class Hierarchy:
 
     @classmethod
     def tree_unflatten(cls, aux: tuple[Any, ...], children: tuple[Any, ...]) -> Hierarchy:
-        *arrays, factors = children
-        return cls(*arrays, *aux, factors)
+        operators, inverse_diagonals, bounds, coarse_lu, factors = children
+        return cls(operators, inverse_diagonals, bounds, coarse_lu, *aux, factors=factors)
 
 
 def coarse_factor(A: DiaParts) -> Factor:

@@ -41,7 +41,13 @@ SECTIONS = (
     ("Factorizations", ("jaxdia.BandedLU", "jaxdia.BandedCholesky"), None),
     (
         "Preconditioner and solver results",
-        ("jaxdia.Multigrid", "jaxdia.Chebyshev", "jaxdia.SolveInfo"),
+        (
+            "jaxdia.Multigrid",
+            "jaxdia.Chebyshev",
+            "jaxdia.IncompleteLU",
+            "jaxdia.IncompleteCholesky",
+            "jaxdia.SolveInfo",
+        ),
         None,
     ),
     ("Sharded matrices", ("jaxdia.ShardedDiaMatrix", "jaxdia.shard"), "ShardedDiaMatrix."),
