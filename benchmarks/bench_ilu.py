@@ -295,6 +295,49 @@ def timing_table(N: int, epsilons, rounds: int) -> tuple[str, dict]:
     return "\n".join(lines), everything
 
 
+def kernel_table(N: int, rounds: int) -> str:
+    """The pieces on CPU at N x N: the factorization (exact, Chow-Patel) and one
+    application of M (two triangular solves: by rows, by hyperplanes), one jitted call
+    each, and M on a batch of 4 vectors (one after another, as on CPU)."""
+    grid = (N, N)
+    S = convection_diffusion(N, 1e-3, (1.0, 0.5))
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    v = jnp.asarray(np.random.default_rng(0).standard_normal(S.shape[0]))
+    batch = jnp.stack([v, 2 * v, 3 * v, 4 * v])
+    reference = jaxdia.ilu0(A, grid, method="exact")(v)
+    cases = {
+        "factorization, exact (row by row)": (
+            jax.jit(lambda A: jaxdia.ilu0(A, grid, method="exact").U.data),
+            (A,),
+        ),
+        "factorization, Chow-Patel, 2 sweeps": (
+            jax.jit(lambda A: jaxdia.ilu0(A, grid, method="chow-patel").U.data),
+            (A,),
+        ),
+    }
+    for solves in ("scan", "wavefront"):
+        M = jaxdia.ilu0(A, grid, method="exact", solves=solves)
+        np.testing.assert_allclose(np.asarray(M(v)), np.asarray(reference), rtol=1e-10)
+        cases[f"M(v), solves='{solves}'"] = (jax.jit(lambda M, v: M(v)), (M, v))
+    M = jaxdia.ilu0(A, grid, method="exact")
+    cases["M(v) for 4 vectors (lax.map)"] = (jax.jit(lambda M, v: M(v)), (M, batch))
+    lines = [
+        f"\n#### The pieces on CPU, 2-D N = {N} (n = {N * N:,}), eps = 1e-3\n",
+        "| operation | time |",
+        "|---|---:|",
+    ]
+    for name, (function, args) in cases.items():
+        jax.block_until_ready(function(*args))
+        times = []
+        for _ in range(max(rounds, 5)):
+            start = time.perf_counter()
+            jax.block_until_ready(function(*args))
+            times.append(time.perf_counter() - start)
+        lines.append(f"| {name} | {1e3 * statistics.median(times):.2f} ms |")
+        print(f"  {name}: {1e3 * statistics.median(times):.2f} ms", flush=True)
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a check)")
@@ -318,6 +361,7 @@ def main(argv=None) -> int:
     report.append("|---|---:|---:|---:|")
     for N, dim in ((32, 2), (16, 3)) if quick else ((256, 2), (32, 3)):
         report.append(cg_table(N, dim))
+    report.append(kernel_table(64 if quick else 512, rounds))
     report.append("\n### Time to solution")
     for N, eps_list in ((64, (1e-3,)),) if quick else ((256, (1e-2, 1e-3, 1e-4)), (512, (1e-3,))):
         text, _ = timing_table(N, eps_list, rounds)

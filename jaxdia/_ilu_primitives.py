@@ -108,8 +108,18 @@ def _solve_batch(args, dims, **params):
     if all(d is None for d in factor_dims) and factors[0].ndim == 2:
         return solve_p.bind(*factors, b, **params), 0  # one factor for all
     factors = [_to_front(f, d, size) for f, d in zip(factors, factor_dims)]
-    batch = factors[0].shape[:-2]
-    return solve_p.bind(*factors, jnp.broadcast_to(b, (*batch, b.shape[-1])), **params), 0
+    # The factor's batch is now (size,) or (size, *b's own batch): b's batch (size, ...).
+    batch = b.shape[:-1]
+    core = factors[0].ndim - 2  # batch dims of the factor
+    if core < len(batch):
+        factors = [
+            jnp.broadcast_to(
+                f.reshape(f.shape[:1] + (1,) * (len(batch) - core) + f.shape[core:]),
+                batch + f.shape[core:],
+            )
+            for f in factors
+        ]
+    return solve_p.bind(*factors, b, **params), 0
 
 
 batching.primitive_batchers[factor_p] = _factor_batch

@@ -307,6 +307,9 @@ def test_jit_and_vmap():
     batched = jaxdia.ilu0(jaxdia.DiaMatrix(data, offsets, shape), grid, order=(1,))
     assert batched.batch_shape == (3,)
     np.testing.assert_allclose(np.asarray(batched(v)), one_by_one, rtol=1e-12)
+    # vmap over matrices, each M applied to the same stack of two vectors.
+    stacks = jax.vmap(apply, in_axes=(0, None))(data, v[:2])
+    np.testing.assert_allclose(np.asarray(stacks[1]), np.asarray(apply(data[1], v[:2])), rtol=1e-12)
     # vmap over vectors for one factor, and a complex vector for a real factor.
     M = jaxdia.ilu0(jaxdia.DiaMatrix(data[0], offsets, shape), grid, order=(1,))
     np.testing.assert_allclose(np.asarray(jax.vmap(M)(v)), np.asarray(M(v)), rtol=1e-12)
