@@ -510,12 +510,18 @@ _SHARED_ARGS = """
         unknowns in C order, as for :func:`jaxdia.multigrid`), when ``A`` is a stencil on a
         structured grid; None: any banded matrix (``order`` natural, triangular solves
         by scan).
-      order: ``"natural"`` (the unknowns' own ordering), ``"auto"`` (reverse each grid axis
-        along which ``A`` couples points more strongly to the following neighbours than to
-        the preceding ones: for an upwinded convection term, the ordering of the flow; it
-        reads ``A``'s values, so it needs a concrete ``A``), or a sequence of grid axes to
-        reverse. ``M.order`` records the choice. ``M(v)`` takes and returns vectors in
-        ``A``'s ordering whatever the order.
+      order: ``"natural"`` (the unknowns' own ordering), a sequence of grid axes to
+        reverse, or ``"auto"``: reverse each axis ``a`` along which ``A`` couples points
+        more strongly to their following neighbours than to their preceding ones (the sum
+        of ``|A[i, j]|`` over the pairs with ``j_a = i_a + 1`` exceeds the sum over
+        those with ``j_a = i_a - 1``, over the grid and the batch). For an upwinded
+        convection term that is the ordering of the flow, the one in which ILU(0) is
+        nearly exact; it reads ``A``'s values, so it needs a concrete ``A``, and
+        ``M.order`` records the choice (pass it as ``order=`` under ``jit``). Reversing
+        axis ``a`` is the permutation ``P`` mapping grid index ``i_a`` to ``n_a - 1 -
+        i_a``; the factor is that of ``P A P^T``, a stencil whose displacements along
+        ``a`` are negated (its offsets change accordingly); ``M(v)`` solves with it for
+        ``P v`` and returns ``P^T`` of the result: vectors in ``A``'s ordering.
       method: ``"exact"`` (the row-by-row factorization, ``n`` sequential steps),
         ``"chow-patel"`` (``sweeps`` sweeps of Chow and Patel's fine-grained iteration,
         every entry of the factors updated at once) or ``"auto"``: exact on CPU,
