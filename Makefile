@@ -1,5 +1,5 @@
 # The two commands a fresh machine needs (Python 3.11): `make demo` and `make test`.
-# Development checks (see README, "Development"): `make check`, `make test-newest`,
+# Development checks (CONTRIBUTING.md, "Commands"): `make check`, `make test-newest`,
 # `make wheel-test`, `make api-docs`; `.ci/run` runs them all.
 PYTHON ?= python3.11
 VENV := .venv

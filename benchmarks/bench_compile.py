@@ -1,22 +1,38 @@
-"""Compile time against the number of diagonals: ``A @ X``, ``A.T @ X``, ``A.traces`` and
-the gradient with respect to the data, for 1, 27, 200 and 1000 diagonals.
+"""Compile time: of the products against the number of diagonals, and of the solvers.
 
-Few diagonals compile to unrolled, fused loops (one piece per diagonal, the fastest code);
-beyond a threshold the products loop over the diagonals, the transpose and the traces
-gather, so compile time stops growing. Each measurement jits a fresh function (no cache
-hit) and splits the first call into tracing + lowering and XLA compilation; ``run`` is
-the median of later calls (compiled code, for the cost of each formulation).
+Products (the default section): ``A @ X``, ``A.T @ X``, ``A.traces`` and the gradient
+with respect to the data, for 1, 27, 200 and 1000 diagonals. Few diagonals compile to
+unrolled, fused loops (one piece per diagonal, the fastest code); beyond a threshold the
+products loop over the diagonals, the transpose and the traces gather, so compile time
+stops growing. Each measurement jits a fresh function (no cache hit) and splits the first
+call into tracing + lowering and XLA compilation; ``run`` is the median of later calls
+(compiled code, for the cost of each formulation).
+
+Solvers (``--solvers``): each case in a fresh Python process (nothing cached, as a user's
+first call): ``jax.jit(f).trace(...).lower()`` and ``.compile()`` timed apart (wall and
+CPU seconds of the process), then the median of 3 calls of the compiled program, and the
+process's peak resident memory (``resource.getrusage``) beside its resident memory after
+the imports and the operator's construction. Cases: multigrid-CG on the 2-D 1000^2 and
+3-D 100^3 Poisson problems (setup in the call), ``eigsh`` of the harmonic oscillator
+(n = 2048, k = 20, ``which="SA"``), and ``expm_multiply`` of ``-i H`` for the
+transverse-field Ising chain of 10, 12 and 14 sites built with ``jaxdia.kron``
+(offsets ``0, +-2^k``), at ``t = 1`` and on 101 times in ``[0, 5]``, against SciPy's
+``expm_multiply`` on the same operator (CSR) in the same process.
 
 Usage::
 
     python benchmarks/bench_compile.py [--n 2000] [--markdown FILE]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bench_compile.py --solvers [--markdown FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
 import statistics
+import subprocess
 import sys
 import time
 
@@ -57,13 +73,187 @@ def measure(fn, A, X):
     return t1 - t0, t2 - t1, statistics.median(runs)
 
 
+# -- solvers, each in a fresh process ---------------------------------------------------------
+
+#: case name -> (description, budget in seconds of compile, peak memory budget in MB or None)
+SOLVER_CASES = {
+    "multigrid_2d": ("multigrid-CG, 2-D Poisson 1000^2", 2.0, None),
+    "multigrid_3d": ("multigrid-CG, 3-D Poisson 100^3", 3.0, None),
+    "eigsh": ("eigsh, oscillator n = 2048, k = 20, 'SA'", 0.5, None),
+    **{
+        f"expm_{sites}{grid}": (
+            f"expm_multiply, Ising chain {sites} sites, " + ("101 times" if grid else "t = 1"),
+            3.0 if sites == 12 else None,
+            300 if sites == 12 else None,
+        )
+        for sites in (10, 12, 14)
+        for grid in ("", "_grid")
+    },
+}
+
+
+def ising_chain(sites: int, field: float = 1.0):
+    """``H = -sum Z_i Z_(i+1) - field sum X_i`` on an open chain, built with
+    ``jaxdia.kron`` as a port would (and with ``scipy.sparse.kron`` for SciPy)."""
+    X, Z = np.array([[0.0, 1.0], [1.0, 0.0]]), np.array([[1.0, 0.0], [0.0, -1.0]])
+
+    def build(kron, eye, X, Z):
+        def site(op, i):
+            return kron(kron(eye(2**i), op), eye(2 ** (sites - i - 1)))
+
+        H = -field * site(X, 0)
+        for i in range(1, sites):
+            H = H - field * site(X, i)
+        for i in range(sites - 1):
+            H = H - site(Z, i) @ site(Z, i + 1)
+        return H
+
+    import scipy.sparse as sp
+
+    ours = build(
+        jaxdia.kron, jaxdia.eye, jaxdia.DiaMatrix.from_dense(X), jaxdia.DiaMatrix.from_dense(Z)
+    )
+    theirs = build(
+        lambda a, b: sp.kron(a, b, format="csr"), sp.eye_array, sp.csr_array(X), sp.csr_array(Z)
+    )
+    return ours, theirs
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _problem(case: str):
+    """``(f, args, reference)``: the jitted function's body, its arguments, and SciPy's
+    call on the same problem (or None)."""
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+
+    if case.startswith("multigrid"):
+        from pyamg.gallery import poisson
+
+        grid = (1000, 1000) if case.endswith("2d") else (100, 100, 100)
+        A = jaxdia.DiaMatrix.from_scipy(poisson(grid, format="dia"))
+        b = jnp.asarray(np.random.default_rng(0).standard_normal(A.shape[0]))
+
+        def solve(A, b):
+            return jaxdia.cg(A, b, M=jaxdia.multigrid(A, grid), rtol=1e-8, maxiter=1000)
+
+        return solve, (A, b), None
+    if case == "eigsh":
+        n = 2048
+        x = np.linspace(-10, 10, n)
+        dx = x[1] - x[0]
+        off = np.full(n - 1, -0.5 / dx**2)
+        S = sp.diags_array([off, 1 / dx**2 + x**2 / 2, off], offsets=[-1, 0, 1]).todia()
+        A = jaxdia.DiaMatrix.from_scipy(S)
+        return (
+            lambda A: jaxdia.eigsh(A, k=20, which="SA"),
+            (A,),
+            lambda: spla.eigsh(S, k=20, which="SA"),
+        )
+    sites = int(case.split("_")[1])
+    grid = dict(start=0.0, stop=5.0, num=101) if case.endswith("grid") else {}
+    H, S = ising_chain(sites)
+    psi = np.zeros(2**sites, complex)
+    psi[0] = 1
+    A, SA = -1j * H, (-1j * S).tocsr()
+    return (
+        lambda A, psi: jaxdia.expm_multiply(A, psi, **grid),
+        (A, jnp.asarray(psi)),
+        lambda: spla.expm_multiply(SA, psi, **grid),
+    )
+
+
+def run_case(case: str) -> dict:
+    """One solver case, measured in this (fresh) process."""
+    f, args, reference = _problem(case)
+    jax.block_until_ready(args)
+    baseline = _rss_mb()
+    cpu, wall = time.process_time(), time.perf_counter()
+    lowered = jax.jit(f).trace(*args).lower()
+    lower_cpu, lower_wall = time.process_time() - cpu, time.perf_counter() - wall
+    cpu, wall = time.process_time(), time.perf_counter()
+    compiled = lowered.compile()
+    compile_cpu, compile_wall = time.process_time() - cpu, time.perf_counter() - wall
+    peak = _rss_mb()
+    jax.block_until_ready(compiled(*args))
+    runs = []
+    for _ in range(3):
+        start = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        runs.append(time.perf_counter() - start)
+    result = {
+        "lower_wall": lower_wall,
+        "lower_cpu": lower_cpu,
+        "compile_wall": compile_wall,
+        "compile_cpu": compile_cpu,
+        "run": statistics.median(runs),
+        "baseline_mb": baseline,
+        "peak_mb": peak,
+    }
+    if reference is not None:
+        reference()
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            reference()
+            times.append(time.perf_counter() - start)
+        result["scipy"] = statistics.median(times)
+    return result
+
+
+def solver_table(cases) -> list[str]:
+    lines = [
+        f"jax {jax.__version__}, {os.cpu_count()} cores, float64/complex128; one fresh "
+        "process per case. Seconds; peak: the process's peak resident memory (after "
+        "compiling; 'base': after the imports and the operator's construction).",
+        "",
+        "| case | trace + lower | compile (wall / CPU) | budget | run | SciPy | peak MB (base) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    print("\n".join(lines), flush=True)
+    for case in cases:
+        name, budget, memory = SOLVER_CASES[case]
+        output = subprocess.run(
+            [sys.executable, __file__, "--case", case],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
+        ).stdout
+        r = json.loads(output.strip().splitlines()[-1])
+        scipy_time = f"{r['scipy']:.3f}" if "scipy" in r else "-"
+        budget_text = f"<= {budget:g}" if budget else "-"
+        if memory:
+            budget_text += f", <= {memory} MB"
+        lines.append(
+            f"| {name} | {r['lower_wall']:.2f} | {r['compile_wall']:.2f} / "
+            f"{r['compile_cpu']:.2f} | {budget_text} | {r['run']:.3f} | {scipy_time} | "
+            f"{r['peak_mb']:.0f} ({r['baseline_mb']:.0f}) |"
+        )
+        print(lines[-1], flush=True)
+    return lines
+
+
 def main():
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     p.add_argument("--n", type=int, default=2000)
     p.add_argument("--markdown", default=None)
+    p.add_argument("--solvers", nargs="*", default=None, help="solver cases (all if none)")
+    p.add_argument("--case", default=None, help=argparse.SUPPRESS)  # one, in this process
     args = p.parse_args()
+    if args.case:
+        print(json.dumps(run_case(args.case)))
+        return
+    if args.solvers is not None:
+        lines = solver_table(args.solvers or list(SOLVER_CASES))
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write("\n".join(lines) + "\n")
+        return
     n = args.n
     lines = [
         f"n = {n}, float64, jax {jax.__version__}, {os.cpu_count()} cores. Seconds for "

@@ -49,7 +49,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import jaxdia  # noqa: E402
-from jaxdia._primitives import spmm  # noqa: E402
+from jaxdia._kernels.primitives import spmm  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from jax.scipy.sparse import linalg as jla  # noqa: E402

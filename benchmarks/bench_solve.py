@@ -46,7 +46,8 @@ from bench_traces import shown, timed  # noqa: E402  (also turns x64 on)
 from jax import lax  # noqa: E402
 
 import jaxdia  # noqa: E402
-from jaxdia import _band_primitives, _banded  # noqa: E402
+from jaxdia._kernels import band_primitives  # noqa: E402
+from jaxdia._linalg import banded  # noqa: E402
 
 # -- one-shot solves -----------------------------------------------------------------------
 
@@ -55,11 +56,11 @@ def forced(method):
     """``jit(solve_banded)`` with the CPU implementation forced (read when tracing)."""
 
     def solve(A, b):
-        saved, _banded.METHOD = _banded.METHOD, method
+        saved, banded.METHOD = banded.METHOD, method
         try:
             return jaxdia.solve_banded(A, b)
         finally:
-            _banded.METHOD = saved
+            banded.METHOD = saved
 
     return jax.jit(solve)
 
@@ -412,7 +413,7 @@ def main():
     header = (
         f"jax {jax.__version__}, scipy {scipy.__version__}, {platform.processor() or 'cpu'}, "
         f"{os.cpu_count()} cores, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}; "
-        f"scan on CPU up to {_band_primitives._SCAN_ROWS} rows; median, ratio jaxdia / SciPy"
+        f"scan on CPU up to {band_primitives._SCAN_ROWS} rows; median, ratio jaxdia / SciPy"
     )
     lines = [header, ""]
     if args.only in (None, "factor"):

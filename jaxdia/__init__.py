@@ -3,8 +3,11 @@
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-from ._construct import diags as diags, eye as eye
-from ._factor import (
+from ._construct import diags as diags, eye as eye, kron as kron
+from ._io import load_npz as load_npz, save_npz as save_npz
+from ._jacobian import jacobian as jacobian, value_and_jacobian as value_and_jacobian
+from ._linalg.expm import expm_multiply as expm_multiply
+from ._linalg.factor import (
     BandedCholesky as BandedCholesky,
     BandedLU as BandedLU,
     cho_factor as cho_factor,
@@ -12,29 +15,28 @@ from ._factor import (
     factorized as factorized,
     lu_factor as lu_factor,
     lu_solve as lu_solve,
+    solve_banded as solve_banded,
     solveh_banded as solveh_banded,
 )
-from ._functions import align as align, kron as kron, matmul as matmul, traces as traces
-from ._incomplete import (
+from ._linalg.incomplete import (
     IncompleteCholesky as IncompleteCholesky,
     IncompleteLU as IncompleteLU,
     ic0 as ic0,
     ilu0 as ilu0,
 )
-from ._io import load_npz as load_npz, save_npz as save_npz
-from ._linalg import jacobi as jacobi, solve_banded as solve_banded
-from ._matrix import DiaMatrix as DiaMatrix
-from ._precond import (
+from ._linalg.krylov import SolveInfo as SolveInfo, bicgstab as bicgstab, cg as cg
+from ._linalg.lanczos import eigsh as eigsh
+from ._linalg.precond import (
     Chebyshev as Chebyshev,
+    Jacobi as Jacobi,
     Multigrid as Multigrid,
-    SolveInfo as SolveInfo,
-    bicgstab as bicgstab,
-    cg as cg,
     chebyshev as chebyshev,
+    jacobi as jacobi,
     multigrid as multigrid,
 )
+from ._linalg.sharded_multigrid import ShardedMultigrid as ShardedMultigrid
+from ._matrix import DiaMatrix as DiaMatrix, align as align, matmul as matmul, traces as traces
 from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard
-from ._spectral import eigsh as eigsh, expm_multiply as expm_multiply
 
 try:
     __version__ = version("jaxdia")
@@ -43,8 +45,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 
 def __getattr__(name: str) -> Any:
-    # DiaLinearOperator and BandedSolver subclass lineax classes: import lineax only when
-    # one of them is used.
+    # DiaLinearOperator and BandedSolver subclass lineax classes (and offsets_tag is read by
+    # BandedSolver): import lineax only when one of them is used.
     if name == "DiaLinearOperator":
         from ._lineax import DiaLinearOperator
 
@@ -53,6 +55,14 @@ def __getattr__(name: str) -> Any:
         from ._lineax import BandedSolver
 
         return BandedSolver
+    if name == "MultigridSolver":
+        from ._lineax import MultigridSolver
+
+        return MultigridSolver
+    if name == "offsets_tag":
+        from ._lineax import offsets_tag
+
+        return offsets_tag
     raise AttributeError(f"module 'jaxdia' has no attribute {name!r}")
 
 
@@ -76,7 +86,9 @@ __all__ = [
     "ilu0",
     "IncompleteCholesky",
     "IncompleteLU",
+    "Jacobi",
     "jacobi",
+    "jacobian",
     "kron",
     "load_npz",
     "lu_factor",
@@ -87,8 +99,10 @@ __all__ = [
     "save_npz",
     "shard",
     "ShardedDiaMatrix",
+    "ShardedMultigrid",
     "solve_banded",
     "solveh_banded",
     "SolveInfo",
     "traces",
+    "value_and_jacobian",
 ]

@@ -212,7 +212,9 @@ def reject_sparse(value: Any, name: str, hint: str = "") -> None:
         )
 
 
-def as_array(value: Any, name: str, *, expected: str = "a numeric array", hint: str = "") -> Any:
+def as_array(
+    value: Any, name: str, *, expected: str = "a numeric array", hint: str = ""
+) -> jax.Array | np.ndarray:
     """``value`` as an array operand: a JAX array (or tracer) as given, anything else as a
     NumPy array in native byte order (a jitted call transfers it; ``jnp.asarray`` first
     would cost one more pass).
@@ -255,7 +257,7 @@ def integers_as(value: Any, dtype: Any) -> Any:
 
 
 #: The ``implementation`` choices of the products.
-IMPLEMENTATIONS = (None, "xla", "pallas")
+IMPLEMENTATIONS = (None, "xla", "pallas", "mosaic", "triton")
 
 
 def check_implementation(implementation: Any) -> None:
@@ -272,10 +274,53 @@ def broadcast_batch(what: str, *shapes: Sequence[int]) -> tuple[int, ...]:
         raise ValueError(f"{what}: batch shapes {shapes_} do not broadcast") from None
 
 
+def spans_processes(value: Any) -> bool:
+    """Whether ``value`` is a global ``jax.Array`` with shards on other processes'
+    devices that is not replicated here: its values cannot be fetched to this host (a
+    check that needs them must reduce on the devices instead)."""
+    return (
+        isinstance(value, jax.Array)
+        and not value.is_fully_addressable
+        and not value.is_fully_replicated
+    )
+
+
+@jax.jit
+def _zeros_on_devices(values: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """How many entries of ``values`` are 0, and the flat index of the first: scalars
+    that every process holds (computed where the shards are, reduced across them)."""
+    zero = values == 0
+    # The flat index from iotas: reshaping a sharded array would need a layout of its own.
+    flat = sum(
+        jax.lax.broadcasted_iota(
+            np.int64 if values.size > 2**31 - 1 else np.int32, values.shape, axis
+        )
+        * math.prod(values.shape[axis + 1 :])
+        for axis in range(values.ndim)
+    )
+    return jnp.sum(zero), jnp.min(jnp.where(zero, flat, values.size))
+
+
 def check_nonzero_diagonal(diagonal: Any, function: str, consequence: str) -> None:
     """A ValueError naming the zeros (up to 5) of a concrete ``diagonal``, for the
-    preconditioners and smoothers that divide by it; a traced one is not checked."""
+    preconditioners and smoothers that divide by it; a traced one is not checked.
+
+    A diagonal that spans other processes (:func:`spans_processes`) is checked on the
+    devices: a reduction gives the number of zeros and the first one's index (named
+    alone), and nothing is fetched to the host.
+    """
     if is_traced(diagonal):
+        return
+    if spans_processes(diagonal):
+        count, first = (int(value) for value in _zeros_on_devices(diagonal))
+        if count:
+            index = np.unravel_index(first, diagonal.shape)
+            where = str(int(index[0]) if len(index) == 1 else tuple(int(i) for i in index))
+            more = f" and {count - 1} more" if count > 1 else ""
+            raise ValueError(
+                f"{function}: A's diagonal must be nonzero, but it is 0 at index {where}{more}"
+                f"{consequence}"
+            )
         return
     zeros = np.argwhere(np.asarray(diagonal) == 0)
     if zeros.size:
@@ -287,3 +332,65 @@ def check_nonzero_diagonal(diagonal: Any, function: str, consequence: str) -> No
             f"{function}: A's diagonal must be nonzero, but it is 0 at index {where}{more}"
             f"{consequence}"
         )
+
+
+# -- operators and their operands ------------------------------------------------------------
+
+
+def check_square(A: Any, function: str) -> Any:
+    """``A`` (anything with a ``shape``), checked to be a square matrix (``function``
+    names the caller)."""
+    shape = tuple(A.shape)
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise ValueError(f"{function}: A must be square, got shape {shape}")
+    return A
+
+
+def check_rhs(
+    function: str, n: int, batch_shape: tuple[int, ...], b: Any, dtype: Any, name: str = "b"
+):
+    """``b`` (called ``name`` in messages) checked for an ``n x n`` matrix of batch shape
+    ``batch_shape`` and ``dtype``: returns ``(b, batch)``, ``batch`` the broadcast batch
+    shape of the solution. Integer NumPy ``b`` is converted on the host (see
+    :func:`jaxdia._checks.integers_as`)."""
+    b = integers_as(as_array(b, f"{function}: {name}"), dtype)
+    if b.ndim == 0 or b.shape[-2 if b.ndim > 1 else 0] != n:
+        raise ValueError(
+            f"{function}: {name} must have shape ({n},) or (..., {n}, k) for A of shape "
+            f"{(n, n)}, got shape {b.shape}"
+        )
+    batch = broadcast_batch(f"{function}: A and {name}", batch_shape, b.shape[:-2])
+    return b, batch
+
+
+def result_dtype(matrix_dtype: Any, b: Any) -> np.dtype:
+    """The dtype of a solution: the promoted dtype of the matrix and ``b`` (arrays: a
+    NumPy float64 ``b`` is no explicit request), the default float for integers."""
+    dtype = jnp.result_type(jnp.zeros((), matrix_dtype), b)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = jnp.result_type(float)
+    return np.dtype(dtype)
+
+
+# -- scalar arguments ------------------------------------------------------------------------
+
+
+def scalar(value: Any, name: str, *, nonnegative: bool = False, hint: str = "") -> Any:
+    """``value`` checked to be a real scalar (a traced one too: only its shape and dtype
+    are checked), as an array; ``nonnegative`` also refuses a concrete value below 0 (or
+    NaN). ``name`` names it in the messages, ``hint`` follows the complex-value one."""
+    value = as_array(value, name, expected="a real scalar")
+    if np.ndim(value) != 0:
+        raise ValueError(f"{name} must be a scalar, got shape {np.shape(value)}")
+    if np.dtype(value.dtype).kind == "c":
+        raise TypeError(f"{name} must be real, got dtype {value.dtype}{hint}")
+    if nonnegative and not is_traced(value) and not float(value) >= 0:
+        raise ValueError(f"{name} must be >= 0, got {float(value)}")
+    return value
+
+
+def reject_unsupported(function: str, name: str, value: Any, why: str) -> None:
+    """A NotImplementedError unless the SciPy argument ``name`` that jaxdia does not
+    support is None (``why`` says why)."""
+    if value is not None:
+        raise NotImplementedError(f"{function}: {name} is not supported ({why}); got {value!r}")

@@ -1,16 +1,20 @@
-"""Constructors with SciPy's semantics: :func:`diags` and :func:`eye`."""
+"""Constructors with SciPy's semantics: :func:`diags`, :func:`eye` and :func:`kron`."""
 
 from __future__ import annotations
 
 import functools
+import numbers
 from typing import Any
 
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
+import scipy.sparse as sp
 from jax import Array
+from jax.typing import ArrayLike, DTypeLike
 
+from . import _host, _ops
 from ._checks import (
     as_array,
     as_offsets,
@@ -21,10 +25,10 @@ from ._checks import (
     static_int,
     warn_if_unavailable,
 )
-from ._matrix import DiaMatrix
+from ._matrix import DiaMatrix, as_matrix
 
 
-def _default_dtype(dtype: Any) -> np.dtype:
+def _default_dtype(dtype: DTypeLike) -> np.dtype:
     """Integer/bool inputs become JAX's default float dtype (a DiaMatrix is inexact)."""
     dtype = np.dtype(dtype)
     if dtype == np.bool_ or np.issubdtype(dtype, np.integer):
@@ -33,7 +37,12 @@ def _default_dtype(dtype: Any) -> np.dtype:
 
 
 def diags(
-    diagonals: Any, offsets: Any = 0, shape: Any = None, dtype: Any = None, *, format: Any = None
+    diagonals: Any,
+    offsets: Any = 0,
+    shape: Any = None,
+    dtype: DTypeLike | None = None,
+    *,
+    format: Any = None,
 ) -> DiaMatrix:
     """A DiaMatrix from unpadded diagonals, like ``scipy.sparse.diags_array``.
 
@@ -115,7 +124,7 @@ def diags(
     layout.sort()
     kept = tuple(offset for offset, *_ in layout)
     places = tuple((index, start, length) for _, index, start, length in layout)
-    if any(isinstance(d, (jax.Array, jax.core.Tracer)) for d in diagonals):
+    if not _host.concrete(*diagonals):  # traced, or on an accelerator
         data = _device_data(diagonals, places, n, dtype)
     else:  # built on the host and transferred once, as SciPy builds it
         data = np.zeros((len(places), n), dtype)
@@ -125,10 +134,11 @@ def diags(
     return DiaMatrix(data, kept, (m, n))
 
 
-def _as_diagonal(diagonal: Any, index: int) -> Array | np.ndarray:
+def _as_diagonal(diagonal: ArrayLike, index: int) -> Array | np.ndarray:
     """A 1-D diagonal: a JAX array as given, anything else as a NumPy array."""
     array = as_array(diagonal, f"diagonals[{index}]", expected="numeric")
-    array = jnp.atleast_1d(array) if isinstance(array, jax.Array) else np.atleast_1d(array)
+    if array.ndim == 0:  # jnp.atleast_1d would compile a program even for 1-D arrays
+        array = jnp.atleast_1d(array) if isinstance(array, jax.Array) else np.atleast_1d(array)
     if array.ndim != 1:
         raise ValueError(f"diagonals[{index}] must be 1-D, got shape {array.shape}")
     return array
@@ -156,7 +166,7 @@ def _check_format(format: Any, function: str) -> None:
 
 
 def eye(
-    m: int, n: int | None = None, k: int = 0, dtype: Any = None, *, format: Any = None
+    m: int, n: int | None = None, k: int = 0, dtype: DTypeLike | None = None, *, format: Any = None
 ) -> DiaMatrix:
     """The ``(m, n)`` matrix with ones on diagonal ``k``, like ``scipy.sparse.eye_array``.
 
@@ -180,3 +190,75 @@ def eye(
         warn_if_unavailable(dtype, "eye")
     ones = np.ones(1, jax.dtypes.canonicalize_dtype(dtype))  # warned about above
     return diags([ones], [k], (m, m if n is None else n))
+
+
+def kron(A: Any, B: Any) -> DiaMatrix:
+    """The Kronecker product ``A ⊗ B`` as a DiaMatrix, like ``scipy.sparse.kron``.
+
+    Entry ``A[i1, j1] * B[i2, j2]`` sits at row ``i1 * mB + i2`` and column
+    ``j1 * nB + j2``. For a square ``B`` of size ``s`` the result offsets are
+    ``a * s + b`` for the offsets ``a`` of A and ``b`` of B; a rectangular ``B`` spreads
+    each pair over ``a * nB + b + i1 * (nB - mB)`` for every row ``i1`` of diagonal ``a``.
+    Every stored in-bounds entry of A and B contributes (explicit zeros too), so the
+    offsets are static; SciPy's result (BSR or COO) drops explicit zeros. Batch
+    dimensions broadcast.
+
+    As in SciPy, either factor may also be a scalar (``kron(2, B)`` is ``2 * B``), a 2-D
+    dense array (:meth:`DiaMatrix.from_dense`: integers become JAX's default float) or a
+    ``scipy.sparse`` matrix (:meth:`DiaMatrix.from_scipy`). Concrete factors are
+    multiplied on the host (NumPy; see ``docs/design.md``), so that building an operator
+    from a chain of products compiles nothing.
+
+    Args:
+      A: the left factor, shape ``(mA, nA)``.
+      B: the right factor, shape ``(mB, nB)``.
+
+    Returns:
+      The DiaMatrix of shape ``(mA * mB, nA * nB)``.
+
+    Raises:
+      TypeError: if A or B is not a DiaMatrix, a scalar, a 2-D array or a SciPy sparse
+        matrix.
+      ValueError: if the batch shapes do not broadcast.
+
+    Example:
+      >>> import jaxdia
+      >>> T = jaxdia.diags([1.0, 2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
+      >>> K = jaxdia.kron(jaxdia.eye(2), T)
+      >>> K.shape, K.offsets
+      ((6, 6), (-1, 0, 1))
+      >>> float(K.todense()[3, 2])
+      0.0
+      >>> jaxdia.kron(2, T).todense()[0].tolist()
+      [4.0, 1.0, 0.0]
+    """
+    if _is_scalar(A) and not _is_scalar(B):
+        return _kron_factor(B, "kron: B") * A
+    if _is_scalar(B):
+        return _kron_factor(A, "kron: A") * B
+    left, right = _kron_factor(A, "kron: A")._parts, _kron_factor(B, "kron: B")._parts
+    if _host.concrete(left, right):
+        return DiaMatrix._wrap(_host.kron(left, right))
+    return DiaMatrix._wrap(_ops.kronecker(left, right))
+
+
+def _is_scalar(value: Any) -> bool:
+    if isinstance(value, (numbers.Number, np.generic)):
+        return True
+    return isinstance(value, (np.ndarray, jax.Array)) and value.ndim == 0
+
+
+def _kron_factor(value: Any, name: str) -> DiaMatrix:
+    """A factor of :func:`kron` as a DiaMatrix: as it is, from SciPy, or from a dense 2-D
+    array (a scalar is a 1 x 1 matrix)."""
+    if isinstance(value, DiaMatrix):
+        return as_matrix(value, name)
+    if sp.issparse(value):
+        return DiaMatrix.from_scipy(value)
+    array = as_array(value, name, expected="a DiaMatrix, a scalar or a 2-D array")
+    if array.ndim > 2:
+        raise TypeError(
+            f"{name} must be a DiaMatrix, a scalar or a 2-D array, got an array of shape "
+            f"{array.shape}"
+        )
+    return DiaMatrix.from_dense(array.reshape((1,) * (2 - array.ndim) + array.shape))

@@ -10,7 +10,6 @@ trace under ``jit`` and ``vmap`` and are differentiable.
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +22,9 @@ from ._parts import DiaParts
 from ._sharding import on_auto_axes
 
 
-def canonical(data: Any, offsets: tuple[int, ...], shape: tuple[int, int]) -> DiaParts:
+def canonical(
+    data: Array | np.ndarray, offsets: tuple[int, ...], shape: tuple[int, int]
+) -> DiaParts:
     """The canonical parts of a checked matrix: offsets sorted ascending (``data`` rows
     permuted to match), diagonals with no slot inside the matrix dropped, and ``data``
     zero-padded or truncated to width ``n`` (as SciPy reads it).

@@ -176,3 +176,18 @@ def stack_rows(rows: list[Array], batch: tuple[int, ...], width: int, dtype: Any
     if not rows:
         return jnp.zeros((*batch, 0, width), dtype)
     return jnp.stack([jnp.broadcast_to(r, (*batch, width)).astype(dtype) for r in rows], -2)
+
+
+def by_rows(row: Any, offset: int, xp: Any = jnp) -> Any:
+    """A diagonal's values by row: ``out[i] = row[i + offset]`` (``A[i, i + offset]``
+    for a row of DIA ``data``) where that is inside ``row``, else 0 (1-D; ``xp`` is
+    ``jax.numpy`` or ``numpy``)."""
+    n = row.shape[-1]
+    if offset == 0:
+        return row
+    zeros = xp.zeros((min(abs(offset), n),), row.dtype)
+    if abs(offset) >= n:
+        return zeros
+    if offset > 0:
+        return xp.concatenate([row[offset:], zeros])
+    return xp.concatenate([zeros, row[: n + offset]])

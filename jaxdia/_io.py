@@ -15,6 +15,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 from ._checks import as_shape, check_dtype, is_int, narrow, warn_if_unavailable
 from ._geometry import holds_entries
@@ -66,7 +67,7 @@ DEFAULT_MAX_BYTES = 1 << 30
 
 
 def load_npz(
-    file: Any, dtype: Any = None, *, max_bytes: int | None = DEFAULT_MAX_BYTES
+    file: Any, dtype: DTypeLike | None = None, *, max_bytes: int | None = DEFAULT_MAX_BYTES
 ) -> DiaMatrix:
     """Loads a DIA matrix saved by :func:`save_npz` or ``scipy.sparse.save_npz``.
 

@@ -1,13 +1,16 @@
 """Optional lineax integration: :class:`DiaLinearOperator`, a DiaMatrix as a lineax
-operator, and :class:`BandedSolver`, a lineax solver that factors it once.
+operator; :class:`BandedSolver`, a lineax solver that factors it (or any banded operator,
+materialised by compressed products) once; :func:`offsets_tag`, the tag that tells it
+an operator's offsets.
 
 Needs the ``lineax`` extra (``pip install 'jaxdia[lineax]'``). ``jaxdia`` imports this
-module only when ``jaxdia.DiaLinearOperator`` or ``jaxdia.BandedSolver`` is first used, so
-jaxdia works without lineax installed.
+module only when one of these names is first used, so jaxdia works without lineax
+installed.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 try:
@@ -16,15 +19,20 @@ try:
     import lineax as lx
 except ImportError as error:  # pragma: no cover - exercised only without the extra
     raise ImportError(
-        "jaxdia.DiaLinearOperator and jaxdia.BandedSolver need lineax; install it with "
+        "jaxdia.DiaLinearOperator, BandedSolver and offsets_tag need lineax; install it with "
         "`pip install 'jaxdia[lineax]'` (or `pip install lineax`)."
     ) from error
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ._factor import BandedCholesky, cholesky_unchecked, lu_unchecked
+from ._checks import as_offsets, check_distinct, static_int
 from ._geometry import diagonal_bounds
+from ._jacobian import dia_from_linear, pattern
+from ._linalg.factor import BandedCholesky, cholesky_unchecked, lu_unchecked
+from ._linalg.krylov import bicgstab, cg
+from ._linalg.precond import multigrid
 from ._matrix import DiaMatrix, as_matrix
 
 
@@ -198,20 +206,241 @@ def _(operator):
 # -- the solver ------------------------------------------------------------------------------
 
 
-class BandedSolver(lx.AbstractLinearSolver):
-    """A lineax solver for a :class:`DiaLinearOperator`: a banded direct solve whose
-    ``init`` factors the matrix once.
+class _Mask:
+    """A structural mask as static data: hashable and compared by value."""
 
-    ``init`` computes :func:`jaxdia.cho_factor` (the upper triangle) when the operator is
-    tagged ``lineax.positive_semidefinite_tag``, else :func:`jaxdia.lu_factor`. Pass its
-    result as ``state`` to ``lineax.linear_solve`` to reuse the factor across solves, as
-    diffrax's implicit solvers do; without a ``state``, ``linear_solve`` factors on
-    every call. Transposed and conjugated solves (which lineax's derivatives need) reuse
-    the same factor. A factorization that fails (a singular matrix, or a tagged matrix
-    that is not positive definite) reports ``lineax.RESULTS.singular`` (with
-    ``throw=True``, lineax's error).
+    __slots__ = ("array", "_key")
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        self._key = (array.shape, np.packbits(array).tobytes())
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Mask) and self._key == other._key
+
+
+def _static_mask(mask: Any, function: str) -> _Mask | None:
+    if mask is None:
+        return None
+    array = np.asarray(mask)
+    if array.dtype != np.bool_ or array.ndim != 2:
+        raise ValueError(
+            f"{function}: mask must be a 2-D boolean array of shape (len(offsets), n), got "
+            f"{array.dtype} of shape {array.shape}"
+        )
+    array = array.copy()
+    array.setflags(write=False)
+    return _Mask(array)
+
+
+def _static_offsets(offsets: Any, function: str) -> tuple[int, ...]:
+    return check_distinct(as_offsets(offsets, f"{function}: offsets"))
+
+
+class OffsetsTag:
+    """A lineax tag: the operator's matrix is banded, with these diagonals; see
+    :func:`jaxdia.offsets_tag`."""
+
+    __slots__ = ("offsets", "mask")
+
+    def __init__(self, offsets: tuple[int, ...], mask: _Mask | None):
+        self.offsets = offsets
+        self.mask = mask
+
+    def __hash__(self) -> int:
+        return hash((OffsetsTag, self.offsets, self.mask))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, OffsetsTag)
+            and self.offsets == other.offsets
+            and self.mask == other.mask
+        )
+
+    def __repr__(self) -> str:
+        masked = ", mask=..." if self.mask is not None else ""
+        return f"jaxdia.offsets_tag({self.offsets}{masked})"
+
+
+def offsets_tag(offsets: Any, mask: Any = None) -> OffsetsTag:
+    """A lineax tag saying that an operator's matrix has (at most) these diagonals.
+
+    :class:`jaxdia.BandedSolver` without ``offsets`` reads it from the operator's tags.
+    Tags travel with an operator, so one tag given to ``optimistix.root_find(...,
+    tags=...)`` reaches both the solver's linear solves and those of its adjoint
+    (``optimistix.ImplicitAdjoint(linear_solver=jaxdia.BandedSolver())``, the
+    gradient's solves with the transposed Jacobian). lineax drops tags it does not
+    know when it transposes an operator, which the solver does not need: it transposes
+    its factor.
+
+    Args:
+      offsets: the diagonals (static ints, distinct, any order).
+      mask: optional structural zeros, as for :func:`jaxdia.jacobian`.
+
+    Returns:
+      A hashable tag, equal for equal offsets and masks.
+
+    Raises:
+      ValueError: for duplicate offsets or a mask that is not a 2-D boolean array.
 
     Example:
+      >>> import jax.numpy as jnp
+      >>> import lineax as lx
+      >>> import jaxdia
+      >>> def residual(u):
+      ...     padded = jnp.pad(u, 1)
+      ...     return 2 * u - padded[:-2] - padded[2:] + u**3 - 1
+      >>> tag = jaxdia.offsets_tag((-1, 0, 1))
+      >>> operator = lx.JacobianLinearOperator(lambda u, _: residual(u), jnp.ones(6), tags=tag)
+      >>> solution = lx.linear_solve(operator, jnp.ones(6), jaxdia.BandedSolver())
+      >>> bool(jnp.allclose(operator.mv(solution.value), 1.0, atol=1e-5))
+      True
+    """
+    return OffsetsTag(_static_offsets(offsets, "offsets_tag"), _static_mask(mask, "offsets_tag"))
+
+
+def _structure(tree: Any) -> tuple[Any, tuple[tuple[int, ...], ...]]:
+    """``(treedef, shapes)`` of a pytree of arrays or ShapeDtypeStructs (static data)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return treedef, tuple(tuple(leaf.shape) for leaf in leaves)
+
+
+def _ravel(tree: Any) -> jax.Array:
+    leaves = jax.tree_util.tree_leaves(tree)
+    if len(leaves) == 1:
+        return jnp.ravel(leaves[0])
+    return jnp.concatenate([jnp.ravel(leaf) for leaf in leaves])
+
+
+def _unravel(vector: jax.Array, structure: tuple[Any, tuple[tuple[int, ...], ...]]) -> Any:
+    treedef, shapes = structure
+    sizes = [math.prod(shape) for shape in shapes]
+    pieces = jnp.split(vector, np.cumsum(sizes)[:-1].tolist()) if len(sizes) > 1 else [vector]
+    return treedef.unflatten([piece.reshape(shape) for piece, shape in zip(pieces, shapes)])
+
+
+def _vector_dtype(structure: Any, function: str, side: str) -> np.dtype:
+    dtypes = {np.dtype(leaf.dtype) for leaf in jax.tree_util.tree_leaves(structure)}
+    if len(dtypes) != 1:
+        raise ValueError(
+            f"{function}: the operator's {side} structure must hold arrays of one dtype, got "
+            f"{sorted(d.name for d in dtypes)}"
+        )
+    return dtypes.pop()
+
+
+def _offsets_of(
+    operator: Any, offsets: tuple[int, ...] | None, mask: _Mask | None, solver: str
+) -> tuple[tuple[int, ...], _Mask | None]:
+    """The solver's offsets and mask, else those of the operator's offsets tag."""
+    if offsets is not None:
+        return offsets, mask
+    tags = [tag for tag in getattr(operator, "tags", ()) if isinstance(tag, OffsetsTag)]
+    if len(tags) != 1:
+        raise ValueError(
+            f"jaxdia.{solver} solves with a jaxdia.DiaLinearOperator, or with any square "
+            f"operator given its offsets: {solver}(offsets=...) or a jaxdia.offsets_tag(...) "
+            f"among its tags; got {type(operator).__name__} "
+            + ("with several offsets tags" if tags else "without offsets")
+        )
+    return tags[0].offsets, tags[0].mask
+
+
+def _as_dia(
+    operator: Any,
+    offsets: tuple[int, ...] | None,
+    mask: _Mask | None,
+    chunk_size: int | None,
+    solver: str,
+) -> DiaMatrix:
+    """The operator's matrix as a square DiaMatrix: a DiaLinearOperator's as it is, any
+    other operator's materialised from one product per colour of its pattern."""
+    if isinstance(operator, DiaLinearOperator):
+        m, n = operator.matrix.shape
+        if m != n:
+            raise ValueError(
+                f"jaxdia.{solver} needs a square operator, got shape {operator.matrix.shape}"
+            )
+        return operator.matrix
+    in_structure, out_structure = operator.in_structure(), operator.out_structure()
+    dtype = _vector_dtype(in_structure, solver, "input")
+    _vector_dtype(out_structure, solver, "output")
+    n = sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(in_structure))
+    m = sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(out_structure))
+    if m != n:
+        raise ValueError(f"jaxdia.{solver} needs a square operator, got {m} outputs for {n} inputs")
+    offsets, mask = _offsets_of(operator, offsets, mask, solver)
+    linear = lx.linearise(operator)  # the primal computed once, not once per product
+    structure = _structure(in_structure)
+
+    def product(vector: jax.Array) -> jax.Array:
+        return _ravel(linear.mv(_unravel(vector, structure)))
+
+    structure_ = pattern(offsets, (n, n), None if mask is None else mask.array, solver)
+    return dia_from_linear(product, structure_, dtype, chunk_size=chunk_size)
+
+
+def _structures(operator: Any) -> Any:
+    """The operator's input and output structures, as static state."""
+    return eqxi.Static((_structure(operator.in_structure()), _structure(operator.out_structure())))
+
+
+def _chunk_size(chunk_size: Any, solver: str) -> int | None:
+    if chunk_size is None:
+        return None
+    chunk_size = static_int(chunk_size, f"{solver}: chunk_size")
+    if chunk_size < 1:
+        raise ValueError(f"{solver}: chunk_size must be a positive int, got {chunk_size}")
+    return chunk_size
+
+
+class BandedSolver(lx.AbstractLinearSolver):
+    """A lineax solver that factors a banded operator once: a banded LU (or Cholesky)
+    factor in ``init``, reused by every solve with its state.
+
+    A :class:`DiaLinearOperator` is factored as it is. Any other square operator (the
+    ``FunctionLinearOperator`` that ``optimistix.Newton`` builds, the linearized
+    ``JacobianLinearOperator`` of ``optimistix.Chord`` and of diffrax's implicit solvers,
+    a ``MatrixLinearOperator``) is first materialised into a DiaMatrix with the given
+    ``offsets`` (or those of a :func:`jaxdia.offsets_tag` among its tags), from one
+    product ``operator.mv(seed)`` per colour of the pattern, as :func:`jaxdia.jacobian`
+    does: 3 products for a tridiagonal operator, 5 or 6 for a 2-D 5-point stencil,
+    whatever ``n``. An operator on a pytree or an N-D array is taken as the matrix of
+    its flattened vectors (leaves in order, each in C order).
+
+    ``init`` computes :func:`jaxdia.cho_factor` (the upper triangle) when
+    ``positive_definite`` is set or the operator is tagged
+    ``lineax.positive_semidefinite_tag``, else :func:`jaxdia.lu_factor`. Pass its
+    result as ``state`` to ``lineax.linear_solve`` to reuse the factor across solves, as
+    ``optimistix.Chord`` and diffrax's ``VeryChord`` do (one materialisation and one
+    factorization per Jacobian); without a ``state`` (``optimistix.Newton``),
+    ``linear_solve`` materialises and factors on every call. Transposed and conjugated
+    solves (which lineax's derivatives need) reuse the same factor. A factorization that
+    fails (a singular matrix, or one that is not positive definite) reports
+    ``lineax.RESULTS.singular`` (with ``throw=True``, lineax's error).
+
+    Entries of the operator outside the offsets add into the entries of their colour:
+    check a new operator once with :func:`jaxdia.jacobian`'s ``check=True``.
+
+    Args:
+      offsets: the diagonals of the operator's matrix (static ints, any order); None:
+        only a DiaLinearOperator, or an operator tagged with
+        :func:`jaxdia.offsets_tag`.
+      mask: optional structural zeros, as for :func:`jaxdia.jacobian`.
+      positive_definite: the matrix is Hermitian positive definite (unchecked): factor
+        by Cholesky, at half the work of LU.
+      chunk_size: materialise with at most this many products at once (see
+        :func:`jaxdia.jacobian`).
+
+    Raises:
+      ValueError: for duplicate offsets or a malformed mask; in ``init``, for an
+        operator that is not square, has no offsets, or mixes dtypes.
+
+    Example:
+      >>> import jax
       >>> import jax.numpy as jnp
       >>> import lineax as lx
       >>> import jaxdia
@@ -222,31 +451,49 @@ class BandedSolver(lx.AbstractLinearSolver):
       >>> solution = lx.linear_solve(operator, jnp.ones(5), solver, state=state)
       >>> [round(float(value), 3) for value in solution.value]
       [2.5, 4.0, 4.5, 4.0, 2.5]
+      >>> # Any square operator, given its offsets (optimistix.Newton hands the solver a
+      >>> # FunctionLinearOperator like this one: docs/nonlinear.md).
+      >>> vector = jax.ShapeDtypeStruct((5,), jnp.float32)
+      >>> laplacian = lx.FunctionLinearOperator(lambda v: A @ v, vector)
+      >>> solve = jax.jit(lambda b: lx.linear_solve(laplacian, b, jaxdia.BandedSolver((-1, 0, 1))))
+      >>> [round(float(value), 3) for value in solve(jnp.ones(5)).value]
+      [2.5, 4.0, 4.5, 4.0, 2.5]
     """
+
+    offsets: tuple[int, ...] | None = eqx.field(static=True)
+    mask: _Mask | None = eqx.field(static=True)
+    positive_definite: bool = eqx.field(static=True)
+    chunk_size: int | None = eqx.field(static=True)
+
+    def __init__(
+        self,
+        offsets: Any = None,
+        *,
+        mask: Any = None,
+        positive_definite: bool = False,
+        chunk_size: int | None = None,
+    ):
+        self.offsets = None if offsets is None else _static_offsets(offsets, "BandedSolver")
+        if mask is not None and offsets is None:
+            raise ValueError("BandedSolver: a mask needs offsets (the rows of the mask)")
+        self.mask = _static_mask(mask, "BandedSolver")
+        self.positive_definite = bool(positive_definite)
+        self.chunk_size = _chunk_size(chunk_size, "BandedSolver")
 
     def init(self, operator: Any, options: dict[str, Any]) -> Any:
         del options
-        if not isinstance(operator, DiaLinearOperator):
-            raise ValueError(
-                "jaxdia.BandedSolver solves with a jaxdia.DiaLinearOperator, got "
-                f"{type(operator).__name__}"
-            )
-        matrix = operator.matrix
-        m, n = matrix.shape
-        if m != n:
-            raise ValueError(
-                f"jaxdia.BandedSolver needs a square operator, got shape {matrix.shape}"
-            )
-        if lx.is_positive_semidefinite(operator):
+        matrix = _as_dia(operator, self.offsets, self.mask, self.chunk_size, "BandedSolver")
+        if self.positive_definite or lx.is_positive_semidefinite(operator):
             factor = cholesky_unchecked(matrix, lower=False)
         else:
             factor = lu_unchecked(matrix)
-        return factor, eqxi.Static(False), eqxi.Static(False)
+        return factor, eqxi.Static(False), eqxi.Static(False), _structures(operator)
 
-    def compute(self, state: Any, vector: Any, options: dict[str, Any]) -> Any:
+    def compute(self, state: Any, vector: jax.Array, options: dict[str, Any]) -> Any:
         del options
-        factor, transposed, conjugated = state
+        factor, transposed, conjugated, structures = state
         transposed, conjugated = transposed.value, conjugated.value
+        vector = _ravel(vector)
         if isinstance(factor, BandedCholesky):
             # A is Hermitian: A^T = conj(A), A^H = A.
             flip = transposed != conjugated
@@ -255,16 +502,145 @@ class BandedSolver(lx.AbstractLinearSolver):
             solution = factor.solve(vector.conj()).conj()
         else:
             solution = factor.solve(vector, trans=2 if conjugated else int(transposed))
+        in_structure, out_structure = structures.value
+        solution = _unravel(solution, out_structure if transposed else in_structure)
         result = lx.RESULTS.where(jnp.all(factor.ok), lx.RESULTS.successful, lx.RESULTS.singular)
         return solution, result, {}
 
     def transpose(self, state: Any, options: dict[str, Any]) -> Any:
-        factor, transposed, conjugated = state
-        return (factor, eqxi.Static(not transposed.value), conjugated), options
+        factor, transposed, conjugated, structures = state
+        return (factor, eqxi.Static(not transposed.value), conjugated, structures), options
 
     def conj(self, state: Any, options: dict[str, Any]) -> Any:
-        factor, transposed, conjugated = state
-        return (factor, transposed, eqxi.Static(not conjugated.value)), options
+        factor, transposed, conjugated, structures = state
+        return (factor, transposed, eqxi.Static(not conjugated.value), structures), options
+
+    def assume_full_rank(self) -> bool:
+        return True
+
+
+class MultigridSolver(lx.AbstractLinearSolver):
+    """A lineax solver for banded operators of a grid: the matrix materialised as
+    :class:`jaxdia.BandedSolver` materialises it, then :func:`jaxdia.cg` (``positive_definite``
+    or a ``lineax.positive_semidefinite_tag``) or :func:`jaxdia.bicgstab`, preconditioned
+    by :func:`jaxdia.multigrid` on ``grid``.
+
+    For large 2-D and 3-D grids, where a banded factor's fill (a band of ``N`` or
+    ``N^2`` diagonals) costs more than the Krylov iterations: ``init`` materialises the
+    matrix and sets the V-cycle hierarchy up once, and every solve with its state reuses
+    both. ``optimistix.Newton`` (which calls ``init`` every step) gets an inexact Newton
+    method whose linear solves stop at ``rtol``. The operator must be a stencil on
+    ``grid`` in the sense of :func:`jaxdia.multigrid` (a point coupled to itself and its
+    neighbours). A solve that does not reach the tolerance within ``maxiter`` reports
+    ``lineax.RESULTS.max_steps_reached``.
+
+    Args:
+      offsets: the diagonals of the operator's matrix (see :class:`jaxdia.BandedSolver`).
+      grid: the grid's points per axis (static ints), as for :func:`jaxdia.multigrid`.
+      mask: optional structural zeros, as for :func:`jaxdia.jacobian`.
+      positive_definite: the matrix is symmetric positive definite (unchecked): CG
+        instead of BiCGStab.
+      rtol, atol: the Krylov solver's tolerances on the residual norm.
+      maxiter: the most Krylov iterations (None: ``jaxdia.cg``'s default).
+      chunk_size: materialise with at most this many products at once.
+
+    Raises:
+      ValueError: as :class:`jaxdia.BandedSolver`.
+
+    Example:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> import lineax as lx
+      >>> import jaxdia
+      >>> N = 32  # the 2-D Laplacian on an N x N grid, as an operator on (N, N) arrays
+      >>> def laplacian(u):
+      ...     grid = jnp.pad(u, 1)
+      ...     return 4 * u - grid[:-2, 1:-1] - grid[2:, 1:-1] - grid[1:-1, :-2] - grid[1:-1, 2:]
+      >>> grid_values = jax.ShapeDtypeStruct((N, N), jnp.float32)
+      >>> operator = lx.FunctionLinearOperator(laplacian, grid_values)
+      >>> solver = jaxdia.MultigridSolver(
+      ...     (-N, -1, 0, 1, N), (N, N), positive_definite=True, rtol=1e-4  # float32
+      ... )
+      >>> solve = jax.jit(lambda b: lx.linear_solve(operator, b, solver))
+      >>> int(solve(jnp.ones((N, N))).stats["num_steps"]) < 10  # CG iterations
+      True
+    """
+
+    offsets: tuple[int, ...] | None = eqx.field(static=True)
+    grid: tuple[int, ...] = eqx.field(static=True)
+    mask: _Mask | None = eqx.field(static=True)
+    positive_definite: bool = eqx.field(static=True)
+    rtol: float = eqx.field(static=True)
+    atol: float = eqx.field(static=True)
+    maxiter: int | None = eqx.field(static=True)
+    chunk_size: int | None = eqx.field(static=True)
+
+    def __init__(
+        self,
+        offsets: Any,
+        grid: Any,
+        *,
+        mask: Any = None,
+        positive_definite: bool = False,
+        rtol: float = 1e-5,
+        atol: float = 0.0,
+        maxiter: int | None = None,
+        chunk_size: int | None = None,
+    ):
+        self.offsets = None if offsets is None else _static_offsets(offsets, "MultigridSolver")
+        if mask is not None and offsets is None:
+            raise ValueError("MultigridSolver: a mask needs offsets (the rows of the mask)")
+        self.grid = as_offsets(grid, "MultigridSolver: grid")
+        self.mask = _static_mask(mask, "MultigridSolver")
+        self.positive_definite = bool(positive_definite)
+        self.rtol, self.atol = float(rtol), float(atol)
+        self.maxiter = None if maxiter is None else static_int(maxiter, "MultigridSolver: maxiter")
+        self.chunk_size = _chunk_size(chunk_size, "MultigridSolver")
+
+    def init(self, operator: Any, options: dict[str, Any]) -> Any:
+        del options
+        matrix = _as_dia(operator, self.offsets, self.mask, self.chunk_size, "MultigridSolver")
+        symmetric = self.positive_definite or lx.is_positive_semidefinite(operator)
+        return (
+            matrix,
+            multigrid(matrix, self.grid),
+            eqxi.Static(symmetric),
+            eqxi.Static(False),
+            _structures(operator),
+        )
+
+    def compute(self, state: Any, vector: Any, options: dict[str, Any]) -> Any:
+        del options
+        matrix, preconditioner, symmetric, transposed, structures = state
+        method = cg if symmetric.value else bicgstab
+        solution, info = method(
+            matrix,
+            _ravel(vector),
+            M=preconditioner,
+            rtol=self.rtol,
+            atol=self.atol,
+            maxiter=self.maxiter,
+        )
+        in_structure, out_structure = structures.value
+        solution = _unravel(solution, out_structure if transposed.value else in_structure)
+        result = lx.RESULTS.where(
+            info.converged, lx.RESULTS.successful, lx.RESULTS.max_steps_reached
+        )
+        return solution, result, {"num_steps": info.iterations}
+
+    def transpose(self, state: Any, options: dict[str, Any]) -> Any:
+        matrix, preconditioner, symmetric, transposed, structures = state
+        if not symmetric.value:
+            matrix = matrix.T
+            preconditioner = multigrid(matrix, self.grid)
+        return (
+            (matrix, preconditioner, symmetric, eqxi.Static(not transposed.value), structures),
+            options,
+        )
+
+    def conj(self, state: Any, options: dict[str, Any]) -> Any:
+        # jaxdia.multigrid takes real matrices only, for which conj(A) = A.
+        return state, options
 
     def assume_full_rank(self) -> bool:
         return True

@@ -10,12 +10,22 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import jax
 import jax.core
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 from jax import Array, export
 from jax.experimental import sparse as jsparse
+from jax.typing import ArrayLike, DTypeLike
 
-from . import _ops
-from ._checks import as_array, as_offsets, as_shape, check_distinct, check_dtype, narrow
+from . import _host, _ops
+from ._checks import (
+    as_array,
+    as_offsets,
+    as_shape,
+    check_distinct,
+    check_dtype,
+    check_square,
+    narrow,
+)
 from ._convert import (
     canonical,
     coo_offsets,
@@ -28,12 +38,14 @@ from ._convert import (
 )
 from ._geometry import diagonal_bounds, holds_entries, index_dtype
 from ._parts import DiaParts
-from ._products import dense_dia_product, dia_dense_product, dia_dia_product, operator_product
+from ._products import dense_dia_product, dia_dense_product, matrix_product, operator_product
+from ._pytree import Immutable
 from ._scipy_names import SCIPY_EQUIVALENTS
-from ._traces import dia_diagonal, dia_trace, dia_traces
+from ._scipy_operator import ScipyOperator, host_precision
+from ._traces import dense_traces, dia_diagonal, dia_trace, dia_traces
 
 
-def _as_data(data: Any, function: str) -> Array | np.ndarray:
+def _as_data(data: npt.ArrayLike, function: str) -> Array | np.ndarray:
     """``data`` checked: a JAX array as given, anything else as a NumPy array (which the
     constructor canonicalizes on the host and transfers once) in the precision JAX has
     (see :func:`jaxdia._checks.narrow`)."""
@@ -83,12 +95,6 @@ def check_layout(A: DiaMatrix, what: str) -> None:
     )
 
 
-def _two_dimensional(X: Any, what: str) -> Any:
-    if np.ndim(X) != 2:
-        raise ValueError(f"{what}: X must be 2-D, got shape {np.shape(X)}")
-    return X
-
-
 def host_arrays(A: DiaMatrix, what: str) -> tuple[np.ndarray, np.ndarray]:
     """``(data, offsets)`` of one concrete matrix on the host, as SciPy stores them (see
     :func:`jaxdia._convert.to_host`); ``what`` names the caller in the ValueError for a
@@ -118,6 +124,11 @@ def as_matrix(value: Any, name: str) -> DiaMatrix:
     return value
 
 
+def as_square_matrix(value: Any, function: str) -> DiaMatrix:
+    """``value``, checked to be a square DiaMatrix (``function`` names the caller)."""
+    return check_square(as_matrix(value, f"{function}: A"), function)
+
+
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
@@ -140,7 +151,7 @@ def _reads_data(what: str) -> Callable[[_Method], _Method]:
 
 
 @jax.tree_util.register_pytree_with_keys_class
-class DiaMatrix:
+class DiaMatrix(Immutable, ScipyOperator):
     """A sparse matrix in DIA (diagonal) format, laid out exactly as SciPy's ``dia_array``.
 
     ``data[..., k, j]`` holds ``A[j - offsets[k], j]``: a column of ``data`` is a column
@@ -188,6 +199,10 @@ class DiaMatrix:
     """
 
     __slots__ = ("data", "offsets", "shape")
+    _leaves = ("data",)
+    _static = ("offsets", "shape")
+    _immutable_hint = "; its methods return new matrices"
+    _name = "A"
     data: Array
     offsets: tuple[int, ...]
     shape: tuple[int, int]
@@ -195,14 +210,20 @@ class DiaMatrix:
     # ``np.ndarray @ A`` must defer to ``A.__rmatmul__`` instead of densifying A.
     __array_ufunc__ = None
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+    def __array__(self, dtype: DTypeLike | None = None, copy: Any = None) -> np.ndarray:
         # Without this, ``np.asarray(A)`` is a 0-d object array (as for scipy.sparse) and
         # ``jnp.asarray(A)`` fails inside NumPy with "float() argument must be ...".
+        # SciPy's spsolve, splu, factorized and spilu call np.asarray(A) when A is no
+        # SciPy matrix: this message is the cause of their "unrecognized csc_array
+        # constructor input" error, so it names what to pass them.
         raise TypeError(
             "a DiaMatrix does not convert to a NumPy or JAX array implicitly: write A @ X "
             "for a product, call A.toarray() for a dense jax.Array or A.to_scipy() for a "
-            "scipy.sparse dia_array (to combine it with a scipy.sparse matrix S, convert S "
-            "with jaxdia.DiaMatrix.from_scipy(S))"
+            "scipy.sparse dia_array. SciPy functions that need a SciPy matrix (spsolve, "
+            "splu, factorized, spilu, expm, inv) take A.to_scipy(); jaxdia's own banded "
+            "solvers are jaxdia.solve_banded, lu_factor and factorized (the table in "
+            "docs/migration.md). To combine A with a scipy.sparse matrix S, convert S with "
+            "jaxdia.DiaMatrix.from_scipy(S)"
         )
 
     def __bool__(self) -> bool:
@@ -214,7 +235,7 @@ class DiaMatrix:
             )
         return bool(self.todense()[0, 0])
 
-    def __init__(self, data: Any, offsets: Any, shape: Any):
+    def __init__(self, data: npt.ArrayLike, offsets: Any, shape: Any):
         shape = as_shape(shape)
         offsets = as_offsets(offsets)
         data = _as_data(data, type(self).__name__)
@@ -223,14 +244,12 @@ class DiaMatrix:
                 f"data has {data.shape[-2]} diagonals (shape {data.shape}) but "
                 f"{len(offsets)} offsets were given: {offsets}"
             )
-        self._set(*canonical(data, check_distinct(offsets), shape))
+        self._assign(*canonical(data, check_distinct(offsets), shape))
 
     @classmethod
     def _wrap(cls, parts: DiaParts) -> DiaMatrix:
         """The matrix of canonical ``parts`` (what the array-level layer returns)."""
-        matrix = object.__new__(cls)
-        matrix._set(*parts)
-        return matrix
+        return cls._make(*parts)
 
     @property
     def _parts(self) -> DiaParts:
@@ -243,14 +262,6 @@ class DiaMatrix:
             return self
         return self._wrap(value) if isinstance(value, DiaParts) else value
 
-    def _set(self, data, offsets, shape) -> None:
-        object.__setattr__(self, "data", data)
-        object.__setattr__(self, "offsets", offsets)
-        object.__setattr__(self, "shape", shape)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("DiaMatrix is immutable; its methods return new matrices")
-
     if not TYPE_CHECKING:  # hidden from type checkers: they would accept any attribute
 
         def __getattr__(self, name: str) -> Any:
@@ -258,28 +269,6 @@ class DiaMatrix:
             hint = SCIPY_EQUIVALENTS.get(name)
             message = f"'DiaMatrix' object has no attribute {name!r}"
             raise AttributeError(f"{message}; for SciPy's {name}, use {hint}" if hint else message)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # pickle, copy.copy and copy.deepcopy rebuild the matrix from its parts (the
-        # default protocol restores slots through the immutable __setattr__).
-        return type(self).tree_unflatten, self.tree_flatten()[::-1]
-
-    # -- pytree ----------------------------------------------------------------------------
-
-    def tree_flatten(self) -> tuple[tuple[Array], tuple[tuple[int, ...], tuple[int, int]]]:
-        return (self.data,), (self.offsets, self.shape)
-
-    def tree_flatten_with_keys(self) -> tuple[tuple[tuple[Any, Array]], Any]:
-        # key paths (errors about traced arguments, tree_flatten_with_path) say ``.data``
-        (data,), aux_data = self.tree_flatten()
-        return ((jax.tree_util.GetAttrKey("data"), data),), aux_data
-
-    @classmethod
-    def tree_unflatten(
-        cls, aux_data: tuple[tuple[int, ...], tuple[int, int]], children: Sequence[Any]
-    ) -> DiaMatrix:
-        # JAX unflattens with tracers, None or placeholder objects: do not validate here.
-        return cls._wrap(DiaParts(children[0], *aux_data))
 
     # -- properties ------------------------------------------------------------------------
 
@@ -426,11 +415,12 @@ class DiaMatrix:
         return sp.dia_array(host_arrays(self, "to_scipy"), shape=self.shape)
 
     @classmethod
-    def from_dense(cls, dense: Any, offsets: Any = None) -> DiaMatrix:
+    def from_dense(cls, dense: npt.ArrayLike, offsets: Any = None) -> DiaMatrix:
         """Builds a DiaMatrix from a dense ``(..., m, n)`` array.
 
         Args:
-          dense: the matrix (or a batch of matrices).
+          dense: the matrix (or a batch of matrices); integer and bool arrays become JAX's
+            default float dtype (as in :func:`jaxdia.diags`).
           offsets: the diagonals to keep. If None, every diagonal holding a nonzero (in
             any batch member) is kept, which needs a concrete ``dense``; under ``jit`` pass
             offsets explicitly. Elements on diagonals not listed are dropped.
@@ -464,9 +454,13 @@ class DiaMatrix:
         )
         if array.ndim < 2:
             raise ValueError(f"dense must have shape (..., m, n), got shape {array.shape}")
+        if array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer):
+            array = array.astype(jax.dtypes.canonicalize_dtype(float))  # as diags does
         check_dtype(array.dtype, "dense")
         m, n = array.shape[-2:]
         offsets = tuple(sorted(k for k in check_distinct(offsets) if holds_entries(k, (m, n))))
+        if array.ndim == 2 and _host.concrete(array) and array.dtype in _host.HOST_DTYPES:
+            return cls(_host.dense_to_dia(np.asarray(array), offsets, (m, n)), offsets, (m, n))
         return cls(dense_to_dia(array, offsets, (m, n)), offsets, (m, n))
 
     @_reads_data("A.todense()")
@@ -568,7 +562,7 @@ class DiaMatrix:
     @_reads_data("A @ X")
     def __matmul__(self, other: Any) -> Array | DiaMatrix:
         if isinstance(other, DiaMatrix):
-            return self._wrap(dia_dia_product(self._parts, other._parts))
+            return self._wrap(matrix_product(self._parts, other._parts))
         return dia_dense_product(self._parts, other)
 
     @_reads_data("X @ A")
@@ -577,46 +571,65 @@ class DiaMatrix:
 
     # -- SciPy's LinearOperator protocol (scipy.sparse.linalg.aslinearoperator) -----------
 
+    def _columns(self, x: Any, adjoint: bool) -> Any:
+        if host_precision(x):
+            # x64 off: JAX would round a float64 x to float32, and SciPy's float64 solvers
+            # would then see float32 products and report convergence they never reached.
+            # SciPy multiplies in float64 (the matrix's entries exactly), as here.
+            S = self.to_scipy()
+            return (S.conj().T if adjoint else S) @ x
+        return operator_product(self._parts, x, adjoint=adjoint)
+
     @_reads_data("A.matvec(x)")
-    def matvec(self, x: Any) -> np.ndarray:
+    def matvec(self, x: ArrayLike) -> np.ndarray:
         """``A @ x`` as SciPy's ``LinearOperator.matvec``: NumPy in, NumPy out.
 
         With :meth:`rmatvec`, :meth:`matmat`, :meth:`rmatmat`, ``shape`` and ``dtype``
         this is SciPy's ``LinearOperator`` protocol, so ``scipy.sparse.linalg``'s solvers
         (``cg``, ``gmres``, ``minres``, ``eigsh``, ``svds``, ``lobpcg``, ``onenormest``
         ...) and ``aslinearoperator`` take a ``DiaMatrix`` as it is. Each product is one
-        compiled call.
+        compiled call. The result has SciPy's dtype, the promoted dtype of ``A`` and
+        ``x``: with x64 off, a float64 (complex128) NumPy ``x`` is multiplied on the host
+        by SciPy in double precision, as SciPy multiplies a float32 ``dia_array`` by it
+        (in JAX it would be rounded to float32, and a float64 SciPy solver would report
+        tolerances below float32's rounding as met). SciPy's shift-invert ``eigsh(A,
+        sigma=...)`` is the exception among the solvers: pass it ``A.to_scipy()`` (see
+        docs/migration.md).
 
         Example:
           >>> import numpy as np, scipy.sparse.linalg as spla, jaxdia
           >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(4, 4))
-          >>> A.matvec(np.ones(4))
+          >>> A.matvec(np.ones(4, np.float32))
           array([1., 0., 0., 1.], dtype=float32)
-          >>> x, info = spla.cg(A, np.ones(4))
-          >>> info, np.allclose(A @ x, 1.0, atol=1e-4)
+          >>> A.matvec(np.ones(4)).dtype  # float64, as SciPy's dia_array gives
+          dtype('float64')
+          >>> x, info = spla.cg(A, np.ones(4), rtol=1e-10)
+          >>> info, bool(np.linalg.norm(A.matvec(x) - 1.0) < 1e-9)
           (0, True)
         """
-        return operator_product(self._parts, x, adjoint=False)
+        return self._protocol(x, adjoint=False, matrix=False)
 
-    def __call__(self, x: Any) -> Array | np.ndarray:
+    def __call__(self, x: ArrayLike) -> Array | np.ndarray:
         """``A @ x``, as SciPy's ``LinearOperator`` is called: a NumPy result for a NumPy
         ``x`` (so SciPy code that calls the operator, such as ``lobpcg``, takes ``A``
-        directly), a JAX array for a JAX array (so JAX's solvers, which call a callable
-        operator, are unchanged).
+        directly; a 1-D or 2-D one as :meth:`matvec` computes it), a JAX array for a JAX
+        array (so JAX's solvers, which call a callable operator, are unchanged).
 
         Example:
           >>> import numpy as np, jax.numpy as jnp, jaxdia
           >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(3, 3))
-          >>> A(np.ones(3))
+          >>> A(np.ones(3, np.float32))
           array([1., 0., 1.], dtype=float32)
           >>> A(jnp.ones(3))
           Array([1., 0., 1.], dtype=float32)
         """
-        y = self @ x
+        if isinstance(x, np.ndarray) and x.ndim in (1, 2):
+            return self.matvec(x)
+        y: Any = self @ x
         return y if isinstance(x, jax.Array) else np.array(y)
 
     @_reads_data("A.rmatvec(x)")
-    def rmatvec(self, x: Any) -> np.ndarray:
+    def rmatvec(self, x: ArrayLike) -> np.ndarray:
         """``A^H @ x`` (the conjugate transpose) as SciPy's ``LinearOperator.rmatvec``.
 
         Example:
@@ -626,33 +639,33 @@ class DiaMatrix:
           >>> A.rmatvec(v).tolist() == (A.H @ v).tolist() == [0, -1j, -2j]
           True
         """
-        return operator_product(self._parts, x, adjoint=True)
+        return self._protocol(x, adjoint=True, matrix=False)
 
     @_reads_data("A.matmat(X)")
-    def matmat(self, X: Any) -> np.ndarray:
+    def matmat(self, X: ArrayLike) -> np.ndarray:
         """``A @ X`` for a 2-D ``X``, as SciPy's ``LinearOperator.matmat``.
 
         Example:
           >>> import numpy as np, jaxdia
-          >>> jaxdia.eye(3, k=1).matmat(np.arange(6.0).reshape(3, 2))
+          >>> jaxdia.eye(3, k=1).matmat(np.arange(6, dtype=np.float32).reshape(3, 2))
           array([[2., 3.],
                  [4., 5.],
                  [0., 0.]], dtype=float32)
         """
-        return operator_product(self._parts, _two_dimensional(X, "A.matmat(X)"), adjoint=False)
+        return self._protocol(X, adjoint=False, matrix=True)
 
     @_reads_data("A.rmatmat(X)")
-    def rmatmat(self, X: Any) -> np.ndarray:
+    def rmatmat(self, X: ArrayLike) -> np.ndarray:
         """``A^H @ X`` for a 2-D ``X``, as SciPy's ``LinearOperator.rmatmat``.
 
         Example:
           >>> import numpy as np, jaxdia
-          >>> jaxdia.eye(3, k=1).rmatmat(np.arange(6.0).reshape(3, 2))
+          >>> jaxdia.eye(3, k=1).rmatmat(np.arange(6, dtype=np.float32).reshape(3, 2))
           array([[0., 0.],
                  [0., 1.],
                  [2., 3.]], dtype=float32)
         """
-        return operator_product(self._parts, _two_dimensional(X, "A.rmatmat(X)"), adjoint=True)
+        return self._protocol(X, adjoint=True, matrix=True)
 
     def dot(self, other: Any) -> Array | DiaMatrix:
         """``A @ other`` (SciPy's spelling): a dense array, or a DiaMatrix for a DiaMatrix.
@@ -734,7 +747,7 @@ class DiaMatrix:
           >>> A.T.offsets, A.T.todense()[1:, 0:2].tolist()
           ((-1,), [[1.0, 0.0], [0.0, 2.0]])
         """
-        return self._wrap(_ops.transpose(self._parts))
+        return self._wrap(_ops.transposed(self._parts))
 
     def transpose(self, axes: Any = None) -> DiaMatrix:
         """``A.T``; ``axes`` may only be None or ``(1, 0)`` (as in SciPy).
@@ -809,7 +822,7 @@ class DiaMatrix:
         return self._wrap(_ops.imag(self._parts))
 
     @_reads_data("A.astype(dtype)")
-    def astype(self, dtype: Any, copy: bool = True) -> DiaMatrix:
+    def astype(self, dtype: DTypeLike, copy: bool = True) -> DiaMatrix:
         """The matrix converted to ``dtype`` (a floating or complex dtype).
 
         ``copy`` is accepted for SciPy compatibility and has no effect (JAX arrays are
@@ -872,7 +885,7 @@ class DiaMatrix:
         parts = self._parts
         return self._result(parts, _ops.divide(parts, _operand(other)))
 
-    def __pow__(self, p: Any) -> DiaMatrix:
+    def __pow__(self, p: ArrayLike) -> DiaMatrix:
         """Elementwise ``A ** p``, as ``A.power(p)`` (``dia_array`` semantics)."""
         return self.power(p)
 
@@ -901,7 +914,7 @@ class DiaMatrix:
         return self._result(parts, _ops.multiply(parts, _operand(other)))
 
     @_reads_data("A.power(p)")
-    def power(self, p: Any, dtype: Any = None) -> DiaMatrix:
+    def power(self, p: ArrayLike, dtype: DTypeLike | None = None) -> DiaMatrix:
         """Elementwise power of the stored entries, like ``dia_array.power``.
 
         Args:
@@ -923,7 +936,7 @@ class DiaMatrix:
         return self._wrap(_ops.power(self._parts, p, dtype))
 
     @_reads_data("A.sum()")
-    def sum(self, axis: Any = None, dtype: Any = None, out: None = None) -> Array:
+    def sum(self, axis: Any = None, dtype: DTypeLike | None = None, out: None = None) -> Array:
         """The sum of all entries (axis None), column sums (0) or row sums (1).
 
         Returns dense JAX arrays with ``dia_array``'s shapes: ``batch_shape``,
@@ -939,7 +952,7 @@ class DiaMatrix:
         return _ops.reduce_sum(self._parts, axis, dtype, out)
 
     @_reads_data("A.mean()")
-    def mean(self, axis: Any = None, dtype: Any = None, out: None = None) -> Array:
+    def mean(self, axis: Any = None, dtype: DTypeLike | None = None, out: None = None) -> Array:
         """The mean of all ``m * n`` entries, or of each column (0) or row (1).
 
         ``out`` must be None, as in :meth:`sum` (``np.mean(A)`` works).
@@ -1012,7 +1025,7 @@ class DiaMatrix:
         return self._wrap(_ops.eliminate_zeros(self._parts))
 
     @_reads_data("A.with_diagonal(values, k)")
-    def with_diagonal(self, values: Any, k: int = 0) -> DiaMatrix:
+    def with_diagonal(self, values: ArrayLike, k: int = 0) -> DiaMatrix:
         """SciPy's ``setdiag(values, k)`` as a pure function: a new matrix.
 
         A scalar fills the whole diagonal ``k``; an array sets its first ``len(values)``
@@ -1033,6 +1046,111 @@ class DiaMatrix:
         """
         parts = self._parts
         return self._result(parts, _ops.with_diagonal(parts, values, k))
+
+
+# -- the functional forms of the methods ----------------------------------------------------
+
+
+def matmul(A: DiaMatrix, X: ArrayLike, *, implementation: str | None = None) -> Array:
+    """``A @ X`` with a choice of implementation.
+
+    Follows ``jnp.matmul``'s rules with ``A`` as an array of shape
+    ``A.batch_shape + A.shape``: a 1-D ``X`` of length ``n`` is a vector, an N-D ``X`` is
+    a stack of ``(n, c)`` matrices whose batch dims broadcast with ``A.batch_shape``.
+    dtypes promote with JAX's rules; bfloat16/float16 products accumulate in float32.
+
+    Args:
+      A: the sparse matrix.
+      X: the dense right-hand side.
+      implementation: None picks the best for the platform (Pallas kernels on GPU/TPU,
+        XLA on CPU; README's "What runs where"); ``"xla"`` forces XLA, ``"pallas"`` the
+        platform's best Pallas kernel, ``"mosaic"`` or ``"triton"`` that GPU kernel
+        family. A forced choice that cannot run raises when the computation is
+        lowered.
+
+    Example:
+      >>> import numpy as np, jaxdia
+      >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
+      >>> jaxdia.matmul(A, np.ones(3), implementation="xla")
+      Array([-1.,  0., -1.], dtype=float32)
+    """
+    return dia_dense_product(as_matrix(A, "matmul: A")._parts, X, implementation=implementation)
+
+
+def traces(M: Any, q: Any) -> Array:
+    """Offset traces ``[trace(M, offset=k) for k in offsets]``, batched over leading dims.
+
+    Equals ``np.stack([np.trace(M, offset=k, axis1=-2, axis2=-1) for k in offsets], -1)``
+    for any shape, reading only the requested diagonals: O(q * min(m, n)) work, where
+    ``jnp.trace`` masks all m * n entries. Works under ``jit`` (with ``q`` static),
+    ``vmap`` and ``grad``. A :class:`jaxdia.DiaMatrix` is accepted too (as
+    ``A.traces(q)``).
+
+    Args:
+      M: a dense array of shape ``(..., m, n)`` (leading dims are a batch), or a
+        ``DiaMatrix``.
+      q: an int (the offsets ``0, 1, ..., q - 1``) or a sequence of ints (any order,
+        negative for diagonals below the main one). Offsets outside the matrix give 0,
+        as in ``np.trace``. Must be static.
+
+    Returns:
+      An array of shape ``M.shape[:-2] + (len(offsets),)``. Its dtype follows
+      ``np.trace``: bool and narrow integers sum in the default integer type, 16-bit
+      floats keep their dtype (accumulated in float32), other dtypes are kept.
+
+    Raises:
+      TypeError: if ``q`` is not an int or a sequence of ints (floats, bools, traced
+        arrays), or ``M`` is not numeric.
+      ValueError: if ``q`` is a negative int or ``M`` has rank < 2.
+
+    Example:
+      >>> import numpy as np, jaxdia
+      >>> M = np.arange(12.0).reshape(3, 4)
+      >>> jaxdia.traces(M, 3)
+      Array([15., 18.,  9.], dtype=float32)
+      >>> jaxdia.traces(M, [-2, -1, 3])
+      Array([ 8., 13.,  3.], dtype=float32)
+    """
+    if isinstance(M, DiaMatrix):
+        A = as_matrix(M, "traces: M")
+        return dia_traces(A.data, A.offsets, A.shape, q)
+    return dense_traces(M, q)
+
+
+def align(*matrices: DiaMatrix) -> tuple[DiaMatrix, ...]:
+    """The same matrices, each stored with the union of their offsets.
+
+    Matrices with equal offsets, shape, dtype and batch shape have equal pytree
+    structure, which ``lax.cond`` branches, ``lax.scan`` carries and ``lax.while_loop``
+    states require. The added diagonals are zero; dtypes and batch shapes are kept.
+
+    Args:
+      *matrices: DiaMatrix instances of one shape.
+
+    Returns:
+      A tuple of DiaMatrix, one per argument, in order.
+
+    Raises:
+      TypeError: if an argument is not a DiaMatrix.
+      ValueError: if the shapes differ.
+
+    Example:
+      >>> import jax, jaxdia
+      >>> A = jaxdia.eye(3)
+      >>> B = jaxdia.eye(3, k=1)
+      >>> A2, B2 = jaxdia.align(A, B)
+      >>> A2.offsets, B2.offsets
+      ((0, 1), (0, 1))
+      >>> C = jax.lax.cond(True, lambda: A2, lambda: B2)
+      >>> C.todense()[0]
+      Array([1., 0., 0.], dtype=float32)
+    """
+    parts = [as_matrix(M, f"align: argument {i}")._parts for i, M in enumerate(matrices)]
+    shapes = {M.shape for M in parts}
+    if len(shapes) > 1:
+        raise ValueError(f"align: the matrices must have one shape, got {[M.shape for M in parts]}")
+    union = tuple(sorted(set().union(*(M.offsets for M in parts))))
+    return tuple(DiaMatrix._wrap(_ops.select(M, union)) for M in parts)
 
 
 def _serialize_aux_data(aux_data: tuple[tuple[int, ...], tuple[int, int]]) -> bytes:

@@ -27,7 +27,9 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.typing import ArrayLike, DTypeLike
 
+from . import _host
 from ._checks import (
     as_array,
     as_offsets,
@@ -38,6 +40,7 @@ from ._checks import (
     is_int,
     is_traced,
     reject_sparse,
+    spans_processes,
     static_int,
 )
 from ._convert import dense_to_dia, to_dense
@@ -58,7 +61,7 @@ from ._sharding import on_auto_axes
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _filled(A: DiaParts, fill: Any = 0) -> Array:
+def _filled(A: DiaParts, fill: ArrayLike = 0) -> Array:
     """A's ``data`` with its padding slots set to ``fill``.
 
     Used wherever data meets another operand or a nonlinear map: a select (unlike a
@@ -72,6 +75,22 @@ def _any_nonzero_in_bounds(host: np.ndarray, A: DiaParts, k: int) -> bool:
     """Whether row ``k`` of the host copy of ``A.data`` holds a nonzero in-bounds entry."""
     start, stop = diagonal_bounds(A.offsets[k], A.shape)
     return bool(np.any(host[..., k, start:stop] != 0))
+
+
+def _nonzero_diagonals(A: DiaParts) -> list[bool]:
+    """Whether each stored diagonal of a concrete ``A`` holds a nonzero in-bounds entry
+    (in some batch member): on the host, or by a reduction on the devices for data that
+    spans other processes (which this host cannot fetch)."""
+    if spans_processes(A.data):
+        return [bool(flag) for flag in np.asarray(_nonzero_on_devices(A))]
+    host = np.asarray(A.data)
+    return [_any_nonzero_in_bounds(host, A, k) for k in range(len(A.offsets))]
+
+
+@jax.jit
+def _nonzero_on_devices(A: DiaParts) -> Array:
+    nonzero = _filled(A) != 0
+    return jnp.any(nonzero, axis=tuple(a for a in range(nonzero.ndim) if a != nonzero.ndim - 2))
 
 
 def _same_shape(what: str, A: DiaParts, B: DiaParts) -> None:
@@ -145,6 +164,12 @@ def transpose(A: DiaParts) -> DiaParts:
     return DiaParts(jnp.concatenate(rows, axis=-2), offsets, (n, m))
 
 
+def transposed(A: DiaParts) -> DiaParts:
+    """``A.T``: :func:`transpose`, on the host for a concrete matrix (see
+    :mod:`jaxdia._host`)."""
+    return _host.transpose(A) if _host.concrete(A) else transpose(A)
+
+
 def conj(A: DiaParts) -> DiaParts:
     return A.with_data(jnp.conj(A.data))
 
@@ -157,7 +182,7 @@ def imag(A: DiaParts) -> DiaParts:
     return A.with_data(jnp.imag(A.data))
 
 
-def astype(A: DiaParts, dtype: Any) -> DiaParts:
+def astype(A: DiaParts, dtype: DTypeLike) -> DiaParts:
     dtype = check_dtype(dtype, "dtype")
     if A.dtype.kind == "c" and dtype.kind != "c":
         raise TypeError(
@@ -183,7 +208,7 @@ def add(A: DiaParts, other: Any, *, subtract: bool = False, reverse: bool = Fals
     if isinstance(other, DiaParts):
         _same_shape(what, A, other)
         broadcast_batch(what, A.batch_shape, other.batch_shape)
-        return _add_dia(A, other, sign_a, sign_b)
+        return (_host.add if _host.concrete(A, other) else _add_dia)(A, other, sign_a, sign_b)
     if not _is_array_like(other):
         return NotImplemented
     if np.ndim(other) == 0:
@@ -202,6 +227,17 @@ def add(A: DiaParts, other: Any, *, subtract: bool = False, reverse: bool = Fals
             f"{what}: A of shape {matrix_shape} and a dense B of shape {np.shape(other)} "
             "do not broadcast"
         ) from None
+    if tuple(np.shape(other)[-2:]) != A.shape:
+        # A vector spread over every entry: the classic trap of dia_matrix code, whose
+        # ``A * u`` is a product (elementwise here), so that ``u + dt * (A * u)`` would
+        # silently build a dense m x n array.
+        raise ValueError(
+            f"{what}: B of shape {np.shape(other)} would broadcast over all {A.shape[0]} x "
+            f"{A.shape[1]} entries of A, a dense array. For a matrix-vector product write "
+            "A @ u (scipy.sparse.dia_matrix's A * u is one; for a dia_array and a "
+            "DiaMatrix * is elementwise, so A * u is a matrix); for the dense result write "
+            f"A.todense() {symbol} B"
+        )
     dense = to_dense(A)
     return sign_a * dense + sign_b * jnp.asarray(other)
 
@@ -232,7 +268,7 @@ def _data_on(data: Array, offsets: tuple[int, ...], wanted: tuple[int, ...]) -> 
 
 
 def neg(A: DiaParts) -> DiaParts:
-    return A.with_data(-A.data)
+    return _host.negative(A) if _host.concrete(A) else A.with_data(-A.data)
 
 
 def multiply(A: DiaParts, other: Any, *, strict: bool = True) -> Any:
@@ -249,14 +285,17 @@ def multiply(A: DiaParts, other: Any, *, strict: bool = True) -> Any:
             )
         return NotImplemented
     if isinstance(other, DiaParts):
-        return _multiply_dia(A, other)
+        _same_shape("A.multiply(B)", A, other)
+        return (_host.multiply if _host.concrete(A, other) else _multiply_dia)(A, other)
     if np.ndim(other) == 0:
+        if _host.concrete(A, other):
+            return _host.scaled(A, other)
         return _with_scalar(A, other, op=operator.mul)
     return _with_dense(A, other, op=operator.mul)
 
 
 @functools.partial(jax.jit, static_argnames=("op", "fill"))
-def _with_scalar(A: DiaParts, s: Any, *, op: Any, fill: Any = 0) -> DiaParts:
+def _with_scalar(A: DiaParts, s: ArrayLike, *, op: Any, fill: ArrayLike = 0) -> DiaParts:
     """``op(data, s)`` on the in-bounds slots, padding set to ``fill`` first, in one call."""
     return A.with_data(op(_filled(A, fill), s))
 
@@ -285,7 +324,8 @@ def _with_dense(A: DiaParts, x: Array, *, op: Any) -> DiaParts:
     if x.shape[-2] not in (1, m) or x.shape[-1] not in (1, n):
         raise ValueError(
             f"{what}: X of shape {x.shape} does not broadcast to the matrix shape "
-            f"{A.shape}; expected (..., {m} or 1, {n} or 1)"
+            f"{A.shape}; expected (..., {m} or 1, {n} or 1) (for the product with vectors, "
+            "scipy.sparse.dia_matrix's A * X, write A @ X)"
         )
     batch = broadcast_batch(what, A.batch_shape, x.shape[:-2])
     if x.shape[-2] == 1:
@@ -315,7 +355,7 @@ def divide(A: DiaParts, other: Any) -> Any:
     return _with_dense(A, other, op=operator.truediv)
 
 
-def power(A: DiaParts, p: Any, dtype: Any = None) -> DiaParts:
+def power(A: DiaParts, p: ArrayLike, dtype: DTypeLike | None = None) -> DiaParts:
     """Elementwise ``A ** p`` on the stored entries (SciPy's ``dia_array.power``)."""
     if not _is_array_like(p) or np.ndim(p) != 0:
         raise TypeError(
@@ -330,7 +370,7 @@ def power(A: DiaParts, p: Any, dtype: Any = None) -> DiaParts:
     if dtype is not None:
         A = astype(A, dtype)
     if not is_traced(p) and not np.iscomplexobj(p):
-        p = float(p)
+        p = float(np.asarray(p))
         if (p.is_integer() and abs(p) <= _MAX_MULTIPLIED_POWER) or p == 0.5:
             # A few exponents are compiled in (XLA then multiplies, or takes the square
             # root, instead of a general ``pow``): a bounded set of programs.
@@ -383,7 +423,9 @@ def _reject_out(what: str, out: Any) -> None:
         )
 
 
-def reduce_sum(A: DiaParts, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:
+def reduce_sum(
+    A: DiaParts, axis: Any = None, dtype: DTypeLike | None = None, out: Any = None
+) -> Array:
     """Sum of the entries (axis None), of each column (axis 0) or of each row (axis 1)."""
     _reject_out("sum", out)
     return _sum(A, _axis(axis), None if dtype is None else np.dtype(dtype))
@@ -427,7 +469,9 @@ def _sum_diagonals(data: Array, dtype: np.dtype | None = None) -> Array:
     return pairwise_sum([data[..., k, :].astype(acc) for k in range(data.shape[-2])]).astype(result)
 
 
-def reduce_mean(A: DiaParts, axis: Any = None, dtype: Any = None, out: Any = None) -> Array:
+def reduce_mean(
+    A: DiaParts, axis: Any = None, dtype: DTypeLike | None = None, out: Any = None
+) -> Array:
     """The mean over all entries (zeros included), or over axis 0 or 1."""
     _reject_out("mean", out)
     return _mean(A, _axis(axis), None if dtype is None else np.dtype(dtype))
@@ -482,8 +526,8 @@ def with_offsets(A: DiaParts, offsets: Any, *, check: bool = True) -> DiaParts:
                 "under jit/vmap/grad it cannot check that they are zero. Pass check=False to "
                 "drop them unchecked (their entries are then discarded)."
             )
-        host = np.asarray(A.data)
-        nonzero = [A.offsets[i] for i in dropped if _any_nonzero_in_bounds(host, A, i)]
+        flags = _nonzero_diagonals(A)
+        nonzero = [A.offsets[i] for i in dropped if flags[i]]
         if nonzero:
             raise ValueError(
                 f"with_offsets would drop diagonals {nonzero}, which hold nonzero entries; "
@@ -498,7 +542,7 @@ def select(A: DiaParts, offsets: tuple[int, ...]) -> DiaParts:
     return DiaParts(_data_on(A.data, A.offsets, offsets), offsets, A.shape)
 
 
-def shifted(A: DiaParts, mu: Any) -> DiaParts:
+def shifted(A: DiaParts, mu: Array | float) -> DiaParts:
     """``A - mu I`` for a square ``A`` (the main diagonal is added if not stored)."""
     offsets = tuple(sorted(set(A.offsets) | {0}))
     B = select(A, offsets)
@@ -513,12 +557,11 @@ def eliminate_zeros(A: DiaParts) -> DiaParts:
             "and under jit/vmap/grad they are traced. Call it outside the transformation, or "
             "use A.with_offsets(offsets, check=False) with offsets you know."
         )
-    host = np.asarray(A.data)
-    kept = tuple(k for i, k in enumerate(A.offsets) if _any_nonzero_in_bounds(host, A, i))
+    kept = tuple(k for k, nonzero in zip(A.offsets, _nonzero_diagonals(A)) if nonzero)
     return select(A, kept)
 
 
-def with_diagonal(A: DiaParts, values: Any, k: Any = 0) -> DiaParts:
+def with_diagonal(A: DiaParts, values: ArrayLike, k: Any = 0) -> DiaParts:
     """SciPy's ``setdiag(values, k)`` as a pure function."""
     k = static_int(k, "k")
     m, n = A.shape
@@ -555,28 +598,15 @@ def _set_diagonal(A: DiaParts, values: Array, k: int) -> DiaParts:
     return DiaParts(data, offsets, A.shape)
 
 
-def _kron_offsets(A: DiaParts, B: DiaParts) -> np.ndarray:
-    """The sorted offsets of ``kron(A, B)``: ``a * nB + b + i1 * (nB - mB)`` for each row
-    ``i1`` of each diagonal ``a`` of A and each diagonal ``b`` of B."""
-    mb, nb = B.shape
-    parts = [np.zeros(0, np.int64)]
-    for a in A.offsets:
-        start, stop = diagonal_bounds(a, A.shape)
-        rows = np.arange(start - a, stop - a, dtype=np.int64)
-        spread = np.unique(a * nb + rows * (nb - mb))
-        parts.append((spread[:, None] + np.asarray(B.offsets, np.int64)[None, :]).ravel())
-    return np.unique(np.concatenate(parts))
-
-
 @jax.jit
 @on_auto_axes()
-def kron(A: DiaParts, B: DiaParts) -> DiaParts:
+def kronecker(A: DiaParts, B: DiaParts) -> DiaParts:
     """The Kronecker product ``A ⊗ B`` (see :func:`jaxdia.kron`)."""
     batch = broadcast_batch("kron", A.batch_shape, B.batch_shape)
     (ma, na), (mb, nb) = A.shape, B.shape
     shape = (ma * mb, na * nb)
     dtype = jnp.result_type(A.dtype, B.dtype)
-    offsets = _kron_offsets(A, B)
+    offsets = _host.kron_offsets(A, B)
     # Padding zeroed first: no NaN from padding reaches a value or a gradient.
     a, b = _filled(A).astype(dtype), _filled(B).astype(dtype)
     if mb == nb:

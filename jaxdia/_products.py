@@ -4,20 +4,26 @@ another DIA matrix.
 * :func:`dia_dense_product` (``A @ X``) and :func:`dense_dia_product` (``X @ A``) follow
   ``jnp.matmul``: the matrix is an array of shape ``batch_shape + (m, n)``, a 1-D operand
   is a vector, an N-D operand is a stack of matrices whose batch dims broadcast. They
-  check the operand and call the ``dia_spmm`` primitive (:mod:`jaxdia._primitives`).
-* :func:`dia_dia_product` (``A @ B``) is a DIA matrix, computed diagonal by diagonal.
+  check the operand and call the ``dia_spmm`` primitive (:mod:`jaxdia._kernels.primitives`).
+* :func:`dia_dia_product` (``A @ B``) is a DIA matrix, computed diagonal by diagonal
+  (:func:`matrix_product`: on the host for concrete matrices, see :mod:`jaxdia._host`).
+* :func:`matvec` is ``x -> A @ x`` (or ``A^T @ x``) for the solvers' loops: checked
+  operands of the right shape and dtype, straight to the primitive.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
+from jax.typing import ArrayLike
 
+from . import _host
 from ._checks import (
     as_array,
     broadcast_batch,
@@ -26,13 +32,13 @@ from ._checks import (
     integers_as,
 )
 from ._geometry import accumulation_dtype, place_row, stack_rows
+from ._kernels.primitives import spmm
 from ._parts import DiaParts
-from ._primitives import spmm
 from ._sharded_products import contracted_axes, sharded_spmm
 from ._sharding import on_auto_axes
 
 
-def _as_operand(x: Any, data_dtype: Any) -> Any:
+def _as_operand(x: ArrayLike, data_dtype: Any) -> Array | np.ndarray:
     """The dense operand ``X``, checked (NumPy arrays are transferred by the jitted call).
 
     A NumPy integer or bool ``X`` is converted on the host to the product's dtype (see
@@ -53,7 +59,7 @@ def _promote(data: Array, x: Array) -> tuple[Array, Array]:
     return data.astype(dtype), x.astype(dtype)
 
 
-def _check_shapes(op: str, shape: tuple[int, int], data: Array, x: Any) -> None:
+def _check_shapes(op: str, shape: tuple[int, int], data: Array, x: Array | np.ndarray) -> None:
     """A ``ValueError`` naming both shapes unless ``x`` fits ``A`` in ``op`` (``"A @ X"`` or
     ``"X @ A"``): the contracted length, and batch dims that broadcast."""
     if op == "A @ X":
@@ -122,17 +128,17 @@ def _product(data, x, *, offsets, shape, transpose, implementation) -> Array:
     return jnp.swapaxes(y, -1, -2) if transpose else y
 
 
-def dia_dense_product(A: DiaParts, x: Any, *, implementation: str | None = None) -> Array:
+def dia_dense_product(A: DiaParts, x: ArrayLike, *, implementation: str | None = None) -> Array:
     """``A @ x`` for a dense ``x``."""
     return _dense_product(A, x, transpose=False, implementation=implementation)
 
 
-def dense_dia_product(A: DiaParts, x: Any, *, implementation: str | None = None) -> Array:
+def dense_dia_product(A: DiaParts, x: ArrayLike, *, implementation: str | None = None) -> Array:
     """``x @ A`` for a dense ``x``, computed as ``(A^T x^T)^T``."""
     return _dense_product(A, x, transpose=True, implementation=implementation)
 
 
-def _dense_product(A: DiaParts, x: Any, *, transpose: bool, implementation: Any) -> Array:
+def _dense_product(A: DiaParts, x: ArrayLike, *, transpose: bool, implementation: Any) -> Array:
     check_implementation(implementation)
     data, offsets, shape = A
     x = _as_operand(x, data.dtype)
@@ -142,24 +148,35 @@ def _dense_product(A: DiaParts, x: Any, *, transpose: bool, implementation: Any)
     )
 
 
-def operator_product(A: DiaParts, x: Any, *, adjoint: bool) -> np.ndarray:
-    """``A @ x`` or ``A^H @ x`` for SciPy's ``LinearOperator`` protocol: ``x`` of shape
-    ``(rows,)`` or ``(rows, k)``, a NumPy result of the same rank, one compiled call."""
-    name = "A.rmatvec/rmatmat" if adjoint else "A.matvec/matmat"
-    if A.batch_shape:
-        raise ValueError(
-            f"{name}: SciPy's LinearOperator is one matrix; this one has batch shape "
-            f"{A.batch_shape}"
+def matvec(A: DiaParts, transpose: bool = False) -> Callable[[Array], Array]:
+    """``x -> A @ x`` (``A^T @ x`` with ``transpose``) for one matrix and ``x`` of shape
+    ``(n,)`` or ``(n, c)``, of the matrix's dtype: the ``dia_spmm`` primitive with no
+    checks, for the inner loops of the solvers (Lanczos, multigrid, ``expm_multiply``).
+
+    A vector stays 1-D around the product: XLA CPU reduces an ``(n, 1)`` array (the
+    loops' norms) several times slower than a vector.
+    """
+
+    def product(x: Array) -> Array:
+        column = x.ndim == 1
+        y = spmm(
+            A.data,
+            x[:, None] if column else x,
+            offsets=A.offsets,
+            shape=A.shape,
+            transpose=transpose,
         )
-    x = _as_operand(x, A.data.dtype)
-    rows = A.shape[0] if adjoint else A.shape[1]
-    if x.ndim > 2 or x.shape[0] != rows:
-        raise ValueError(
-            f"{name}: A of shape {A.shape} needs x of shape ({rows},) or ({rows}, k), got "
-            f"shape {x.shape}"
-        )
-    y = _operator_product(A.data, x, offsets=A.offsets, shape=A.shape, adjoint=adjoint)
-    return np.array(y)  # writable, as SciPy's solvers need (a view of y would be read-only)
+        return y[:, 0] if column else y
+
+    return product
+
+
+def operator_product(A: DiaParts, x: Any, *, adjoint: bool) -> Array:
+    """``A @ x`` or ``A^H @ x`` for SciPy's ``LinearOperator`` protocol (see
+    :mod:`jaxdia._scipy_operator`, which checks the operands): ``x`` of shape ``(rows,)``
+    or ``(rows, k)``, one compiled call."""
+    x = integers_as(x, A.data.dtype)
+    return _operator_product(A.data, x, offsets=A.offsets, shape=A.shape, adjoint=adjoint)
 
 
 @functools.partial(jax.jit, static_argnames=("offsets", "shape", "adjoint"))
@@ -216,3 +233,11 @@ def dia_dia_product(A: DiaParts, B: DiaParts) -> DiaParts:
     offsets = tuple(sorted(terms))
     rows = [functools.reduce(jnp.add, terms[c]) for c in offsets]
     return DiaParts(stack_rows(rows, batch, p, dtype), offsets, (m, p))
+
+
+def matrix_product(A: DiaParts, B: DiaParts) -> DiaParts:
+    """``A @ B`` of two DIA matrices: :func:`dia_dia_product`, on the host when both are
+    concrete (see :mod:`jaxdia._host`)."""
+    if A.shape[1] == B.shape[0] and _host.concrete(A, B):
+        return _host.matmul(A, B)
+    return dia_dia_product(A, B)

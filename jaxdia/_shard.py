@@ -45,10 +45,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.typing import ArrayLike
 
 from ._geometry import band_widths, index_dtype, slot_indices
+from ._kernels.primitives import spmm
 from ._matrix import DiaMatrix, as_matrix
-from ._primitives import spmm
+from ._pytree import Immutable
 from ._sharded_products import halos
 from ._sharding import explicit_spec, mesh_of, names_of, spec_entry
 
@@ -108,13 +110,17 @@ def _place(x: Array, mesh: Mesh, spec: PartitionSpec) -> Array:
     return lax.with_sharding_constraint(x, sharding)
 
 
-def _column_spec(x: Any, mesh: Mesh) -> Any:
+def _column_spec(x: ArrayLike, mesh: Mesh) -> Any:
     """How the columns of an ``(N, c)`` block are to stay sharded: as ``x``'s type says on
     ``Explicit`` axes, as a concrete ``x`` on ``mesh`` is, else left to XLA on ``Auto``
     axes (``UNCONSTRAINED``) and replicated eagerly."""
     if isinstance(x, jax.core.Tracer):
         explicit = explicit_spec(x)[1]
-        return spec_entry(explicit) if explicit else PartitionSpec.UNCONSTRAINED
+        if explicit:
+            return spec_entry(explicit)
+        # UNCONSTRAINED needs an Auto axis; on Explicit ones the type says replicated.
+        auto = AxisType.Auto in _in_context(mesh).axis_types
+        return PartitionSpec.UNCONSTRAINED if auto else None
     sharding = getattr(x, "sharding", None)
     if (
         isinstance(sharding, NamedSharding)
@@ -126,7 +132,7 @@ def _column_spec(x: Any, mesh: Mesh) -> Any:
 
 
 @jax.tree_util.register_pytree_with_keys_class
-class ShardedDiaMatrix:
+class ShardedDiaMatrix(Immutable):
     """A square DIA matrix whose rows are split over one axis of a device mesh.
 
     Build it with :func:`shard`. ``S @ x`` multiplies a sharded vector (or ``(N, c)``
@@ -157,6 +163,8 @@ class ShardedDiaMatrix:
     """
 
     __slots__ = ("windows", "offsets", "shape", "mesh", "axis")
+    _leaves = ("windows",)
+    _static = ("offsets", "shape", "mesh", "axis")
     windows: Array
     offsets: tuple[int, ...]
     shape: tuple[int, int]
@@ -175,27 +183,7 @@ class ShardedDiaMatrix:
         axis: Any,
     ) -> None:
         # Internal: use ``shard``. Values are not validated here (pytree unflattening).
-        for name, value in zip(self.__slots__, (windows, offsets, shape, mesh, axis)):
-            object.__setattr__(self, name, value)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("ShardedDiaMatrix is immutable")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # copy.copy, copy.deepcopy and pickle rebuild the matrix from its parts (the
-        # default protocol restores slots through the immutable __setattr__).
-        return type(self).tree_unflatten, self.tree_flatten()[::-1]
-
-    def tree_flatten(self) -> tuple[tuple[Array], tuple[Any, ...]]:
-        return (self.windows,), (self.offsets, self.shape, self.mesh, self.axis)
-
-    def tree_flatten_with_keys(self) -> tuple[tuple[tuple[Any, Array]], tuple[Any, ...]]:
-        (windows,), aux_data = self.tree_flatten()
-        return ((jax.tree_util.GetAttrKey("windows"), windows),), aux_data
-
-    @classmethod
-    def tree_unflatten(cls, aux_data: tuple[Any, ...], children: Any) -> ShardedDiaMatrix:
-        return cls(children[0], *aux_data)
+        self._assign(windows, offsets, shape, mesh, axis)
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -277,7 +265,7 @@ class ShardedDiaMatrix:
 
     # -- vectors ---------------------------------------------------------------------------
 
-    def shard_vector(self, x: Any) -> Array:
+    def shard_vector(self, x: ArrayLike) -> Array:
         """Pads a length-``n`` vector (or ``(n, c)`` block) to ``N`` rows and shards it.
 
         Example:
@@ -297,13 +285,13 @@ class ShardedDiaMatrix:
         pad = [(0, self.padded_size - n)] + [(0, 0)] * (x.ndim - 1)
         return _place(jnp.pad(x, pad), self.mesh, self._rows_spec(x))
 
-    def _rows_spec(self, x: Any) -> PartitionSpec:
+    def _rows_spec(self, x: Array) -> PartitionSpec:
         """``vector_sharding``'s spec; an ``(N, c)`` block's columns keep their sharding."""
         if x.ndim == 1:
             return PartitionSpec(self.axis)
         return PartitionSpec(self.axis, _column_spec(x, self.mesh))
 
-    def _check_vector(self, x: Any, what: str) -> None:
+    def _check_vector(self, x: ArrayLike, what: str) -> None:
         """Raises a ValueError when ``x`` is sharded in a way ``S``'s vectors cannot be
         (``x`` is then neither moved nor gathered behind the caller's back)."""
         fix = "build it with S.shard_vector or place it with jax.device_put(x, S.vector_sharding)"
@@ -379,7 +367,7 @@ class ShardedDiaMatrix:
         """
         return jax.tree_util.tree_map(jnp.abs, self)
 
-    def unshard_vector(self, y: Any) -> Array:
+    def unshard_vector(self, y: ArrayLike) -> Array:
         """The first ``n`` rows of a sharded vector, replicated on the mesh (a gather).
 
         Meant for results, not for loops: it moves the whole vector to every device.
@@ -401,7 +389,7 @@ class ShardedDiaMatrix:
 
     # -- products --------------------------------------------------------------------------
 
-    def __matmul__(self, x: Any) -> Array:
+    def __matmul__(self, x: ArrayLike) -> Array:
         if isinstance(x, (DiaMatrix, ShardedDiaMatrix)):
             return NotImplemented
         if not isinstance(x, (jax.Array, jax.core.Tracer)):
@@ -431,7 +419,7 @@ class ShardedDiaMatrix:
         )
         return y if x.ndim == 2 else y[:, 0]
 
-    def dot(self, x: Any) -> Array:
+    def dot(self, x: ArrayLike) -> Array:
         """``S @ x`` (SciPy's spelling).
 
         Example:

@@ -42,9 +42,10 @@ import jax
 import jax.numpy as jnp
 from jax import Array, lax
 from jax.sharding import PartitionSpec
+from jax.typing import ArrayLike
 
 from ._geometry import band_widths, index_dtype, slot_indices
-from ._primitives import spmm
+from ._kernels.primitives import spmm
 from ._sharding import Axes, axes_size, explicit_spec, mesh_of, names_of, spec_entry
 
 
@@ -104,7 +105,7 @@ def fold_halos(extended: Array, before: int, after: int, axis: Any, shards: int,
     return block
 
 
-def contracted_axes(data: Any, x: Any, transpose: bool) -> Axes:
+def contracted_axes(data: ArrayLike, x: ArrayLike, transpose: bool) -> Axes:
     """The Explicit axes a product is sharded over: those of ``data``'s columns, else
     those of ``x``'s rows (the dim ``A`` contracts or, transposed, its rows); none when
     neither is sharded over an Explicit axis (then the product is the plain one)."""
@@ -114,7 +115,7 @@ def contracted_axes(data: Any, x: Any, transpose: bool) -> Axes:
     return explicit_spec(x)[-2]
 
 
-def _unify_batch(data: Any, x: Any, skip: set[Any]) -> tuple[Axes, ...]:
+def _unify_batch(data: Array, x: Array, skip: set[Any]) -> tuple[Axes, ...]:
     """The batch dims' shardings of the result: each dim as the operand of full length
     that is sharded there says (``data`` first); axes in ``skip`` are the product's."""
     spec_d, spec_x = explicit_spec(data)[:-2], explicit_spec(x)[:-2]
@@ -137,7 +138,7 @@ def sharded_spmm(
     transpose: bool,
     implementation: Any,
 ) -> Array:
-    """``spmm(data, x)`` (see :func:`jaxdia._primitives.spmm`) with the matrix's columns
+    """``spmm(data, x)`` (see :func:`jaxdia._kernels.primitives.spmm`) with the matrix's columns
     split over the Explicit mesh ``axes``: ``data`` ``(*B, n_diags, n)`` and ``x``
     ``(*B, rows, c)``, batch dims of equal rank that broadcast.
 
@@ -230,12 +231,12 @@ def _pad_rows(x: Array, before: int, after: int) -> Array:
     return jnp.pad(x, [(0, 0)] * (x.ndim - 2) + [(before, after), (0, 0)])
 
 
-def _broadcast(batch: tuple[Axes, ...], operand: Any) -> list[Axes]:
+def _broadcast(batch: tuple[Axes, ...], operand: Array) -> list[Axes]:
     """``batch``'s shardings for ``operand``'s batch dims (none where it has length 1)."""
     return [axes if operand.shape[i] != 1 else () for i, axes in enumerate(batch)]
 
 
-def _spec(x: Any, *, rows: Axes) -> PartitionSpec:
+def _spec(x: ArrayLike, *, rows: Axes) -> PartitionSpec:
     """``x``'s explicit sharding with its rows (dim -2) over ``rows``."""
     spec = list(explicit_spec(x))
     spec[-2] = rows

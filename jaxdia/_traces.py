@@ -1,6 +1,6 @@
 """Offset traces and diagonals of dense arrays and of DIA matrices.
 
-Both kinds of input go through one primitive, ``run_sums`` (see :mod:`jaxdia._xla_runs`):
+Both kinds of input go through one primitive, ``run_sums`` (see :mod:`jaxdia._kernels.xla_runs`):
 every diagonal is a *run* of a flattened array, ``flat[start + t * stride]`` for
 ``t < size``. A dense ``(m, n)`` matrix holds diagonal ``k`` at stride ``n + 1`` (from flat
 index ``k``, or ``-k * n`` below the main diagonal); DIA ``data`` holds it contiguously in
@@ -19,12 +19,13 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
+from jax.typing import ArrayLike
 
 from ._checks import as_array, static_int
 from ._geometry import diagonal_bounds
-from ._primitives import run_sums
+from ._kernels.primitives import run_sums
+from ._kernels.xla_runs import EMPTY_RUN, Run
 from ._sharding import on_auto_axes
-from ._xla_runs import EMPTY_RUN, Run
 
 
 def requested_offsets(q: Any) -> tuple[int, ...]:
@@ -80,7 +81,7 @@ def _dia_runs(
     return tuple(runs)
 
 
-def dia_traces(data: Any, offsets: tuple[int, ...], shape: tuple[int, int], q: Any) -> Array:
+def dia_traces(data: ArrayLike, offsets: tuple[int, ...], shape: tuple[int, int], q: Any) -> Array:
     """Offset traces of a DIA matrix: the sums of its diagonals ``k`` for ``k`` in ``q``.
 
     Reads only the in-bounds slots of the requested stored diagonals (never padding);
@@ -109,7 +110,7 @@ def dia_traces(data: Any, offsets: tuple[int, ...], shape: tuple[int, int], q: A
 
 
 def dia_trace(
-    data: Any, offsets: tuple[int, ...], shape: tuple[int, int], offset: Any = 0
+    data: Array, offsets: tuple[int, ...], shape: tuple[int, int], offset: Any = 0
 ) -> Array:
     """The sum of diagonal ``offset`` of a DIA matrix (0 if it is not stored), as
     ``scipy.sparse.dia_array.trace(offset)``; batched ``data`` gives a batch.
@@ -124,7 +125,9 @@ def dia_trace(
     return dia_traces(data, offsets, shape, [offset])[..., 0]
 
 
-def dia_diagonal(data: Any, offsets: tuple[int, ...], shape: tuple[int, int], k: Any = 0) -> Array:
+def dia_diagonal(
+    data: ArrayLike, offsets: tuple[int, ...], shape: tuple[int, int], k: Any = 0
+) -> Array:
     """Diagonal ``k`` of a DIA matrix, as ``scipy.sparse.dia_array.diagonal(k)`` gives it.
 
     Its length is that of the diagonal in the matrix; it is empty when ``k`` lies

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import strategies as st
+from jax.typing import DTypeLike
 
 from ._checks import check_dtype, warn_if_unavailable
 from ._geometry import in_bounds
@@ -114,7 +115,7 @@ def batch_shapes(max_dims: int = 2, max_size: int = 3) -> st.SearchStrategy[tupl
     )
 
 
-def random_values(rng: np.random.Generator, shape: Sequence[int], dtype: Any) -> np.ndarray:
+def random_values(rng: np.random.Generator, shape: Sequence[int], dtype: DTypeLike) -> np.ndarray:
     """Standard normal values of ``dtype`` (complex ones have both parts random).
 
     Example:
@@ -136,7 +137,7 @@ def dia_matrices(
     draw: st.DrawFn,
     *,
     shape: tuple[int, int] | None = None,
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
     batch_shape: tuple[int, ...] | None = (),
     max_side: int = 12,
     max_diags: int = 6,

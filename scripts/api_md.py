@@ -44,14 +44,28 @@ SECTIONS = (
         (
             "jaxdia.Multigrid",
             "jaxdia.Chebyshev",
+            "jaxdia.Jacobi",
             "jaxdia.IncompleteLU",
             "jaxdia.IncompleteCholesky",
             "jaxdia.SolveInfo",
         ),
         None,
     ),
-    ("Sharded matrices", ("jaxdia.ShardedDiaMatrix", "jaxdia.shard"), "ShardedDiaMatrix."),
-    ("lineax", ("jaxdia.DiaLinearOperator", "jaxdia.BandedSolver"), None),
+    (
+        "Sharded matrices",
+        ("jaxdia.ShardedDiaMatrix", "jaxdia.shard", "jaxdia.ShardedMultigrid"),
+        "ShardedDiaMatrix.",
+    ),
+    (
+        "lineax",
+        (
+            "jaxdia.DiaLinearOperator",
+            "jaxdia.BandedSolver",
+            "jaxdia.MultigridSolver",
+            "jaxdia.offsets_tag",
+        ),
+        None,
+    ),
     ("`jaxdia.testing`: Hypothesis strategies", ("jaxdia.testing.",), None),
 )
 
@@ -134,7 +148,9 @@ def render() -> str:
             and not (prefixes == ("jaxdia.",) and n.startswith("jaxdia.testing."))
         ]
         if title == "Functions":
-            names = [n for n in names if not inspect.isclass(api[n]) and n != "jaxdia.shard"]
+            # shard and offsets_tag are listed with their families.
+            later = ("jaxdia.shard", "jaxdia.offsets_tag")
+            names = [n for n in names if not inspect.isclass(api[n]) and n not in later]
         members = sorted(n for n in api if member_prefix and n.startswith(member_prefix))
         if not names and not members:
             continue

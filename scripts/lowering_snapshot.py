@@ -10,8 +10,9 @@ Usage, from a checkout of each version::
 
 Each file is ``jax.jit(f).lower(*args).as_text()`` for one operation (products both
 ways, batched and rectangular, ``A.T @ x``, ``grad``, ``vmap``, ``todense``, ``A.T``,
-traces, sums, ``A @ B``, ``cg``, ``jacobi``) on one device, float32; the script prints a
-digest per file.
+traces, sums, ``A @ B``, ``cg``, ``jacobi``, and the solve side: factors, banded solves,
+jaxdia's solvers and preconditioners, ``eigsh``, ``expm_multiply``) on one device, float32; the
+script prints a digest per file.
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ def cases() -> dict:
     batched = matrix(50, (-1, 0, 1), (4,))
     wide = jaxdia.DiaMatrix(jnp.ones((2, 30), jnp.float32), (-2, 1), (20, 30))
     x, X = jnp.ones(100), jnp.ones((100, 3))
+    ones = np.ones(100, np.float32)
+    tri = jaxdia.diags([-ones[:99], 4 * ones, -ones[:99]], offsets=[-1, 0, 1])
+    spd = jaxdia.diags(
+        [-ones[:98], -ones[:99], 5 * ones, -ones[:99], -ones[:98]], [-2, -1, 0, 1, 2]
+    )
+    laplacian = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(10, 10))
+    identity = jaxdia.eye(10)
+    poisson = jaxdia.kron(laplacian, identity) + jaxdia.kron(identity, laplacian)
 
     def loss(A, x):
         return jnp.sum(jnp.sin(A @ x))
@@ -60,6 +69,22 @@ def cases() -> dict:
         "A_A": (lambda A, x: A @ A, A, x),
         "cg": (lambda A, x: jax.scipy.sparse.linalg.cg(A, x, maxiter=5)[0], A, x),
         "jacobi": (lambda A, x: jaxdia.jacobi(A)(x), A, x),
+        # the solve side
+        "lu_solve": (lambda A, x: jaxdia.lu_factor(A).solve(x), A, x),
+        "cho_solve": (lambda A, x: jaxdia.cho_factor(A).solve(x), spd, x),
+        "solve_tridiagonal": (lambda A, x: jaxdia.solve_banded(A, x), tri, x),
+        "solve_banded": (lambda A, x: jaxdia.solve_banded(A, x), A, x),
+        "jaxdia_cg": (lambda A, x: jaxdia.cg(A, x, M=jaxdia.jacobi(A), maxiter=5)[0], spd, x),
+        "bicgstab": (lambda A, x: jaxdia.bicgstab(A, x, maxiter=5)[0], A, x),
+        "chebyshev": (lambda A, x: jaxdia.chebyshev(A, 3)(x), spd, x),
+        "multigrid": (lambda A, x: jaxdia.multigrid(A, (10, 10))(x), poisson, x),
+        "eigsh": (lambda A, x: jaxdia.eigsh(A, k=2, ncv=8, maxiter=3, v0=x)[0], spd, x),
+        "eigsh_sigma": (
+            lambda A, x: jaxdia.eigsh(A, k=2, ncv=8, maxiter=3, v0=x, sigma=0.5)[0],
+            spd,
+            x,
+        ),
+        "expm_multiply": (lambda A, x: jaxdia.expm_multiply(0.1 * A, x), spd, x),
     }
 
 

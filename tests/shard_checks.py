@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import re
 import sys
@@ -361,13 +362,14 @@ def host_as_gpu():
 
 @check
 def lowers_for_gpu_and_tpu():
-    """Inside shard_map the local product is dia_spmm: the Pallas kernels on GPU and TPU."""
+    """Inside shard_map the local product is dia_spmm: the Pallas kernels on GPU (Triton
+    or, from JAX 0.11 on, Mosaic GPU) and TPU."""
     A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(256, 256), dtype=np.float32)
     S = jaxdia.shard(A, auto_mesh(), "rows")
     x = S.shard_vector(np.ones(256, np.float32))
     traced = jax.jit(lambda S, v: S @ v).trace(S, x)
     for platform, calls in (
-        ("cuda", ("__gpu$xla.gpu.triton", "triton_kernel_call")),
+        ("cuda", ("__gpu$xla.gpu.triton", "triton_kernel_call", "mosaic_gpu")),
         ("tpu", ("tpu_custom_call",)),
     ):
         with host_as_gpu():
@@ -1059,6 +1061,242 @@ def chebyshev_on_a_sharded_matrix():
         assert per_iteration["collective-permute"]["count"] == 2 * degree, per_iteration
         assert per_iteration["all-reduce"]["count"] == 3, per_iteration
         print(f"  chebyshev-cg iteration, degree {degree}, {kind}: {per_iteration}")
+
+
+# -- jaxdia's solvers: fused reductions, sharded multigrid -------------------------------------
+
+
+def computation_traffic(hlo: str, name: str) -> dict[str, dict[str, int]]:
+    """``collective_traffic`` of computation ``name`` of ``hlo`` and of the branches of
+    its conditionals (each branch counted once: in a loop of half steps that alternate
+    between two branches, a body's own collectives run twice per pair of halves)."""
+    blocks = {}
+    for block in re.split(r"\n(?=\S)", hlo):
+        head = re.match(r"(?:ENTRY )?%([\w.-]+) ", block)
+        if head:
+            blocks[head.group(1)] = block
+    totals = collective_traffic(blocks[name])
+    for branches in re.findall(r"branch_computations=\{([^}]*)\}", blocks[name]):
+        for branch in re.findall(r"%([\w.-]+)", branches):
+            for kind, entry in computation_traffic(hlo, branch).items():
+                into = totals.setdefault(kind, dict.fromkeys(entry, 0))
+                for key, value in entry.items():
+                    into[key] += value
+    return totals
+
+
+def krylov_iteration_traffic(hlo: str, half_steps: bool) -> dict[str, dict[str, int]]:
+    """The collectives of one iteration of the (first) while loop of ``hlo``: body and
+    condition, with their conditionals' branches; for a loop of half steps (jaxdia's
+    BiCGStab) the body's own collectives twice and each branch once."""
+    match = re.search(r"condition=%([\w.-]+), body=%([\w.-]+)", hlo)
+    assert match, "no while loop in the HLO"
+    condition, body = match.groups()
+    totals: dict[str, dict[str, int]] = {}
+    own = collective_traffic(
+        next(b for b in re.split(r"\n(?=\S)", hlo) if b.startswith(f"%{body} "))
+    )
+    for part, times in (
+        (computation_traffic(hlo, condition), 1),
+        (computation_traffic(hlo, body), 1),
+    ):
+        for kind, entry in part.items():
+            into = totals.setdefault(kind, dict.fromkeys(entry, 0))
+            for key, value in entry.items():
+                into[key] += times * value
+    if half_steps:
+        for kind, entry in own.items():
+            for key, value in entry.items():
+                totals[kind][key] += value
+    return totals
+
+
+@check
+def jaxdia_solvers_on_a_sharded_matrix():
+    """jaxdia.cg and jaxdia.bicgstab take a ShardedDiaMatrix directly on both axis types
+    (no auto_axes region): SciPy's solution, sharded results; variant="fused" compiles
+    to one all-reduce per CG iteration (3 standard) and two per BiCGStab iteration (5
+    standard), with the product's halo exchange unchanged."""
+    side = 32
+    A = poisson_2d(side)
+    data = np.asarray(A.data).copy()
+    data[3] *= 0.7  # nonsymmetric, for BiCGStab
+    N = jaxdia.DiaMatrix(data, A.offsets, A.shape)
+    rhs = np.random.default_rng(40).standard_normal(side * side)
+    expected = {
+        "cg": spla.spsolve(scipy_of(A).tocsc(), rhs),
+        "bicgstab": spla.spsolve(scipy_of(N).tocsc(), rhs),
+    }
+    # Standard BiCGStab: 5 with XLA's optimizations (two of its reductions combined into
+    # one all-reduce), 4 without them (tests/conftest.py turns them off).
+    counts = {("cg", "standard"): {3}, ("cg", "fused"): {1}, ("bicgstab", "standard"): {4, 5}}
+    counts["bicgstab", "fused"] = {2}
+    # Every method and variant on Explicit axes; one on Auto axes (bench_sharded.py shows
+    # the compiled loops are the same on both).
+    runs = [(AxisType.Explicit, *key) for key in counts] + [(AxisType.Auto, "cg", "fused")]
+    for kind, method, variant in runs:
+        S = jaxdia.shard(A if method == "cg" else N, explicit_mesh_of(kind=kind), "rows")
+        b = S.shard_vector(rhs)
+        solve = functools.partial(getattr(jaxdia, method), rtol=1e-10, variant=variant)
+        compiled = jax.jit(lambda S, b, M: solve(S, b, M=M)).lower(S, b, jaxdia.jacobi(S))  # noqa: B023
+        compiled = compiled.compile()
+        x, info = compiled(S, b, jaxdia.jacobi(S))
+        assert bool(info.converged) and spec_of(x) == ("rows",), (method, variant)
+        close(S.unshard_vector(x), expected[method], 1e-8)
+        hlo = compiled.as_text()
+        assert "all-gather" not in hlo
+        traffic = krylov_iteration_traffic(hlo, half_steps=method == "bicgstab")
+        assert traffic["all-reduce"]["count"] in counts[method, variant], traffic
+        assert traffic["collective-permute"]["count"] == (4 if method == "bicgstab" else 2)
+        print(f"  {method} {variant} {kind}: {int(info.iterations)} iterations, {traffic}")
+    # The eager jacobi on a sharded matrix, and a length-n b that needs padding.
+    S = jaxdia.shard(poisson_2d(15), explicit_mesh_of(), "rows")
+    expect_error(ValueError, r"A.shard_vector\(b\)", lambda: jaxdia.cg(S, np.ones(225)))
+
+
+def _multigrid_case(name):
+    """(matrix, grid) of the sharded multigrid checks (the jumping coefficient is
+    tests/test_multigrid.py's)."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from tests.test_multigrid import jump, poisson
+
+    grid = {"poisson-2d": (64, 64), "poisson-3d": (16, 16, 16), "jump-2d": (64, 32)}[name]
+    matrix = jump(grid) if name.startswith("jump") else poisson(grid)
+    return jaxdia.DiaMatrix.from_scipy(matrix), grid
+
+
+@check
+def sharded_multigrid_matches_one_device():
+    """jaxdia.multigrid on 8 devices: the levels and V-cycle of one device, the same CG
+    iterations, and a compiled iteration that exchanges only halos and transfer planes
+    on the sharded levels, plus one all-gather of the gathered level's residual."""
+    cases = [  # problem, mesh axis type, the matrix as given: sharded or column-sharded
+        ("poisson-2d", AxisType.Explicit, "shard"),
+        ("poisson-3d", AxisType.Auto, "shard"),
+        ("jump-2d", AxisType.Explicit, "columns"),
+    ]
+    for name, kind, given in cases:
+        A, grid = _multigrid_case(name)
+        n = A.shape[0]
+        rhs = np.random.default_rng(41).standard_normal(n)
+        one = jaxdia.multigrid(A, grid)
+        _, one_info = jaxdia.cg(A, rhs, M=one, rtol=1e-8)
+        mesh = explicit_mesh_of(kind=kind)
+        S = jaxdia.shard(A, mesh, "rows")
+        operand = (
+            S
+            if given == "shard"
+            else jaxdia.DiaMatrix(put(A.data, mesh, None, "rows"), A.offsets, A.shape)
+        )
+        with jax.set_mesh(mesh) if given == "columns" else contextlib.nullcontext():
+            M = jaxdia.multigrid(operand, grid, gather_below=32)
+        assert isinstance(M, jaxdia.ShardedMultigrid) and M.grids == one.grids, (name, M)
+        assert 1 <= M.sharded_levels < len(M.grids)
+        b = S.shard_vector(rhs)
+        if name == "poisson-2d":  # the levels and one cycle (each another compilation)
+            for got, want in zip(M.levels, one.levels):
+                dense = got.to_dia() if isinstance(got, jaxdia.ShardedDiaMatrix) else got
+                close(dense.todense(), want.todense(), 1e-12)
+            y = M(b)
+            assert spec_of(y) == ("rows",), y.sharding
+            close(S.unshard_vector(y), one(rhs), 1e-12)
+        solve = jax.jit(lambda S, b, M: jaxdia.cg(S, b, M=M, rtol=1e-8, variant="fused"))
+        if name == "poisson-2d":  # smoothing with deep halos: one exchange per smoothing
+            deep = jaxdia.multigrid(S, grid, gather_below=32, deep_halo=True)
+            compiled = solve.lower(S, b, deep).compile()
+            _, deep_info = compiled(S, b, deep)
+            assert int(deep_info.iterations) == int(one_info.iterations), deep_info
+            deep_traffic = loop_traffic(compiled.as_text())["collective-permute"]
+            # The CG product's 2, then per sharded level 2 smoothings and 2 transfers.
+            assert deep_traffic["count"] == 2 + deep.sharded_levels * (2 * 2 + 2), deep_traffic
+            print(f"  poisson-2d, deep halos: collective-permutes {deep_traffic}")
+        compiled = solve.lower(S, b, M).compile()
+        x, info = compiled(S, b, M)
+        assert abs(int(info.iterations) - int(one_info.iterations)) <= 1, (name, info, one_info)
+        close(S.unshard_vector(x), spla.spsolve(scipy_of(A).tocsc(), rhs), 1e-6)
+        # Per iteration: the CG product's halo; per sharded level, 2 * sweeps products
+        # (their halos), one plane out for restriction and one back for interpolation;
+        # one all-gather of the gathered level's residual; CG's one all-reduce.
+        itemsize = 8
+        halo_bytes = 2 * sum(S.halo) * itemsize  # one product of the finest level, as sent
+        expected_permutes, expected_bytes = 2, halo_bytes // 2
+        for level in range(M.sharded_levels):
+            level_grid = M.grids[level]
+            plane = math.prod(level_grid[1:])
+            lower, upper = M.levels[level].halo
+            expected_permutes += 2 * 2 * M.sweeps + (2 if 0 in M.coarsening[level] else 0)
+            expected_bytes += 2 * M.sweeps * (lower + upper) * itemsize
+            if 0 in M.coarsening[level]:
+                coarse_plane = math.prod(M.grids[level + 1][1:])
+                expected_bytes += (plane + coarse_plane) * itemsize
+        gathered = math.prod(M.grids[M.sharded_levels]) // 8 * itemsize
+        traffic = loop_traffic(compiled.as_text())
+        assert traffic["collective-permute"]["count"] == expected_permutes, (name, traffic)
+        assert traffic["collective-permute"]["sent"] == expected_bytes, (name, traffic)
+        assert traffic["all-gather"] == {"count": 1, "sent": gathered, "received": 7 * gathered}
+        assert traffic["all-reduce"]["count"] == 1, traffic
+        assert collective_traffic(compiled.as_text())["all-gather"]["count"] == 1
+        print(
+            f"  {name}: {M.sharded_levels} of {len(M.grids)} levels sharded, "
+            f"{int(info.iterations)} iterations (one device {int(one_info.iterations)}), {traffic}"
+        )
+
+
+@check
+def sharded_multigrid_errors_are_clear():
+    mesh = explicit_mesh_of()
+    A, _ = _multigrid_case("poisson-2d")
+    S = jaxdia.shard(A, mesh, "rows")
+    expect_error(
+        ValueError,
+        r"grid\[0\] = 12 is not a multiple of the 8 devices",
+        lambda: jaxdia.multigrid(jaxdia.shard(poisson_2d(12), mesh, "rows"), (12, 12)),
+    )
+    T = jaxdia.shard(poisson_2d(24), mesh, "rows")
+    expect_error(
+        ValueError,
+        r"even number of planes per device \(grid\[0\] a multiple of 16\), got 3",
+        lambda: jaxdia.multigrid(T, (24, 24)),
+    )
+    expect_error(
+        TypeError, "coarsening='auto'", lambda: jaxdia.multigrid(S, (64, 64), coarsening="auto")
+    )
+    # Coarsening the fast axis first keeps the shards aligned whatever their planes.
+    M = jaxdia.multigrid(T, (24, 24), coarsening=[(1,), (1,)], gather_below=8)
+    assert M.sharded_levels == 2, M
+
+
+@check
+def deep_halo_chebyshev():
+    """jaxdia.chebyshev(S, 4, deep_halo=True): the same polynomial after one exchange, so
+    a CG iteration has 4 collective-permutes (its product's 2, then 2) instead of 8,
+    sending the same bytes (chebyshev_on_a_sharded_matrix counts the 8)."""
+    side, degree = 32, 4
+    A = poisson_2d(side)
+    rhs = np.random.default_rng(42).standard_normal(side * side)
+    S = jaxdia.shard(A, explicit_mesh_of(), "rows")
+    b = S.shard_vector(rhs)
+    deep, plain = jaxdia.chebyshev(S, degree, deep_halo=True), jaxdia.chebyshev(S, degree)
+    y = deep(b)
+    assert spec_of(y) == ("rows",), y.sharding
+    close(y, plain(b), 1e-12)
+    compiled = jax.jit(lambda S, b, M: jaxdia.cg(S, b, M=M, rtol=1e-10)).lower(S, b, deep)
+    compiled = compiled.compile()
+    x, info = compiled(S, b, deep)
+    close(S.unshard_vector(x), spla.spsolve(scipy_of(A).tocsc(), rhs), 1e-8)
+    traffic = loop_traffic(compiled.as_text())
+    halo = 2 * side * 8  # one product's halo rows, as sent
+    assert traffic["collective-permute"] == {
+        "count": 4,
+        "sent": degree * halo,
+        "received": degree * halo,
+    }, traffic
+    print(f"  deep-halo chebyshev-cg: {int(info.iterations)} iterations, {traffic}")
+    expect_error(
+        TypeError,
+        "deep_halo=True is for a ShardedDiaMatrix",
+        lambda: jaxdia.chebyshev(A, 4, deep_halo=True),
+    )
 
 
 def main(names):

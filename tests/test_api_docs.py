@@ -25,7 +25,12 @@ PROTOCOL = {"tree_flatten", "tree_flatten_with_keys", "tree_unflatten"}
 # members implement lineax's AbstractLinearOperator interface and are documented there).
 CLASSES_WITH_MEMBERS = ("DiaMatrix", "ShardedDiaMatrix")
 # Public names that need an optional extra, checked where it is installed.
-OPTIONAL = {"jaxdia.DiaLinearOperator": "lineax", "jaxdia.BandedSolver": "lineax"}
+OPTIONAL = {
+    "jaxdia.DiaLinearOperator": "lineax",
+    "jaxdia.BandedSolver": "lineax",
+    "jaxdia.MultigridSolver": "lineax",
+    "jaxdia.offsets_tag": "lineax",
+}
 
 
 def _top_level() -> dict[str, object]:

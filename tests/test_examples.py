@@ -20,6 +20,8 @@ HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
         ("demo.py", "demo.png"),
         ("quantum_oscillator.py", "quantum_oscillator.png"),
         ("multigrid.py", "multigrid.png"),
+        ("bratu.py", None),
+        ("brusselator.py", None),
     ],
 )
 def test_example_runs_and_checks_pass(tmp_path, name, plot):

@@ -24,7 +24,8 @@ from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 
 import jaxdia
-from jaxdia import _band_primitives, _banded
+from jaxdia._kernels import band_primitives
+from jaxdia._linalg import banded
 from jaxdia.testing import batch_shapes, dtypes
 
 from .helpers import assert_close, dense_f64
@@ -40,7 +41,7 @@ def method(request, monkeypatch):
     The switch is read when a function is traced: ``jax.clear_caches`` drops traces of
     ``jax.jit(jaxdia.lu_factor)`` and the like made with the other one."""
     jax.clear_caches()
-    monkeypatch.setattr(_banded, "METHOD", request.param)
+    monkeypatch.setattr(banded, "METHOD", request.param)
     yield request.param
     jax.clear_caches()
 
@@ -137,7 +138,7 @@ def forced(request, monkeypatch):
     """Like ``method``, for a test parametrized with ``method`` itself (the ``lax.scan``
     implementation compiles for seconds: it runs a subset of the cases)."""
     jax.clear_caches()
-    monkeypatch.setattr(_banded, "METHOD", request.param)
+    monkeypatch.setattr(banded, "METHOD", request.param)
     yield request.param
     jax.clear_caches()
 
@@ -260,11 +261,11 @@ def test_lu_property(data):
         b_batch = data.draw(st.sampled_from([(), batch, batch[1:], (2, *batch)]))
         b = rhs((*b_batch, n, data.draw(st.integers(1, 3))), dtype, seed + 1)
     trans = data.draw(st.sampled_from([0, 1, 2]))
-    _banded.METHOD = method
+    banded.METHOD = method
     try:
         x = jaxdia.lu_factor(A).solve(b, trans)
     finally:
-        _banded.METHOD = "auto"
+        banded.METHOD = "auto"
     assert x.dtype == dtype
     wide = np.dtype(np.float32) if np.dtype(dtype).itemsize == 2 else dtype
     scale = 400 if np.dtype(dtype).itemsize == 2 else 100
@@ -365,11 +366,11 @@ def test_cholesky_property(data):
     seed = data.draw(st.integers(0, 2**16))
     A = hermitian_band(n, kd, dtype, batch=batch, seed=seed)
     b = rhs((*batch, n, 2), dtype, seed + 1)
-    _banded.METHOD = data.draw(st.sampled_from(METHODS))
+    banded.METHOD = data.draw(st.sampled_from(METHODS))
     try:
         x = jaxdia.cho_factor(A, lower=lower).solve(b)
     finally:
-        _banded.METHOD = "auto"
+        banded.METHOD = "auto"
     assert x.dtype == dtype
     wide = np.dtype(np.float32) if np.dtype(dtype).itemsize == 2 else dtype
     scale = 400 if np.dtype(dtype).itemsize == 2 else 50
@@ -760,7 +761,7 @@ def test_pytree_structure():
 def test_accelerators_lower_the_scan(platform, cholesky, lower):
     """On GPU and TPU the factorization and the solves are ``lax.scan`` loops, never a
     host call (the CPU program of the same function calls LAPACK)."""
-    n = _band_primitives._SCAN_ROWS + 1
+    n = band_primitives._SCAN_ROWS + 1
     A = hermitian_band(n, lower, np.float32) if cholesky else random_band(n, lower, 2, np.float32)
 
     def factor_and_solve(A, b):
@@ -792,11 +793,11 @@ def test_solve_banded_tridiagonal_on_gpu_is_one_library_call():
 
 def test_cpu_chooses_by_size():
     """Small systems, and batches of many small systems, run the scan on CPU too."""
-    assert not _band_primitives.host_is_faster(_band_primitives._SCAN_ROWS, 1, 100)
-    assert _band_primitives.host_is_faster(_band_primitives._SCAN_ROWS + 1, 1, 100)
-    assert not _band_primitives.host_is_faster(32, 1000, 100)
-    assert _band_primitives.host_is_faster(1000, 1000, 4000)
-    assert not _band_primitives.host_is_faster(10**9, 1, 3 * 10**9)  # LAPACK's 32-bit ints
+    assert not band_primitives.host_is_faster(band_primitives._SCAN_ROWS, 1, 100)
+    assert band_primitives.host_is_faster(band_primitives._SCAN_ROWS + 1, 1, 100)
+    assert not band_primitives.host_is_faster(32, 1000, 100)
+    assert band_primitives.host_is_faster(1000, 1000, 4000)
+    assert not band_primitives.host_is_faster(10**9, 1, 3 * 10**9)  # LAPACK's 32-bit ints
 
 
 # -- lineax --------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import jaxdia
-from jaxdia._incomplete import _downwind
+from jaxdia._linalg.incomplete import _downwind
 
 from .helpers import dense_f64
 from .test_lowering import lowered_text

@@ -1,17 +1,21 @@
 """The package's modules import only from layers below their own (so there are no cycles).
 
-The layers, bottom up (``CONTRIBUTING.md`` describes them):
+``jaxdia/`` holds the foundations, the matrix modules and two family folders. The layers,
+bottom up (``CONTRIBUTING.md`` describes them):
 
-1. foundations: argument checks, DIA geometry, the ``DiaParts`` triple, the SciPy-name
-   hints; the helpers the Pallas kernels share;
-2. backends, siblings that never import each other: XLA, Pallas Triton, Pallas TPU,
-   LAPACK on the host, the ``lax.scan`` banded factorizations;
-3. the JAX primitives;
-4. array-level operations on ``(data, offsets, shape)``: conversions, products, traces,
-   arithmetic, banded factorizations, solvers (never ``DiaMatrix``);
-5. the ``DiaMatrix`` class;
-6. public functions of matrices;
-7. integrations: sharding, lineax, ``.npz`` files, ``jaxdia.testing``, the package.
+1. foundations: argument checks, DIA geometry, the ``DiaParts`` triple, the immutable
+   pytree base, the SciPy-name hints, what a sharding says;
+2. ``_kernels/``: the JAX primitives and what they lower to (XLA, Pallas Mosaic GPU,
+   Pallas Triton, Pallas TPU, LAPACK through XLA's FFI, the ``lax.scan``
+   factorizations). It imports only the foundations (and itself), and it is the only
+   place that registers a lowering;
+3. array-level operations on ``(data, offsets, shape)``: conversions, products, traces,
+   arithmetic (never ``DiaMatrix``);
+4. the ``DiaMatrix`` class and its constructors, and the row-sharded
+   ``ShardedDiaMatrix`` beside it (the solvers take both);
+5. ``_linalg/``: banded factors, Krylov solvers, preconditioners, multigrid, ``eigsh``,
+   ``expm_multiply`` (array-level modules first, their public faces above them);
+6. integrations: lineax, ``.npz`` files, ``jaxdia.testing``, the package.
 
 Every import counts, including those inside functions. A new module must be given a
 layer here.
@@ -22,87 +26,131 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "jaxdia"
 
-# Layer of each module; finer steps (1.5, 4.1, ...) order modules within a layer.
+# Layer of each module (dotted below jaxdia); finer steps (1.5, 3.1, ...) order modules
+# within a layer.
 LAYERS = {
     "_checks": 1,
     "_geometry": 1,
     "_parts": 1,
+    "_pytree": 1,
     "_scipy_names": 1,
+    "_scipy_operator": 1.5,
     "_sharding": 1,
-    "_pallas_common": 1.5,
-    "_xla": 2,
-    "_xla_runs": 2,
-    "_pallas_triton": 2,
-    "_pallas_tpu": 2,
-    "_lapack": 2,
-    "_band_scan": 2,
-    "_ilu_kernels": 2,
-    "_primitives": 3,
-    "_band_primitives": 3,
-    "_ilu_primitives": 3,
-    "_convert": 4,
-    "_products": 4,
-    "_sharded_products": 3.5,
-    "_traces": 4,
-    "_ops": 4.1,
-    "_banded": 4.2,
-    "_ilu": 4.25,
-    "_solve": 4.3,
-    "_expm": 4.3,
-    "_lanczos": 4.4,
-    "_krylov": 4,
-    "_multigrid": 4.3,
-    "_matrix": 5,
-    "_construct": 6,
-    "_functions": 6,
-    "_linalg": 6,
-    "_spectral": 6.1,
-    "_factor": 6.1,
-    "_precond": 6.1,
-    "_incomplete": 6.2,
-    "_io": 7,
-    "_lineax": 7,
-    "_shard": 7,
-    "testing": 7,
-    "conftest": 8,
-    "__init__": 8,
+    "_kernels": 2,
+    "_kernels.pallas_common": 2,
+    "_kernels.ffi": 2,
+    "_kernels.xla": 2.1,
+    "_kernels.xla_runs": 2.1,
+    "_kernels.pallas_triton": 2.1,
+    "_kernels.pallas_mosaic_gpu": 2.1,
+    "_kernels.pallas_tpu": 2.1,
+    "_kernels.lapack": 2.1,
+    "_kernels.band_scan": 2.1,
+    "_kernels.primitives": 2.2,
+    "_kernels.band_primitives": 2.2,
+    "_kernels.ilu": 2.1,
+    "_kernels.ilu_primitives": 2.2,
+    "_sharded_products": 2.5,
+    "_host": 2.9,
+    "_convert": 3,
+    "_products": 3,
+    "_traces": 3,
+    "_colouring": 3,
+    "_ops": 3.1,
+    "_matrix": 4,
+    "_construct": 4.1,
+    "_shard": 4.2,
+    "_jacobian": 4.3,
+    "_linalg": 5,
+    "_linalg.banded": 5.1,
+    "_linalg.krylov": 5.1,
+    "_linalg.smoothers": 5.1,
+    "_linalg.ilu": 5.1,
+    "_linalg.multigrid": 5.2,
+    "_linalg.deep_halo": 5.22,
+    "_linalg.sharded_multigrid": 5.25,
+    "_linalg.lanczos": 5.2,
+    "_linalg.expm": 5.2,
+    "_linalg.factor": 5.3,
+    "_linalg.precond": 5.3,
+    "_linalg.incomplete": 5.4,
+    "_io": 6,
+    "_lineax": 6,
+    "testing": 6,
+    "conftest": 7,
+    "__init__": 7,
 }
+#: The implementations the primitives lower to: siblings that never import each other.
 BACKENDS = {
-    "_xla",
-    "_xla_runs",
-    "_pallas_triton",
-    "_pallas_tpu",
-    "_lapack",
-    "_band_scan",
-    "_ilu_kernels",
+    "_kernels.xla",
+    "_kernels.xla_runs",
+    "_kernels.pallas_triton",
+    "_kernels.pallas_mosaic_gpu",
+    "_kernels.pallas_tpu",
+    "_kernels.lapack",
+    "_kernels.band_scan",
+    "_kernels.ilu",
 }
+KERNELS = "_kernels"
+
+
+def _name(path: Path) -> str:
+    """``path``'s module name below ``jaxdia`` (``_kernels.xla``; a package's
+    ``__init__`` is the package, the top one ``__init__``)."""
+    parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(module: str, base: str) -> str:
+    """The module in ``LAYERS`` that ``base`` (a dotted name below jaxdia) or its parent
+    package is: ``_kernels.xla.spmm_xla`` is ``_kernels.xla``."""
+    while base and base not in LAYERS:
+        base = base.rpartition(".")[0]
+    return base
 
 
 def _package_imports(path: Path) -> set[str]:
     """The package modules that ``path`` imports (relative or absolute, anywhere in it)."""
+    here = _name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    if here == ["__init__"]:
+        package = []
     imported = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             module = node.module or ""
-            if node.level == 1 or module == "jaxdia" or module.startswith("jaxdia."):
-                base = module.removeprefix("jaxdia").lstrip(".")
-                if base:
-                    imported.add(base.split(".")[0])
-                else:  # ``from . import _ops`` or ``from jaxdia import _ops``
-                    imported.update(alias.name for alias in node.names)
+            if node.level:
+                base = package[: len(package) - (node.level - 1)] + module.split(".")
+            elif module == "jaxdia" or module.startswith("jaxdia."):
+                base = module.split(".")[1:]
+            else:
+                continue
+            base_name = ".".join(part for part in base if part)
+            for alias in node.names:  # ``from . import _ops`` imports a module
+                candidate = ".".join(p for p in (base_name, alias.name) if p)
+                imported.add(_resolve(candidate, candidate) or _resolve(base_name, base_name))
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith("jaxdia."):
-                    imported.add(alias.name.split(".")[1])
+                    imported.add(_resolve(alias.name, alias.name.removeprefix("jaxdia.")))
+    imported.discard("")
+    imported.discard(_name(path))
     return imported
 
 
 def _modules() -> dict[str, set[str]]:
-    return {path.stem: _package_imports(path) for path in sorted(PACKAGE.glob("*.py"))}
+    return {_name(path): _package_imports(path) for path in sorted(PACKAGE.rglob("*.py"))}
 
 
 def test_every_module_has_a_layer():
     assert set(_modules()) == set(LAYERS), "give new modules a layer in LAYERS"
+
+
+def test_the_package_is_two_folders_and_flat_modules():
+    folders = {path.name for path in PACKAGE.iterdir() if path.is_dir()} - {"__pycache__"}
+    assert folders == {"_kernels", "_linalg"}
 
 
 def test_modules_import_only_lower_layers():
@@ -110,9 +158,31 @@ def test_modules_import_only_lower_layers():
         f"{module} (layer {LAYERS[module]}) imports {other} (layer {LAYERS[other]})"
         for module, imports in _modules().items()
         for other in sorted(imports)
-        if LAYERS[other] >= LAYERS[module]
+        if LAYERS[other] >= LAYERS[module] and not other.startswith(module + ".")
     ]
     assert not upward, "\n".join(upward)
+
+
+def test_kernels_import_only_the_foundations():
+    outside = {
+        module: sorted(other for other in imports if LAYERS[other] >= LAYERS[KERNELS])
+        for module, imports in _modules().items()
+        if module.startswith(KERNELS)
+    }
+    outside = {
+        module: [other for other in others if not other.startswith(KERNELS)]
+        for module, others in outside.items()
+    }
+    assert not any(outside.values()), outside
+
+
+def test_only_kernels_register_lowerings():
+    registering = sorted(
+        _name(path)
+        for path in PACKAGE.rglob("*.py")
+        if "register_lowering" in path.read_text() or "register_ffi_target" in path.read_text()
+    )
+    assert registering and all(name.startswith(KERNELS + ".") for name in registering), registering
 
 
 def test_backends_do_not_import_each_other():
@@ -123,5 +193,12 @@ def test_backends_do_not_import_each_other():
 
 
 def test_the_layering_test_sees_imports():
-    # A guard against a parser that finds nothing: _matrix imports from below.
-    assert {"_ops", "_checks", "_geometry"} <= _modules()["_matrix"]
+    # A guard against a parser that finds nothing: _matrix imports from below, and the
+    # folders' relative imports resolve.
+    modules = _modules()
+    assert {"_ops", "_checks", "_geometry"} <= modules["_matrix"]
+    assert {"_kernels.band_scan", "_kernels.lapack", "_geometry"} <= modules[
+        "_kernels.band_primitives"
+    ]
+    assert {"_linalg.banded", "_linalg.smoothers", "_parts"} <= modules["_linalg.multigrid"]
+    assert {"_linalg.factor", "_linalg.precond", "_matrix"} <= modules["__init__"]

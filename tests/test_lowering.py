@@ -1,13 +1,16 @@
 """Cross-platform lowering: the Pallas kernels lower for cuda/rocm and tpu without hardware.
 
-A kernel that lowers is not proven correct on the device (``tests/test_pallas.py`` checks
-correctness in interpret mode), but one that does not lower certainly fails there. The
-lowered StableHLO text names the kernel's custom call: Triton's (``__gpu$xla.gpu.triton``
-up to jaxlib 0.10.2, ``triton_kernel_call_ffi`` after), or Mosaic TPU's
-``tpu_custom_call``.
+A kernel that lowers is not proven correct on the device (``tests/test_pallas.py`` and
+``tests/test_pallas_mosaic_gpu.py`` check correctness in interpret mode), but one that
+does not lower certainly fails there. The lowered StableHLO text names the kernel's
+custom call: Triton's (``__gpu$xla.gpu.triton`` up to jaxlib 0.10.2,
+``triton_kernel_call_ffi`` after), Mosaic GPU's (``mosaic_gpu``, ``mosaic_gpu_v2``) or
+Mosaic TPU's (``tpu_custom_call``). Products on cuda run on Mosaic GPU from JAX 0.11 on
+(``MOSAIC_IS_DEFAULT``), on Triton before.
 """
 
 import contextlib
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -15,12 +18,13 @@ import numpy as np
 import pytest
 
 import jaxdia
-from jaxdia import _band_primitives, _pallas_tpu, _pallas_triton
+from jaxdia._kernels import band_primitives, pallas_mosaic_gpu, pallas_tpu, pallas_triton
 
 TRITON_CALLS = ("__gpu$xla.gpu.triton", "triton_kernel_call")
 TPU_CALL = "tpu_custom_call"
 MOSAIC_GPU_CALL = "mosaic_gpu"
 ALL_CALLS = (*TRITON_CALLS, TPU_CALL, MOSAIC_GPU_CALL)
+MOSAIC_IS_DEFAULT = jax.__version_info__ >= (0, 11)
 
 
 # GPUs to lower for on a machine without one: jax 0.12 asks the device for its compute
@@ -58,6 +62,15 @@ def has_any_kernel_call(text: str) -> bool:
     return any(call in text for call in ALL_CALLS)
 
 
+def has_mosaic_gpu_call(text: str) -> bool:
+    return MOSAIC_GPU_CALL in text and not has_triton_call(text)
+
+
+def has_default_cuda_call(text: str) -> bool:
+    """The kernel family products lower to on cuda with this JAX."""
+    return has_mosaic_gpu_call(text) if MOSAIC_IS_DEFAULT else has_triton_call(text)
+
+
 def _spd(shape=(6, 9), offsets=(-5, -1, 0, 2, 8), dtype=np.float32, batch=()):
     rng = np.random.default_rng(0)
     data = rng.standard_normal((*batch, len(offsets), shape[1])).astype(dtype)
@@ -78,7 +91,7 @@ def test_triton_spmm_lowers(platform, dtype, transpose):
     x = jnp.ones((1, shape[0] if transpose else shape[1], 3), dtype)
 
     def f(data, x):
-        return _pallas_triton.spmm(data, x, offsets=offsets, shape=shape, transpose=transpose)
+        return pallas_triton.spmm(data, x, offsets=offsets, shape=shape, transpose=transpose)
 
     text = lowered_text(f, data, x, platform=platform)
     assert has_triton_call(text) and MOSAIC_GPU_CALL not in text
@@ -90,10 +103,10 @@ def test_triton_sddmm_lowers(platform, dtype):
     shape, offsets = (6, 9), (-5, -1, 0, 2, 8)
     g = jnp.ones((2, shape[0], 20), dtype)
     x = jnp.ones((1, shape[1], 20), dtype)
-    blocks = _pallas_triton.BlockSizes(rows=8, cols=8)  # three steps of the column loop
+    blocks = pallas_triton.BlockSizes(rows=8, cols=8)  # three steps of the column loop
 
     def f(g, x):
-        return _pallas_triton.sddmm(g, x, offsets=offsets, shape=shape, block_sizes=blocks)
+        return pallas_triton.sddmm(g, x, offsets=offsets, shape=shape, block_sizes=blocks)
 
     assert has_triton_call(lowered_text(f, g, x, platform=platform))
 
@@ -105,10 +118,10 @@ def test_tpu_spmm_lowers(dtype, transpose, n_cols):
     shape, offsets = (300, 500), (-299, -130, -1, 0, 1, 129, 499)
     data = jnp.ones((2, len(offsets), shape[1]), dtype)
     x = jnp.ones((1, shape[0] if transpose else shape[1], n_cols), dtype)
-    blocks = _pallas_tpu.BlockSizes(rows=128, cols=8)
+    blocks = pallas_tpu.BlockSizes(rows=128, cols=8)
 
     def f(data, x):
-        return _pallas_tpu.spmm(
+        return pallas_tpu.spmm(
             data, x, offsets=offsets, shape=shape, transpose=transpose, block_sizes=blocks
         )
 
@@ -121,10 +134,10 @@ def test_tpu_sddmm_lowers(dtype, n_cols):
     shape, offsets = (300, 500), (-299, -130, -1, 0, 1, 129, 499)
     g = jnp.ones((2, shape[0], n_cols), dtype)
     x = jnp.ones((1, shape[1], n_cols), dtype)
-    blocks = _pallas_tpu.BlockSizes(rows=128, cols=8)
+    blocks = pallas_tpu.BlockSizes(rows=128, cols=8)
 
     def f(g, x):
-        return _pallas_tpu.sddmm(g, x, offsets=offsets, shape=shape, block_sizes=blocks)
+        return pallas_tpu.sddmm(g, x, offsets=offsets, shape=shape, block_sizes=blocks)
 
     assert TPU_CALL in lowered_text(f, g, x, platform="tpu")
 
@@ -137,14 +150,14 @@ def test_large_grid_lowers():
     x = jax.ShapeDtypeStruct((n, 1), jnp.float32)
 
     def f(data, x):
-        return _pallas_triton.spmm(data, x, offsets=offsets, shape=(n, n))
+        return pallas_triton.spmm(data, x, offsets=offsets, shape=(n, n))
 
     assert has_triton_call(lowered_text(f, data, x, platform="cuda"))
 
 
 # -- A @ X through the primitives --------------------------------------------------------
 
-PLATFORM_CALLS = {"cuda": has_triton_call, "tpu": lambda text: TPU_CALL in text}
+PLATFORM_CALLS = {"cuda": has_default_cuda_call, "tpu": lambda text: TPU_CALL in text}
 
 
 def _products():
@@ -200,7 +213,7 @@ def test_grad_data_uses_sddmm_kernel(platform):
 def test_solve_banded_lowers_without_the_cpu_lapack_call(platform):
     """Large banded solves call LAPACK on the host on CPU only; accelerators keep the
     ``lax.scan`` LU (a host call there would copy the system to the host)."""
-    n = _band_primitives._SCAN_ROWS + 1
+    n = band_primitives._SCAN_ROWS + 1
     A = jaxdia.diags([1.0, 1.0, 4.0, 1.0], offsets=[-2, -1, 0, 2], shape=(n, n))
     b = jnp.ones(n, jnp.float32)
     assert "jaxdia_lapack" in lowered_text(jaxdia.solve_banded, A, b, platform="cpu")
@@ -212,7 +225,7 @@ def test_solve_banded_lowers_without_the_cpu_lapack_call(platform):
 def test_tridiagonal_solves_pivot_on_tpu(solve):
     """TPU's ``tridiagonal_solve`` is the Thomas algorithm, which does not pivot: there a
     one-shot tridiagonal solve and eigsh's shift-invert factor with partial pivoting
-    (``_banded._factor``); elsewhere they call the library's pivoting ``gtsv``."""
+    (``banded._factor``); elsewhere they call the library's pivoting ``gtsv``."""
     n = 400
     A = jaxdia.diags([-1.0, 4.0, -1.5], offsets=[-1, 0, 1], shape=(n, n))
     if solve == "solve_banded":
@@ -234,7 +247,7 @@ def test_float64_on_tpu_falls_back_to_xla():
     X = jnp.ones((A.shape[1], 2), jnp.float64)
     text = lowered_text(lambda A, X: A @ X, A, X, platform="tpu")
     assert TPU_CALL not in text
-    assert has_triton_call(lowered_text(lambda A, X: A @ X, A, X, platform="cuda"))
+    assert has_default_cuda_call(lowered_text(lambda A, X: A @ X, A, X, platform="cuda"))
 
 
 def test_forced_xla_on_cuda_has_no_kernel():
@@ -253,3 +266,141 @@ def test_forced_pallas_on_cpu_raises():
         lowered_text(
             lambda A, X: jaxdia.matmul(A, X, implementation="pallas"), A, X, platform="cpu"
         )
+
+
+# -- Mosaic GPU: the kernels, the choice between the GPU families, no deprecation warning --
+
+MOSAIC_DTYPES = [np.float32, np.float64, jnp.bfloat16, np.float16]
+
+
+@pytest.mark.parametrize("dtype", MOSAIC_DTYPES)
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("n_cols", [1, 5])
+def test_mosaic_gpu_spmm_lowers(dtype, transpose, n_cols):
+    """Both JAX ends; with 5 columns in blocks of 2 (a first, a looped and a last block),
+    offsets at the corners and a broadcast batch."""
+    shape, offsets = (300, 501), (-299, -130, -1, 0, 1, 129, 500)
+    data = jnp.ones((2, len(offsets), shape[1]), dtype)
+    x = jnp.ones((1, shape[0] if transpose else shape[1], n_cols), dtype)
+    blocks = pallas_mosaic_gpu.BlockSizes(rows=128, cols=2)
+
+    def f(data, x):
+        return pallas_mosaic_gpu.spmm(
+            data, x, offsets=offsets, shape=shape, transpose=transpose, block_sizes=blocks
+        )
+
+    assert has_mosaic_gpu_call(lowered_text(f, data, x, platform="cuda"))
+
+
+@pytest.mark.parametrize("dtype", MOSAIC_DTYPES)
+def test_mosaic_gpu_sddmm_lowers(dtype):
+    shape, offsets = (300, 501), (-299, -130, -1, 0, 1, 129, 500)
+    g = jnp.ones((2, shape[0], 5), dtype)
+    x = jnp.ones((1, shape[1], 5), dtype)
+    blocks = pallas_mosaic_gpu.BlockSizes(rows=128, cols=2)
+
+    def f(g, x):
+        return pallas_mosaic_gpu.sddmm(g, x, offsets=offsets, shape=shape, block_sizes=blocks)
+
+    assert has_mosaic_gpu_call(lowered_text(f, g, x, platform="cuda"))
+
+
+def test_mosaic_gpu_large_lowers():
+    """131072 tiles on one grid axis (CUDA's x, not limited to 65535), data beyond 2**32
+    bytes addressed as 2-D lines (TMA's coordinates are 32-bit)."""
+    n = 2**27
+    offsets = tuple(range(-13, 14))
+    data = jax.ShapeDtypeStruct((len(offsets), n), jnp.float32)
+    x = jax.ShapeDtypeStruct((n, 1), jnp.float32)
+
+    def f(data, x):
+        return jaxdia.DiaMatrix(data, offsets, (n, n)) @ x
+
+    assert has_default_cuda_call(lowered_text(f, data, x, platform="cuda"))
+
+
+@pytest.mark.skipif(not MOSAIC_IS_DEFAULT, reason="Triton is the cuda default before JAX 0.11")
+def test_cuda_default_warns_nothing():
+    """JAX 0.12 warns on every Triton lowering; the default products (and their
+    gradients, complex ones on XLA) lower without any warning."""
+    Ac = _spd(dtype=np.complex64)
+    Xc = jnp.ones((Ac.shape[1], 2), Ac.dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name, fn, args in _products():
+            assert has_mosaic_gpu_call(lowered_text(fn, *args, platform="cuda")), name
+        text = lowered_text(lambda A, X: A @ X, Ac, Xc, platform="cuda")
+    assert not has_any_kernel_call(text)
+
+
+@pytest.mark.parametrize("implementation", ["mosaic", "triton", "pallas"])
+def test_forced_gpu_family(implementation):
+    A = _spd()
+    X = jnp.ones((A.shape[1], 2), jnp.float32)
+    text = lowered_text(
+        lambda A, X: jaxdia.matmul(A, X, implementation=implementation), A, X, platform="cuda"
+    )
+    if implementation == "triton" or (implementation == "pallas" and not MOSAIC_IS_DEFAULT):
+        assert has_triton_call(text)
+    else:
+        assert has_mosaic_gpu_call(text)
+
+
+@pytest.mark.parametrize(
+    "implementation, platform, dtype, match",
+    [
+        ("mosaic", "rocm", np.float32, "no Mosaic GPU spmm kernel .* platform 'rocm'"),
+        ("mosaic", "tpu", np.float32, "no Mosaic GPU spmm kernel .* platform 'tpu'"),
+        ("mosaic", "cuda", np.complex64, "complex64 is not one the Mosaic GPU kernels take"),
+        ("triton", "tpu", np.float32, "no Pallas Triton spmm kernel .* platform 'tpu'"),
+    ],
+)
+def test_forced_gpu_family_that_cannot_run_raises(implementation, platform, dtype, match):
+    A = _spd(dtype=dtype)
+    X = jnp.ones((A.shape[1], 2), dtype)
+    with pytest.raises(ValueError, match=match):
+        lowered_text(
+            lambda A, X: jaxdia.matmul(A, X, implementation=implementation),
+            A,
+            X,
+            platform=platform,
+        )
+
+
+def test_older_gpus_fall_back_to_triton(monkeypatch):
+    """A GPU without TMA (compute capability below 9.0) gets the Triton kernels."""
+    monkeypatch.setattr(pallas_mosaic_gpu, "unsupported_device", lambda: "an Ampere GPU")
+    A = _spd()
+    X = jnp.ones((A.shape[1], 2), jnp.float32)
+    assert has_triton_call(lowered_text(lambda A, X: A @ X, A, X, platform="cuda"))
+    with pytest.raises(ValueError, match="an Ampere GPU"):
+        lowered_text(
+            lambda A, X: jaxdia.matmul(A, X, implementation="mosaic"), A, X, platform="cuda"
+        )
+
+
+@pytest.mark.skipif(not MOSAIC_IS_DEFAULT, reason="Triton is the cuda default before JAX 0.11")
+def test_what_mosaic_gpu_cannot_tile_runs_on_xla():
+    """Diagonals spread too far apart for a tile's windows run on XLA, not on the
+    deprecated Triton backend."""
+    n = 10**6
+    offsets = tuple(range(-200_000, 200_000, 1000))
+    data = jax.ShapeDtypeStruct((len(offsets), n), jnp.float32)
+    x = jax.ShapeDtypeStruct((n, 1), jnp.float32)
+
+    def f(data, x):
+        return jaxdia.DiaMatrix(data, offsets, (n, n)) @ x
+
+    assert not has_any_kernel_call(lowered_text(f, data, x, platform="cuda"))
+
+
+@pytest.mark.skipif(not MOSAIC_IS_DEFAULT, reason="jax.export refuses the Triton kernel")
+def test_cuda_default_exports():
+    """Mosaic GPU's custom call has jax.export's compatibility guarantee (Triton's has
+    not), so the default product exports for cuda."""
+    from jax import export
+
+    A = _spd()
+    X = jnp.ones((A.shape[1], 2), jnp.float32)
+    exported = export.export(jax.jit(lambda A, X: A @ X), platforms=("cuda",))(A, X)
+    assert MOSAIC_GPU_CALL in exported.mlir_module()

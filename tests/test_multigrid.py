@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import jaxdia
-from jaxdia import _multigrid
+from jaxdia._linalg import multigrid
 
 from .helpers import dense_f64
 
@@ -75,7 +75,7 @@ def random_stencil(grid, seed=0):
     """A random (nonsymmetric) 3^dim-point stencil matrix, diagonally dominant."""
     rng = np.random.default_rng(seed)
     coefficients = {
-        d: rng.uniform(-1, 0, grid) for d in _multigrid.displacements(len(grid)) if any(d)
+        d: rng.uniform(-1, 0, grid) for d in multigrid.displacements(len(grid)) if any(d)
     }
     coefficients[(0,) * len(grid)] = 3.0 ** len(grid) + rng.uniform(0, 1, grid)
     return stencil_matrix(grid, coefficients)
@@ -195,32 +195,32 @@ def test_galerkin_paths_agree_with_scipy(grid):
     axes = tuple(range(len(grid)))
     P = interpolation(grid, axes)
     expected = P.T @ S.toarray() @ P
-    coarse = _multigrid.coarse_grid(grid, axes)
+    coarse = multigrid.coarse_grid(grid, axes)
     n = math.prod(grid)
 
     def by_cells(data, xp):
-        cells = _multigrid.cells_of(jaxdia.DiaMatrix(data, A.offsets, A.shape)._parts, grid, xp)
+        cells = multigrid.cells_of(jaxdia.DiaMatrix(data, A.offsets, A.shape)._parts, grid, xp)
         step = grid
         for axis in axes:
-            cells = _multigrid.galerkin_cells(cells, step, axis, xp)
-            step = _multigrid.coarse_grid(step, (axis,))
-        return _multigrid.stencil_rows(cells, coarse, np.float64, xp)
+            cells = multigrid.galerkin_cells(cells, step, axis, xp)
+            step = multigrid.coarse_grid(step, (axis,))
+        return multigrid.stencil_rows(cells, coarse, np.float64, xp)
 
     def check(rows, by_color):
-        parts = _multigrid.dia_from_rows(jnp.asarray(rows), coarse, by_color=by_color)
+        parts = multigrid.dia_from_rows(jnp.asarray(rows), coarse, by_color=by_color)
         np.testing.assert_allclose(dense_f64(jaxdia.DiaMatrix._wrap(parts)), expected, atol=1e-12)
 
     check(by_cells(np.asarray(A.data), np), by_color=False)
     if len(grid) == 1:  # the compiled paths, here on their own (the setup uses them in 2-D, 3-D)
         check(jax.jit(lambda d: by_cells(d, jnp))(A.data), by_color=False)
-        check(jax.jit(lambda A: _multigrid.probe(A._parts, grid, axes))(A), by_color=True)
+        check(jax.jit(lambda A: multigrid.probe(A._parts, grid, axes))(A), by_color=True)
     x = rhs(n)
     np.testing.assert_allclose(
-        np.asarray(_multigrid.restrict(jnp.asarray(x).reshape(grid), axes)).ravel(), P.T @ x
+        np.asarray(multigrid.restrict(jnp.asarray(x).reshape(grid), axes)).ravel(), P.T @ x
     )
     xc = rhs(P.shape[1])
     np.testing.assert_allclose(
-        np.asarray(_multigrid.interpolate(jnp.asarray(xc).reshape(coarse), axes, grid)).ravel(),
+        np.asarray(multigrid.interpolate(jnp.asarray(xc).reshape(coarse), axes, grid)).ravel(),
         P @ xc,
     )
 
@@ -668,9 +668,9 @@ def test_multigrid_errors():
         jaxdia.multigrid(no_diagonal.eliminate_zeros(), GRID_2D)
     with pytest.raises(ValueError, match="diagonal must be nonzero, but it is 0 at index 0"):
         jaxdia.multigrid(A.with_diagonal(np.r_[0.0, S.diagonal()[1:]]), GRID_2D)
-    with pytest.raises(TypeError, match="must be float32 or float64, got complex128"):
-        jaxdia.multigrid(A.astype(np.complex128), GRID_2D)
-    with pytest.raises(TypeError, match="dtype must be float32 or float64, got float16"):
+    with pytest.raises(TypeError, match="complex64 or complex128, got float16"):
+        jaxdia.multigrid(A.astype(np.float16), GRID_2D)
+    with pytest.raises(TypeError, match="dtype must be a float dtype .* got float16"):
         jaxdia.multigrid(A, GRID_2D, dtype=np.float16)
     for options, message in [
         ({"smoother": "gauss_seidel"}, "smoother must be one of"),
@@ -732,3 +732,22 @@ def test_chebyshev_and_solver_errors():
             solver(A, b, maxiter=-1)
         with pytest.raises(ValueError, match="must be square"):
             solver(jaxdia.DiaMatrix(A.data, A.offsets, (240, 241)), b)
+
+
+def test_preconditioners_are_immutable_pytrees():
+    """A preconditioner cannot be changed behind a compiled solve that closed over it;
+    its key paths name its fields."""
+    A = jaxdia.DiaMatrix.from_scipy(poisson(SMALL))
+    M = jaxdia.multigrid(A, SMALL, max_coarse=4)
+    C = jaxdia.chebyshev(A, degree=3)
+    for P, field in ((M, "_hierarchy"), (C, "degree")):
+        with pytest.raises(AttributeError, match="is immutable"):
+            setattr(P, field, None)
+        leaves, tree = jax.tree_util.tree_flatten(P)
+        again = jax.tree_util.tree_unflatten(tree, leaves)
+        np.testing.assert_array_equal(again(np.ones(A.shape[0])), P(np.ones(A.shape[0])))
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(C)[0]]
+    assert paths == [".operator.data", ".inverse_diagonal", ".lower", ".upper"]
+    assert jax.tree_util.keystr(jax.tree_util.tree_flatten_with_path(M)[0][0][0]).startswith(
+        ".hierarchy.operators[0]"
+    )

@@ -682,8 +682,10 @@ def test_kron_square_offsets_and_errors():
     assert K.offsets == (-1, 2, 5)
     for i in range(2):
         np.testing.assert_allclose(K.todense()[i], np.kron(A.todense()[i], B.todense()))
-    with pytest.raises(TypeError, match="kron: B must be a jaxdia.DiaMatrix"):
-        jaxdia.kron(T, np.eye(3))
+    dense = np.kron(T.todense(), np.eye(3))  # as SciPy, a dense factor is accepted
+    np.testing.assert_array_equal(jaxdia.kron(T, np.eye(3)).todense(), dense)
+    with pytest.raises(TypeError, match="kron: B must be a DiaMatrix, a scalar or a 2-D array"):
+        jaxdia.kron(T, "x")
 
 
 def test_kron_grad():
@@ -818,10 +820,12 @@ def test_batch_and_operand_errors():
 def test_equal_structure_hits_the_compilation_cache():
     from jaxdia import _ops
 
-    A = jaxdia.DiaMatrix(np.ones((2, 5)), (-3, 2), (17, 5))
+    # Batched: the compiled path (unbatched concrete matrices are combined on the host and
+    # compile nothing, tests/test_host.py).
+    A = jaxdia.DiaMatrix(np.ones((1, 2, 5)), (-3, 2), (17, 5))
     transposes, scalings = _ops.transpose._cache_size(), _ops._with_scalar._cache_size()
-    A.T, (A * 2.0).T, jaxdia.DiaMatrix(np.zeros((2, 5)), (2, -3), (17, 5)).T
-    A * 3.0, 0.5 * jaxdia.DiaMatrix(np.zeros((2, 5)), (2, -3), (17, 5))
+    A.T, (A * 2.0).T, jaxdia.DiaMatrix(np.zeros((1, 2, 5)), (2, -3), (17, 5)).T
+    A * 3.0, 0.5 * jaxdia.DiaMatrix(np.zeros((1, 2, 5)), (2, -3), (17, 5))
     assert _ops.transpose._cache_size() == transposes + 1
     assert _ops._with_scalar._cache_size() == scalings + 1
 

@@ -1,4 +1,4 @@
-"""The Pallas kernels, run in interpret mode on CPU, against SciPy and ``jaxdia._xla``.
+"""The Pallas kernels, run in interpret mode on CPU, against SciPy and ``jaxdia._kernels.xla``.
 
 Interpret mode compiles once per shape, so the Hypothesis tests keep sizes small
 (sides <= 40, up to 5 columns) and example counts modest. Every drawn case puts NaN in
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from jaxdia import _pallas_tpu, _pallas_triton, _xla
+from jaxdia._kernels import pallas_tpu, pallas_triton, xla
 from jaxdia.testing import offsets as offsets_strategy
 
 from .helpers import spmm_oracle, tolerance, wide
@@ -87,7 +87,7 @@ def _check_spmm(spmm, case, transpose, **kwargs):
     y = spmm(data, x, offsets=offsets, shape=shape, transpose=transpose, interpret=True, **kwargs)
     expected, scale = spmm_oracle(data, x, offsets, shape, transpose)
     _assert_close(y, expected, scale, dtype)
-    reference = _xla.spmm_xla(data, x, offsets=offsets, shape=shape, transpose=transpose)
+    reference = xla.spmm_xla(data, x, offsets=offsets, shape=shape, transpose=transpose)
     _assert_close(y, wide(reference), scale, dtype)
 
 
@@ -99,7 +99,7 @@ def _check_sddmm(sddmm, case, **kwargs):
     d = sddmm(g, x, offsets=offsets, shape=shape, interpret=True, **kwargs)
     expected, scale = _sddmm_oracle(g, x, offsets, shape)
     _assert_close(d, expected, scale, dtype)
-    reference = _xla.sddmm_xla(g, x, offsets=offsets, shape=shape)
+    reference = xla.sddmm_xla(g, x, offsets=offsets, shape=shape)
     _assert_close(d, wide(reference), scale, dtype)
     padding = _padding_mask(offsets, shape, d.shape[:-2])
     assert np.all(np.asarray(d)[padding] == 0)
@@ -109,26 +109,26 @@ def _check_sddmm(sddmm, case, **kwargs):
 @settings(max_examples=6)
 @given(case=_cases(TRITON_DTYPES))
 def test_triton_spmm(case, transpose):
-    _check_spmm(_pallas_triton.spmm, case, transpose)
+    _check_spmm(pallas_triton.spmm, case, transpose)
 
 
 @settings(max_examples=6)
 @given(case=_cases(TRITON_DTYPES))
 def test_triton_sddmm(case):
-    _check_sddmm(_pallas_triton.sddmm, case)
+    _check_sddmm(pallas_triton.sddmm, case)
 
 
 @pytest.mark.parametrize("transpose", [False, True])
 @settings(max_examples=6)
 @given(case=_cases(TPU_DTYPES))
 def test_tpu_spmm(case, transpose):
-    _check_spmm(_pallas_tpu.spmm, case, transpose)
+    _check_spmm(pallas_tpu.spmm, case, transpose)
 
 
 @settings(max_examples=6)
 @given(case=_cases(TPU_DTYPES))
 def test_tpu_sddmm(case):
-    _check_sddmm(_pallas_tpu.sddmm, case)
+    _check_sddmm(pallas_tpu.sddmm, case)
 
 
 # Explicit cases: several blocks of rows and columns (small blocks), far offsets, dtypes.
@@ -139,13 +139,13 @@ _TALL = ((37, 13), (-36, -3, 0, 1, 12), 3, (), (), np.dtype(np.complex64), 2)
 @pytest.mark.parametrize("case", [_WIDE, _TALL], ids=["wide", "tall"])
 @pytest.mark.parametrize("transpose", [False, True])
 def test_triton_spmm_small_blocks(case, transpose):
-    blocks = _pallas_triton.BlockSizes(rows=4, cols=2, num_warps=2)
-    _check_spmm(_pallas_triton.spmm, case, transpose, block_sizes=blocks)
+    blocks = pallas_triton.BlockSizes(rows=4, cols=2, num_warps=2)
+    _check_spmm(pallas_triton.spmm, case, transpose, block_sizes=blocks)
 
 
 @pytest.mark.parametrize("case", [_WIDE, _TALL], ids=["wide", "tall"])
 def test_triton_sddmm_small_blocks(case):
-    _check_sddmm(_pallas_triton.sddmm, case, block_sizes=_pallas_triton.BlockSizes(4, 2))
+    _check_sddmm(pallas_triton.sddmm, case, block_sizes=pallas_triton.BlockSizes(4, 2))
 
 
 _TPU_TALL = ((300, 200), (-299, -130, -128, -1, 0, 1, 128, 199), 10, (2,), (1,), np.float32, 3)
@@ -159,14 +159,14 @@ _TPU_SDDMM = ((200, 300), (-199, -2, 0, 129, 256, 299), 20, (1, 2), (3, 1), np.f
 def test_tpu_spmm_several_blocks(case, transpose):
     """Several row blocks of 128, offsets beyond one block, 10 columns in blocks of 8."""
     case = (*case[:5], np.dtype(case[5]), case[6])
-    blocks = _pallas_tpu.BlockSizes(rows=128, cols=8)
-    _check_spmm(_pallas_tpu.spmm, case, transpose, block_sizes=blocks)
+    blocks = pallas_tpu.BlockSizes(rows=128, cols=8)
+    _check_spmm(pallas_tpu.spmm, case, transpose, block_sizes=blocks)
 
 
 @pytest.mark.parametrize("case", [_TPU_TALL, _TPU_SDDMM], ids=["tall", "wide"])
 def test_tpu_sddmm_several_blocks(case):
     case = (*case[:5], np.dtype(case[5]), case[6])
-    _check_sddmm(_pallas_tpu.sddmm, case, block_sizes=_pallas_tpu.BlockSizes(rows=128, cols=8))
+    _check_sddmm(pallas_tpu.sddmm, case, block_sizes=pallas_tpu.BlockSizes(rows=128, cols=8))
 
 
 @pytest.mark.parametrize(
@@ -179,14 +179,14 @@ def test_tpu_sddmm_several_blocks(case):
         ((3, 4), (-1, 2), (0,), (1,), 2),
     ],
 )
-@pytest.mark.parametrize("spmm", [_pallas_triton.spmm, _pallas_tpu.spmm], ids=["triton", "tpu"])
+@pytest.mark.parametrize("spmm", [pallas_triton.spmm, pallas_tpu.spmm], ids=["triton", "tpu"])
 @pytest.mark.parametrize("transpose", [False, True])
 def test_spmm_empty(spmm, shape, offsets, data_batch, x_batch, n_cols, transpose):
     m, n = shape
     data = np.ones((*data_batch, len(offsets), n), np.float32)
     x = np.ones((*x_batch, m if transpose else n, n_cols), np.float32)
     y = spmm(data, x, offsets=offsets, shape=shape, transpose=transpose, interpret=True)
-    expected = _xla.spmm_xla(data, x, offsets=offsets, shape=shape, transpose=transpose)
+    expected = xla.spmm_xla(data, x, offsets=offsets, shape=shape, transpose=transpose)
     assert y.shape == expected.shape and y.dtype == np.float32
     assert np.all(np.asarray(y) == 0)
 
@@ -195,7 +195,7 @@ def test_spmm_empty(spmm, shape, offsets, data_batch, x_batch, n_cols, transpose
     "shape, offsets, n_cols",
     [((0, 4), (), 2), ((4, 0), (), 2), ((3, 4), (), 2), ((3, 4), (-1, 2), 0), ((0, 4), (1,), 1)],
 )
-@pytest.mark.parametrize("sddmm", [_pallas_triton.sddmm, _pallas_tpu.sddmm], ids=["triton", "tpu"])
+@pytest.mark.parametrize("sddmm", [pallas_triton.sddmm, pallas_tpu.sddmm], ids=["triton", "tpu"])
 def test_sddmm_empty(sddmm, shape, offsets, n_cols):
     m, n = shape
     g = np.ones((m, n_cols), np.float32)
@@ -206,37 +206,37 @@ def test_sddmm_empty(sddmm, shape, offsets, n_cols):
 
 
 def test_supports():
-    assert all(_pallas_triton.supports(d) for d in TRITON_DTYPES)
-    assert all(_pallas_tpu.supports(d) for d in TPU_DTYPES)
+    assert all(pallas_triton.supports(d) for d in TRITON_DTYPES)
+    assert all(pallas_tpu.supports(d) for d in TPU_DTYPES)
     for dtype in (np.int32, np.bool_):
-        assert not _pallas_triton.supports(dtype)
-        assert not _pallas_tpu.supports(dtype)
+        assert not pallas_triton.supports(dtype)
+        assert not pallas_tpu.supports(dtype)
     for dtype in (np.float64, np.float16, np.complex64):
-        assert not _pallas_tpu.supports(dtype)
+        assert not pallas_tpu.supports(dtype)
     with pytest.raises(TypeError, match="float32 and bfloat16"):
-        _pallas_tpu.spmm(np.ones((1, 3)), np.ones((3, 1)), offsets=(0,), shape=(3, 3))
+        pallas_tpu.spmm(np.ones((1, 3)), np.ones((3, 1)), offsets=(0,), shape=(3, 3))
     with pytest.raises(TypeError, match="float32 and bfloat16"):
-        _pallas_tpu.sddmm(np.ones((3, 1)), np.ones((3, 1)), offsets=(0,), shape=(3, 3))
+        pallas_tpu.sddmm(np.ones((3, 1)), np.ones((3, 1)), offsets=(0,), shape=(3, 3))
 
 
 def test_block_sizes():
     with pytest.raises(ValueError, match="power of 2"):
-        _pallas_triton.BlockSizes(rows=12, cols=2)
+        pallas_triton.BlockSizes(rows=12, cols=2)
     with pytest.raises(ValueError, match="multiple of 128"):
-        _pallas_tpu.BlockSizes(rows=100, cols=8)
+        pallas_tpu.BlockSizes(rows=100, cols=8)
     with pytest.raises(ValueError, match="multiple of 8"):
-        _pallas_tpu.BlockSizes(rows=128, cols=4)
+        pallas_tpu.BlockSizes(rows=128, cols=4)
     # The heuristics stay within their documented ranges.
     for n_cols in (1, 3, 8, 100):
         for dtype in TRITON_DTYPES:
-            sizes = _pallas_triton.BlockSizes.default((10**6, 10**6), n_cols, dtype)
+            sizes = pallas_triton.BlockSizes.default((10**6, 10**6), n_cols, dtype)
             assert 16 <= sizes.rows <= 1024 and min(n_cols, 16) <= sizes.cols <= 16
-            sizes = _pallas_triton.BlockSizes.default((10**6, 10**6), n_cols, dtype, op="sddmm")
+            sizes = pallas_triton.BlockSizes.default((10**6, 10**6), n_cols, dtype, op="sddmm")
             assert 16 <= sizes.rows <= 1024 and min(n_cols, 8) <= sizes.cols <= 8
         for op in ("spmm", "spmm_t", "sddmm"):
-            sizes = _pallas_tpu.BlockSizes.default(
+            sizes = pallas_tpu.BlockSizes.default(
                 (10**6, 10**6), n_cols, np.float32, offsets=(-1000, -1, 0, 1, 1000), op=op
             )
             assert 128 <= sizes.rows <= 2048 and 8 <= sizes.cols <= 64
-    assert _pallas_triton.BlockSizes.default((5, 3), 1, np.float32).rows == 8
-    assert _pallas_tpu.BlockSizes.default((5, 3), 1, np.float32).rows == 128
+    assert pallas_triton.BlockSizes.default((5, 3), 1, np.float32).rows == 8
+    assert pallas_tpu.BlockSizes.default((5, 3), 1, np.float32).rows == 128

@@ -12,7 +12,8 @@ from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 
 import jaxdia
-from jaxdia import _band_primitives, _banded
+from jaxdia._kernels import band_primitives
+from jaxdia._linalg import banded as banded_solves
 from jaxdia.testing import offsets as offset_strategy
 
 from .helpers import assert_close, dense_f64
@@ -182,7 +183,7 @@ def banded_path(request, monkeypatch):
     ``?gbtrf``/``?gttrf`` (CPU). The switch is read when tracing: ``jax.clear_caches``
     drops traces made with the other one."""
     jax.clear_caches()
-    monkeypatch.setattr(_banded, "METHOD", request.param)
+    monkeypatch.setattr(banded_solves, "METHOD", request.param)
     yield
     jax.clear_caches()
 
@@ -371,7 +372,7 @@ def test_solve_banded_uses_lapack_on_cpu_for_large_systems():
     """Above ``_SCAN_ROWS`` rows, CPU solves call LAPACK's banded LU (the scan LU is several
     times slower at n = 1e5); the scan stays for small systems and on other platforms
     (``tests/test_lowering.py``); one-shot tridiagonal solves are JAX's ``gtsv``."""
-    n = _band_primitives._SCAN_ROWS + 1
+    n = band_primitives._SCAN_ROWS + 1
     A, b = banded(n, (-2, -1, 0, 1, 3)), rhs(n)
     text = jax.jit(jaxdia.solve_banded).lower(A, b).as_text()
     assert "jaxdia_lapack_gbtrf" in text and "jaxdia_lapack_gbtrs" in text

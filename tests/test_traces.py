@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from jax.test_util import check_grads
 
 import jaxdia
-from jaxdia import _traces, _xla_runs
-from jaxdia._functions import traces
+from jaxdia import _traces, traces
+from jaxdia._kernels import xla_runs
 from jaxdia._traces import dia_diagonal, dia_trace, dia_traces
 from jaxdia.testing import batch_shapes, dia_matrices, random_values, shapes
 
@@ -124,7 +124,7 @@ def path(request, monkeypatch):
     gather for dense matrices, slices for DIA data).
     """
     for name, value in PATHS[request.param][0].items():
-        monkeypatch.setattr(_xla_runs, name, value)
+        monkeypatch.setattr(xla_runs, name, value)
     jax.clear_caches()  # the thresholds are read when the kernel is traced
     yield request.param
     jax.clear_caches()
@@ -132,7 +132,7 @@ def path(request, monkeypatch):
 
 def test_each_path_is_taken(path):
     runs = _traces._dense_runs((9, 9), tuple(range(4)))
-    jaxpr = jax.make_jaxpr(partial(_xla_runs.run_sums_xla, runs=runs))(np.ones((3, 9, 9)))
+    jaxpr = jax.make_jaxpr(partial(xla_runs.run_sums_xla, runs=runs))(np.ones((3, 9, 9)))
     loops = [eqn for eqn in jaxpr.eqns if eqn.primitive.name == "scan"]  # static fori_loop
     body = [eqn.primitive.name for loop in loops for eqn in loop.params["jaxpr"].eqns]
     assert (bool(loops), "gather" in body) == PATHS[path][1:]

@@ -1,4 +1,4 @@
-"""``jaxdia._xla`` against SciPy, one test per formulation branch of ``spmm_xla``.
+"""``jaxdia._kernels.xla`` against SciPy, one test per formulation branch of ``spmm_xla``.
 
 Branches of ``spmm_xla``: no in-range diagonal (zeros); a small interior (the
 all-bounds-checked formulation); the interior plus two edge blocks, with either edge
@@ -16,7 +16,7 @@ import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
 
-from jaxdia import _xla
+from jaxdia._kernels import xla
 
 from .helpers import spmm_oracle, tolerance, wide
 
@@ -41,7 +41,7 @@ def _with_nan_padding(data, offsets, shape):
 
 def _check_spmm(data, x, offsets, shape, transpose=False, jit=True):
     offsets = tuple(offsets)
-    fn = lambda d, v: _xla.spmm_xla(d, v, offsets=offsets, shape=shape, transpose=transpose)
+    fn = lambda d, v: xla.spmm_xla(d, v, offsets=offsets, shape=shape, transpose=transpose)
     if jit:
         fn = jax.jit(fn)
     got = fn(jnp.asarray(data), jnp.asarray(x))
@@ -78,7 +78,7 @@ SQUARE_CASES = {
 @pytest.fixture(params=["vector", "column"])
 def vector_path(request, monkeypatch):
     """Runs a test with matrix-vector products on 1-D vectors, and on ``(rows, 1)``."""
-    monkeypatch.setattr(_xla, "_VECTOR_MIN_SIZE", 0 if request.param == "vector" else 10**9)
+    monkeypatch.setattr(xla, "_VECTOR_MIN_SIZE", 0 if request.param == "vector" else 10**9)
     return request.param
 
 
@@ -89,7 +89,7 @@ def vector_path(request, monkeypatch):
 )
 def test_spmm_square_stencils(name, transpose, cols, path, monkeypatch):
     """Each stencil on both single-column paths (1-D vector, ``(rows, 1)``) and wider X."""
-    monkeypatch.setattr(_xla, "_VECTOR_MIN_SIZE", 0 if path == "vector" else 10**9)
+    monkeypatch.setattr(xla, "_VECTOR_MIN_SIZE", 0 if path == "vector" else 10**9)
     offsets, n = SQUARE_CASES[name]
     rng = np.random.default_rng(abs(hash((name, transpose, cols))) % 2**32)
     data, x = _case(rng, offsets, (n, n), cols, np.float64, transpose=transpose)
@@ -100,7 +100,7 @@ def test_spmm_square_stencils(name, transpose, cols, path, monkeypatch):
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("cols", [1, 3])
 def test_spmm_dtypes(dtype, transpose, cols, monkeypatch):
-    monkeypatch.setattr(_xla, "_VECTOR_MIN_SIZE", 0)
+    monkeypatch.setattr(xla, "_VECTOR_MIN_SIZE", 0)
     rng = np.random.default_rng(1)
     offsets, shape = (-5, -1, 0, 2, 9), (37, 41)
     data, x = _case(rng, offsets, shape, cols, dtype, transpose=transpose)
@@ -133,7 +133,7 @@ def test_spmm_no_diagonals(transpose):
         data, x = _case(
             rng, offsets, shape, 4, np.float32, batch_d=(2,), batch_x=(2,), transpose=transpose
         )
-        got = _xla.spmm_xla(
+        got = xla.spmm_xla(
             jnp.asarray(data), jnp.asarray(x), offsets=offsets, shape=shape, transpose=transpose
         )
         assert got.shape == (2, 20 if transpose else 30, 4)
@@ -157,7 +157,7 @@ def test_spmm_vmap_and_grad():
     offsets, n = (-4, -1, 0, 1, 4), 30
     rng = np.random.default_rng(5)
     data, x = _case(rng, offsets, (n, n), 1, np.float64, batch_d=(6,), batch_x=(6,))
-    fn = lambda d, v: _xla.spmm_xla(d, v, offsets=offsets, shape=(n, n))
+    fn = lambda d, v: xla.spmm_xla(d, v, offsets=offsets, shape=(n, n))
     got = jax.jit(jax.vmap(fn))(jnp.asarray(data), jnp.asarray(x))
     expected, _ = spmm_oracle(data, x, offsets, (n, n), False)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-12, atol=1e-12)
@@ -222,7 +222,7 @@ def test_sddmm(dtype, shape, offsets, batch_g, batch_x):
     rng = np.random.default_rng(7)
     g = _random(rng, (*batch_g, m, 3), dtype)
     x = _random(rng, (*batch_x, n, 3), dtype)
-    got = jax.jit(lambda a, b: _xla.sddmm_xla(a, b, offsets=offsets, shape=shape))(g, x)
+    got = jax.jit(lambda a, b: xla.sddmm_xla(a, b, offsets=offsets, shape=shape))(g, x)
     expected = _sddmm_oracle(g, x, offsets, shape)
     assert got.shape == expected.shape and got.dtype == jnp.result_type(g, x)
     tol = tolerance(got.dtype) * 4
@@ -232,7 +232,7 @@ def test_sddmm(dtype, shape, offsets, batch_g, batch_x):
 def test_no_temporary_of_data_size():
     """One jitted matvec needs no ``(n_diags, n)`` temporary (no more than one output)."""
     n, offsets = 200_000, tuple(range(-13, 14))
-    fn = jax.jit(lambda d, v: _xla.spmm_xla(d, v, offsets=offsets, shape=(n, n)))
+    fn = jax.jit(lambda d, v: xla.spmm_xla(d, v, offsets=offsets, shape=(n, n)))
     compiled = fn.lower(
         jax.ShapeDtypeStruct((27, n), jnp.float32), jax.ShapeDtypeStruct((n, 1), jnp.float32)
     ).compile()
@@ -248,7 +248,7 @@ def test_matvec_writes_the_output_once(rows):
     in-place edge updates with no copy of the output, on both sides of _VECTOR_MIN_SIZE."""
     offsets = (-7, -1, 0, 1, 7)
     fn = jax.jit(
-        lambda d, v: _xla.spmm_xla(d, v[:, None], offsets=offsets, shape=(rows, rows))[:, 0]
+        lambda d, v: xla.spmm_xla(d, v[:, None], offsets=offsets, shape=(rows, rows))[:, 0]
     )
     text = (
         fn.lower(
@@ -258,7 +258,7 @@ def test_matvec_writes_the_output_once(rows):
         .as_text()
     )
     entry = text[text.index("ENTRY") :]
-    if rows >= _xla._VECTOR_MIN_SIZE:
+    if rows >= xla._VECTOR_MIN_SIZE:
         assert " copy(" not in entry, entry
     assert entry.count("fusion(") <= 3, entry
 
@@ -270,7 +270,7 @@ def test_multicolumn_product_is_one_loop_nest(columns, transpose):
     writes the output once, with no copy and no temporary (the padded form took three)."""
     rows, offsets = 5_000, (-70, -1, 0, 1, 70)
     fn = jax.jit(
-        lambda d, x: _xla.spmm_xla(d, x, offsets=offsets, shape=(rows, rows), transpose=transpose)
+        lambda d, x: xla.spmm_xla(d, x, offsets=offsets, shape=(rows, rows), transpose=transpose)
     )
     compiled = fn.lower(
         jax.ShapeDtypeStruct((5, rows), jnp.float32),

@@ -1,0 +1,912 @@
+"""Pallas Mosaic GPU kernels for the DIA products ``A @ X``, ``A^T @ X`` and SDDMM.
+
+The semantics are exactly those of :mod:`jaxdia._kernels.xla` (``spmm_xla``, ``sddmm_xla``); this
+module only changes how they run on an NVIDIA GPU of compute capability 9.0 or newer
+(Hopper, Blackwell), where Pallas's Mosaic GPU backend copies with the TMA engine. It is
+imported lazily by the platform lowering rules, so importing :mod:`jaxdia` never imports
+Pallas. ``docs/design.md`` ("GPU (Mosaic GPU)") argues the design with its roofline.
+
+Design:
+
+* a 1-D grid over (flattened broadcast batch) x (tiles of ``rows`` output rows); each
+  program handles one tile. The last tile of a batch entry is shifted back to end at the
+  last row (it recomputes, and rewrites with the same values, rows of its neighbour), so
+  every tile is full and every store in bounds; outputs shorter than one tile are
+  computed into a tile-sized buffer and sliced;
+* every operand is read through TMA copies of at most 256 elements (TMA's limit per box
+  dimension) into shared memory: for each diagonal, the slice of ``data`` its rows need,
+  and for each group of diagonals whose shifts lie within a tile of each other, one
+  slice of ``X``'s column covering all of them (the tile plus its halo). TMA starts a
+  copy at any element and fills what lies past the end of the array with zeros. Copies
+  never start before the array's first element (Pallas's GPU interpreter does not fill
+  there, and a negative start is not needed): a window that would is started at 0 and
+  read from a shifted position, with a tile of spare shared memory in front of the
+  buffers so that the shifted read stays inside them;
+* the products read each window at a static shift (a dynamic one at the array's start)
+  with one element per thread and load (no vector loads, which need alignment that a
+  shift breaks); a select with the diagonal's static row bounds keeps padding slots,
+  rows outside the matrix and stale shared memory out of every sum, so none of them is
+  ever read as an entry;
+* ``X`` is read column by column, so the kernels take it column-major: the wrappers
+  transpose ``(rows, c)`` operands to ``(c, rows)`` (a free reshape for one column) and
+  the result back. Columns are processed in blocks of ``cols``; ``data``'s windows are
+  loaded once per tile for all of them;
+* float32, bfloat16 and float16 (accumulated in float32), and float64, which TMA does not
+  copy as a float: it is moved as uint64 and bitcast in registers (where the installed
+  JAX lowers that bitcast). Complex dtypes are not handled here (XLA or Triton are).
+
+Each operand is addressed as 2-D ``(lines, width)`` (a line is one diagonal or one column
+of one batch entry) when a line's byte size is a multiple of 16 (TMA's stride rule), else
+as its flat 1-D form; TMA's coordinates are 32-bit, which bounds the flat form to 2**31
+elements (:func:`feasible` says when an operand is too large for both).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import mosaic_gpu as plgpu
+
+from .._geometry import Term, accumulation_dtype, live_terms
+from .pallas_common import broadcast_batch_index, kernel_out_shape
+
+# Elements per TMA copy: TMA's limit on a box dimension. A copy of fewer (the 128-row
+# tiles) must still be a multiple of 128 bytes, which 128 elements of 2 bytes are.
+_CHUNK = 256
+_ROW_CHOICES = (1024, 512, 256, 128)
+# Shared memory per program the default block sizes aim at (a few programs per SM keep
+# enough copies in flight), and the most one program may use (Hopper: 227 KiB).
+_SMEM_TARGET = 64 * 1024
+_SMEM_LIMIT = 200 * 1024
+_MAX_COLS = 8
+# Registers per thread the accumulators may take (one per tile row / 128 per sum).
+_MAX_ACCUMULATOR_WORDS = 64
+_INT32_MAX = 2**31 - 1
+_FLOAT_DTYPES = frozenset(np.dtype(d) for d in (jnp.float32, jnp.bfloat16, jnp.float16))
+_LANE = plgpu.LoweringSemantics.Lane
+# A Hopper-class GPU: TMA, and Mosaic GPU's primary target.
+MIN_COMPUTE_CAPABILITY = (9, 0)
+
+
+def _lowers(primitive) -> bool:
+    """Whether the installed Mosaic GPU lowers ``primitive`` with Lane semantics (read
+    from its private rule table; a JAX that moved the table counts as not lowering)."""
+    try:
+        from jax._src.pallas.mosaic_gpu import core, lowering
+
+        semantics = core.PrimitiveSemantics.Warpgroup
+        return primitive in lowering.mosaic_lowering_rules[(_LANE, semantics)]
+    except (ImportError, AttributeError, KeyError):
+        return False
+
+
+@functools.cache
+def _float64_lowers() -> bool:
+    return _lowers(lax.bitcast_convert_type_p)
+
+
+def _interpreter_casts_layouts() -> bool:
+    """Whether Pallas's GPU interpreter accepts ``layout_cast`` (jax 0.10.2's does not,
+    0.12's does). A layout only decides which thread holds which element, so the
+    interpreter computes the same values without it."""
+    return jax.__version_info__ >= (0, 12)
+
+
+def supports(dtype) -> bool:
+    """Whether the Mosaic GPU kernels handle ``dtype`` with the installed JAX.
+
+    Example:
+        >>> from jaxdia._kernels.pallas_mosaic_gpu import supports
+        >>> import jax.numpy as jnp
+        >>> supports(jnp.float32), supports(jnp.complex64), supports(jnp.int32)
+        (True, False, False)
+    """
+    dtype = np.dtype(dtype)
+    return dtype in _FLOAT_DTYPES or (dtype == np.float64 and _float64_lowers())
+
+
+def unsupported_device() -> str | None:
+    """Why the GPU being compiled for cannot run the kernels, or ``None`` if it can.
+
+    Without a GPU (lowering on a CPU-only machine) the target is taken to be Hopper, as
+    Mosaic GPU itself does.
+    """
+    if jax.default_backend() != "gpu":
+        return None
+    device = jax.devices()[0]
+    capability = getattr(device, "compute_capability", None)
+    if not isinstance(capability, str) or not capability[:1].isdigit():
+        return f"Mosaic GPU does not run on {device.device_kind}"  # e.g. ROCm's gfx names
+    if tuple(int(part) for part in capability.split(".")[:2]) < MIN_COMPUTE_CAPABILITY:
+        return (
+            f"{device.device_kind} has compute capability {capability}; the Mosaic GPU "
+            "kernels copy with TMA, which needs 9.0 (Hopper) or newer"
+        )
+    return None
+
+
+def _storage_dtype(dtype: np.dtype) -> np.dtype:
+    """What TMA moves: float64 as uint64 (TMA has no 64-bit float type)."""
+    return np.dtype(np.uint64) if dtype == np.float64 else dtype
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Tile sizes of one Mosaic GPU program.
+
+    Attributes:
+        rows: output rows (``spmm``) or data columns (``sddmm``) per program: a multiple
+            of 128 (one row per thread of a warpgroup and load).
+        cols: columns of ``X`` per step of the program's loop over them.
+
+    Example:
+        >>> from jaxdia._kernels.pallas_mosaic_gpu import BlockSizes
+        >>> import jax.numpy as jnp
+        >>> BlockSizes.default((10**6, 10**6), (-1000, -1, 0, 1, 1000), 1, jnp.float32)
+        BlockSizes(rows=1024, cols=1)
+    """
+
+    rows: int
+    cols: int
+
+    def __post_init__(self):
+        if self.rows < 128 or self.rows % 128:
+            raise ValueError(f"BlockSizes.rows must be a multiple of 128, got {self.rows}")
+        if self.cols < 1:
+            raise ValueError(f"BlockSizes.cols must be at least 1, got {self.cols}")
+
+    @classmethod
+    def default(
+        cls,
+        shape: tuple[int, int],
+        offsets: Sequence[int],
+        n_cols: int,
+        dtype,
+        *,
+        op: str = "spmm",
+        transpose: bool = False,
+    ) -> BlockSizes | None:
+        """The largest tile (1024 rows down to 128, no longer than the output needs; up
+        to 8 columns) whose shared memory fits 64 KiB (else 200 KiB) and whose sums fit
+        64 registers per thread; ``None`` when no tile fits (too many diagonals, or too
+        wide a spread between them).
+
+        The speed of these tiles is unmeasured: a starting point to tune.
+        """
+        terms = live_terms(offsets, shape, transpose if op == "spmm" else True)
+        itemsize = _storage_dtype(np.dtype(dtype)).itemsize
+        words = 2 if itemsize == 8 else 1  # float64 sums take two registers
+        out_rows = (shape[1] if transpose else shape[0]) if op == "spmm" else shape[1]
+        # No tile longer than the output needs: the smallest choice that covers it.
+        cap = min([r for r in _ROW_CHOICES if r >= out_rows], default=max(_ROW_CHOICES))
+        for limit in (_SMEM_TARGET, _SMEM_LIMIT):
+            for rows in (r for r in _ROW_CHOICES if r <= cap):
+                for cols in range(min(max(n_cols, 1), _MAX_COLS), 0, -1):
+                    sums = cols if op == "spmm" else len(terms)
+                    if rows // 128 * sums * words > _MAX_ACCUMULATOR_WORDS:
+                        continue
+                    sizes = cls(rows, cols)
+                    if _plan(op, terms, len(offsets), sizes).smem_bytes(itemsize) <= limit:
+                        return sizes
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# The static plan: where each window of each operand lies in shared memory.
+
+
+@dataclasses.dataclass(frozen=True)
+class _Windows:
+    """The windows of one line (a column of ``X``) that a tile reads, in shared memory.
+
+    Window ``w`` holds the line's rows ``r0 + starts[w]`` onwards (``r0`` the tile's first
+    row) at ``offsets[w]``, ``lengths[w]`` elements; term ``t`` reads ``rows`` elements of
+    window ``reads[t][0]`` from position ``reads[t][1]`` on.
+    """
+
+    starts: tuple[int, ...]
+    offsets: tuple[int, ...]
+    lengths: tuple[int, ...]
+    reads: tuple[tuple[int, int], ...]
+
+    @property
+    def size(self) -> int:
+        return sum(self.lengths)
+
+
+def _chunk(rows: int) -> int:
+    return _CHUNK if rows % _CHUNK == 0 else 128
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def _group_windows(shifts: Sequence[int], rows: int) -> _Windows:
+    """Windows for terms reading ``rows`` rows from ``r0 + shift`` each: shifts less than
+    a tile apart share one window (the tile plus the halo between them)."""
+    chunk = _chunk(rows)
+    groups: list[list[int]] = []
+    for shift in sorted(set(shifts)):
+        if groups and shift - groups[-1][-1] < rows:
+            groups[-1].append(shift)
+        else:
+            groups.append([shift])
+    starts, offsets, lengths = [], [], []
+    for group in groups:
+        starts.append(group[0])
+        offsets.append(sum(lengths))
+        lengths.append(_round_up(rows + group[-1] - group[0], chunk))
+    reads = []
+    for shift in shifts:
+        w = max(i for i, start in enumerate(starts) if start <= shift)
+        reads.append((w, shift - starts[w]))
+    return _Windows(tuple(starts), tuple(offsets), tuple(lengths), tuple(reads))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Shared-memory layout of one program (``op`` "spmm" or "sddmm").
+
+    spmm: the ``direct`` buffer holds one window of ``data`` per term (``rows`` rows from
+    ``r0 + shift_d``), the ``grouped`` buffer ``cols`` columns of ``X``, each with the
+    ``windows`` of the terms' ``shift_x``; the output is ``cols`` columns of ``rows``.
+    sddmm: ``direct`` holds ``cols`` columns of ``X`` (``rows`` rows from ``r0``),
+    ``grouped`` ``cols`` columns of ``G`` (the terms' ``shift_x``); the output is one
+    row of ``D`` per diagonal.
+
+    Every buffer starts with ``rows`` spare elements (see the module docstring).
+    """
+
+    op: str
+    terms: tuple[Term, ...]
+    n_diags: int
+    rows: int
+    cols: int
+    windows: _Windows
+
+    @property
+    def chunk(self) -> int:
+        return _chunk(self.rows)
+
+    @property
+    def direct_lines(self) -> int:
+        return len(self.terms) if self.op == "spmm" else self.cols
+
+    @property
+    def direct_size(self) -> int:
+        return self.rows * (1 + self.direct_lines)
+
+    @property
+    def grouped_size(self) -> int:
+        return self.rows + self.cols * self.windows.size
+
+    @property
+    def out_size(self) -> int:
+        return self.rows * (self.cols if self.op == "spmm" else self.n_diags)
+
+    def smem_bytes(self, itemsize: int) -> int:
+        return itemsize * (self.direct_size + self.grouped_size + self.out_size) + 64
+
+    def copies(self, width: int, first: bool) -> int:
+        """TMA copies of a block of ``width`` columns (spmm's ``data`` windows come with
+        the first block)."""
+        per_line = self.rows // self.chunk
+        grouped = width * self.windows.size // self.chunk
+        if self.op == "spmm":
+            return grouped + (len(self.terms) * per_line if first else 0)
+        return grouped + width * per_line
+
+
+def _plan(op: str, terms: Sequence[Term], n_diags: int, sizes: BlockSizes) -> _Plan:
+    windows = _group_windows([t.shift_x for t in terms], sizes.rows)
+    return _Plan(op, tuple(terms), n_diags, sizes.rows, sizes.cols, windows)
+
+
+@dataclasses.dataclass(frozen=True)
+class _View:
+    """How TMA addresses a ``(lines, width)`` operand: 2-D, or flat when a line's byte
+    size breaks TMA's 16-byte stride rule."""
+
+    lines: int
+    width: int
+    flat: bool
+
+    @classmethod
+    def choose(cls, lines: int, width: int, itemsize: int, margin: int) -> _View | None:
+        """``margin``: how far past a line's end a window may reach."""
+        if (width * itemsize) % 16 == 0 and width + margin <= _INT32_MAX:
+            return cls(lines, width, False)
+        if lines * width + margin <= _INT32_MAX:
+            return cls(lines, width, True)
+        return None
+
+    def shape(self) -> tuple[int, ...]:
+        return (self.lines * self.width,) if self.flat else (self.lines, self.width)
+
+    def coordinate(self, line, start):
+        """The copy coordinate of row ``start`` of ``line`` (flat or within the line)."""
+        return line * self.width + start if self.flat else start
+
+    def at(self, ref, line, coordinate, size: int):
+        if self.flat:
+            return ref.at[pl.ds(coordinate, size)]
+        return ref.at[line, pl.ds(coordinate, size)]
+
+
+# ---------------------------------------------------------------------------------------
+# In-kernel helpers.
+
+
+class _Kernel:
+    """The static configuration and helpers one kernel body uses."""
+
+    def __init__(self, plan: _Plan, dtype: np.dtype, cast_layouts: bool):
+        self.plan = plan
+        self.dtype = dtype
+        self.acc = accumulation_dtype(dtype)
+        self.cast_layouts = cast_layouts
+        self.layout = plgpu.Layout.WG_STRIDED((plan.rows,), vec_size=1)
+
+    def iota(self):
+        value = lax.broadcasted_iota(jnp.int32, (self.plan.rows,), 0)
+        return plgpu.layout_cast(value, self.layout) if self.cast_layouts else value
+
+    def copy(self, ref, view: _View, line, start, smem, offset: int, length: int, barrier):
+        """Copies ``length`` elements of ``line`` from row ``start`` into ``smem`` at
+        ``offset``; returns where row ``start`` lands there (dynamic: below ``offset``
+        when the copy had to start at the array's first element instead)."""
+        coordinate = view.coordinate(line, start)
+        first = jnp.maximum(coordinate, 0)
+        chunk = self.plan.chunk
+        for j in range(0, length, chunk):
+            plgpu.copy_gmem_to_smem(
+                view.at(ref, line, first + j, chunk),
+                smem.at[pl.ds(offset + j, chunk)],
+                barrier,
+            )
+        return offset + jnp.minimum(coordinate, 0)
+
+    def read(self, smem, position):
+        """``rows`` elements from ``position`` (clamped to the buffer: a position below
+        it only occurs for windows none of whose rows is read as an entry), converted
+        to the accumulation dtype."""
+        value = smem[pl.ds(jnp.maximum(position, 0), self.plan.rows)]
+        if self.cast_layouts:
+            value = plgpu.layout_cast(value, self.layout)
+        if self.dtype == np.float64:
+            return lax.bitcast_convert_type(value, jnp.float64)
+        return value.astype(self.acc)
+
+    def stored(self, value):
+        if self.dtype == np.float64:
+            return lax.bitcast_convert_type(value, jnp.uint64)
+        return value.astype(self.dtype)
+
+    def zeros(self):
+        value = jnp.zeros((self.plan.rows,), self.acc)
+        return plgpu.layout_cast(value, self.layout) if self.cast_layouts else value
+
+    def store(self, smem, offset: int, ref, view: _View, line, start):
+        chunk = self.plan.chunk
+        for j in range(0, self.plan.rows, chunk):
+            plgpu.copy_smem_to_gmem(
+                smem.at[pl.ds(offset + j, chunk)],
+                view.at(ref, line, view.coordinate(line, start) + j, chunk),
+            )
+
+    def column_blocks(self, n_cols: int, block, carry=None):
+        """Runs ``block(first_column, width, barrier_index, carry)`` over the columns: the
+        first block (barrier 0), the full blocks in a loop (barrier 1), the rest (2)."""
+        cols = self.plan.cols
+        first = min(cols, n_cols)
+        carry = block(0, first, 0, carry)
+        full, rest = divmod(n_cols - first, cols)
+        if full:
+            carry = lax.fori_loop(0, full, lambda i, c: block(first + i * cols, cols, 1, c), carry)
+        if rest:
+            carry = block(n_cols - rest, rest, 2, carry)
+        return carry
+
+
+def _barriers(plan: _Plan, n_cols: int) -> list:
+    """The barriers of the three kinds of column block (see ``_Kernel.column_blocks``);
+    one that no block uses is never waited on."""
+    first = min(plan.cols, n_cols)
+    rest = (n_cols - first) % plan.cols
+    arrivals = (plan.copies(first, True), plan.copies(plan.cols, False), plan.copies(rest, False))
+    return [plgpu.Barrier(num_arrivals=max(a, 1)) for a in arrivals]
+
+
+def _grid_position(tiles: int, rows: int, out_rows: int):
+    """(flat batch index, first row) of this program's tile."""
+    program = lax.axis_index("programs")
+    flat_batch = lax.div(program, np.int32(tiles))
+    tile = lax.rem(program, np.int32(tiles))
+    return flat_batch, jnp.minimum(tile * rows, out_rows - rows)
+
+
+# ---------------------------------------------------------------------------------------
+# spmm: y = A @ x (or A^T @ x).
+
+
+def _spmm_body(
+    data_ref,
+    x_ref,
+    y_ref,
+    data_smem,
+    x_smem,
+    y_smem,
+    *barriers,
+    k: _Kernel,
+    views: tuple[_View, _View, _View],
+    batch: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]],
+    n_cols: int,
+    out_rows: int,
+):
+    plan = k.plan
+    data_view, x_view, y_view = views
+    tiles = -(-out_rows // plan.rows)
+    flat_batch, r0 = _grid_position(tiles, plan.rows, out_rows)
+    data_b = broadcast_batch_index(flat_batch, batch[0], batch[1])
+    x_b = broadcast_batch_index(flat_batch, batch[0], batch[2])
+    rows = r0 + k.iota()
+    data_at = []
+    for i, term in enumerate(plan.terms):
+        line = data_b * plan.n_diags + term.k
+        data_at.append(
+            k.copy(
+                data_ref,
+                data_view,
+                line,
+                r0 + term.shift_d,
+                data_smem,
+                plan.rows * (1 + i),
+                plan.rows,
+                barriers[0],
+            )
+        )
+    windows = plan.windows
+
+    def block(col0, width, barrier, carry):
+        x_at = []
+        for ci in range(width):
+            line = x_b * n_cols + col0 + ci
+            base = plan.rows + ci * windows.size
+            x_at.append(
+                [
+                    k.copy(
+                        x_ref,
+                        x_view,
+                        line,
+                        r0 + start,
+                        x_smem,
+                        base + offset,
+                        length,
+                        barriers[barrier],
+                    )
+                    for start, offset, length in zip(
+                        windows.starts, windows.offsets, windows.lengths
+                    )
+                ]
+            )
+        plgpu.barrier_wait(barriers[barrier])
+        sums = [None] * width
+        for i, term in enumerate(plan.terms):
+            d = k.read(data_smem, data_at[i])
+            inside = (rows >= term.lo) & (rows < term.hi)
+            w, shift = windows.reads[i]
+            for ci in range(width):
+                product = jnp.where(inside, d * k.read(x_smem, x_at[ci][w] + shift), 0)
+                sums[ci] = product if sums[ci] is None else sums[ci] + product
+        plgpu.wait_smem_to_gmem(0, wait_read_only=True)  # the last block's output is read
+        for ci in range(width):
+            y_smem[pl.ds(ci * plan.rows, plan.rows)] = k.stored(sums[ci])
+        plgpu.commit_smem()
+        for ci in range(width):
+            k.store(y_smem, ci * plan.rows, y_ref, y_view, flat_batch * n_cols + col0 + ci, r0)
+        return carry
+
+    k.column_blocks(n_cols, block)
+    plgpu.wait_smem_to_gmem(0)
+
+
+def _column_major(array: Array, storage: np.dtype) -> Array:
+    """``(*B, rows, c)`` as ``(prod(B) * c, rows)`` lines in the dtype TMA moves."""
+    array = jnp.swapaxes(array, -1, -2)
+    if storage != array.dtype:
+        array = lax.bitcast_convert_type(array, storage)
+    return array.reshape(-1, array.shape[-1])
+
+
+def _lines(array: Array, storage: np.dtype) -> Array:
+    """``(*B, lines, width)`` as ``(prod(B) * lines, width)`` in the dtype TMA moves."""
+    if storage != array.dtype:
+        array = lax.bitcast_convert_type(array, storage)
+    return array.reshape(-1, array.shape[-1])
+
+
+def _from_storage(array: Array, dtype: np.dtype) -> Array:
+    return lax.bitcast_convert_type(array, dtype) if array.dtype != dtype else array
+
+
+def _interpret_params(interpret: bool):
+    if not interpret:
+        return None
+    from jax._src.pallas.mosaic_gpu.interpret.params import InterpretGPUParams
+
+    if jax.__version_info__ >= (0, 12):
+        return InterpretGPUParams()
+    # jax 0.10.2's interpreter raises where a TMA copy reaches past the array's end
+    # (the hardware fills zeros there); reading NaNs instead is as good a test that no
+    # such element reaches a sum.
+    return InterpretGPUParams(out_of_bounds_reads="uninitialized")
+
+
+def _check_dtype(dtype, function: str) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if not supports(dtype):
+        raise TypeError(
+            f"{function}: the Mosaic GPU kernels take float32, bfloat16, float16"
+            f"{' and float64' if _float64_lowers() else ''}, got {dtype.name}"
+        )
+    return dtype
+
+
+def _views(plan: _Plan, shapes, itemsize: int) -> tuple[_View, _View, _View] | None:
+    """The views of the two inputs and the output, or ``None`` when an operand is too
+    large for TMA's 32-bit coordinates."""
+    # How far past a line's end a copy's coordinate can reach: a window starts at most a
+    # tile plus the longest operand's length past a line's start (the tile's first row,
+    # shifted by up to the matrix's size), and spans at most the windows' total size.
+    longest = max(width for _, width in shapes)
+    margin = 2 * (plan.rows + longest) + plan.windows.size
+    views = []
+    for lines, width in shapes:
+        view = _View.choose(lines, width, itemsize, margin)
+        if view is None:
+            return None
+        views.append(view)
+    return views[0], views[1], views[2]
+
+
+def _no_tile(op: str, offsets: Sequence[int]) -> str:
+    spread = max(offsets, default=0) - min(offsets, default=0)
+    return (
+        f"no tile of {op} with {len(offsets)} diagonals spread over {spread} rows fits "
+        "shared memory"
+    )
+
+
+def feasible(
+    op: str,
+    a_shape: tuple[int, ...],
+    b_shape: tuple[int, ...],
+    dtype,
+    *,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    transpose: bool = False,
+) -> str | None:
+    """Why the Mosaic GPU kernel cannot compute this product, or ``None`` if it can.
+
+    ``a_shape``/``b_shape`` are the operand shapes of the primitive (``data``, ``x`` for
+    ``op="spmm"``; ``g``, ``x`` for ``"sddmm"``).
+
+    Example:
+        >>> from jaxdia._kernels.pallas_mosaic_gpu import feasible
+        >>> import jax.numpy as jnp
+        >>> feasible("spmm", (3, 100), (100, 1), jnp.float32, offsets=(-1, 0, 1),
+        ...          shape=(100, 100)) is None
+        True
+        >>> feasible("spmm", (3, 100), (100, 1), jnp.complex64, offsets=(-1, 0, 1),
+        ...          shape=(100, 100))
+        'dtype complex64 is not one the Mosaic GPU kernels take'
+    """
+    dtype = np.dtype(dtype)
+    if not supports(dtype):
+        return f"dtype {dtype.name} is not one the Mosaic GPU kernels take"
+    n_cols = b_shape[-1]
+    sizes = BlockSizes.default(shape, offsets, n_cols, dtype, op=op, transpose=transpose)
+    if sizes is None:
+        return _no_tile(op, offsets)
+    terms = live_terms(offsets, shape, transpose if op == "spmm" else True)
+    plan = _plan(op, terms, len(offsets), sizes)
+    itemsize = _storage_dtype(dtype).itemsize
+    if _views(plan, _operand_lines(op, a_shape, b_shape, shape, transpose, plan), itemsize):
+        return None
+    return "an operand is too large for TMA's 32-bit coordinates"
+
+
+def _operand_lines(op, a_shape, b_shape, shape, transpose, plan):
+    """(lines, width) of both inputs and the output, as the kernels address them."""
+    m, n = shape
+    batch = math.prod(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    n_cols = b_shape[-1]
+    if op == "spmm":
+        out_rows = max(n if transpose else m, plan.rows)
+        return (
+            (math.prod(a_shape[:-2]) * a_shape[-2], n),
+            (math.prod(b_shape[:-2]) * n_cols, b_shape[-2]),
+            (batch * n_cols, out_rows),
+        )
+    return (
+        (math.prod(a_shape[:-2]) * n_cols, m),
+        (math.prod(b_shape[:-2]) * n_cols, n),
+        (batch * plan.n_diags, max(n, plan.rows)),
+    )
+
+
+def spmm(
+    data: Array,
+    x: Array,
+    *,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    transpose: bool = False,
+    block_sizes: BlockSizes | None = None,
+    interpret: bool = False,
+) -> Array:
+    """``A @ x`` (or ``A^T @ x``, no conjugation) with a Pallas Mosaic GPU kernel.
+
+    Args:
+        data: ``(*B, n_diags, n)`` diagonals in SciPy's DIA layout.
+        x: ``(*B, rows, c)`` with ``rows == n`` (or ``m`` with ``transpose=True``); its batch
+            dimensions have the rank of ``data``'s and broadcast against them.
+        offsets: static, sorted, distinct diagonal offsets (``len(offsets) == n_diags``).
+        shape: the matrix shape ``(m, n)``.
+        transpose: compute ``A^T @ x`` instead.
+        block_sizes: tile sizes; ``BlockSizes.default(...)`` when ``None``.
+        interpret: run the kernel in Pallas's GPU interpreter (any backend, for tests).
+
+    Returns:
+        ``(*B, m, c)`` (or ``(*B, n, c)``) of the inputs' dtype.
+
+    Raises:
+        TypeError: for a dtype the kernels do not take (see :func:`supports`).
+        ValueError: when no tile fits or an operand is too large (see :func:`feasible`).
+
+    Example:
+        >>> from jaxdia._kernels.pallas_mosaic_gpu import spmm
+        >>> import numpy as np
+        >>> data = np.array([[1., 2., 3.], [4., 5., 6.]], np.float32)
+        >>> y = spmm(data, np.ones((3, 1), np.float32), offsets=(0, 1), shape=(3, 3),
+        ...          interpret=True)
+        >>> y[:, 0].tolist()  # [1 + 5, 2 + 6, 3]
+        [6.0, 8.0, 3.0]
+    """
+    data, x = jnp.asarray(data), jnp.asarray(x)
+    m, n = shape
+    out_rows = n if transpose else m
+    dtype = _check_dtype(jnp.result_type(data, x), "spmm")
+    batch = tuple(np.broadcast_shapes(data.shape[:-2], x.shape[:-2]))
+    n_cols = x.shape[-1]
+    out_shape = (*batch, out_rows, n_cols)
+    terms = live_terms(offsets, shape, transpose)
+    if not terms or math.prod(out_shape) == 0:
+        return jnp.zeros(out_shape, dtype)
+    if block_sizes is None:
+        block_sizes = BlockSizes.default(shape, offsets, n_cols, dtype, transpose=transpose)
+    if block_sizes is None:
+        raise ValueError("spmm: " + _no_tile("spmm", offsets))
+    plan = _plan("spmm", terms, len(offsets), block_sizes)
+    storage = _storage_dtype(dtype)
+    alloc_rows = max(out_rows, plan.rows)
+    n_batch = math.prod(batch)
+    lines = _operand_lines("spmm", data.shape, x.shape, shape, transpose, plan)
+    views = _views(plan, lines, storage.itemsize)
+    if views is None:
+        raise ValueError("spmm: an operand is too large for TMA's 32-bit coordinates")
+    data_lines = _lines(data.astype(dtype), storage).reshape(views[0].shape())
+    x_lines = _column_major(x.astype(dtype), storage).reshape(views[1].shape())
+    k = _Kernel(plan, dtype, cast_layouts=not interpret or _interpreter_casts_layouts())
+    body = functools.partial(
+        _spmm_body,
+        k=k,
+        views=views,
+        batch=(batch, tuple(data.shape[:-2]), tuple(x.shape[:-2])),
+        n_cols=n_cols,
+        out_rows=alloc_rows,
+    )
+    out = plgpu.kernel(
+        body,
+        out_type=kernel_out_shape(views[2].shape(), storage, x),
+        scratch_types=[
+            plgpu.SMEM((plan.direct_size,), storage),
+            plgpu.SMEM((plan.grouped_size,), storage),
+            plgpu.SMEM((plan.out_size,), storage),
+            *_barriers(plan, n_cols),
+        ],
+        grid=(n_batch * -(-alloc_rows // plan.rows),),
+        grid_names=("programs",),
+        compiler_params=plgpu.CompilerParams(lowering_semantics=_LANE),
+        interpret=_interpret_params(interpret),
+        kernel_name="jaxdia_spmm_t" if transpose else "jaxdia_spmm",
+    )(data_lines, x_lines)
+    y = _from_storage(out.reshape(n_batch, n_cols, alloc_rows)[..., :out_rows], dtype)
+    return jnp.swapaxes(y, -1, -2).reshape(out_shape)
+
+
+# ---------------------------------------------------------------------------------------
+# sddmm: D[k, j] = sum_c g[j - offsets[k], c] * x[j, c].
+
+
+def _sddmm_body(
+    g_ref,
+    x_ref,
+    d_ref,
+    x_smem,
+    g_smem,
+    d_smem,
+    *barriers,
+    k: _Kernel,
+    views: tuple[_View, _View, _View],
+    batch: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]],
+    n_cols: int,
+    out_cols: int,
+):
+    plan = k.plan
+    g_view, x_view, d_view = views
+    tiles = -(-out_cols // plan.rows)
+    flat_batch, j0 = _grid_position(tiles, plan.rows, out_cols)
+    g_b = broadcast_batch_index(flat_batch, batch[0], batch[1])
+    x_b = broadcast_batch_index(flat_batch, batch[0], batch[2])
+    windows = plan.windows
+
+    def block(col0, width, barrier, sums):
+        x_at, g_at = [], []
+        for ci in range(width):
+            x_at.append(
+                k.copy(
+                    x_ref,
+                    x_view,
+                    x_b * n_cols + col0 + ci,
+                    j0,
+                    x_smem,
+                    plan.rows * (1 + ci),
+                    plan.rows,
+                    barriers[barrier],
+                )
+            )
+            base = plan.rows + ci * windows.size
+            g_at.append(
+                [
+                    k.copy(
+                        g_ref,
+                        g_view,
+                        g_b * n_cols + col0 + ci,
+                        j0 + start,
+                        g_smem,
+                        base + offset,
+                        length,
+                        barriers[barrier],
+                    )
+                    for start, offset, length in zip(
+                        windows.starts, windows.offsets, windows.lengths
+                    )
+                ]
+            )
+        plgpu.barrier_wait(barriers[barrier])
+        sums = list(sums)
+        for ci in range(width):
+            xv = k.read(x_smem, x_at[ci])
+            for i in range(len(plan.terms)):
+                w, shift = windows.reads[i]
+                sums[i] = sums[i] + k.read(g_smem, g_at[ci][w] + shift) * xv
+        return tuple(sums)
+
+    sums = k.column_blocks(n_cols, block, tuple(k.zeros() for _ in plan.terms))
+    columns = j0 + k.iota()
+    by_diagonal = {term.k: (term, total) for term, total in zip(plan.terms, sums)}
+    for diagonal in range(plan.n_diags):
+        if diagonal in by_diagonal:
+            term, total = by_diagonal[diagonal]
+            # Padding slots get an exact 0, whatever the stale rows summed to.
+            value = jnp.where((columns >= term.lo) & (columns < term.hi), total, 0)
+        else:
+            value = k.zeros()
+        d_smem[pl.ds(diagonal * plan.rows, plan.rows)] = k.stored(value)
+    plgpu.commit_smem()
+    for diagonal in range(plan.n_diags):
+        k.store(
+            d_smem, diagonal * plan.rows, d_ref, d_view, flat_batch * plan.n_diags + diagonal, j0
+        )
+    plgpu.wait_smem_to_gmem(0)
+
+
+def sddmm(
+    g: Array,
+    x: Array,
+    *,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    block_sizes: BlockSizes | None = None,
+    interpret: bool = False,
+) -> Array:
+    """``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]`` with a Pallas Mosaic GPU kernel.
+
+    It is the cotangent of ``data`` in ``y = A @ x`` (``g`` the cotangent of ``y``).
+
+    Args:
+        g: ``(*B, m, c)``.
+        x: ``(*B, n, c)``; its batch dimensions have the rank of ``g``'s and broadcast
+            against them.
+        offsets: static, sorted, distinct diagonal offsets.
+        shape: the matrix shape ``(m, n)``.
+        block_sizes: tile sizes (``rows``: data columns per program, ``cols``: columns of
+            ``x`` per loop step); ``BlockSizes.default(..., op="sddmm")`` when ``None``.
+        interpret: run the kernel in Pallas's GPU interpreter (any backend, for tests).
+
+    Returns:
+        ``(*B, len(offsets), n)`` of the inputs' dtype, exactly 0 in padding slots.
+
+    Raises:
+        TypeError: for a dtype the kernels do not take (see :func:`supports`).
+        ValueError: when no tile fits or an operand is too large (see :func:`feasible`).
+
+    Example:
+        >>> from jaxdia._kernels.pallas_mosaic_gpu import sddmm
+        >>> import numpy as np
+        >>> g = np.array([[1.], [2.]], np.float32)
+        >>> x = np.array([[3.], [4.]], np.float32)
+        >>> sddmm(g, x, offsets=(-1, 0), shape=(2, 2), interpret=True).tolist()
+        [[6.0, 0.0], [3.0, 8.0]]
+    """
+    g, x = jnp.asarray(g), jnp.asarray(x)
+    m, n = shape
+    dtype = _check_dtype(jnp.result_type(g, x), "sddmm")
+    batch = tuple(np.broadcast_shapes(g.shape[:-2], x.shape[:-2]))
+    n_cols = x.shape[-1]
+    out_shape = (*batch, len(offsets), n)
+    terms = live_terms(offsets, shape, True)
+    if math.prod(out_shape) == 0 or not terms or n_cols == 0:
+        return jnp.zeros(out_shape, dtype)
+    if block_sizes is None:
+        block_sizes = BlockSizes.default(shape, offsets, n_cols, dtype, op="sddmm")
+    if block_sizes is None:
+        raise ValueError("sddmm: " + _no_tile("sddmm", offsets))
+    plan = _plan("sddmm", terms, len(offsets), block_sizes)
+    storage = _storage_dtype(dtype)
+    alloc_cols = max(n, plan.rows)
+    n_batch = math.prod(batch)
+    views = _views(
+        plan, _operand_lines("sddmm", g.shape, x.shape, shape, False, plan), storage.itemsize
+    )
+    if views is None:
+        raise ValueError("sddmm: an operand is too large for TMA's 32-bit coordinates")
+    g_lines = _column_major(g.astype(dtype), storage).reshape(views[0].shape())
+    x_lines = _column_major(x.astype(dtype), storage).reshape(views[1].shape())
+    k = _Kernel(plan, dtype, cast_layouts=not interpret or _interpreter_casts_layouts())
+    body = functools.partial(
+        _sddmm_body,
+        k=k,
+        views=views,
+        batch=(batch, tuple(g.shape[:-2]), tuple(x.shape[:-2])),
+        n_cols=n_cols,
+        out_cols=alloc_cols,
+    )
+    out = plgpu.kernel(
+        body,
+        out_type=kernel_out_shape(views[2].shape(), storage, x),
+        scratch_types=[
+            plgpu.SMEM((plan.direct_size,), storage),
+            plgpu.SMEM((plan.grouped_size,), storage),
+            plgpu.SMEM((plan.out_size,), storage),
+            *_barriers(plan, n_cols),
+        ],
+        grid=(n_batch * -(-alloc_cols // plan.rows),),
+        grid_names=("programs",),
+        compiler_params=plgpu.CompilerParams(lowering_semantics=_LANE),
+        interpret=_interpret_params(interpret),
+        kernel_name="jaxdia_sddmm",
+    )(g_lines, x_lines)
+    d = _from_storage(out.reshape(n_batch, len(offsets), alloc_cols)[..., :n], dtype)
+    return d.reshape(out_shape)

@@ -1,0 +1,280 @@
+"""The XLA implementation of the DIA products: pure ``jax.numpy``, no Pallas.
+
+It is the CPU path and the oracle the Pallas kernels are tested against. Every function
+here reads only the in-bounds slots of ``data`` (static slices), so padding slots are
+never read, whatever they hold.
+
+Shapes (``B`` are batch dimensions of equal rank that broadcast against each other):
+
+* ``spmm_xla(data, x)``: ``data`` ``(*B, n_diags, n)``, ``x`` ``(*B, rows, c)``; returns
+  ``A @ x`` of shape ``(*B, m, c)`` (``rows == n``), or ``A^T @ x`` of shape ``(*B, n, c)``
+  with ``transpose=True`` (``rows == m``).
+* ``sddmm_xla(g, x)``: ``g`` ``(*B, m, c)``, ``x`` ``(*B, n, c)``; returns ``D`` of shape
+  ``(*B, n_diags, n)`` with ``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]`` in bounds
+  and 0 in padding slots: the cotangent of ``data`` in ``y = A @ x``.
+
+How ``spmm_xla`` is formulated (the measurements behind each choice are in
+``benchmarks/README.md``). Each diagonal contributes ``d_k[r + a_k] * x[r + b_k]`` to the
+output rows ``r`` of a static range ``[lo_k, hi_k)``. The rows where every diagonal is in
+range (the *interior*, all of them but ``max|offset|`` or so at each end) are one sum of
+statically sliced, equally long operands: XLA CPU fuses it into a single loop with no
+bounds checks, which LLVM vectorizes and XLA splits over the cores. The two small edge
+blocks are per-diagonal slices padded to the block (so with bounds checks). The output is
+written once and no ``(n_diags, n)`` temporary exists:
+
+* one column: the interior is padded to the full output and the edges go in with
+  ``dynamic_update_slice``, which XLA performs in place; large enough products run on
+  1-D vectors (see ``_VECTOR_MIN_SIZE``);
+* several columns: one ``concatenate`` of edge, interior and edge, which XLA CPU emits
+  as one loop per piece, so the interior loop is branch-free and vectorized over the
+  columns (a pad of the interior would leave a branch per row in it). For one column
+  it is the other way round (see ``spmm_xla``). The interior's terms are summed
+  pairwise, which shortens each output's chain of dependent adds (see ``_interior``).
+
+When the interior is small next to the edges (wide offsets on a short matrix), the whole
+output is the edge formulation instead, which is also one fused loop; with more than a few
+diagonals (scattered offsets, as ``kron`` builds) it is the loop over the diagonals.
+
+``sddmm_xla`` is one gather (see its docstring). What else was tried, and the numbers, are
+in ``benchmarks/README.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+
+from .._geometry import accumulation_dtype, index_dtype, live_terms, pairwise_sum, slot_indices
+
+# Below this fraction of interior rows the interior/edge split is not worth a second and
+# third fused loop; the all-bounds-checked formulation is used instead.
+_MIN_INTERIOR_FRACTION = 0.5
+
+# Products with more terms (diagonals holding entries) than this run as one loop over the
+# diagonals (see ``_looped``): the unrolled formulations compile one piece per term, so
+# their compile time grows past seconds, where the loop's stays constant. For one column
+# the loop is as fast beyond this; for several it stays a few times slower than the
+# unrolled loops (it revisits the output window once per diagonal), so those unroll up
+# to the point where compile time reaches about a second (benchmarks/README.md).
+_MAX_UNROLLED_TERMS = 64
+_MAX_UNROLLED_TERMS_SEVERAL_COLUMNS = 200
+
+# Products with a small interior (wide offsets) and more terms than this run as the loop
+# over the diagonals too. Their bounds-checked sum is one fused loop on its own, but where
+# the product has several consumers (a solver's loop) XLA CPU duplicates the sum into each
+# and writes every padded term to a buffer of its own: a program growing with the terms
+# (benchmarks/README.md, "Scattered offsets").
+_MAX_BOUNDED_TERMS = 8
+
+# Matrix-vector products with at least this many output elements (batch included) run on
+# 1-D vectors (see ``spmm_xla``). Below, the ``(rows, 1)`` form is kept: XLA's cost model
+# splits the 1-D loop over two threads, and for small outputs the hand-off costs more
+# than the copy it saves.
+_VECTOR_MIN_SIZE = 20_000
+
+
+def _broadcast_batch(*shapes: Sequence[int]) -> tuple[int, ...]:
+    return tuple(jnp.broadcast_shapes(*(tuple(s) for s in shapes)))
+
+
+def _pad_axis(x: Array, axis: int, before: int, after: int) -> Array:
+    config = [(0, 0, 0)] * x.ndim
+    config[axis] = (before, after, 0)
+    return lax.pad(x, jnp.zeros((), x.dtype), config)
+
+
+def _term_product(data, x, term, lo, hi, acc):
+    """``data[k, r + shift_d] * x[r + shift_x]`` for rows ``r`` in ``[lo, hi)``, in ``acc``.
+
+    ``x`` is ``(*B, rows, c)``, or ``(*B, rows)`` for a single column (then so is the
+    result).
+    """
+    d = data[..., term.k, lo + term.shift_d : hi + term.shift_d].astype(acc)
+    if x.ndim == data.ndim:  # (*B, rows, c)
+        return d[..., None] * x[..., lo + term.shift_x : hi + term.shift_x, :].astype(acc)
+    return d * x[..., lo + term.shift_x : hi + term.shift_x].astype(acc)
+
+
+def _interior(data, x, terms, lo, hi, acc, *, pairwise):
+    """Rows ``[lo, hi)`` where every term is in range: a plain sum of equal slices.
+
+    ``pairwise`` sums the terms as a balanced tree rather than in order. Summed in order,
+    each output vector of a product with several columns waits on a chain of ``n_diags``
+    dependent multiply-adds, and XLA CPU's loop over the columns is bound by that latency
+    once the operands are in cache (it matters for many diagonals; for few it makes no
+    difference). Matrix-vector products sum in order, which is as fast or faster there.
+    """
+    parts = [_term_product(data, x, term, lo, hi, acc) for term in terms]
+    if pairwise:
+        return pairwise_sum(parts)
+    out = parts[0]
+    for part in parts[1:]:
+        out = out + part
+    return out
+
+
+def _bounded(data, x, terms, lo, hi, out_shape, acc):
+    """Rows ``[lo, hi)``, each term sliced to its own range and zero-padded to the block.
+
+    ``out_shape`` is the block's shape, with the rows on axis ``len(batch)``.
+    """
+    axis = data.ndim - 2
+    out = jnp.zeros(out_shape, acc)
+    for term in terms:
+        start, stop = max(lo, term.lo), min(hi, term.hi)
+        if stop <= start:
+            continue
+        product = _term_product(data, x, term, start, stop, acc)
+        out = out + _pad_axis(product, axis, start - lo, hi - stop)
+    return out
+
+
+def _looped(data, x, offsets, shape, transpose, batch, acc):
+    """All rows as one ``fori_loop`` over the diagonals: compile time independent of their
+    number, and only static-size slices (a gather per diagonal is several times slower).
+
+    Each diagonal's contribution is aligned with its own data row: ``A @ x`` adds
+    ``data[k, j] * x[j]`` to output row ``j - offsets[k]`` (a window of a padded output),
+    ``A^T @ x`` adds ``data[k, j] * x[j - offsets[k]]`` to output row ``j`` (a window of a
+    padded ``x``). Padding slots are masked out with a select.
+    """
+    m, n = shape
+    # Row j - offset of the output (or of x) sits at j - offset + shift >= 0 in the
+    # padded array, which is long enough for every window of n rows.
+    shift = max(0, max(offsets))
+    length = shift + max(m, n - min(offsets))
+    index = index_dtype(length + n)
+    table = jnp.asarray(np.array(offsets, index))
+    column = lax.iota(index, n)
+    axis = data.ndim - 2  # the rows of x and of the output
+    columns = x.shape[-1]
+    if transpose:
+        x = _pad_axis(x, axis, shift, length - shift - m)
+        out = jnp.zeros((*batch, n, columns), acc)
+    else:
+        out = jnp.zeros((*batch, length, columns), acc)
+
+    def add_diagonal(k, out):
+        offset = table[k]
+        diagonal = lax.dynamic_index_in_dim(data, k, axis=axis, keepdims=False)
+        inside = ((column >= offset) & (column < m + offset))[:, None]
+        start = shift - offset
+        xs = lax.dynamic_slice_in_dim(x, start, n, axis=axis) if transpose else x
+        term = jnp.where(inside, diagonal[..., None].astype(acc) * xs.astype(acc), 0)
+        if transpose:
+            return out + term
+        window = lax.dynamic_slice_in_dim(out, start, n, axis=axis)
+        return lax.dynamic_update_slice_in_dim(out, window + term, start, axis=axis)
+
+    out = lax.fori_loop(0, len(offsets), add_diagonal, out)
+    return out if transpose else lax.slice_in_dim(out, shift, shift + m, axis=axis)
+
+
+def spmm_xla(
+    data: Array,
+    x: Array,
+    *,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    transpose: bool = False,
+) -> Array:
+    """``A @ x`` (or ``A^T @ x``) as a sum of statically sliced, shifted diagonals.
+
+    Args:
+      data: ``(*B, n_diags, n)`` diagonals in SciPy's DIA layout; padding slots are never
+        read.
+      x: ``(*B, rows, c)``, ``rows == n`` (or ``m`` with ``transpose=True``).
+      offsets: static, distinct offsets, one per row of ``data``.
+      shape: static ``(m, n)`` of ``A``.
+      transpose: compute ``A^T @ x`` (no conjugation) from the same ``data``.
+
+    Returns:
+      ``(*B, m, c)`` (or ``(*B, n, c)``) in the result dtype of ``data`` and ``x``;
+      16-bit floats are accumulated in float32.
+    """
+    m, n = shape
+    out_rows = n if transpose else m
+    out_dtype = jnp.result_type(data, x)
+    acc = accumulation_dtype(out_dtype)
+    batch = _broadcast_batch(data.shape[:-2], x.shape[:-2])
+    columns = x.shape[-1]
+    terms = live_terms(offsets, shape, transpose)
+    if not terms or out_rows == 0:
+        return jnp.zeros((*batch, out_rows, columns), out_dtype)
+    # Shapes are ints, or symbolic dims under jax.export (taken as several columns and
+    # a large batch; they may not be compared with ints).
+    several = not isinstance(columns, int) or columns > 1
+    if len(terms) > (_MAX_UNROLLED_TERMS_SEVERAL_COLUMNS if several else _MAX_UNROLLED_TERMS):
+        return _looped(data, x, offsets, shape, transpose, batch, acc).astype(out_dtype)
+    lo = max(term.lo for term in terms)
+    hi = min(term.hi for term in terms)
+    if hi - lo < _MIN_INTERIOR_FRACTION * out_rows:
+        if len(terms) > _MAX_BOUNDED_TERMS:
+            return _looped(data, x, offsets, shape, transpose, batch, acc).astype(out_dtype)
+        out = _bounded(data, x, terms, 0, out_rows, (*batch, out_rows, columns), acc)
+        return out.astype(out_dtype)
+    size = math.prod(batch) * out_rows
+    vector = not several and (not isinstance(size, int) or size >= _VECTOR_MIN_SIZE)
+    if vector:
+        # A matrix-vector product runs on vectors: ``A @ v`` reshapes ``v`` to ``(n, 1)``
+        # and the product back, and those reshapes then cancel with these. A reshape
+        # left after the in-place edge updates below makes XLA copy the whole output.
+        x = x[..., 0]
+    trailing = () if vector else (columns,)
+    axis = len(batch)  # the rows
+    # Each piece is cast before it is placed, so that no pass over the output follows.
+    interior = _interior(data, x, terms, lo, hi, acc, pairwise=several).astype(out_dtype)
+    interior = jnp.broadcast_to(interior, (*batch, hi - lo, *trailing))
+
+    def edge(start, stop):
+        block = (*batch, stop - start, *trailing)
+        return _bounded(data, x, terms, start, stop, block, acc).astype(out_dtype)
+
+    if several:
+        # Rows of several columns: one concatenation, which XLA CPU emits as one loop per
+        # piece, so the interior loop has no branch and is vectorized over the columns
+        # (a pad of the interior left a branch per row in it, and a scalar loop).
+        pieces = [edge(0, lo)] if lo > 0 else []
+        pieces.append(interior)
+        if hi < out_rows:
+            pieces.append(edge(hi, out_rows))
+        return lax.concatenate(pieces, axis)
+    # One column: a concatenation would run every piece's loop over the interior's length
+    # with masked loads and stores (many times slower than the interior alone), so the
+    # interior is padded to the output and the edges are written into it in place.
+    out = _pad_axis(interior, axis, lo, out_rows - hi)
+    for start, stop in ((0, lo), (hi, out_rows)):
+        if stop > start:
+            out = lax.dynamic_update_slice_in_dim(out, edge(start, stop), start, axis)
+    return out[..., None] if vector else out
+
+
+def sddmm_xla(
+    g: Array,
+    x: Array,
+    *,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+) -> Array:
+    """``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]`` in bounds, 0 in padding slots.
+
+    One gather of ``g`` rows at ``j - offsets[k]`` (indices from an iota, clamped, and the
+    out-of-range slots masked): a single fused loop whatever the number of diagonals, so
+    compile time does not grow with it (per-diagonal slices would compile one piece per
+    diagonal).
+    """
+    m, n = shape
+    out_dtype = jnp.result_type(g, x)
+    acc = accumulation_dtype(out_dtype)
+    batch = _broadcast_batch(g.shape[:-2], x.shape[:-2])
+    if not offsets or m == 0 or n == 0:
+        return jnp.zeros((*batch, len(offsets), n), out_dtype)
+    rows, _, inside = slot_indices(offsets, shape)
+    shifted = jnp.take(g, jnp.clip(rows, 0, m - 1), axis=-2, mode="clip")  # (*B, k, n, c)
+    products = (shifted.astype(acc) * x[..., None, :, :].astype(acc)).sum(axis=-1)
+    out = jnp.where(inside, products, jnp.zeros((), acc)).astype(out_dtype)
+    return jnp.broadcast_to(out, (*batch, len(offsets), n))

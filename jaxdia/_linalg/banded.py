@@ -1,0 +1,445 @@
+"""Banded factorizations at the array level: factor a square ``DiaParts`` once, solve many.
+
+A factor is a :class:`Factor`: LAPACK's arrays for one of four kinds (see
+:mod:`jaxdia._kernels.band_primitives`), chosen from the offsets:
+
+* LU with partial pivoting (:func:`factor_lu`): ``"gt"`` (``?gttrf``'s rows) when the
+  band is within one diagonal of the main one, else ``"gb"`` (``?gbtrf``'s bands);
+* Cholesky (:func:`factor_cholesky`) of a Hermitian positive definite band, from the
+  triangle ``lower`` selects: ``"pt"`` (``?pttrf``'s ``L D L^H``) for a tridiagonal one,
+  else ``"pb"`` (``?pbtrf``'s bands).
+
+:func:`solve` solves with a factor: by ``lax.custom_linear_solve``, whose ``matvec`` is
+the matrix itself (a sparse product), so derivatives with respect to ``A.data`` and ``b``
+come from the products and from solves with the *stored* factor (the transposed solve for
+reverse mode), never from differentiating or repeating the factorization.
+
+:func:`solve_once` is :func:`factor_lu` followed by :func:`solve`, except for tridiagonal
+systems on CPU and GPUs, which take ``jax.lax.linalg.tridiagonal_solve`` (LAPACK's
+``gtsv`` on CPU, cuSPARSE's ``gtsv2`` on GPUs; both pivot): a one-shot solve is then one
+library call with no host round trip (the stored factor's solve has a fixed cost per
+call), and on a GPU one parallel call where the factor's sequential scan takes ``n``
+steps. TPU keeps the factor (its ``tridiagonal_solve`` does not pivot).
+
+16-bit matrices are factored in float32. The factor keeps its dtype; a solve runs in the
+promoted dtype of the matrix and ``b`` (float32 for 16-bit ones), a complex ``b`` for a
+real factor as its real and imaginary parts side by side.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+from jax.typing import ArrayLike
+
+from .._checks import check_rhs, result_dtype
+from .._geometry import accumulation_dtype, band_widths, diagonal_bounds, in_bounds
+from .._kernels import band_primitives as prims
+from .._kernels.primitives import spmm
+from .._parts import DiaParts
+from .._sharding import on_auto_axes
+
+#: Where the factorizations run on CPU: "auto" (LAPACK, or a scan for small systems; see
+#: ``_band_primitives.host_is_faster``), "host" or "scan" (tests force either). Read when
+#: a factorization or solve is traced.
+METHOD = "auto"
+
+
+class Factor(NamedTuple):
+    """A factorization's arrays: ``arrays`` (LAPACK's, with the matrix's batch dims
+    leading), ``info`` (``(*batch_shape,)`` int32: 0, or the 1-based index of the first
+    zero pivot / non-positive leading minor, or :data:`NON_FINITE`), and its static
+    description (a pytree whose leaves are the arrays and ``info``)."""
+
+    kind: str
+    widths: tuple[int, ...]
+    arrays: tuple[Array, ...]
+    info: Array
+
+
+jax.tree_util.register_pytree_node(
+    Factor,
+    lambda factor: ((factor.arrays, factor.info), (factor.kind, factor.widths)),
+    lambda static, leaves: Factor(*static, *leaves),
+)
+
+
+def _real(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.finfo(dtype).dtype)
+
+
+def lu_kind(offsets: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+    """The LU factor's kind and widths for a square matrix with these offsets."""
+    lower, upper = band_widths(offsets)
+    if lower <= 1 and upper <= 1:
+        return "gt", ()
+    return "gb", (lower, upper)
+
+
+def cholesky_bandwidth(offsets: tuple[int, ...], lower: bool) -> int:
+    """``kd``: how far the triangle ``lower`` selects reaches from the main diagonal."""
+    return max((abs(k) for k in offsets if (k <= 0 if lower else k >= 0)), default=0)
+
+
+def cholesky_kind(offsets: tuple[int, ...], lower: bool) -> tuple[str, tuple[int, ...]]:
+    """The Cholesky factor's kind and widths, from the triangle ``lower`` selects."""
+    kd = cholesky_bandwidth(offsets, lower)
+    if kd <= 1:
+        return "pt", ()
+    return "pb", (kd, int(lower))
+
+
+def _clean(data: Array, offsets: tuple[int, ...]) -> Array:
+    """``data`` of a square matrix with zeros in the padding slots (which may hold
+    anything)."""
+    n = data.shape[-1]
+    return jnp.where(in_bounds(offsets, (n, n)), data, 0)
+
+
+def _diagonal(data: Array, offsets: tuple[int, ...], offset: int) -> Array:
+    """Row ``offset`` of DIA ``data`` (column-aligned), zeros if not stored."""
+    if offset in offsets:
+        return data[..., offsets.index(offset), :]
+    return jnp.zeros((*data.shape[:-2], data.shape[-1]), data.dtype)
+
+
+def _shift_left(row: Array, by: int) -> Array:
+    """``row[..., i + by]`` at ``i``, zero-filled: a column-aligned diagonal as a
+    row-aligned one."""
+    if by == 0 or row.shape[-1] == 0:
+        return row
+    pad = [(0, 0)] * (row.ndim - 1) + [(0, by)]
+    return jnp.pad(row[..., by:], pad)
+
+
+def _lu_operands(data: Array, offsets: tuple[int, ...], kind: str, widths):
+    """The factor primitive's operands and ``placement`` (see ``_band_primitives``)."""
+    if kind == "gt":
+        data = _clean(data, offsets)
+        dl = _diagonal(data, offsets, -1)  # dl[i] = A[i + 1, i], column i
+        du = _shift_left(_diagonal(data, offsets, 1), 1)  # du[i] = A[i, i + 1], column i + 1
+        d = _diagonal(data, offsets, 0)
+        return (jnp.stack([dl, d, du, jnp.zeros_like(d)], axis=-2),), ()
+    kl, ku = widths
+    # LAPACK's ab[j, kl + ku + i - j] = A[i, j]: diagonal o = j - i fills column kl + ku - o.
+    return (data,), tuple((offset, kl + ku - offset) for offset in offsets)
+
+
+def _cholesky_operands(data, offsets, kind, widths, lower: bool):
+    if kind == "pt":
+        data = _clean(data, offsets)
+        d = _diagonal(data, offsets, 0).real.astype(_real(data.dtype))
+        if lower:
+            e = _diagonal(data, offsets, -1)  # A[i + 1, i], column i
+        else:  # A[i + 1, i] = conj(A[i, i + 1]), column i + 1
+            e = _shift_left(_diagonal(data, offsets, 1), 1).conj()
+        return (d, e), ()
+    kd = widths[0]
+    # lower: ab[j, i - j] = A[i, j] (i >= j); upper: ab[j, kd + i - j] = A[i, j] (i <= j).
+    placement = tuple(
+        (
+            offset,
+            (-offset if offset <= 0 else -1) if lower else (kd - offset if offset >= 0 else -1),
+        )
+        for offset in offsets
+    )
+    return (data,), placement
+
+
+@partial(jax.jit, static_argnames=("offsets", "kind", "widths", "lower", "method"))
+@on_auto_axes(last=False)
+def _factor(data, *, offsets, kind, widths, lower, method) -> tuple[tuple, Array]:
+    data = jax.lax.stop_gradient(data)  # derivatives come from the solves
+    # 16-bit floats factor in float32: LAPACK has no 16-bit routines.
+    data = data.astype(accumulation_dtype(data.dtype))
+    if lower is None:
+        operands, placement = _lu_operands(data, offsets, kind, widths)
+    else:
+        operands, placement = _cholesky_operands(data, offsets, kind, widths, lower)
+    *arrays, info = prims.factor(
+        *operands, kind=kind, widths=widths, placement=placement, method=method
+    )
+    # LAPACK factors NaN and inf without complaint (a NaN pivot is no zero pivot): say so
+    # in info, where SciPy's check_finite would have refused the matrix.
+    return tuple(arrays), jnp.where(finite(data, offsets, lower), info, NON_FINITE)
+
+
+#: ``info`` of a factorization whose matrix holds a non-finite entry (LAPACK's negative
+#: values name an illegal argument).
+NON_FINITE = -1
+
+
+def read_slots(offsets: tuple[int, ...], n: int, lower: bool | None, host: bool = False):
+    """The slots of an ``n x n`` matrix's DIA ``data`` that a factorization reads: every
+    in-bounds one for an LU (``lower`` None), the triangle ``lower`` selects for a
+    Cholesky factor."""
+    if lower is None:
+        diagonals = np.ones(len(offsets), bool)
+    else:
+        diagonals = np.array([(k <= 0) if lower else (k >= 0) for k in offsets], bool)
+    return in_bounds(offsets, (n, n), host=host) & diagonals[:, None]
+
+
+def finite(data: Array, offsets: tuple[int, ...], lower: bool | None) -> Array:
+    """Per matrix (shape ``data.shape[:-2]``): whether every entry that the factorization
+    reads (see :func:`read_slots`) is finite."""
+    read = read_slots(offsets, data.shape[-1], lower)
+    return jnp.all(jnp.isfinite(data) | ~read, axis=(-2, -1))
+
+
+def factor_lu(A: DiaParts, method: str | None = None) -> Factor:
+    """The banded LU factor of a square ``A`` (``"gt"`` or ``"gb"``)."""
+    return _factor_of(A, *lu_kind(A.offsets), None, method)
+
+
+def factor_cholesky(A: DiaParts, lower: bool, method: str | None = None) -> Factor:
+    """The banded Cholesky factor of a square ``A`` from its upper (or ``lower``)
+    triangle (``"pt"`` or ``"pb"``)."""
+    return _factor_of(A, *cholesky_kind(A.offsets, lower), lower, method)
+
+
+def _factor_of(
+    A: DiaParts, kind: str, widths: tuple[int, ...], lower: bool | None, method: str | None
+) -> Factor:
+    arrays, info = _factor(
+        A.data,
+        offsets=A.offsets,
+        kind=kind,
+        widths=widths,
+        lower=lower,
+        method=method or METHOD,
+    )
+    return Factor(kind, widths, arrays, info)
+
+
+# -- solves --------------------------------------------------------------------------------
+
+
+def solve(
+    A: DiaParts,
+    factor: Factor,
+    b: ArrayLike,
+    *,
+    trans: int = 0,
+    lower: bool | None = None,
+    function: str = "solve",
+    method: str | None = None,
+) -> Array:
+    """Solves ``op(A) x = b`` with ``factor`` of ``A`` (``lower`` given: a Cholesky factor
+    of the Hermitian matrix that triangle of ``A`` defines). ``b`` is ``(n,)`` or
+    ``(..., n, k)``; the solution has the broadcast batch shape and ``b``'s trailing shape.
+    """
+    n = A.shape[0]
+    b, batch = check_rhs(function, n, A.batch_shape, b, A.dtype)
+    dtype = result_dtype(A.dtype, b)
+    return _solve(
+        A.data,
+        factor.arrays,
+        factor.info,
+        b,
+        offsets=A.offsets,
+        shape=A.shape,
+        kind=factor.kind,
+        widths=factor.widths,
+        trans=trans,
+        lower=lower,
+        batch=batch,
+        dtype=dtype,
+        method=method or METHOD,
+    )
+
+
+def _hermitian_matvec(data, x, offsets, shape, lower: bool):
+    """``H x`` for the Hermitian ``H`` the upper (``lower``: lower) triangle defines (the
+    diagonal's real part, as LAPACK reads it)."""
+    strict = [i for i, k in enumerate(offsets) if (k < 0 if lower else k > 0)]
+    y = _diagonal(data, offsets, 0).real.astype(x.dtype)[..., None] * x
+    if strict:
+        part = data[..., strict, :]
+        part_offsets = tuple(offsets[i] for i in strict)
+        y = y + spmm(part, x, offsets=part_offsets, shape=shape)
+        y = y + spmm(part.conj(), x, offsets=part_offsets, shape=shape, transpose=True)
+    return y
+
+
+@partial(
+    jax.jit,
+    static_argnames=(
+        "offsets",
+        "shape",
+        "kind",
+        "widths",
+        "trans",
+        "lower",
+        "batch",
+        "dtype",
+        "method",
+    ),
+)
+@on_auto_axes(last=False)
+def _solve(
+    data, arrays, info, b, *, offsets, shape, kind, widths, trans, lower, batch, dtype, method
+):
+    """:func:`solve` for checked operands, as one compiled call (eagerly, the reshapes
+    around the solve would run op by op and ``custom_linear_solve`` be traced again)."""
+    n = shape[0]
+    work = accumulation_dtype(dtype)
+    vector = b.ndim == 1
+    b = (b[:, None] if vector else b).astype(work)
+    b = jnp.broadcast_to(b, (*batch, *b.shape[-2:]))
+    factor_batch = data.shape[:-2]
+    if factor_batch and factor_batch != batch:
+        # The factor's batch dims must be the solution's (or absent): broadcast them.
+        arrays = tuple(jnp.broadcast_to(a, (*batch, *a.shape[len(factor_batch) :])) for a in arrays)
+        info = jnp.broadcast_to(info, batch)
+        data = jnp.broadcast_to(data, (*batch, *data.shape[-2:]))
+    matrix = jnp.reshape(data, (1,) * (len(batch) - data.ndim + 2) + data.shape).astype(work)
+    factor_dtype = arrays[1 if kind == "pt" else 0].dtype  # pt: d is real, e is not
+    split = jnp.issubdtype(work, jnp.complexfloating) and not jnp.issubdtype(
+        factor_dtype, jnp.complexfloating
+    )
+    # The factor's arrays in the solve's precision (a copy only if they differ).
+    precision = _real(work) if split else work
+
+    def cast(index: int, array: Array) -> Array:
+        if array.dtype == np.int32:  # pivots
+            return array
+        if kind == "pt" and index == 0:  # the real diagonal of L D L^H
+            return array.astype(_real(precision))
+        return array.astype(precision)
+
+    arrays = tuple(cast(index, array) for index, array in enumerate(arrays))
+    failed = (info != 0)[..., None, None]
+    hermitian = lower is not None
+
+    def raw(rhs, t):
+        """``op_t(A)^-1 rhs`` with the stored factor; ``rhs`` is ``(*batch, n, k)``."""
+        if hermitian and t:
+            # A^T = conj(A) for a Hermitian A (and A^H = A).
+            return raw(rhs.conj(), 0).conj() if t == 1 else raw(rhs, 0)
+        columns = jnp.swapaxes(rhs, -1, -2)  # (*batch, k, n): LAPACK's column-major B
+        k = columns.shape[-2]
+        if split:
+            columns = jnp.concatenate([columns.real, columns.imag], axis=-2)
+        x = prims.solve(
+            *arrays,
+            columns.astype(precision),
+            kind=kind,
+            widths=widths,
+            trans=min(t, 1) if split else t,
+            method=method,
+        )
+        if split:
+            x = lax.complex(x[..., :k, :], x[..., k:, :])
+        x = jnp.where(failed, jnp.nan, x)
+        return jnp.swapaxes(x, -1, -2)
+
+    def product(x, t):
+        if hermitian:
+            return _hermitian_matvec(matrix, x, offsets, shape, lower)
+        if t == 2:
+            return spmm(matrix.conj(), x, offsets=offsets, shape=shape, transpose=True)
+        return spmm(matrix, x, offsets=offsets, shape=shape, transpose=t == 1)
+
+    if n == 0:
+        x = b
+    elif hermitian:
+        x = lax.custom_linear_solve(
+            lambda v: product(v, 0),
+            b,
+            lambda _, r: raw(r, 0),
+            lambda _, r: raw(r, 1),
+            symmetric=not jnp.issubdtype(work, jnp.complexfloating),
+        )
+    else:
+        if trans == 2 and not jnp.issubdtype(work, jnp.complexfloating):
+            trans = 1
+        # The transpose of op_t(A): t = 0 <-> 1; A^H's transpose is conj(A).
+        if trans == 2:
+            transpose_solve = lambda _, r: raw(r.conj(), 0).conj()  # noqa: E731
+        else:
+            transpose_solve = lambda _, r: raw(r, 1 - trans)  # noqa: E731
+        x = lax.custom_linear_solve(
+            lambda v: product(v, trans), b, lambda _, r: raw(r, trans), transpose_solve
+        )
+    x = x.astype(dtype)
+    return x[..., 0] if vector else x
+
+
+def info_errors(info: Any) -> list[tuple[tuple[int, ...], int]]:
+    """``(batch index, info)`` of the failed systems of a concrete ``info``."""
+    host = np.asarray(info)
+    return [(index, int(host[index])) for index in np.ndindex(host.shape) if host[index]]
+
+
+# -- one-shot solves -----------------------------------------------------------------------
+
+
+def _pad_last(x: Array, before: int, after: int) -> Array:
+    return jnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(before, after)])
+
+
+def tridiagonal_solve(A: DiaParts, b: Array, function: str) -> Array:
+    """``A x = b`` by ``lax.linalg.tridiagonal_solve`` (its own derivative rules), for
+    ``A`` of offsets within ``{-1, 0, 1}`` and ``b`` ``(*batch, n, k)`` of the solve's
+    dtype, batch dims matching ``A``'s or ``A`` unbatched. On TPU, whose
+    ``tridiagonal_solve`` is the Thomas algorithm (no pivoting), the banded LU with
+    partial pivoting instead (``function`` names the caller in its errors)."""
+
+    def pivoting(b):
+        return solve(A, factor_lu(A), b, function=function)
+
+    return lax.platform_dependent(b, tpu=pivoting, default=partial(_library_solve, A))
+
+
+def _library_solve(A: DiaParts, b: Array) -> Array:
+    n = A.shape[0]
+    data = A.data.astype(b.dtype)
+
+    def diagonal(offset):
+        if offset not in A.offsets:
+            return jnp.zeros((*data.shape[:-2], n), b.dtype)
+        values = data[..., A.offsets.index(offset), :]
+        start, stop = diagonal_bounds(offset, (n, n))
+        # lax's layout: dl[i] = A[i, i - 1] (dl[0] = 0), du[i] = A[i, i + 1] (du[-1] = 0).
+        return _pad_last(values[..., start:stop], start - offset, n - (stop - offset))
+
+    batch = b.shape[:-2]
+    dl, d, du = (jnp.broadcast_to(diagonal(k), (*batch, n)) for k in (-1, 0, 1))
+    return lax.linalg.tridiagonal_solve(dl, d, du, b)
+
+
+def solve_once(A: DiaParts, b: ArrayLike) -> Array:
+    """Solves ``A @ x == b`` for a square ``A`` (see :func:`jaxdia.solve_banded`)."""
+    n = A.shape[0]
+    b, batch = check_rhs("solve_banded", n, A.batch_shape, b, A.dtype)
+    dtype = result_dtype(A.dtype, b)
+    if lu_kind(A.offsets)[0] != "gt" or n == 0:
+        # Factored in the solution's precision (float64 for a float32 A and a float64 b),
+        # as the tridiagonal path, jnp.linalg.solve and SciPy compute; a real A stays real.
+        precision = np.dtype(jnp.result_type(A.dtype, jnp.finfo(dtype).dtype))
+        if precision != A.dtype:
+            A = A.with_data(A.data.astype(precision))
+        return solve(A, factor_lu(A), b, function="solve_banded")
+    return _tridiagonal(A.data, b, offsets=A.offsets, batch=batch, dtype=dtype, method=METHOD)
+
+
+@partial(jax.jit, static_argnames=("offsets", "batch", "dtype", "method"))
+@on_auto_axes(last=False)
+def _tridiagonal(data, b, *, offsets, batch, dtype, method):
+    n = data.shape[-1]
+    parts = DiaParts(data, offsets, (n, n))
+
+    if method != "auto":  # a forced implementation (tests)
+        factor = factor_lu(parts, method)
+        return solve(parts, factor, b, function="solve_banded", method=method)
+    work = accumulation_dtype(dtype)
+    rhs = (b[:, None] if b.ndim == 1 else b).astype(work)
+    rhs = jnp.broadcast_to(rhs, (*batch, *rhs.shape[-2:]))
+    x = tridiagonal_solve(parts, rhs, "solve_banded").astype(dtype)
+    return x[..., 0] if b.ndim == 1 else x

@@ -1,0 +1,719 @@
+"""Banded direct solves of a DiaMatrix: one-shot, or factor once and solve many.
+
+:func:`solve_banded` and :func:`solveh_banded` solve one system directly.
+
+:func:`lu_factor` and :func:`cho_factor` factor a square banded :class:`jaxdia.DiaMatrix`
+and return a :class:`BandedLU` or :class:`BandedCholesky`, whose ``solve`` reuses the
+stored factor: the time loop of an implicit scheme factors once, outside its
+``lax.scan``, and solves once per step. The names follow ``jax.scipy.linalg`` and SciPy
+(``lu_factor``/``lu_solve``, ``cho_factor``/``cho_solve``, ``solveh_banded``,
+``factorized``).
+
+A factor is a pytree: its arrays (the matrix's ``data`` and LAPACK's factor arrays) are
+leaves, its kind, band widths, shape and offsets static aux data. It can be returned
+from ``jit``, closed over or carried by ``lax.scan``/``fori_loop``, and ``vmap``\\ ped
+over. Solves are differentiable with respect to ``b`` and to ``A.data`` (the factor keeps
+``A`` for that): ``lax.custom_linear_solve`` differentiates them implicitly, with the
+stored factor solving the transposed system, so a gradient never factors again.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array
+from jax.typing import ArrayLike
+
+from .._checks import is_traced
+from .._geometry import band_widths
+from .._matrix import DiaMatrix, as_square_matrix
+from .._parts import DiaParts
+from .._pytree import Immutable
+from .._scipy_operator import ScipyOperator
+from . import banded
+
+_KIND_NAMES = {"gb": "band", "gt": "tridiagonal", "pb": "band", "pt": "tridiagonal"}
+
+
+_FactorClass = TypeVar("_FactorClass", bound=type)
+_Factor = TypeVar("_Factor", bound="_BandedFactor")
+
+
+def _leaf_shape(value: Any) -> tuple[int, ...] | None:
+    shape = getattr(value, "shape", None)
+    return tuple(shape) if isinstance(shape, tuple) else None
+
+
+def _no_constructor(name: str, function: str) -> NoReturn:
+    raise TypeError(f"{name} is not built directly: call jaxdia.{function}(A)")
+
+
+def _factories_only(cls: _FactorClass) -> _FactorClass:
+    """Shows the class's signature as ``Cls()`` (instances come from the factor functions)."""
+    cls.__init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
+    )
+    return cls
+
+
+class _BandedFactor(Immutable, ScipyOperator):
+    """What the LU and Cholesky factors share: the matrix, the arrays, ``info``, and
+    SciPy's ``LinearOperator`` protocol for ``A^-1`` (``matvec`` solves), so that a
+    factor is SciPy's ``M=`` or ``OPinv=``."""
+
+    __slots__ = ("_data", "_factors", "_info", "_offsets", "_shape", "_kind", "_widths", "_lower")
+    _leaves = ("_data", "_factors", "_info")
+    _static = ("_offsets", "_shape", "_kind", "_widths", "_lower")
+    _data: Array
+    _factors: tuple[Array, ...]
+    _info: Array
+    _offsets: tuple[int, ...]
+    _shape: tuple[int, int]
+    _kind: str
+    _widths: tuple[int, ...]
+    _lower: bool | None  # the triangle a Cholesky factor read; None for an LU factor
+
+    @classmethod
+    def _of(
+        cls: type[_Factor], A: DiaParts, factor: banded.Factor, lower: bool | None = None
+    ) -> _Factor:
+        """The factor ``factor`` of ``A`` (``lower``: the triangle a Cholesky factor read)."""
+        return cls._make(
+            A.data,
+            tuple(factor.arrays),
+            factor.info,
+            A.offsets,
+            A.shape,
+            factor.kind,
+            factor.widths,
+            lower,
+        )
+
+    # -- pytree: the factor arrays are leaves of their own, named by kind ----------------
+
+    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        _, aux = super().tree_flatten()
+        return (self._data, *self._factors, self._info), aux
+
+    def _leaf_keys(self) -> tuple[str, ...]:
+        return ("data", *self._leaf_names(), "info")
+
+    def _leaf_names(self) -> tuple[str, ...]:
+        """The names of the factor arrays, for key paths."""
+        raise NotImplementedError
+
+    @classmethod
+    def tree_unflatten(cls: type[_Factor], aux: tuple[Any, ...], children: Any) -> _Factor:
+        # JAX unflattens with tracers, None or placeholder objects: do not validate here.
+        data, *factors, info = children
+        return cls._make(data, tuple(factors), info, *aux)
+
+    # -- properties ----------------------------------------------------------------------
+
+    @property
+    def matrix(self) -> DiaMatrix:
+        """The factored matrix (its products give the solves' derivatives)."""
+        return DiaMatrix._wrap(self._parts)
+
+    @property
+    def _parts(self) -> DiaParts:
+        return DiaParts(self._data, self._offsets, self._shape)
+
+    @property
+    def _factor(self) -> banded.Factor:
+        return banded.Factor(self._kind, self._widths, self._factors, self._info)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(n, n)``, the matrix's shape."""
+        return self._shape
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        """The leading dims of the matrix's ``data``: a batch of factors."""
+        return tuple(self._data.shape[:-2])
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype the factor is stored and solved in (float32 for 16-bit matrices)."""
+        return np.dtype(self._factors[1 if self._kind == "pt" else 0].dtype)
+
+    @property
+    def kind(self) -> str:
+        """``"tridiagonal"`` (LAPACK's ``?gttrf``/``?pttrf`` form) or ``"band"``."""
+        return _KIND_NAMES[self._kind]
+
+    @property
+    def info(self) -> Array:
+        """LAPACK's ``info`` per matrix (shape ``batch_shape``): 0 when the factorization
+        succeeded, else the 1-based index of the first failing pivot."""
+        return self._info
+
+    @property
+    def ok(self) -> Array:
+        """``info == 0``: whether the factor is usable (check it under ``jit``, where a
+        failed factorization raises nothing and gives NaN solutions)."""
+        return self._info == 0
+
+    def _describe(self, extra: str) -> str:
+        name = type(self).__name__
+        shapes = [_leaf_shape(leaf) for leaf in self.tree_flatten()[0]]
+        if any(shape is None for shape in shapes):
+            # A pytree with other leaves (jax.tree.map, a vmap in_axes spec).
+            leaves = self.tree_flatten()[0]
+            return f"{name}(shape={self._shape}, kind={self.kind!r}{extra}, leaves={leaves!r})"
+        batch = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
+        dtype = self.dtype.name
+        return f"{name}(shape={self._shape}, dtype={dtype}, kind={self.kind!r}{extra}{batch})"
+
+
+@jax.tree_util.register_pytree_with_keys_class
+@_factories_only
+class BandedLU(_BandedFactor):
+    """The LU factorization with partial pivoting of a square banded matrix; see
+    :func:`jaxdia.lu_factor`.
+
+    LAPACK's factor, stored as leaves: for a tridiagonal matrix (offsets within
+    ``{-1, 0, 1}``) ``?gttrf``'s form, ``lu`` of shape ``(*batch_shape, 4, n)`` with rows
+    ``dl`` (the multipliers), ``d``, ``du``, ``du2`` (the diagonal and two superdiagonals
+    of ``U``); for any other band ``?gbtrf``'s, ``lu`` of shape
+    ``(*batch_shape, n, 2 l + u + 1)`` (column ``j`` of LAPACK's band array in row ``j``;
+    ``U`` has ``l + u`` superdiagonals after row interchanges). ``pivots``
+    ``(*batch_shape, n)``: row ``i`` was interchanged with row ``pivots[i]`` (0-based, as
+    SciPy's). ``info``: see :attr:`info`. The matrix's ``data`` is a leaf too.
+
+    The factor is also SciPy's ``LinearOperator`` for ``A^-1``: ``matvec``/``matmat``
+    solve ``A x = b``, ``rmatvec``/``rmatmat`` solve ``A^H x = b`` (NumPy in and out;
+    ``shape`` and ``dtype`` as the matrix's), so it can be SciPy's ``M=``, or the
+    ``OPinv=`` of SciPy's shift-invert ``eigsh`` for ``lu_factor(A - sigma I)``.
+
+    Attributes:
+      matrix: the factored DiaMatrix.
+      lu: the factor, LAPACK's layout (see above).
+      pivots: the row interchanges.
+      info: 0, or the 1-based index of the first exactly zero pivot ``U[i - 1, i - 1]``.
+      ok: ``info == 0``.
+      kind: ``"tridiagonal"`` or ``"band"``.
+      lower: the number of subdiagonals ``l``.
+      upper: the number of superdiagonals ``u``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([[1.0] * 4, [4.0] * 5, [2.0] * 3], offsets=[-1, 0, 2])
+      >>> lu = jaxdia.lu_factor(A)
+      >>> lu
+      BandedLU(shape=(5, 5), dtype=float32, kind='band', lower=1, upper=2)
+      >>> x = lu.solve(jnp.arange(5.0))
+      >>> bool(jnp.allclose(A @ x, jnp.arange(5.0), atol=1e-5))
+      True
+    """
+
+    __slots__ = ()
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        _no_constructor("BandedLU", "lu_factor")
+
+    _name = "BandedLU"
+
+    def _leaf_names(self) -> tuple[str, ...]:
+        return ("lu", "pivots")
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        return lu_solve(self, x, trans=2 if adjoint else 0)
+
+    @property
+    def lu(self) -> Array:
+        """LAPACK's factor (see the class docstring for its layout)."""
+        return self._factors[0]
+
+    @property
+    def pivots(self) -> Array:
+        """``(*batch_shape, n)`` int32: row ``i`` was interchanged with ``pivots[i]``."""
+        return self._factors[1]
+
+    @property
+    def lower(self) -> int:
+        """The number of subdiagonals of the factored matrix."""
+        return band_widths(self._offsets)[0]
+
+    @property
+    def upper(self) -> int:
+        """The number of superdiagonals of the factored matrix."""
+        return band_widths(self._offsets)[1]
+
+    def solve(self, b: ArrayLike, trans: int = 0) -> Array:
+        """Solves ``A @ x == b`` with the stored factor (see :func:`jaxdia.lu_solve`).
+
+        Args:
+          b: shape ``(n,)`` or ``(..., n, k)``.
+          trans: 0 solves ``A x = b``, 1 ``A^T x = b``, 2 ``A^H x = b``.
+
+        Returns:
+          ``x``, as :func:`jaxdia.lu_solve` returns it.
+
+        Example:
+          >>> import jax.numpy as jnp
+          >>> import jaxdia
+          >>> A = jaxdia.diags([-1.0, 3.0, -1.0], offsets=[-1, 0, 1], shape=(4, 4))
+          >>> x = jaxdia.lu_factor(A).solve(jnp.ones(4))
+          >>> [round(float(value), 4) for value in x]
+          [0.6, 0.8, 0.8, 0.6]
+        """
+        return lu_solve(self, b, trans)
+
+    def __repr__(self) -> str:
+        return self._describe(f", lower={self.lower}, upper={self.upper}")
+
+
+@jax.tree_util.register_pytree_with_keys_class
+@_factories_only
+class BandedCholesky(_BandedFactor):
+    """The Cholesky factorization of a Hermitian positive definite banded matrix; see
+    :func:`jaxdia.cho_factor`.
+
+    LAPACK's factor of the Hermitian matrix that one triangle of ``A`` defines, stored as
+    leaves in ``factors``: for a tridiagonal matrix ``?pttrf``'s ``A = L D L^H``, the real
+    diagonal ``d`` and the subdiagonal ``e`` of ``L`` (each ``(*batch_shape, n)``, the
+    last entry of ``e`` unused); for any other band ``?pbtrf``'s ``U^H U`` (or ``L L^H``
+    with ``lower``), one array ``(*batch_shape, n, kd + 1)`` holding column ``j`` of
+    LAPACK's band array in row ``j``. The matrix's ``data`` is a leaf too. Like
+    :class:`BandedLU`, the factor is SciPy's ``LinearOperator`` for ``A^-1`` (``matvec``
+    solves, and so does ``rmatvec``: the matrix is Hermitian).
+
+    Attributes:
+      matrix: the factored DiaMatrix (only the triangle ``lower`` selects is read).
+      factors: the factor's arrays (see above).
+      info: 0, or the order of the first leading minor that is not positive.
+      ok: ``info == 0``.
+      kind: ``"tridiagonal"`` or ``"band"``.
+      lower: which triangle of ``matrix`` was read.
+      bandwidth: the number of superdiagonals ``kd`` of that triangle.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([1.0, 4.0, 2.0, 4.0, 1.0], offsets=[-2, -1, 0, 1, 2], shape=(6, 6))
+      >>> A = A + 6.0 * jaxdia.eye(6)
+      >>> c = jaxdia.cho_factor(A)
+      >>> c
+      BandedCholesky(shape=(6, 6), dtype=float32, kind='band', lower=False, bandwidth=2)
+      >>> bool(jnp.allclose(A @ c.solve(jnp.ones(6)), 1.0, atol=1e-5))
+      True
+    """
+
+    __slots__ = ()
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        _no_constructor("BandedCholesky", "cho_factor")
+
+    _name = "BandedCholesky"
+
+    def _leaf_names(self) -> tuple[str, ...]:
+        return ("d", "e") if self._kind == "pt" else ("c",)
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        return cho_solve(self, x)  # the factored matrix is Hermitian
+
+    @property
+    def factors(self) -> tuple[Array, ...]:
+        """The factor's arrays: ``(d, e)`` (tridiagonal) or ``(c,)`` (band)."""
+        return self._factors
+
+    @property
+    def lower(self) -> bool:
+        """Whether the lower triangle of the matrix was read (else the upper)."""
+        return bool(self._lower)
+
+    @property
+    def bandwidth(self) -> int:
+        """``kd``: the number of superdiagonals of the factored Hermitian matrix."""
+        return banded.cholesky_bandwidth(self._offsets, self.lower)
+
+    def solve(self, b: ArrayLike) -> Array:
+        """Solves ``A @ x == b`` with the stored factor (see :func:`jaxdia.cho_solve`).
+
+        Example:
+          >>> import jax.numpy as jnp
+          >>> import jaxdia
+          >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(4, 4))
+          >>> x = jaxdia.cho_factor(A).solve(jnp.ones(4))
+          >>> [round(float(value), 4) for value in x]
+          [2.0, 3.0, 3.0, 2.0]
+        """
+        return cho_solve(self, b)
+
+    def __repr__(self) -> str:
+        return self._describe(f", lower={self.lower}, bandwidth={self.bandwidth}")
+
+
+# -- the functions ---------------------------------------------------------------------------
+
+
+def _raise_failures(
+    function: str,
+    factor: _BandedFactor,
+    what: Callable[[int], str],
+) -> None:
+    """Outside ``jit``: a ValueError naming a non-finite entry of the matrix (SciPy's
+    ``check_finite``), else a LinAlgError naming the first failing pivot of each system."""
+    info, batch_shape = factor.info, factor.batch_shape
+    if is_traced(info):
+        return
+    failures = banded.info_errors(info)
+    if not failures:
+        return
+    if any(value == banded.NON_FINITE for _, value in failures):
+        refuse_non_finite(function, factor._parts, factor._lower)
+    index, value = failures[0]
+    where = f" (matrix {index} of the batch)" if batch_shape else ""
+    more = f"; {len(failures) - 1} more matrices of the batch fail too" if len(failures) > 1 else ""
+    raise np.linalg.LinAlgError(f"{function}: {what(value)}{where}{more}")
+
+
+def refuse_non_finite(function: str, A: DiaParts, lower: bool | None = None) -> None:
+    """A ValueError naming the first entry of a concrete ``A`` that a factorization reads
+    (``lower``: the triangle a Cholesky factor reads) and is NaN or inf, if there is one;
+    as SciPy's ``check_finite``, which LAPACK needs: it factors such entries as numbers."""
+    host = np.asarray(A.data)
+    read = banded.read_slots(A.offsets, A.shape[0], lower, host=True)
+    bad = np.argwhere(~np.isfinite(host) & read)
+    if not len(bad):
+        return
+    *member, k, j = (int(i) for i in bad[0])
+    where = f" (matrix {tuple(member)} of the batch)" if member else ""
+    raise ValueError(
+        f"{function}: A must not contain infs or NaNs (as SciPy's check_finite requires), "
+        f"but A[{j - A.offsets[k]}, {j}] = {host[(*member, k, j)]}{where}"
+    )
+
+
+def lu_unchecked(A: DiaMatrix) -> BandedLU:
+    """:func:`lu_factor` that never raises on a failed factorization (for solvers that
+    report failure otherwise, such as :class:`jaxdia.BandedSolver`)."""
+    return BandedLU._of(A._parts, banded.factor_lu(A._parts))
+
+
+def cholesky_unchecked(A: DiaMatrix, lower: bool) -> BandedCholesky:
+    """:func:`cho_factor` that never raises on a failed factorization."""
+    return BandedCholesky._of(A._parts, banded.factor_cholesky(A._parts, lower), lower)
+
+
+def lu_factor(A: DiaMatrix) -> BandedLU:
+    """The LU factorization with partial pivoting of a square banded DiaMatrix ``A``.
+
+    Factor once, solve many times: ``lu_factor(A).solve(b)`` (or :func:`lu_solve`)
+    solves ``A @ x == b`` with the stored factor, in O(n (l + u)) per right-hand side
+    (for ``l`` subdiagonals and ``u`` superdiagonals) against O(n l (l + u)) to factor.
+    Like ``scipy.linalg.lu_factor`` for dense matrices, or ``scipy.sparse.linalg.splu``.
+
+    The band is what the offsets span: ``?gbtrf``'s banded LU (row swaps widen ``U`` to
+    ``l + u`` superdiagonals), or ``?gttrf``'s tridiagonal one when the offsets lie within
+    ``{-1, 0, 1}``. On CPU, LAPACK runs it (SciPy's routines, called from the XLA program
+    without copying the arrays), except for small systems and batches of small systems,
+    which a ``lax.scan`` implementation handles faster; on GPU and TPU that scan runs
+    it, a batch as one program. A program that calls LAPACK cannot be serialized with
+    ``jax.export``.
+
+    ``A`` may be batched (``A.batch_shape``): one factor per matrix. The result is a
+    pytree (see :class:`BandedLU`), usable under ``jit`` and ``vmap``, closed over or
+    carried by ``lax.scan``.
+
+    Args:
+      A: a square DiaMatrix (possibly batched). 16-bit matrices are factored in float32.
+
+    Returns:
+      A :class:`BandedLU`.
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix.
+      ValueError: if ``A`` is not square.
+      numpy.linalg.LinAlgError: outside ``jit``, if ``A`` is exactly singular (a pivot
+        ``U[i, i]`` is 0, as LAPACK's ``info = i + 1`` reports). Under ``jit`` nothing is
+        raised: :attr:`BandedLU.info` holds LAPACK's ``info`` and solves return NaN.
+
+    Example:
+      >>> import jax
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([-1.0, 2.5, -1.0], offsets=[-1, 0, 1], shape=(50, 50))
+      >>> lu = jaxdia.lu_factor(A)
+      >>> def step(u, _):
+      ...     return lu.solve(u), None
+      >>> u, _ = jax.lax.scan(step, jnp.ones(50), length=10)  # factored once
+      >>> v = jnp.ones(50)
+      >>> for _ in range(10):
+      ...     v = jnp.linalg.solve(A.todense(), v)
+      >>> bool(jnp.allclose(u, v, rtol=1e-5))
+      True
+    """
+    lu = lu_unchecked(as_square_matrix(A, "lu_factor"))
+    _raise_failures(
+        "lu_factor",
+        lu,
+        lambda i: f"A is exactly singular: pivot U[{i - 1}, {i - 1}] is zero (LAPACK info = {i})",
+    )
+    return lu
+
+
+def lu_solve(lu: BandedLU, b: ArrayLike, trans: int = 0) -> Array:
+    """Solves ``A @ x == b`` (or a transposed system) with a stored LU factor of ``A``.
+
+    As ``jax.scipy.linalg.lu_solve``, for a :class:`BandedLU` from :func:`lu_factor`.
+    Differentiable with respect to ``b`` and to the factored matrix's ``data`` (the
+    factor's ``matrix`` leaf; the factor arrays themselves get no gradient): reverse mode
+    solves the transposed system with the same stored factor.
+
+    ``b`` follows :func:`jaxdia.solve_banded`'s conventions: ``(n,)`` is a vector, an
+    N-D ``b`` a stack of ``(n, k)`` right-hand sides whose batch dims broadcast with the
+    factor's.
+
+    Args:
+      lu: a :class:`BandedLU`.
+      b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
+      trans: 0 solves ``A x = b``, 1 ``A^T x = b``, 2 ``A^H x = b``.
+
+    Returns:
+      ``x``, of the broadcast batch shape and ``b``'s trailing shape, in the promoted
+      dtype of ``A`` and ``b`` (16-bit floats are solved in float32 and cast back). NaN
+      if the factorization failed (``lu.info != 0``).
+
+    Raises:
+      TypeError: if ``lu`` is not a BandedLU, or ``b`` is not numeric.
+      ValueError: if ``trans`` is not 0, 1 or 2, or ``b``'s shape does not fit.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([[1.0] * 4, [4.0] * 5, [2.0] * 3], offsets=[-1, 0, 2])
+      >>> lu = jaxdia.lu_factor(A)
+      >>> x = jaxdia.lu_solve(lu, jnp.arange(5.0), trans=1)
+      >>> bool(jnp.allclose(A.T @ x, jnp.arange(5.0), atol=1e-5))
+      True
+    """
+    if not isinstance(lu, BandedLU):
+        raise TypeError(
+            "lu_solve: lu must be a jaxdia.BandedLU (from jaxdia.lu_factor), got "
+            f"{type(lu).__name__}"
+        )
+    if isinstance(trans, bool) or trans not in (0, 1, 2):
+        raise ValueError(f"lu_solve: trans must be 0, 1 or 2, got {trans!r}")
+    return banded.solve(lu._parts, lu._factor, b, trans=int(trans), function="lu_solve")
+
+
+def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
+    """The Cholesky factorization of a Hermitian positive definite banded DiaMatrix.
+
+    Reads one triangle of ``A``, the upper one (offsets ``>= 0``) unless ``lower``, as
+    ``scipy.linalg.cho_factor`` does: the matrix factored (and solved) is the Hermitian
+    matrix that triangle defines, with the real part of the diagonal. Half the work and
+    storage of :func:`lu_factor` and no pivoting: ``?pbtrf`` for a band of ``kd``
+    superdiagonals (O(n kd^2) to factor, O(n kd) per solve), ``?pttrf``'s ``L D L^H`` for
+    a tridiagonal one. Where it runs is as for :func:`lu_factor`.
+
+    Args:
+      A: a square DiaMatrix (possibly batched).
+      lower: read the lower triangle instead of the upper one (a Python bool).
+
+    Returns:
+      A :class:`BandedCholesky`.
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix or ``lower`` not a bool.
+      ValueError: if ``A`` is not square.
+      numpy.linalg.LinAlgError: outside ``jit``, if the matrix is not positive definite
+        (its leading minor of order ``info`` is not positive, as LAPACK reports). Under
+        ``jit`` nothing is raised: :attr:`BandedCholesky.info` holds ``info`` and solves
+        return NaN.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(5, 5))
+      >>> c = jaxdia.cho_factor(A)
+      >>> x = jaxdia.cho_solve(c, jnp.ones(5))
+      >>> [round(float(value), 4) for value in x]
+      [2.5, 4.0, 4.5, 4.0, 2.5]
+    """
+    A = as_square_matrix(A, "cho_factor")
+    if not isinstance(lower, (bool, np.bool_)):
+        raise TypeError(f"cho_factor: lower must be a bool, got {type(lower).__name__}")
+    c = cholesky_unchecked(A, bool(lower))
+    _raise_failures(
+        "cho_factor",
+        c,
+        lambda i: (
+            f"A is not Hermitian positive definite: its leading minor of order {i} is "
+            f"not positive (LAPACK info = {i})"
+        ),
+    )
+    return c
+
+
+def cho_solve(c: BandedCholesky, b: ArrayLike) -> Array:
+    """Solves ``A @ x == b`` with a stored Cholesky factor of ``A``.
+
+    As ``scipy.linalg.cho_solve``, for a :class:`BandedCholesky` from :func:`cho_factor`.
+    ``b``, the result, batches and differentiation are as for :func:`lu_solve` (the
+    derivative with respect to ``A.data`` is that of the Hermitian matrix the factored
+    triangle defines).
+
+    Args:
+      c: a :class:`BandedCholesky`.
+      b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
+
+    Returns:
+      ``x``; NaN if the factorization failed (``c.info != 0``).
+
+    Raises:
+      TypeError: if ``c`` is not a BandedCholesky, or ``b`` is not numeric.
+      ValueError: if ``b``'s shape does not fit.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(3, 3))
+      >>> x = jaxdia.cho_solve(jaxdia.cho_factor(A, lower=True), jnp.ones(3))
+      >>> [round(float(value), 4) for value in x]
+      [1.5, 2.0, 1.5]
+    """
+    if not isinstance(c, BandedCholesky):
+        raise TypeError(
+            "cho_solve: c must be a jaxdia.BandedCholesky (from jaxdia.cho_factor), got "
+            f"{type(c).__name__}"
+        )
+    return banded.solve(c._parts, c._factor, b, lower=c.lower, function="cho_solve")
+
+
+def solve_banded(A: DiaMatrix, b: ArrayLike) -> Array:
+    """Solves ``A @ x == b`` directly, for a square banded DiaMatrix ``A``.
+
+    ``jaxdia.lu_factor(A).solve(b)`` in one call: an LU factorization with partial
+    pivoting within the band (row swaps widen the upper band of ``U`` to ``l + u``), then
+    the solve, O(n l (l + u)) work for offsets within ``[-l, u]``. To solve with the same
+    matrix again (time stepping, several right-hand sides arriving one by one), factor it
+    once with :func:`jaxdia.lu_factor` (or :func:`jaxdia.cho_factor` for a Hermitian
+    positive definite matrix) and reuse the factor.
+
+    * On CPU, LAPACK's banded LU (``?gbtrf``/``?gbtrs``, the routines of
+      ``scipy.linalg.solve_banded``), called from the compiled program on its own
+      buffers, except for small systems (16 rows or fewer) and batches of 64 or more
+      systems of up to 128 rows, where the ``lax.scan`` implementation below is faster. A
+      program holding such a LAPACK call cannot be serialized with ``jax.export``.
+    * On GPU and TPU, the same algorithm as a sequential ``lax.scan`` over the ``n``
+      columns, with compile time independent of ``n``; a batch runs as one scan.
+    * A tridiagonal ``A`` is solved by ``jax.lax.linalg.tridiagonal_solve`` on CPU and
+      GPUs (LAPACK's ``gtsv``, cuSPARSE's ``gtsv2``; both pivot), and by the factor's
+      scan on TPU (whose ``tridiagonal_solve`` does not pivot).
+
+    The band is what the offsets span, whatever the entries: corner entries of periodic
+    boundary conditions (offsets ``±(n - 1)``) make it the whole matrix and the solve
+    O(n^3), far slower than ``scipy.sparse.linalg.spsolve``'s sparse LU. Solve such systems,
+    and large 2-D/3-D stencils (bandwidth ``sqrt(n)`` or ``n^(2/3)``: fill-in that a
+    sparse LU's reordering avoids), with ``jax.scipy.sparse.linalg.gmres``, ``bicgstab``
+    or ``cg``.
+
+    A singular matrix (an exactly zero pivot, e.g. a zero column) gives an all-NaN
+    solution; no exception is raised, as none can be under ``jit``
+    (:func:`jaxdia.lu_factor` raises outside ``jit``). An ill-conditioned matrix gives a
+    finite solution with a small residual (partial pivoting is backward stable in
+    practice) but a forward error that grows with the condition number.
+
+    Batches follow :func:`jaxdia.matmul`'s rules: a 1-D ``b`` of length ``n`` is a
+    vector; an N-D ``b`` is a stack of ``(n, k)`` right-hand sides whose batch dims
+    broadcast with ``A.batch_shape``. The solve works under ``jit`` and ``vmap`` (over
+    ``A.data``, ``b`` or both) and is differentiable in ``A.data`` and ``b`` (forward
+    and reverse mode) by implicit differentiation: a gradient costs another solve, with
+    ``A^T`` by the same stored factor, and never differentiates the LU itself.
+
+    Args:
+      A: a square DiaMatrix (possibly batched).
+      b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
+
+    Returns:
+      ``x``, of the broadcast batch shape and ``b``'s trailing shape, in the promoted
+      dtype of ``A`` and ``b`` (16-bit floats are solved in float32 and cast back).
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix, or ``b`` is not numeric.
+      ValueError: if ``A`` is not square, or ``b``'s shape does not fit.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([[1.0] * 4, [4.0] * 5, [2.0] * 3], offsets=[-1, 0, 2])
+      >>> x = jaxdia.solve_banded(A, jnp.arange(5.0))
+      >>> bool(jnp.allclose(A @ x, jnp.arange(5.0), atol=1e-5))
+      True
+    """
+    A = as_square_matrix(A, "solve_banded")
+    if not is_traced(A.data) and not bool(jnp.all(_finite(A.data, offsets=A.offsets))):
+        refuse_non_finite("solve_banded", A._parts)
+    return banded.solve_once(A._parts, b)
+
+
+@functools.partial(jax.jit, static_argnames="offsets")
+def _finite(data: Array, *, offsets: tuple[int, ...]) -> Array:
+    return banded.finite(data, offsets, None)
+
+
+def solveh_banded(A: DiaMatrix, b: ArrayLike, *, lower: bool = False) -> Array:
+    """Solves ``A @ x == b`` for a Hermitian positive definite banded ``A``, in one call.
+
+    SciPy's name: :func:`cho_factor` then :func:`cho_solve` (factor once with those to
+    solve many times). Reads the upper triangle of ``A`` unless ``lower``.
+
+    Args:
+      A: a square DiaMatrix (possibly batched).
+      b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
+      lower: read the lower triangle instead.
+
+    Returns:
+      ``x``, as :func:`cho_solve` returns it.
+
+    Raises:
+      TypeError, ValueError: as :func:`cho_factor` and :func:`cho_solve`.
+      numpy.linalg.LinAlgError: outside ``jit``, if ``A`` is not positive definite (under
+        ``jit``, the solution is NaN).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(3, 3))
+      >>> x = jaxdia.solveh_banded(A, jnp.array([1.0, 0.0, 1.0]))
+      >>> [round(float(value), 4) for value in x]
+      [1.0, 1.0, 1.0]
+    """
+    return cho_solve(cho_factor(A, lower=lower), b)
+
+
+def factorized(A: DiaMatrix) -> jax.tree_util.Partial:
+    """A function solving ``A @ x == b``, with ``A`` factored once (SciPy's name).
+
+    ``factorized(A)(b)`` is ``lu_factor(A).solve(b)``. The result is a
+    ``jax.tree_util.Partial``: callable, and a pytree holding the factor, so it can be an
+    argument or a result of a jitted function.
+
+    Args:
+      A: a square DiaMatrix (possibly batched).
+
+    Returns:
+      ``solve``, with ``solve(b)`` as :func:`lu_solve` (``solve(b, trans)`` too).
+
+    Raises:
+      TypeError, ValueError, numpy.linalg.LinAlgError: as :func:`lu_factor`.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> solve = jaxdia.factorized(jaxdia.diags([1.0, 3.0], offsets=[-1, 0], shape=(3, 3)))
+      >>> solve(jnp.array([3.0, 4.0, 4.0]))
+      Array([1., 1., 1.], dtype=float32)
+    """
+    return jax.tree_util.Partial(lu_solve, lu_factor(A))

@@ -1,0 +1,630 @@
+"""A few eigenpairs of a Hermitian DiaMatrix: :func:`eigsh`, by thick-restart Lanczos.
+
+The method is thick-restart Lanczos (Wu & Simon 2000; for a Hermitian operator it is
+Stewart's Krylov-Schur) with full reorthogonalization, in fixed-size buffers:
+
+* a basis ``V`` of ``ncv + 1`` vectors and the projected matrix ``T = V^H op V``
+  (``ncv x ncv``), filled one column per step by classical Gram-Schmidt applied twice
+  against every basis vector (unused rows of ``V`` are zero, so masks are not needed);
+* after ``ncv`` steps the Ritz pairs of ``T`` are ranked by ``which``; the ``k`` wanted
+  ones are converged when ARPACK's test holds, ``|beta s_i| <= tol max(eps^(2/3),
+  |theta_i|)``; otherwise the best ``k + min(nconv, (ncv - k) // 2)`` Ritz vectors are
+  kept (ARPACK's count, ``nconv`` the converged wanted ones; ``k + (ncv - k) // 2`` for
+  ``SM``) with the residual vector,
+  ``T`` becomes their Ritz values with the exact arrow ``beta s_last``, and the Lanczos
+  steps continue from there;
+* an invariant subspace (``beta ~ 0``) is left by a random vector orthogonal to ``V``.
+
+Everything is a ``lax.while_loop`` over restarts around a ``lax.fori_loop`` over steps,
+so a solve runs under ``jit`` and ``vmap`` (a batch runs until its slowest member has
+converged). Shift-invert applies ``(A - sigma I)^{-1}`` through a banded solve; small
+problems (``n <= DENSE_UP_TO``, or ``ncv > n / 2``) take ``jnp.linalg.eigh`` of the dense
+matrix.
+
+Differentiation: the eigenvalues are a ``jax.custom_jvp``, ``d lambda = Re(v^H dA v)``
+restricted to the stored diagonals (the derivative of a simple eigenvalue of the
+Hermitian part of ``A``); the eigenvectors' tangent is NaN (not computed), and the
+convergence report has zero tangents.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.core
+import jax.numpy as jnp
+import numpy as np
+import scipy.sparse as sp
+from jax import Array, lax
+from jax.typing import ArrayLike, DTypeLike
+
+from .._checks import as_array, reject_unsupported, scalar, spans_processes, static_int
+from .._convert import dia_to_dense
+from .._geometry import accumulation_dtype, in_bounds
+from .._kernels.primitives import sddmm, spmm
+from .._matrix import DiaMatrix, as_square_matrix
+from .._ops import add, conj, shifted, transpose
+from .._parts import DiaParts
+from .._products import matvec as dia_matvec
+from .banded import factor_lu, lu_kind, solve, tridiagonal_solve
+
+#: ``which`` values: largest/smallest magnitude, largest/smallest algebraic, both ends.
+WHICH = ("LM", "SM", "LA", "SA", "BE")
+
+#: Matrices up to this size are solved densely (``jnp.linalg.eigh``): exact, and faster
+#: than the Krylov loop's per-step cost at this size.
+DENSE_UP_TO = 128
+
+
+class EigshInfo(NamedTuple):
+    """How :func:`jaxdia.eigsh` ended (a pytree; batched like the eigenvalues).
+
+    Attributes:
+      converged: whether all ``k`` wanted eigenpairs passed the convergence test
+        (always true for the dense path).
+      nconv: how many of them passed it.
+      iterations: restarts of the Lanczos loop (0 for the dense path).
+      matvecs: applications of the operator (``A`` or ``(A - sigma I)^{-1}``).
+      residuals: ``||A v_i - lambda_i v_i||`` of each returned pair, in the order of
+        the eigenvalues.
+    """
+
+    converged: Any
+    nconv: Any
+    iterations: Any
+    matvecs: Any
+    residuals: Any
+
+
+class Config(NamedTuple):
+    """The static part of a solve."""
+
+    offsets: tuple[int, ...]
+    n: int
+    k: int
+    ncv: int
+    which: str
+    shift_invert: bool
+    dense: bool
+    maxiter: int
+
+
+# -- ranking ---------------------------------------------------------------------------------
+
+
+def _rank(theta: Array, which: str) -> Array:
+    """Indices of ``theta`` from the most wanted to the least (``BE`` alternates between
+    the largest and the smallest, starting with the largest, as ARPACK's ``BE``)."""
+    if which == "LA":
+        return jnp.argsort(-theta, stable=True)
+    if which == "SA":
+        return jnp.argsort(theta, stable=True)
+    if which == "LM":
+        return jnp.argsort(-jnp.abs(theta), stable=True)
+    if which == "SM":
+        return jnp.argsort(jnp.abs(theta), stable=True)
+    ascending = jnp.argsort(theta, stable=True)
+    m = theta.shape[0]
+    positions = np.empty(m, np.int32)
+    positions[0::2] = np.arange(m - 1, m - 1 - len(positions[0::2]), -1)
+    positions[1::2] = np.arange(len(positions[1::2]))
+    return ascending[positions]
+
+
+# -- the Lanczos loop --------------------------------------------------------------------------
+
+
+def _orthogonalize(V: Array, w: Array) -> tuple[Array, Array, Array]:
+    """``(w', h, ||w'||)``: ``w`` minus its projection on the rows of ``V`` (orthonormal,
+    or zero), and the coefficients ``h = V^* w``. Classical Gram-Schmidt, repeated when it
+    cancelled most of ``w`` (ARPACK's DGKS test ``||w'|| < ||w|| / sqrt(2)``, which for an
+    orthonormal ``V`` is ``||w'|| < ||h||``): the basis stays orthogonal to rounding with
+    two passes at most."""
+    h = jnp.conj(V) @ w
+    projected = w - h @ V
+    norm = jnp.linalg.norm(projected)
+
+    def again(state):
+        projected, h, _ = state
+        correction = jnp.conj(V) @ projected
+        projected = projected - correction @ V
+        return projected, h + correction, jnp.linalg.norm(projected)
+
+    return lax.cond(norm < jnp.linalg.norm(h), again, lambda state: state, (projected, h, norm))
+
+
+def _projected(H: Array) -> Array:
+    """The Hermitian ``T`` whose upper triangle the Gram-Schmidt coefficients filled."""
+    upper = jnp.triu(H, 1)
+    return upper + jnp.conj(upper.T) + jnp.diag(jnp.real(jnp.diagonal(H)).astype(H.dtype))
+
+
+def _pseudo_random(n: int, seed: Array, dtype: DTypeLike) -> Array:
+    """A deterministic vector with entries spread over ``[-1, 1)`` (an integer hash of the
+    index and ``seed``): a starting vector, or a new direction out of an invariant
+    subspace. Cheaper to compile than ``jax.random``'s Threefry, and reproducible."""
+    index = lax.iota(np.uint32, 2 * n) + seed.astype(np.uint32) * np.uint32(0x9E3779B9)
+    h = index * np.uint32(0x85EBCA6B)
+    h = h ^ (h >> 13)
+    h = h * np.uint32(0xC2B2AE35)
+    h = h ^ (h >> 16)
+    real = jnp.finfo(dtype).dtype
+    values = (h >> 8).astype(real) / real.type(2**23) - 1
+    if jnp.issubdtype(dtype, jnp.complexfloating):
+        return (values[:n] + 1j * values[n:]).astype(dtype)
+    return values[:n].astype(dtype)
+
+
+def _lanczos(op, v0: Array, config: Config, tol: Array):
+    """``(theta, Y, converged, nconv, iterations, matvecs)``: the ``k`` wanted Ritz values
+    of ``op`` (most wanted first) and their Ritz vectors as rows of ``Y``.
+
+    ``T`` holds what the Lanczos relation ``op V = V T + beta v e^T`` says, not the
+    Gram-Schmidt coefficients: ``alpha_j = Re(v_j^H op v_j)`` on the diagonal,
+    ``beta_j = ||w_j||`` beside it, and after a restart the kept Ritz values with the
+    exact arrow ``beta s_last`` (recomputed coefficients would carry ``eps ||op||`` of
+    rounding, and the residual estimates could then never pass the test). The other
+    coefficients only orthogonalize.
+    """
+    n, k, ncv = config.n, config.k, config.ncv
+    dtype = v0.dtype
+    real = jnp.finfo(dtype).dtype
+    eps = float(jnp.finfo(dtype).eps)
+    tol = jnp.where(tol > 0, tol, eps).astype(real)
+
+    norm0 = jnp.linalg.norm(v0)
+    start = jnp.where(norm0 > 0, v0, _pseudo_random(n, jnp.int32(0), dtype))
+    start = start / jnp.linalg.norm(start)
+
+    def step(j, state):
+        V, H, beta, first, iteration = state
+        w, h, norm = _orthogonalize(V, op(V[j]))
+        H = H.at[j, j].set(jnp.real(h[j]).astype(dtype))
+        # Beside the diagonal, the previous step's beta (after a restart, the arrow).
+        H = H.at[j - 1, j].set(jnp.where(j > first, beta.astype(dtype), H[j - 1, j]))
+
+        def leave(_):  # an invariant subspace: go on in a new direction orthogonal to V
+            seed = 1 + iteration * (ncv + 1) + j
+            fresh, _, size = _orthogonalize(V, _pseudo_random(n, seed, dtype))
+            return fresh, size
+
+        lost = norm <= 10 * eps * jnp.linalg.norm(h)
+        w, size = lax.cond(lost, leave, lambda w: (w, norm), w)
+        beta = jnp.where(lost, 0, norm)
+        V = V.at[j + 1].set(w / size)
+        return V, H, beta, first, iteration
+
+    def ritz(H, beta):
+        theta, S = jnp.linalg.eigh(_projected(H))
+        order = _rank(theta, config.which)
+        residual = jnp.abs(beta) * jnp.abs(S[ncv - 1])
+        bound = tol * jnp.maximum(eps ** (2 / 3), jnp.abs(theta))
+        wanted = order[:k]
+        nconv = jnp.sum(residual[wanted] <= bound[wanted], dtype=np.int32)
+        return theta, S, order, nconv
+
+    def more(state):
+        *_, done = state
+        return ~done
+
+    def restart(state):
+        V, H, beta, first, iteration, matvecs, _ = state
+        V, H, beta, _, _ = lax.fori_loop(first, ncv, step, (V, H, beta, first, iteration))
+        matvecs = matvecs + ncv - first
+        theta, S, order, nconv = ritz(H, beta)
+        # A NaN or inf in T (from NaN entries, or an exactly singular A - sigma I) stays:
+        # stop at once instead of restarting maxiter times.
+        broken = ~(jnp.all(jnp.isfinite(H)) & jnp.isfinite(beta))
+        done = (nconv >= k) | (iteration + 1 >= config.maxiter) | broken
+
+        # ARPACK's choice: the wanted vectors, plus one more per converged one (at most
+        # half of the rest), which keeps converged directions from stalling the others.
+        # Interior eigenvalues (SM without a shift) converge slowly unless half of the
+        # rest is kept from the start (5-10x fewer products in the tests' problems).
+        extra = (ncv - k) // 2 if config.which == "SM" else jnp.minimum(nconv, (ncv - k) // 2)
+        kept_count = jnp.minimum(k + extra, ncv - 1)
+
+        def thick_restart(V):
+            index = np.arange(ncv)
+            kept = index < kept_count
+            Y = jnp.where(kept[:, None], S[:, order].T @ V[:ncv], 0)
+            fresh = jnp.zeros_like(V).at[:ncv].set(Y).at[kept_count].set(V[ncv])
+            arrow = jnp.where(kept, beta * jnp.conj(S[ncv - 1, order]), 0).astype(dtype)
+            H = jnp.diag(jnp.where(kept, theta[order], 0).astype(dtype))
+            return fresh, H.at[:, kept_count].add(arrow)
+
+        V, H = lax.cond(done, lambda V: (V, H), thick_restart, V)
+        first = jnp.where(done, first, kept_count)
+        return V, H, beta, first, iteration + 1, matvecs, done
+
+    V = jnp.zeros((ncv + 1, n), dtype).at[0].set(start)
+    H = jnp.zeros((ncv, ncv), dtype)
+    zero = jnp.int32(0)
+    state = (V, H, jnp.zeros((), real), zero, zero, zero, jnp.bool_(False))
+    V, H, beta, _, iterations, matvecs, _ = lax.while_loop(more, restart, state)
+    # The last restart's Ritz pairs, recomputed from the final H (a small eigh).
+    theta, S, order, nconv = ritz(H, beta)
+    wanted = order[:k]
+    Y = S[:, wanted].T @ V[:ncv]
+    return theta[wanted], Y, nconv >= k, nconv, iterations, matvecs
+
+
+# -- one matrix ------------------------------------------------------------------------------
+
+
+def _shift_invert(A: DiaParts, sigma: Array):
+    """``x -> (A - sigma I)^{-1} x``: ``A - sigma I`` factored once (banded LU), each
+    application one solve with the stored factor. A tridiagonal ``A - sigma I`` is
+    solved afresh each time by ``lax.linalg.tridiagonal_solve`` instead: O(n) either way,
+    and that call has no per-call overhead beyond LAPACK's (the stored factor's solve is
+    a host call, whose fixed cost dominates a solve of a few thousand rows)."""
+    B = shifted(A, sigma)
+    if lu_kind(B.offsets)[0] == "gt":
+        return lambda x: tridiagonal_solve(B, x[:, None], "eigsh")[:, 0]
+    factor = factor_lu(B)
+    return lambda x: solve(B, factor, x, function="eigsh")
+
+
+def _one(config: Config, data: Array, v0: Array, sigma: Array, tol: Array):
+    """``(w ascending, V as columns, EigshInfo)`` of one matrix."""
+    A = DiaParts(data, config.offsets, (config.n, config.n))
+    k = config.k
+    if config.dense:
+        evals, evecs = jnp.linalg.eigh(dia_to_dense(data, config.offsets, A.shape))
+        keys = 1 / (evals - sigma) if config.shift_invert else evals
+        wanted = _rank(keys, config.which)[:k]
+        lam, Y = evals[wanted], evecs[:, wanted].T
+        converged, nconv = jnp.bool_(True), jnp.int32(k)
+        iterations = matvecs = jnp.int32(0)
+    else:
+        op = _shift_invert(A, sigma) if config.shift_invert else dia_matvec(A)
+        theta, Y, converged, nconv, iterations, matvecs = _lanczos(op, v0, config, tol)
+        lam = sigma + 1 / theta if config.shift_invert else theta
+        lam = jnp.real(lam)
+    order = jnp.argsort(lam)
+    lam, Y = lam[order], Y[order]
+    V = Y.T  # eigenvectors as columns, as SciPy returns them
+    residual = spmm(data, V, offsets=config.offsets, shape=A.shape) - V * lam.astype(V.dtype)
+    info = EigshInfo(converged, nconv, iterations, matvecs, jnp.linalg.norm(residual, axis=0))
+    return lam.astype(jnp.finfo(data.dtype).dtype), V, info
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _solve(config: Config, data, v0, sigma, tol):
+    return _one(config, data, v0, sigma, tol)
+
+
+@_solve.defjvp
+def _solve_jvp(config, primals, tangents):
+    data, v0, sigma, tol = primals
+    ddata = tangents[0]
+    lam, V, info = _solve(config, data, v0, sigma, tol)
+    # d lambda_i = Re(v_i^H dA v_i) over the stored slots: sddmm(conj(v_i), v_i) is the
+    # slot-wise product conj(v_i[row]) v_i[column].
+    weights = jax.vmap(
+        lambda v: sddmm(
+            jnp.conj(v)[:, None], v[:, None], offsets=config.offsets, shape=(config.n, config.n)
+        ),
+        in_axes=1,
+    )(V)
+    dlam = jnp.real(jnp.einsum("idj,dj->i", weights, ddata)).astype(lam.dtype)
+    # Eigenvector derivatives are not computed: NaN, so that a loss reading them says so.
+    dV = jnp.full(V.shape, jnp.nan, V.dtype) * jnp.sum(ddata).astype(V.dtype)
+    dinfo = jax.tree.map(_zero_tangent, info)
+    return (lam, V, info), (dlam, dV, dinfo)
+
+
+def _zero_tangent(x: Array) -> Any:
+    if jnp.issubdtype(x.dtype, jnp.inexact):
+        return jnp.zeros_like(x)
+    return np.zeros(x.shape, jax.dtypes.float0)
+
+
+# -- the entry point ---------------------------------------------------------------------------
+
+
+def check_hermitian(A: DiaParts) -> None:
+    """A ValueError unless ``A`` (concrete data) is finite and Hermitian to 1000 rounding
+    errors of its largest entry. On the host, with SciPy: it also runs inside a trace that
+    closes over a concrete matrix. Data that spans other processes is checked by a
+    reduction on the devices instead (this host cannot fetch it; a NaN there fails the
+    Hermitian test)."""
+    work = accumulation_dtype(np.dtype(A.data.dtype))
+    if spans_processes(A.data):
+        defect, scale = (float(value) for value in _hermitian_defect(A))
+    else:
+        host = np.asarray(A.data)
+        host = np.where(in_bounds(A.offsets, A.shape, host=True), host, 0)
+        bad = np.argwhere(~np.isfinite(host))
+        if len(bad):
+            # NaN would make every Ritz value NaN (SciPy's ARPACK fails at once on it too).
+            *member, k, j = (int(i) for i in bad[0])
+            where = f" (matrix {tuple(member)} of the batch)" if member else ""
+            raise ValueError(
+                "eigsh: A must not contain infs or NaNs, but "
+                f"A[{j - A.offsets[k]}, {j}] = {host[(*member, k, j)]}{where}"
+            )
+        defect = scale = 0.0
+        for index in np.ndindex(*host.shape[:-2]):
+            S = sp.dia_array((host[index].astype(work), np.array(A.offsets)), shape=A.shape)
+            S = S.tocsr()
+            difference = abs(S - S.conj().T)
+            defect = max(defect, float(difference.max()) if difference.nnz else 0.0)
+            scale = max(scale, float(abs(S).max()) if S.nnz else 0.0)
+    if not defect <= 1000 * float(np.finfo(work).eps) * scale:
+        kind = "Hermitian" if np.dtype(A.data.dtype).kind == "c" else "symmetric"
+        raise ValueError(
+            f"eigsh: A must be {kind} (eigsh solves Hermitian problems), but max|A - A^H| = "
+            f"{defect:.3g} against max|A| = {scale:.3g}; use A + A.H (or (A + A.H) / 2) if "
+            "the asymmetry is rounding"
+        )
+
+
+@jax.jit
+def _hermitian_defect(A: DiaParts) -> tuple[Array, Array]:
+    """``(max|A - A^H|, max|A|)`` on the devices (the matrix stays where it is)."""
+    difference = add(A, conj(transpose(A)), subtract=True)
+    return (
+        jnp.max(jnp.abs(jnp.where(in_bounds(difference.offsets, A.shape), difference.data, 0))),
+        jnp.max(jnp.abs(jnp.where(in_bounds(A.offsets, A.shape), A.data, 0))),
+    )
+
+
+def _positive_int(value: Any, name: str) -> int:
+    value = static_int(value, f"eigsh: {name}")
+    if value <= 0:
+        raise ValueError(f"eigsh: {name} must be a positive int, got {value}")
+    return value
+
+
+def _eigenpairs(
+    A: DiaParts,
+    k: Any = 6,
+    *,
+    sigma: ArrayLike | None = None,
+    which: Any = "LM",
+    v0: ArrayLike | None = None,
+    ncv: Any = None,
+    maxiter: Any = None,
+    tol: ArrayLike = 0.0,
+) -> tuple[Array, Array, EigshInfo]:
+    """``(w, V, info)`` for a square ``A`` and the options of :func:`eigsh`, checked."""
+    n = A.shape[0]
+    k = _positive_int(k, "k")
+    if k >= n:
+        raise ValueError(
+            f"eigsh: k must be smaller than n = {n} (SciPy's rule), got k = {k}; for all "
+            "eigenvalues use jnp.linalg.eigh(A.todense())"
+        )
+    if not isinstance(which, str) or which.upper() not in WHICH:
+        raise ValueError(f"eigsh: which must be one of {', '.join(WHICH)}, got {which!r}")
+    which = which.upper()
+    if ncv is None:
+        ncv = min(n, max(2 * k + 1, 20))
+    else:
+        ncv = static_int(ncv, "eigsh: ncv")
+        if not k < ncv <= n:
+            raise ValueError(
+                f"eigsh: ncv must satisfy k < ncv <= n ({k} < ncv <= {n}), got ncv = {ncv}"
+            )
+    maxiter = n * 10 if maxiter is None else _positive_int(maxiter, "maxiter")
+    tol = scalar(tol, "eigsh: tol", nonnegative=True)
+    dtype = A.dtype
+    work = accumulation_dtype(dtype)
+    shift_invert = sigma is not None
+    if shift_invert:
+        sigma = scalar(sigma, "eigsh: sigma", hint=" (a Hermitian A has real eigenvalues)")
+    else:
+        sigma = np.zeros((), np.float32)
+    batch = A.batch_shape
+    if v0 is None:
+        v0 = np.zeros(n, work)
+    else:
+        v0 = as_array(v0, "eigsh: v0")
+        if v0.shape[-1:] != (n,):
+            raise ValueError(
+                f"eigsh: v0 must have shape ({n},) (or a batch of them), got shape {v0.shape}"
+            )
+        if np.dtype(v0.dtype).kind == "c" and work.kind != "c":
+            raise TypeError(
+                f"eigsh: v0 is complex ({v0.dtype}) but A is real ({dtype}); pass a real v0"
+            )
+        try:
+            np.broadcast_shapes(v0.shape[:-1], batch)
+        except ValueError:
+            raise ValueError(
+                f"eigsh: v0's batch shape {v0.shape[:-1]} does not broadcast "
+                f"with A's batch shape {batch}"
+            ) from None
+    if not isinstance(A.data, jax.core.Tracer):
+        check_hermitian(A)
+    dense = n <= DENSE_UP_TO or 2 * ncv > n
+    config = Config(A.offsets, n, k, ncv, which, shift_invert, dense, maxiter)
+    return _run(A.data, v0, sigma, tol, config=config, dtype=work)
+
+
+@partial(jax.jit, static_argnames=("config", "dtype"))
+def _run(data, v0, sigma, tol, *, config: Config, dtype):
+    """:func:`eigsh` for checked arguments, as one compiled call; a batch is flattened
+    and mapped with ``vmap``."""
+    batch = data.shape[:-2]
+    real = jnp.finfo(dtype).dtype
+    data = data.astype(dtype)
+    v0 = jnp.broadcast_to(v0.astype(dtype), (*batch, config.n))
+    sigma = jnp.asarray(sigma).astype(real)
+    tol = jnp.asarray(tol).astype(real)
+    if not batch:
+        return _solve(config, data, v0, sigma, tol)
+    size = math.prod(batch)
+    flat = jax.vmap(lambda d, v: _solve(config, d, v, sigma, tol))(
+        data.reshape(size, *data.shape[-2:]), v0.reshape(size, config.n)
+    )
+    return jax.tree.map(lambda x: x.reshape(*batch, *x.shape[1:]), flat)
+
+
+# -- the public function ------------------------------------------------------------------
+
+
+def eigsh(
+    A: DiaMatrix,
+    k: int = 6,
+    M: Any = None,
+    sigma: ArrayLike | None = None,
+    which: str = "LM",
+    v0: ArrayLike | None = None,
+    ncv: int | None = None,
+    maxiter: int | None = None,
+    tol: ArrayLike = 0.0,
+    return_eigenvectors: bool = True,
+    Minv: Any = None,
+    OPinv: Any = None,
+    mode: str = "normal",
+    *,
+    return_info: bool = False,
+) -> Any:
+    """``k`` eigenvalues and eigenvectors of a Hermitian DiaMatrix, as SciPy's ``eigsh``.
+
+    The same arguments and results as ``scipy.sparse.linalg.eigsh`` for a standard
+    problem: ``which`` picks the eigenvalues of largest (``"LM"``) or smallest (``"SM"``)
+    magnitude, largest (``"LA"``) or smallest (``"SA"``) value, or half from each end
+    (``"BE"``); with ``sigma`` it is shift-invert mode (SciPy's ``mode="normal"``):
+    ``which`` then applies to ``nu = 1 / (lambda - sigma)``, so the default ``"LM"``
+    finds the eigenvalues nearest ``sigma``, the fast way to the bottom of a spectrum.
+    Eigenvalues come back in ascending order and eigenvectors as the columns of ``v``,
+    normalized (their sign or complex phase is arbitrary, as in SciPy).
+
+    The solver is thick-restart Lanczos (Krylov-Schur) with full reorthogonalization and
+    ARPACK's convergence test, ``||A v - lambda v|| <= tol * |lambda|`` estimated from the
+    Krylov relation (``tol=0``: machine precision). ``ncv`` basis vectors (default
+    ``min(n, max(2k + 1, 20))``) live in fixed buffers inside a ``lax.while_loop``, so
+    the call works under ``jit`` and ``vmap`` (a batch of matrices runs until its slowest
+    member has converged). Shift-invert factors ``A - sigma I`` once (the banded LU of
+    :func:`jaxdia.lu_factor`, O(n l (l + u))) and applies ``(A - sigma I)^{-1}`` with
+    the stored factor, O(n (l + u)) per step; a tridiagonal ``A - sigma I`` is solved
+    afresh each step by ``lax.linalg.tridiagonal_solve`` instead (O(n) either way). A
+    ``sigma`` that is an eigenvalue (``A - sigma I`` exactly singular) raises at once
+    outside ``jit``; under ``jit`` the loop stops after its first restart with NaN
+    eigenvalues and ``converged`` False (as it does for NaN entries).
+    Matrices with ``n <= 128``, or ``ncv > n / 2`` (``k`` close to ``n``), are solved
+    densely with ``jnp.linalg.eigh``. Any ``1 <= k < n`` works.
+
+    Convergence is not an exception (none can be raised under ``jit``): pass
+    ``return_info=True`` for a last value ``info``, a named tuple (a pytree, batched like
+    ``w``) of ``converged`` (all ``k`` pairs passed the test; always true on the dense
+    path), ``nconv`` (how many did), ``iterations`` (restarts), ``matvecs``
+    (applications of ``A`` or ``(A - sigma I)^{-1}``) and ``residuals``
+    (``||A v_i - lambda_i v_i||``, in the order of ``w``). Without it, an unconverged
+    eager call warns. SciPy raises ``ArpackNoConvergence``.
+
+    ``A`` must be Hermitian (real symmetric, or complex Hermitian); with concrete data
+    this is checked (to 1000 rounding errors of ``A``'s largest entry). Under ``jit``
+    it cannot be, and a non-Hermitian matrix gives meaningless results, as in SciPy.
+
+    Differentiation: the eigenvalues are differentiable w.r.t. ``A.data``
+    (``jax.grad``, ``jvp``) for simple eigenvalues, ``d lambda = Re(v^H dA v)`` over the
+    stored diagonals: the derivative of the eigenvalues of the Hermitian part of ``A``
+    (a perturbation that breaks the symmetry counts through its Hermitian part, as
+    ``jnp.linalg.eigh`` does). Eigenvector derivatives are not computed: their tangent
+    is NaN, so a loss that reads the eigenvectors gets a NaN gradient, never a silently
+    wrong one (the ``info`` fields have zero tangents). Degenerate eigenvalues have no
+    derivative.
+
+    Args:
+      A: a square, Hermitian DiaMatrix (possibly batched: leading dims of ``A.data``).
+      k: the number of eigenpairs, ``1 <= k < n`` (static).
+      M: must be None (generalized problems are not supported).
+      sigma: a real shift for shift-invert mode, or None.
+      which: ``"LM"``, ``"SM"``, ``"LA"``, ``"SA"`` or ``"BE"``.
+      v0: the starting vector ``(n,)`` (or a batch of them); default: a fixed
+        pseudo-random vector, so results are reproducible.
+      ncv: the number of Lanczos vectors, ``k < ncv <= n`` (static).
+      maxiter: the largest number of restarts (static; default ``10 n``, as SciPy).
+      tol: the relative accuracy of the eigenvalues; 0 means machine precision.
+      return_eigenvectors: also return the eigenvectors (SciPy's flag).
+      Minv: must be None.
+      OPinv: must be None.
+      mode: must be ``"normal"`` (SciPy's ``"buckling"`` and ``"cayley"`` are not
+        supported).
+      return_info: also return ``info`` (above) as the last value.
+
+    Returns:
+      ``w`` of shape ``(..., k)`` (real, ascending), then ``v`` of shape ``(..., n, k)``
+      if ``return_eigenvectors``, then ``info`` if ``return_info``. 16-bit matrices are
+      solved in float32 and the results cast back.
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix, ``k``, ``ncv`` or ``maxiter`` are not
+        static ints, ``sigma`` is complex, or ``v0`` is complex for a real ``A``.
+      ValueError: if ``A`` is not square, or (with concrete data) not Hermitian or not
+        finite (NaN or inf entries); if ``k`` is not in ``[1, n)``, ``which`` is
+        unknown, ``ncv`` is out of range, or ``v0`` has the wrong shape.
+      numpy.linalg.LinAlgError: outside ``jit``, if ``A - sigma I`` is exactly singular
+        (SciPy raises "Factor is exactly singular").
+      NotImplementedError: for ``M``, ``Minv``, ``OPinv`` or another ``mode``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> n = 200
+      >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+      >>> w, v = jaxdia.eigsh(A, k=3, which="SA")
+      >>> exact = 2 - 2 * jnp.cos(jnp.arange(1, 4) * jnp.pi / (n + 1))
+      >>> bool(jnp.allclose(w, exact, atol=1e-5)), v.shape
+      (True, (200, 3))
+      >>> w, info = jaxdia.eigsh(A, k=3, sigma=0.0, return_eigenvectors=False,
+      ...                        return_info=True)
+      >>> bool(info.converged), bool(jnp.allclose(w, exact, atol=1e-5))
+      (True, True)
+    """
+    A = as_square_matrix(A, "eigsh")
+    reject_unsupported("eigsh", "M", M, "generalized eigenproblems need a factorization of M")
+    reject_unsupported("eigsh", "Minv", Minv, "only standard problems are solved")
+    reject_unsupported("eigsh", "OPinv", OPinv, "shift-invert uses jaxdia's banded solver")
+    if mode != "normal":
+        raise NotImplementedError(
+            f"eigsh: mode must be 'normal' (plain shift-invert), got {mode!r}"
+        )
+    if not isinstance(return_eigenvectors, (bool, np.bool_)):
+        raise TypeError(
+            "eigsh: return_eigenvectors must be a Python bool, got "
+            f"{type(return_eigenvectors).__name__}"
+        )
+    if not isinstance(return_info, (bool, np.bool_)):
+        raise TypeError(
+            f"eigsh: return_info must be a Python bool, got {type(return_info).__name__}"
+        )
+    parts = A._parts
+    w, v, info = _eigenpairs(
+        parts, k, sigma=sigma, which=which, v0=v0, ncv=ncv, maxiter=maxiter, tol=tol
+    )
+    w, v = w.astype(np.finfo(A.dtype).dtype), v.astype(A.dtype)
+    if sigma is not None and not isinstance(w, jax.core.Tracer):
+        singular = ~np.all(np.isfinite(np.asarray(w)), axis=-1)
+        if singular.any():
+            where = (
+                f" (matrix {tuple(np.argwhere(singular)[0])} of the batch)" if A.batch_shape else ""
+            )
+            raise np.linalg.LinAlgError(
+                f"eigsh: A - sigma I is exactly singular{where} (sigma = "
+                f"{np.asarray(sigma).item()} is an eigenvalue of A to rounding, so "
+                "(A - sigma I)^-1 does not exist; SciPy raises 'Factor is exactly "
+                "singular'): move sigma off the spectrum"
+            )
+    if not return_info and not isinstance(info.converged, jax.core.Tracer):
+        missing = np.asarray(info.converged) == 0
+        if missing.any():
+            warnings.warn(
+                f"eigsh: not converged after maxiter restarts ({int(np.sum(missing))} of "
+                f"{missing.size} matrices); pass return_info=True to read the residuals, "
+                "or raise maxiter/ncv",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    out: tuple[Any, ...] = (w, v) if return_eigenvectors else (w,)
+    if return_info:
+        out += (info,)
+    return out[0] if len(out) == 1 else out

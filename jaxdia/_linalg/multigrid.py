@@ -1,0 +1,558 @@
+"""Geometric multigrid and Chebyshev polynomials for stencil matrices, at the array level.
+
+A square matrix ``A`` of size ``prod(grid)`` is a *stencil on* ``grid`` when every entry
+``A[i, j]`` couples grid points ``i`` and ``j`` (unknowns in C order, as ``np.ravel``
+lays them out) that are neighbours: ``|i_a - j_a| <= 1`` along every axis ``a``. Entry
+``A[i, i + d]`` for the displacement ``d`` in ``{-1, 0, 1}^dim`` is the stencil's *cell*
+``d`` at point ``i``; where ``i + d`` leaves the grid the cell is 0 (Dirichlet boundaries
+are eliminated, as in ``pyamg.gallery.poisson``). A dict of cells holds the stored ones
+(the 5 of a 5-point stencil), each shaped as the grid.
+
+Coarsening halves chosen axes: coarse point ``I`` sits on fine point ``2 I + 1``, so an
+axis of ``n`` points keeps ``n // 2``. Interpolation ``P`` is linear along each coarsened
+axis (fine ``2 I`` takes the mean of its coarse neighbours, 0 beyond the boundary),
+restriction is ``R = P^T``, and the coarse operator is the Galerkin product ``R A P``,
+again a stencil: at most ``3^dim`` diagonals. The finest level's product is taken on its
+stored cells, one axis at a time (:func:`galerkin_cells`: 13 terms per cell and axis,
+views of the matrix's diagonals, none of its zero cells read); coarser levels' by
+probing (:func:`probe`: one product with ``3^dim`` coloured columns), a few whole-array
+operations per level, so that the compiled program stays small.
+
+Smoothers (:mod:`jaxdia._linalg.smoothers`) are polynomials in ``D^-1 A`` (``D`` the
+diagonal): damped Jacobi, or the
+Chebyshev polynomial smallest on ``[rho / 6, rho]`` (2-D, 3-D; ``[rho / 3, rho]`` in 1-D),
+where ``rho`` is Gershgorin's bound on the spectrum of ``D^-1 A``, read off the stored
+entries (no product is spent on it). The same polynomial before and after the coarse
+correction keeps the cycle symmetric for a symmetric ``A``; ``rho`` bounds the spectrum,
+so the smoother converges in the energy norm and the cycle is positive definite for a
+symmetric positive definite ``A``, as conjugate gradients need. The coarsest level is
+solved directly, by jaxdia's banded LU factorized once, in the setup
+(:func:`coarse_factor`).
+
+Everything here works on one matrix; batches are ``jax.vmap``-ed over by the callers.
+The cell functions take ``xp`` (``jax.numpy`` or ``numpy``): the ``"auto"`` coarsening
+plan is made on the host from concrete values.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+from jax.typing import DTypeLike
+
+from .._geometry import by_rows, diagonal_bounds
+from .._kernels.ilu import hyperplane_weights
+from .._kernels.primitives import spmm
+from .._parts import DiaParts
+from .._products import matvec
+from .._pytree import Immutable
+from . import ilu
+from .banded import Factor, factor_lu, solve
+from .smoothers import gershgorin, jacobi_steps, row_sums, smooth, smoothing_data
+
+Grid = tuple[int, ...]
+Plan = tuple[tuple[int, ...], ...]
+
+# -- stencils on grids ---------------------------------------------------------------------
+
+
+def strides(grid: Grid) -> tuple[int, ...]:
+    """C-order strides of ``grid``, in elements."""
+    return tuple(math.prod(grid[axis + 1 :]) for axis in range(len(grid)))
+
+
+def displacements(dim: int) -> list[tuple[int, ...]]:
+    """The ``3^dim`` neighbour displacements, in the order of a stencil array's cells."""
+    return list(itertools.product((-1, 0, 1), repeat=dim))
+
+
+def flat_offset(d: Sequence[int], grid: Grid) -> int:
+    """The DIA offset (column minus row) of displacement ``d`` on ``grid``."""
+    return sum(step * stride for step, stride in zip(d, strides(grid)))
+
+
+def live(d: Sequence[int], grid: Grid) -> bool:
+    """Whether displacement ``d`` couples at least one pair of points of ``grid``."""
+    return all(size > abs(step) for step, size in zip(d, grid))
+
+
+def stencil_offsets(grid: Grid) -> set[int]:
+    """The offsets of the neighbour displacements on ``grid`` (the 3^d-point stencil's)."""
+    return {flat_offset(d, grid) for d in displacements(len(grid)) if live(d, grid)}
+
+
+def stencil_misfits(offsets: Sequence[int], grid: Grid) -> list[int]:
+    """The offsets that are no neighbour displacement on ``grid``."""
+    fitting = stencil_offsets(grid)
+    return [offset for offset in offsets if offset not in fitting]
+
+
+def wavefront_weights(offsets: Sequence[int], grid: Grid) -> tuple[int, ...]:
+    """The hyperplane weights (:func:`jaxdia._kernels.ilu.hyperplane_weights`) under which
+    both triangles of a stencil with ``offsets`` couple each point to earlier or later
+    hyperplanes only: its lower displacements, and its upper ones negated."""
+    steps = []
+    for d in displacements(len(grid)):
+        offset = flat_offset(d, grid)
+        if live(d, grid) and offset in offsets and offset != 0:
+            steps.append(d if offset < 0 else tuple(-step for step in d))
+    return hyperplane_weights(steps, len(grid))
+
+
+def wrapped_entries(data: np.ndarray, offsets: Sequence[int], grid: Grid) -> list[tuple]:
+    """Nonzero entries ``(i, j, value)`` of a concrete matrix (host ``data``, one matrix)
+    on stencil diagonals that couple points which are no neighbours (a diagonal of
+    offset ``n2 - 1`` on an ``(n1, n2)`` grid holds the neighbours ``(a, b) -> (a + 1,
+    b - 1)`` but also ``(a, 0) -> (a, n2 - 1)``, which wraps around a grid line)."""
+    n = math.prod(grid)
+    coordinates: dict[int, np.ndarray] = {}
+
+    def coordinate(axis: int) -> np.ndarray:  # the grid coordinate of every point
+        if axis not in coordinates:
+            index = np.arange(n, dtype=np.int64 if n > 2**31 - 1 else np.int32)
+            coordinates[axis] = (index // strides(grid)[axis]) % grid[axis]
+        return coordinates[axis]
+
+    found: list[tuple] = []
+    for k, offset in enumerate(offsets):
+        if offset == 0:
+            continue
+        start, stop = diagonal_bounds(offset, (n, n))  # the columns j of this diagonal
+        nonzero = data[k, start:stop] != 0
+        if not nonzero.any():
+            continue
+        covered = np.zeros(stop - start, bool)
+        for d in displacements(len(grid)):
+            if not live(d, grid) or flat_offset(d, grid) != offset:
+                continue
+            ok = np.ones(stop - start, bool)
+            for axis, step in enumerate(d):
+                if step:  # rows i = j - offset must have i + d inside the grid
+                    c = coordinate(axis)[start - offset : stop - offset] + step
+                    ok &= (c >= 0) & (c < grid[axis])
+            covered |= ok
+        bad = np.flatnonzero(nonzero & ~covered)[:3] + start
+        found.extend((int(j - offset), int(j), data[k, j].item()) for j in bad)
+        if len(found) >= 3:
+            break
+    return found
+
+
+def _inside(d: Sequence[int], grid: Grid, xp: Any = jnp) -> Any:
+    """Booleans broadcastable to ``grid``: whether ``i + d`` lies in the grid (None:
+    everywhere). With ``jax.numpy`` under ``jit`` they are computed in the program (from
+    iotas), not embedded as constants of the grid's size."""
+    mask = None
+    for axis, (step, size) in enumerate(zip(d, grid)):
+        if step == 0:
+            continue
+        index = xp.arange(size).reshape([size if a == axis else 1 for a in range(len(grid))])
+        ok = (index + step >= 0) & (index + step < size)
+        mask = ok if mask is None else mask & ok
+    return mask
+
+
+Cells = dict  # displacement -> cell values of the grid's shape; absent cells are zero
+
+
+def cells_of(parts: DiaParts, grid: Grid, xp: Any = jnp) -> Cells:
+    """The stored cells of one matrix's stencil, as views of its diagonals."""
+    data, offsets, _ = parts
+    cells = {}
+    for d in displacements(len(grid)):
+        offset = flat_offset(d, grid)
+        if not live(d, grid) or offset not in offsets:
+            continue
+        # data[k, j] == A[j - offset, j], so A[i, i + offset] == data[k, i + offset].
+        values = by_rows(data[offsets.index(offset)], offset, xp).reshape(grid)
+        mask = _inside(d, grid, xp)
+        cells[d] = values if mask is None else xp.where(mask, values, 0)
+    return cells
+
+
+def stencil_rows(cells: Cells, grid: Grid, dtype: DTypeLike, xp: Any = jnp) -> Any:
+    """The cells as rows ``(prod(grid), 3^dim)``: row ``i`` holds ``A[i, i + d]`` in
+    column ``displacements(dim).index(d)``."""
+    zeros = xp.zeros(grid, dtype)
+    rows = xp.stack([cells.get(d, zeros) for d in displacements(len(grid))], axis=-1)
+    return rows.reshape(math.prod(grid), -1)
+
+
+def color(grid: Grid, first: Any = 0) -> Array:
+    """Each point's colour, ``sum_a (i_a mod 3) 3^(dim - 1 - a)``, shaped as the grid:
+    the ``3^dim`` neighbours of a point (itself included) have distinct colours.
+
+    ``first``: the index along axis 0 of ``grid``'s first plane in a larger grid (a
+    device's slab of planes), so that the colours are the larger grid's.
+    """
+    dim = len(grid)
+    total = jnp.zeros(grid, np.int32)
+    for axis in range(dim):
+        index = lax.broadcasted_iota(np.int32, grid, axis)
+        if axis == 0:
+            index = index + first
+        total = total + (index % 3) * 3 ** (dim - 1 - axis)
+    return total
+
+
+def dia_from_rows(rows: Array, grid: Grid, by_color: bool, first: Any = 0) -> DiaParts:
+    """The DIA form of a stencil whose row ``i`` (of ``rows``, ``(prod(grid), 3^dim)``)
+    holds ``A[i, i + d]`` in the column of displacement ``d`` (``by_color`` False, see
+    :func:`stencil_rows`) or of the colour of point ``i + d`` (True, what probing gives,
+    see :func:`probe`; ``first`` as for :func:`color`). One gather for all diagonals:
+    ``data[k, j] = A[j - o_k, j]`` is row ``j - d`` where that point lies in the grid,
+    else 0.
+    """
+    dim = len(grid)
+    n = math.prod(grid)
+    steps = [d for d in displacements(dim) if live(d, grid)]
+    points = [lax.broadcasted_iota(np.int32, (len(steps), *grid), axis + 1) for axis in range(dim)]
+    shift = np.asarray(steps, np.int32).reshape(len(steps), dim, *([1] * dim))
+    source = [points[axis] - shift[:, axis] for axis in range(dim)]  # i = j - d
+    inside = functools.reduce(
+        lambda a, b: a & b, [(i >= 0) & (i < size) for i, size in zip(source, grid)]
+    )
+    flat = sum(i * stride for i, stride in zip(source, strides(grid)))
+    if by_color:
+        column = jnp.broadcast_to(color(grid, first), (len(steps), *grid))
+    else:
+        index = [displacements(dim).index(d) for d in steps]
+        column = np.asarray(index, np.int32).reshape(len(steps), *([1] * dim))
+    width = rows.shape[-1]
+    take = jnp.clip(flat, 0, n - 1) * width + column
+    values = jnp.where(inside, rows.reshape(-1)[take], 0).reshape(len(steps), n)
+    # Equal offsets (only on grids with an axis of 1 or 2 points) hold disjoint entries.
+    by_offset: dict[int, list[int]] = {}
+    for index, d in enumerate(steps):
+        by_offset.setdefault(flat_offset(d, grid), []).append(index)
+    offsets = tuple(sorted(by_offset))
+    if all(len(by_offset[o]) == 1 for o in offsets):
+        data = values[np.asarray([by_offset[o][0] for o in offsets])]
+    else:
+        data = jnp.stack([sum(values[k] for k in by_offset[o]) for o in offsets])
+    return DiaParts(data, offsets, (n, n))
+
+
+def probe(A: DiaParts, grid: Grid, axes: Sequence[int]) -> Array:
+    """``R A P`` read off by probing: the rows ``(n_coarse, 3^dim)`` for
+    :func:`dia_from_rows` (``by_color``).
+
+    Column ``c`` is ``R A P e_c``, where ``e_c`` is 1 on the coarse points of colour
+    ``c``: since the neighbours of a coarse point have distinct colours, its entry ``i``
+    is ``(R A P)[i, j]`` for the one neighbour ``j`` of ``i`` of that colour. All colours
+    go through one product with ``3^dim`` columns.
+    """
+    coarse = coarse_grid(grid, axes)
+    width = 3 ** len(grid)
+    probes = (color(coarse)[..., None] == jnp.arange(width, dtype=np.int32)).astype(A.dtype)
+    fine = interpolate(probes, axes, grid).reshape(-1, width)
+    product = spmm(A.data, fine, offsets=A.offsets, shape=A.shape)
+    return restrict(product.reshape(*grid, width), axes).reshape(-1, width)
+
+
+def axis_strengths(cells: Cells, dim: int) -> list[float]:
+    """``-sum_d cell_d * d_a^2``, summed over the grid, for each axis ``a`` (host cells).
+
+    For a discretized ``-div(K grad u)`` this is ``2 K_aa`` in grid units, whatever the
+    stencil's shape (the anisotropic 9-point stencils of bilinear elements have positive
+    off-diagonal entries along the weak axis, which absolute values would count as
+    coupling), so it compares the couplings along the axes. For complex cells (a
+    complex-shifted or Crank-Nicolson operator, ``I + i dt/2 L``) the modulus of that
+    sum: a complex coefficient has no sign.
+    """
+    totals = {d: complex(values.sum()) for d, values in cells.items() if any(d)}
+    sums = [-sum(total * d[axis] ** 2 for d, total in totals.items()) for axis in range(dim)]
+    complex_cells = any(np.iscomplexobj(values) for values in cells.values())
+    return [abs(total) if complex_cells else total.real for total in sums]
+
+
+# -- linear interpolation along one axis -------------------------------------------------------
+
+_WEIGHT = {-1: 0.5, 0: 1.0, 1: 0.5}
+
+
+def coarse_size(n: int) -> int:
+    """Points kept on an axis of ``n``: the odd ones (0-based), coarse ``I`` at ``2I + 1``."""
+    return n // 2
+
+
+def coarse_grid(grid: Grid, axes: Sequence[int]) -> Grid:
+    return tuple(coarse_size(n) if axis in axes else n for axis, n in enumerate(grid))
+
+
+def _index(x: Array, axis: int, item: Any) -> Any:
+    return x[(slice(None),) * axis + (item,)]
+
+
+def _pad_to(x: Array, axis: int, size: int, xp: Any = jnp) -> Any:
+    """``x`` zero-padded at the end of ``axis`` to ``size``."""
+    extra = size - x.shape[axis]
+    if extra <= 0:
+        return x
+    return xp.pad(x, [(0, extra) if a == axis else (0, 0) for a in range(x.ndim)])
+
+
+def _points(x: Array, axis: int, p: int, xp: Any = jnp) -> Any:
+    """``x[2I + 1 + p]`` along ``axis`` for every coarse ``I`` (0 beyond the end)."""
+    nc = coarse_size(x.shape[axis])
+    x = _pad_to(x, axis, 2 * nc + 2, xp)
+    return _index(x, axis, slice(1 + p, 1 + p + 2 * nc - 1, 2))
+
+
+def restrict(x: Array, axes: Sequence[int]) -> Array:
+    """``R x`` on a grid-shaped ``x``: coarse ``I`` gets ``x[2I + 1] + (x[2I] + x[2I + 2]) / 2``
+    along each axis of ``axes``."""
+    for axis in axes:
+        x = _points(x, axis, 0) + 0.5 * (_points(x, axis, -1) + _points(x, axis, 1))
+    return x
+
+
+def interpolate(xc: Array, axes: Sequence[int], grid: Grid) -> Array:
+    """``P xc`` onto ``grid``: along each axis of ``axes``, fine ``2I + 1`` gets ``xc[I]`` and
+    fine ``2I`` the mean of ``xc[I - 1]`` and ``xc[I]`` (0 beyond the boundary)."""
+    for axis in axes:
+        n, nc = grid[axis], xc.shape[axis]
+        padded = jnp.pad(xc, [(1, 1) if a == axis else (0, 0) for a in range(xc.ndim)])
+        # mean[J] = (xc[J - 1] + xc[J]) / 2 for J = 0 .. nc: the even fine points 2J.
+        mean = 0.5 * (_index(padded, axis, slice(0, nc + 1)) + _index(padded, axis, slice(1, None)))
+        pairs = jnp.stack([_index(mean, axis, slice(0, nc)), xc], axis=axis + 1)
+        shape = list(xc.shape)
+        shape[axis] = 2 * nc
+        fine = pairs.reshape(shape)
+        if n > 2 * nc:  # odd n: the last fine point lies between xc[nc - 1] and the boundary
+            fine = jnp.concatenate([fine, _index(mean, axis, slice(nc, nc + 1))], axis)
+        xc = fine
+    return xc
+
+
+def _galerkin_terms(step: int) -> list[tuple[int, int, float]]:
+    """``(p, D, weight)`` of the terms by which a fine cell of step ``d_a = step`` along a
+    coarsened axis reaches coarse cell ``D_a = D``: ``w(p) w(q)`` for ``q = d + p - 2D``."""
+    return [
+        (p, D, _WEIGHT[p] * _WEIGHT[step + p - 2 * D])
+        for p in (-1, 0, 1)
+        for D in (-1, 0, 1)
+        if abs(step + p - 2 * D) <= 1
+    ]
+
+
+def galerkin_cells(cells: Cells, grid: Grid, axis: int, xp: Any = jnp) -> Cells:
+    """The cells of ``R A P`` for linear interpolation along grid ``axis`` only.
+
+    ``(R A P)[I, I + D] = sum w(p) w(q) A[i, i + d]`` over the fine points ``i = 2I + 1 +
+    p`` (along ``axis``; the other coordinates and steps are unchanged) and steps ``d``
+    with ``q = d + p - 2 D`` in ``{-1, 0, 1}``: 13 of the 27 triples ``(p, d, D)``, where
+    ``w(0) = 1`` and ``w(+-1) = 1/2`` are the interpolation weights. Only the stored cells
+    are read, and only the cells they reach are made.
+    """
+    out: dict[tuple[int, ...], Any] = {}
+    views: dict[tuple, Any] = {}
+    for d, values in cells.items():
+        for p, D, weight in _galerkin_terms(d[axis]):
+            if (d, p) not in views:
+                views[d, p] = _points(values, axis, p, xp)
+            target = d[:axis] + (D,) + d[axis + 1 :]
+            term = weight * views[d, p]
+            out[target] = out[target] + term if target in out else term
+    coarse = coarse_grid(grid, (axis,))
+    result = {}
+    for D, values in out.items():
+        if live(D, coarse):
+            # Couplings to coarse points beyond the boundary are not part of the operator.
+            mask = _inside(D, coarse, xp)
+            result[D] = values if mask is None else xp.where(mask, values, 0)
+    return result
+
+
+# -- the hierarchy ---------------------------------------------------------------------------
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class Hierarchy(Immutable):
+    """A multigrid hierarchy of one matrix (or a batch, as leading dims of every leaf).
+
+    Leaves: ``operators`` (``DiaParts`` of every level, finest first), and for every level
+    but the coarsest its ``inverse_diagonals`` and Gershgorin ``bounds`` (and, for the
+    ``"ilu"`` smoother, its ILU(0) ``factors``; else none); ``coarse_lu`` the coarsest
+    level's banded LU factor. Static: ``grids`` (one per level), ``plan`` (the
+    axes coarsened from each level to the next), ``smoother`` and ``sweeps``.
+    """
+
+    __slots__ = (
+        "operators",
+        "inverse_diagonals",
+        "bounds",
+        "coarse_lu",
+        "factors",
+        "grids",
+        "plan",
+        "smoother",
+        "sweeps",
+    )
+    _leaves = ("operators", "inverse_diagonals", "bounds", "coarse_lu", "factors")
+    _static = ("grids", "plan", "smoother", "sweeps")
+    operators: tuple[Any, ...]
+    inverse_diagonals: tuple[Array, ...]
+    bounds: tuple[Array, ...]
+    coarse_lu: Any
+    factors: tuple[Any, ...]
+    grids: tuple[Grid, ...]
+    plan: Plan
+    smoother: str
+    sweeps: int
+
+
+def coarse_factor(A: DiaParts) -> Factor:
+    """The coarsest level's banded LU, made once in the setup and reused by every cycle
+    through :func:`coarse_solve`."""
+    return factor_lu(A)
+
+
+def coarse_solve(A: DiaParts, factor: Factor, b: Array) -> Array:
+    return solve(A, factor, b, function="multigrid")
+
+
+def setup(
+    parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int, by_cells: bool = True
+) -> Hierarchy:
+    """The hierarchy of one stencil matrix ``parts`` on ``grid``, coarsened along
+    ``plan[l]`` from level ``l`` to ``l + 1``.
+
+    The finest level's product is ``parts`` itself. Its Galerkin product is taken on its
+    stored cells (views of ``parts``' diagonals: the fine grid's arrays are the largest,
+    and a 5- or 7-point stencil has 5 or 7 of the 9 or 27 cells); coarser ones by
+    probing (:func:`probe`), a few whole-array operations per level, which keeps the
+    compiled program small. ``by_cells`` False probes the finest level too (for a
+    coarse level's 9- or 27-point stencil, where the cells would make a large program).
+    """
+    dim = len(grid)
+    operators, inverses, bounds, grids = [parts], [], [], [grid]
+    if plan and by_cells:
+        cells = cells_of(parts, grid)
+        center = cells.get((0,) * dim, jnp.zeros(grid, parts.dtype))
+        inverse, rho = smoothing_data(
+            center.reshape(-1), row_sums(list(cells.values())).reshape(-1)
+        )
+        inverses.append(inverse)
+        bounds.append(rho)
+        for axis in plan[0]:
+            cells = galerkin_cells(cells, grid, axis)
+            grid = coarse_grid(grid, (axis,))
+        rows = stencil_rows(cells, grid, parts.dtype)
+        operator = dia_from_rows(rows, grid, by_color=False)
+        operators.append(operator)
+        grids.append(grid)
+    for axes in plan[len(operators) - 1 :]:
+        operator = operators[-1]
+        inverse, rho = gershgorin(operator)
+        inverses.append(inverse)
+        bounds.append(rho)
+        rows = probe(operator, grid, axes)
+        grid = coarse_grid(grid, axes)
+        operators.append(dia_from_rows(rows, grid, by_color=True))
+        grids.append(grid)
+    factors = ()
+    if smoother == "ilu":
+        factors = tuple(ilu_smoother(A, level_grid) for A, level_grid in zip(operators, grids[:-1]))
+    return Hierarchy._make(
+        tuple(operators),
+        tuple(inverses),
+        tuple(bounds),
+        coarse_factor(operators[-1]),
+        factors,
+        tuple(grids),
+        plan,
+        smoother,
+        sweeps,
+    )
+
+
+def ilu_smoother(A: DiaParts, grid: Grid) -> ilu.Factor:
+    """A level's ILU(0) for the ``"ilu"`` smoother: exact on CPU, Chow–Patel's sweeps
+    and solves by hyperplanes elsewhere (see :mod:`jaxdia._kernels.ilu_primitives`)."""
+    factor, _ = ilu.factorize(
+        A,
+        kind="ilu",
+        method="auto",
+        sweeps=ilu.DEFAULT_SWEEPS,
+        grid=grid,
+        weights=wavefront_weights(A.offsets, grid),
+    )
+    return factor
+
+
+def full_plan(grid: Grid, max_coarse: int, max_levels: int) -> Plan:
+    """Coarsen every axis of 2 points or more until at most ``max_coarse`` points (or
+    ``max_levels`` levels) remain."""
+    plan: list[tuple[int, ...]] = []
+    while math.prod(grid) > max_coarse and len(plan) + 1 < max_levels:
+        axes = tuple(axis for axis, n in enumerate(grid) if n >= 2)
+        if not axes:
+            break
+        plan.append(axes)
+        grid = coarse_grid(grid, axes)
+    return tuple(plan)
+
+
+#: ``"auto"`` coarsening coarsens the axes whose coupling is at least this fraction of the
+#: strongest (semi-coarsening along strongly coupled axes, where point smoothers leave
+#: errors that are smooth along them only).
+STRONG_AXIS = 0.5
+
+
+def auto_plan(
+    data: np.ndarray, offsets: tuple[int, ...], grid: Grid, max_coarse: int, max_levels: int
+) -> Plan:
+    """Semi-coarsening: at each level, the axes with :data:`STRONG_AXIS` of the strongest
+    coupling (:func:`axis_strengths`), on the host from concrete ``data`` (``(batch,
+    n_diags, n)``: the strengths are summed over the batch)."""
+    n = math.prod(grid)
+    dim = len(grid)
+    stencils = [cells_of(DiaParts(values, offsets, (n, n)), grid, np) for values in data]
+    plan: list[tuple[int, ...]] = []
+    while math.prod(grid) > max_coarse and len(plan) + 1 < max_levels:
+        coarsenable = [axis for axis, size in enumerate(grid) if size >= 2]
+        if not coarsenable:
+            break
+        strengths = np.sum([axis_strengths(cells, dim) for cells in stencils], axis=0)
+        strongest = max(strengths[axis] for axis in coarsenable)
+        axes = tuple(a for a in coarsenable if strengths[a] >= STRONG_AXIS * strongest)
+        plan.append(axes)
+        for axis in axes:
+            stencils = [galerkin_cells(cells, grid, axis, np) for cells in stencils]
+            grid = coarse_grid(grid, (axis,))
+    return tuple(plan)
+
+
+def vcycle(h: Hierarchy, b: Array) -> Array:
+    """One V-cycle for ``A x = b`` from ``x = 0``, for one matrix and a vector ``b``."""
+    return _cycle(h, 0, b)
+
+
+def _cycle(h: Hierarchy, level: int, b: Array) -> Array:
+    if level == len(h.plan):
+        return coarse_solve(h.operators[-1], h.coarse_lu, b)
+    A = h.operators[level]
+    inverse, rho = h.inverse_diagonals[level], h.bounds[level]
+    grid, axes, coarse = h.grids[level], h.plan[level], h.grids[level + 1]
+    dim = len(grid)
+
+    def smoothing(x: Array | None, residual: bool) -> tuple[Array, Array | None]:
+        if h.smoother == "ilu":  # steps x += (L U)^-1 (b - A x) with the level's ILU(0)
+            precondition = functools.partial(ilu.apply, h.factors[level])
+            return jacobi_steps(matvec(A), precondition, b, x, jnp.asarray(1.0), h.sweeps, residual)
+        return smooth(h.smoother, h.sweeps, dim, A, inverse, rho, b, x, residual)
+
+    x, r = smoothing(None, residual=True)
+    assert r is not None
+    correction = _cycle(h, level + 1, restrict(r.reshape(grid), axes).reshape(-1))
+    x = x + interpolate(correction.reshape(coarse), axes, grid).reshape(-1)
+    return smoothing(x, residual=False)[0]

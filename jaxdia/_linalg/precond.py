@@ -1,0 +1,1068 @@
+"""Preconditioners for a DiaMatrix: what the ``M=`` of the Krylov solvers takes.
+
+* :func:`jacobi`: ``v / diag(A)``;
+* :func:`chebyshev`: a Chebyshev polynomial in ``D^-1 A``, products only
+  (:class:`Chebyshev`);
+* :func:`multigrid`: a geometric multigrid V-cycle for a stencil matrix on a structured
+  grid (:class:`Multigrid`).
+
+The array-level work is in :mod:`jaxdia._linalg.smoothers` and
+:mod:`jaxdia._linalg.multigrid`.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.core
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+from jax.typing import ArrayLike, DTypeLike
+
+from .._checks import (
+    as_array,
+    broadcast_batch,
+    check_nonzero_diagonal,
+    check_square,
+    is_int,
+    is_traced,
+    static_int,
+)
+from .._matrix import DiaMatrix, as_square_matrix
+from .._parts import DiaParts
+from .._pytree import Immutable
+from .._scipy_operator import ScipyOperator
+from .._shard import ShardedDiaMatrix
+from . import (
+    deep_halo as _deep_halo,
+    multigrid as _multigrid,
+    sharded_multigrid as _sharded_multigrid,
+)
+from .deep_halo import DeepHaloMatrix
+from .krylov import vector_product
+from .sharded_multigrid import ShardedMultigrid
+from .smoothers import SMOOTHERS, chebyshev_steps, fusible_product, gershgorin, smoothing_data
+
+#: The largest coarsest level: its direct solve is a banded LU, whose band is the
+#: coarsest grid's last axis (2-D) or last two axes (3-D) wide, so its cost grows faster
+#: than the level (``n b^2`` to factor, ``n b`` per cycle for band ``b``).
+MAX_COARSE = 4096
+
+
+def _check_diagonal(function: str, A: DiaMatrix | ShardedDiaMatrix) -> None:
+    """A ValueError naming the zeros of a concrete diagonal (the smoothers divide by it)."""
+    if 0 not in A.offsets:
+        raise ValueError(
+            f"{function}: A stores no main diagonal (offsets {A.offsets}); its smoother "
+            "divides by the diagonal, which must be nonzero"
+        )
+    if isinstance(A, ShardedDiaMatrix):  # laid out like its vectors, 1 in padding rows
+        check_nonzero_diagonal(A.diagonal(), function, "")
+        return
+    check_nonzero_diagonal(A.data[..., A.offsets.index(0), :], function, "")
+
+
+def _flat_batch(data: Array) -> Array:
+    return data.reshape(-1, *data.shape[-2:])
+
+
+def _unflatten(tree: Any, batch: tuple[int, ...]) -> Any:
+    return jax.tree.map(lambda leaf: leaf.reshape(*batch, *leaf.shape[1:]), tree)
+
+
+# -- Jacobi ----------------------------------------------------------------------------------
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class Jacobi(Immutable, ScipyOperator):
+    """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)``, what
+    :func:`jaxdia.jacobi` returns.
+
+    Callable on vectors laid out like ``inverse_diagonal`` (``(n,)``, or
+    ``(*batch_shape, n)``; leading dims of ``v`` broadcast), a pytree (its leaf is the
+    inverse diagonal), so it can be an argument or a result of a jitted function, and an
+    operator with SciPy's ``LinearOperator`` protocol (``shape``, ``dtype``, ``matvec``,
+    ``rmatvec``, ``matmat``, ``rmatmat``), so it is SciPy's ``M=`` too.
+
+    Attributes:
+      inverse_diagonal: ``1 / diag(A)``, shape ``(*batch_shape, n)``.
+      shape, dtype, batch_shape: ``(n, n)``, the dtype and the batch dims of
+        ``inverse_diagonal``.
+
+    Example:
+      >>> import numpy as np, scipy.sparse.linalg as spla, jaxdia
+      >>> A = jaxdia.diags([-1.0, 4.0, -1.0], offsets=[-1, 0, 1], shape=(50, 50))
+      >>> M = jaxdia.jacobi(A)
+      >>> M.shape, M.inverse_diagonal[:2]
+      ((50, 50), Array([0.25, 0.25], dtype=float32))
+      >>> x, info = spla.cg(A, np.ones(50), M=M)  # SciPy's solvers take it as M
+      >>> info
+      0
+    """
+
+    # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
+    __slots__ = ("inverse_diagonal", "__weakref__")
+    _leaves = ("inverse_diagonal",)
+    _name = "Jacobi"
+    inverse_diagonal: Any
+
+    def __init__(self, inverse_diagonal: ArrayLike):
+        self._assign(inverse_diagonal)
+
+    def __call__(self, v: ArrayLike) -> Array:
+        return self.inverse_diagonal * v
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        n = self.inverse_diagonal.shape[-1]
+        return n, n
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self.inverse_diagonal.dtype)
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(self.inverse_diagonal.shape[:-1])
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        inverse = jnp.conj(self.inverse_diagonal) if adjoint else self.inverse_diagonal
+        return inverse * x if x.ndim == 1 else inverse[:, None] * x
+
+    def __repr__(self) -> str:
+        batch = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
+        return f"Jacobi(shape={self.shape}, dtype={self.dtype.name}{batch})"
+
+
+def jacobi(A: Any) -> Jacobi:
+    """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)`` of a square ``A``.
+
+    Pass it as ``M`` to :func:`jaxdia.cg` or :func:`jaxdia.bicgstab`, to
+    ``jax.scipy.sparse.linalg``'s ``cg``, ``gmres`` or ``bicgstab``, or to SciPy's
+    solvers. The result is a :class:`jaxdia.Jacobi`: callable, a pytree (it can be an
+    argument of a jitted function), and a SciPy ``LinearOperator``. ``M`` applies to
+    vectors of shape ``(n,)`` (or ``(*batch_shape, n)`` for a batched ``A``).
+
+    ``A`` may also be a :class:`jaxdia.ShardedDiaMatrix` (from :func:`jaxdia.shard`), or
+    any linear operator whose ``diagonal()`` returns its main diagonal laid out like the
+    vectors it multiplies: ``M`` then applies to those vectors (for a sharded matrix,
+    padded and sharded; ``M`` is elementwise, so it needs no communication and keeps
+    their sharding and zero padding rows).
+
+    For ``cg`` the preconditioner must be Hermitian positive definite, which the Jacobi
+    preconditioner of a Hermitian positive definite ``A`` is.
+
+    Args:
+      A: a square DiaMatrix, possibly batched; or a ShardedDiaMatrix (or an operator
+        with ``@`` and ``diagonal()``).
+
+    Returns:
+      ``M``, a :class:`jaxdia.Jacobi` with ``M(v) == v / diag(A)``.
+
+    Raises:
+      TypeError: if ``A`` is neither a DiaMatrix nor an operator with ``diagonal()``.
+      ValueError: if ``A`` is not square, or (when ``A.data`` is concrete) its diagonal
+        holds a zero. Under ``jit``/``vmap`` the diagonal cannot be checked and a zero
+        entry gives ``inf`` in ``M(v)``.
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jax.scipy.sparse.linalg as jsl
+      >>> import jaxdia
+      >>> n = 50
+      >>> A = jaxdia.diags([-1.0, 2.5, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+      >>> b = jnp.ones(n)
+      >>> x, _ = jsl.cg(A, b, M=jaxdia.jacobi(A), tol=1e-6)
+      >>> bool(jnp.linalg.norm(A @ x - b) < 1e-4 * jnp.linalg.norm(b))
+      True
+    """
+    if not isinstance(A, DiaMatrix) and is_operator(A):
+        check_square(A, "jacobi")
+        return _inverse_diagonal(A.diagonal())
+    if not isinstance(A, DiaMatrix):
+        raise TypeError(
+            "jacobi: A must be a jaxdia.DiaMatrix, a ShardedDiaMatrix or a linear operator "
+            f"with @, shape and diagonal(), got {type(A).__name__}"
+        )
+    return _jacobi_of(as_square_matrix(A, "jacobi")._parts)
+
+
+def is_operator(A: Any) -> bool:
+    """Whether ``A`` is an operator other than a DiaMatrix with ``@``, ``shape`` and
+    ``diagonal()`` (a :class:`jaxdia.ShardedDiaMatrix`), as :func:`jacobi` and
+    :func:`jaxdia.chebyshev` take."""
+    return (
+        callable(getattr(A, "diagonal", None))
+        and hasattr(A, "__matmul__")
+        and hasattr(A, "shape")
+        and not isinstance(A, (np.ndarray, jax.Array))
+    )
+
+
+def _main_diagonal(A: DiaParts) -> Array:
+    """The main diagonal of a square ``A``, shape ``(*batch_shape, n)`` (zeros if unstored)."""
+    if 0 not in A.offsets:
+        return jnp.zeros((*A.batch_shape, A.shape[1]), A.dtype)
+    return A.data[..., A.offsets.index(0), :]
+
+
+def _jacobi_of(A: DiaParts) -> Jacobi:
+    """``M(v) = v / diag(A)`` for a square ``A`` (see :func:`jaxdia.jacobi`).
+
+    Raises a ValueError naming the zeros of a concrete diagonal.
+    """
+    stored = "" if 0 in A.offsets else " (A stores no main diagonal)"
+    return _inverse_diagonal(_main_diagonal(A), stored)
+
+
+def _inverse_diagonal(diagonal: Array, hint: str = "") -> Jacobi:
+    """``M(v) = v / diagonal``, laid out (and sharded) as ``diagonal`` is.
+
+    Raises a ValueError naming the zeros of a concrete ``diagonal`` (``hint`` follows the
+    message).
+    """
+    check_nonzero_diagonal(
+        diagonal, "jacobi", f"{hint}; the Jacobi preconditioner 1/diag(A) does not exist."
+    )
+    return Jacobi(1 / diagonal)
+
+
+# -- multigrid -------------------------------------------------------------------------------
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class Multigrid(Immutable, ScipyOperator):
+    """A geometric multigrid V-cycle, the preconditioner :func:`jaxdia.multigrid` returns.
+
+    ``M(v)`` applies one V-cycle for ``A x = v`` from ``x = 0``: an approximation of
+    ``A^-1 v``, linear in ``v`` (and symmetric positive definite for a symmetric positive
+    definite ``A``). ``v`` has shape ``(n,)``, or ``(..., n)`` (a stack of vectors, or
+    one per matrix of a batch: leading dims broadcast with ``batch_shape``). ``M`` is a
+    pytree (its arrays are leaves; grids, coarsening and smoother are static), so it can
+    be an argument of a jitted function, a ``lax`` loop carry, or mapped over by
+    ``jax.vmap``.
+
+    Attributes (read-only):
+      levels: the operator of each level as a DiaMatrix, finest (``A`` itself, or its
+        copy in the hierarchy's ``dtype``) first.
+      grids: the grid of each level.
+      coarsening: the axes coarsened from each level to the next; pass it as
+        ``coarsening=`` to build the same hierarchy again (e.g. under ``jit``, after
+        ``coarsening="auto"`` chose it).
+      smoother, sweeps: the smoother and its number of products per smoothing.
+      batch_shape: the leading batch dims of the matrices it was built for.
+      shape, dtype: the finest level's shape and the hierarchy's dtype.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxdia
+      >>> T = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(31, 31))
+      >>> M = jaxdia.multigrid(T, (31,), max_coarse=3)
+      >>> M.grids, M.coarsening
+      (((31,), (15,), (7,), (3,)), ((0,), (0,), (0,)))
+      >>> [level.offsets for level in M.levels][-1]
+      (-1, 0, 1)
+      >>> M(jnp.ones(31)).shape  # one V-cycle for T x = 1
+      (31,)
+    """
+
+    # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
+    __slots__ = ("_hierarchy", "__weakref__")
+    _leaves = ("_hierarchy",)
+    _name = "Multigrid"
+    _hierarchy: _multigrid.Hierarchy
+
+    def __init__(self, hierarchy: _multigrid.Hierarchy):
+        self._assign(hierarchy)
+
+    @property
+    def levels(self) -> tuple[DiaMatrix, ...]:
+        return tuple(DiaMatrix._wrap(parts) for parts in self._hierarchy.operators)
+
+    @property
+    def grids(self) -> tuple[tuple[int, ...], ...]:
+        return self._hierarchy.grids
+
+    @property
+    def coarsening(self) -> tuple[tuple[int, ...], ...]:
+        return self._hierarchy.plan
+
+    @property
+    def smoother(self) -> str:
+        return self._hierarchy.smoother
+
+    @property
+    def sweeps(self) -> int:
+        return self._hierarchy.sweeps
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(self._hierarchy.operators[-1].data.shape[:-2])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self._hierarchy.operators[0].shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self._hierarchy.operators[-1].data.dtype)
+
+    def __call__(self, v: ArrayLike) -> Array:
+        v = as_array(v, "Multigrid: v")
+        n = self.shape[0]
+        if v.ndim == 0 or v.shape[-1] != n:
+            raise ValueError(
+                f"Multigrid: v must have shape ({n},) or (..., {n}) for a hierarchy of "
+                f"{n} unknowns, got shape {v.shape}"
+            )
+        batch = broadcast_batch("Multigrid: the hierarchy and v", self.batch_shape, v.shape[:-1])
+        dtype = jnp.result_type(self.dtype, v.dtype)
+        if not jnp.issubdtype(dtype, jnp.inexact):
+            dtype = self.dtype
+        return _apply(self._hierarchy, v, batch=batch).astype(dtype)
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        if adjoint:
+            raise NotImplementedError(
+                "Multigrid.rmatvec: the adjoint of a V-cycle is not computed (for a "
+                "Hermitian A the cycle is Hermitian: use matvec; otherwise build "
+                "jaxdia.multigrid(A.H, grid)). SciPy's cg, bicgstab, gmres and minres call "
+                "only M.matvec"
+            )
+        return self(x) if x.ndim == 1 else self(x.T).T
+
+    def __repr__(self) -> str:
+        levels = self.levels
+        lines = [
+            f"Multigrid: {len(levels)} levels, {self.smoother} smoother ({self.sweeps} "
+            f"sweeps), dtype {self.dtype.name}"
+            + (f", batch shape {self.batch_shape}" if self.batch_shape else ""),
+            f"  {'level':>5}  {'grid':<18}{'unknowns':>10}{'diagonals':>11}  coarsened",
+        ]
+        for index, (level, grid) in enumerate(zip(levels, self.grids)):
+            if index < len(self.coarsening):
+                axes = ", ".join(str(a) for a in self.coarsening[index])
+                action = f"axes ({axes})"
+            else:
+                action = "direct solve"
+            lines.append(
+                f"  {index:>5}  {str(grid):<18}{level.shape[0]:>10,}{len(level.offsets):>11}"
+                f"  {action}"
+            )
+        complexity = sum(level.nnz for level in levels) / max(levels[0].nnz, 1)
+        lines.append(f"  operator complexity {complexity:.2f}")
+        return "\n".join(lines)
+
+
+@functools.partial(jax.jit, static_argnames=("batch",))
+def _apply(hierarchy: _multigrid.Hierarchy, v: Array, *, batch: tuple[int, ...]) -> Array:
+    """The V-cycle on ``v`` of shape ``(*vbatch, n)`` with the hierarchy's batch
+    broadcast to ``batch``, as one compiled call. A real hierarchy's cycle has real
+    coefficients: a complex ``v`` runs as its real and imaginary parts, side by side in
+    one batch (one cycle in the program, not two)."""
+    dtype = hierarchy.operators[-1].data.dtype
+    n = v.shape[-1]
+    split_complex = jnp.iscomplexobj(v) and not jnp.issubdtype(dtype, jnp.complexfloating)
+    v = jnp.broadcast_to(v, (*batch, n)).reshape(-1, n)
+    cycle: Callable[[Any, Array], Array] = _multigrid.vcycle
+    if split_complex:
+        v = jnp.stack([v.real, v.imag], axis=1)
+        cycle = jax.vmap(_multigrid.vcycle, in_axes=(None, 0))  # (h, (2, n)) -> (2, n)
+    v = v.astype(dtype)
+    own = hierarchy.operators[-1].data.shape[:-2]
+    if not own:
+        out = jax.vmap(lambda u: cycle(hierarchy, u))(v)
+    else:
+        if own != batch:
+            hierarchy = jax.tree.map(
+                lambda leaf: jnp.broadcast_to(leaf, (*batch, *leaf.shape[len(own) :])), hierarchy
+            )
+        flat = jax.tree.map(lambda leaf: leaf.reshape(-1, *leaf.shape[len(batch) :]), hierarchy)
+        out = jax.vmap(cycle)(flat, v)
+    if split_complex:
+        out = lax.complex(out[:, 0], out[:, 1])
+    return out.reshape(*batch, n)
+
+
+#: The dtypes of a hierarchy (the smoothers divide by the diagonal, the coarsest level is
+#: factored: 16-bit floats would lose the cycle's accuracy).
+_HIERARCHY_DTYPES = tuple(
+    np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)
+)
+
+
+#: The smoothers of a hierarchy on one device: the polynomial ones, and ILU(0) steps.
+MULTIGRID_SMOOTHERS = (*SMOOTHERS, "ilu")
+
+
+def _as_grid(grid: Any, n: int, function: str = "multigrid") -> tuple[int, ...]:
+    """``grid`` checked: 1 to 3 positive ints whose product is ``n`` (``function`` names
+    the caller in the messages)."""
+    if isinstance(grid, (str, bytes)) or not isinstance(grid, Sequence):
+        if is_int(grid):
+            grid = (grid,)
+        else:
+            raise TypeError(
+                f"{function}: grid must be a tuple of 1 to 3 ints (the grid's points per axis), "
+                f"got {type(grid).__name__}: {grid!r}"
+            )
+    grid = tuple(static_int(size, f"{function}: grid", "a tuple of ints") for size in grid)
+    if not 1 <= len(grid) <= 3 or any(size < 1 for size in grid):
+        raise ValueError(
+            f"{function}: grid must be 1 to 3 positive ints (2-D: (n1, n2), 3-D: (n1, n2, n3)), "
+            f"got {grid}"
+        )
+    if math.prod(grid) != n:
+        raise ValueError(
+            f"{function}: grid {grid} has {math.prod(grid)} points, but A has shape ({n}, {n}): "
+            "the unknowns must be the grid's points, in C order (as np.ravel lays them out)"
+        )
+    return grid
+
+
+def _check_stencil(
+    A: DiaMatrix | ShardedDiaMatrix,
+    grid: tuple[int, ...],
+    host: np.ndarray | None,
+    function: str = "multigrid",
+    alternative: str = "use jaxdia.chebyshev",
+) -> None:
+    """Raises if ``A``'s offsets, or (``host``: its concrete data, flat batch) its
+    entries, are no stencil on ``grid`` (``function`` names the caller, ``alternative``
+    what to do for a matrix that is no stencil)."""
+    misfits = _multigrid.stencil_misfits(A.offsets, grid)
+    if misfits:
+        strides = _multigrid.strides(grid)
+        terms = " + ".join(
+            f"d{axis + 1}" + (f" * {stride}" if stride != 1 else "")
+            for axis, stride in enumerate(strides)
+        )
+        fitting = sorted(_multigrid.stencil_offsets(grid))
+        raise ValueError(
+            f"{function}: A's offset {misfits[0]} does not fit a stencil on grid {grid}"
+            + (f" (nor do {misfits[1:]})" if len(misfits) > 1 else "")
+            + f": the neighbours of a grid point lie at offsets {terms} with each d in "
+            f"{{-1, 0, 1}}, i.e. {fitting}. Check the grid's shape and order (C order, as "
+            f"np.ravel), or {alternative} for matrices that are no stencil"
+        )
+    if host is None:
+        return
+    for member, values in enumerate(host):
+        wrapped = _multigrid.wrapped_entries(values, A.offsets, grid)
+        if wrapped:
+            i, j, value = wrapped[0]
+            where = f" (batch member {member})" if len(host) > 1 else ""
+            raise ValueError(
+                f"{function}: A[{i}, {j}] = {value}{where} couples grid points "
+                f"{_point(i, grid)} and {_point(j, grid)}, which are no "
+                f"neighbours on grid {grid}, so A is no stencil on it (periodic boundaries, "
+                "or the wrong grid shape?)"
+            )
+
+
+def _point(index: int, grid: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(index, grid))
+
+
+def _as_plan(
+    coarsening: Any,
+    A: DiaMatrix | ShardedDiaMatrix,
+    host: np.ndarray | None,
+    grid: tuple[int, ...],
+    max_coarse: int,
+    max_levels: int,
+) -> tuple[tuple[int, ...], ...]:
+    if isinstance(coarsening, str):
+        if coarsening == "full":
+            return _multigrid.full_plan(grid, max_coarse, max_levels)
+        if coarsening == "auto":
+            if host is None:
+                raise TypeError(
+                    "multigrid: coarsening='auto' chooses the coarsening from A's values, "
+                    "which are traced here (inside jit, vmap or grad). Build the "
+                    "preconditioner once outside, M = jaxdia.multigrid(A, grid, "
+                    "coarsening='auto'), and pass coarsening=M.coarsening inside."
+                )
+            return _multigrid.auto_plan(host, A.offsets, grid, max_coarse, max_levels)
+        raise ValueError(
+            f"multigrid: coarsening must be 'full', 'auto' or a sequence of axes tuples, got "
+            f"{coarsening!r}"
+        )
+    if not isinstance(coarsening, Sequence):
+        raise TypeError(
+            "multigrid: coarsening must be 'full', 'auto' or a sequence of axes tuples (one "
+            f"per coarsening step), got {type(coarsening).__name__}"
+        )
+    plan = []
+    level_grid = grid
+    for level, axes in enumerate(coarsening):
+        if is_int(axes):
+            axes = (axes,)
+        if not isinstance(axes, Sequence) or not all(is_int(a) for a in axes):
+            raise TypeError(
+                f"multigrid: coarsening[{level}] must be a tuple of axes (ints), got {axes!r}"
+            )
+        axes = tuple(sorted(int(a) for a in axes))
+        bad = [a for a in axes if not 0 <= a < len(grid)]
+        if not axes or bad or len(set(axes)) != len(axes):
+            raise ValueError(
+                f"multigrid: coarsening[{level}] = {axes} must be distinct axes of the "
+                f"{len(grid)}-D grid (0 to {len(grid) - 1}), at least one"
+            )
+        small = [a for a in axes if level_grid[a] < 2]
+        if small:
+            raise ValueError(
+                f"multigrid: coarsening[{level}] coarsens axis {small[0]} of grid {level_grid}, "
+                "which has fewer than 2 points"
+            )
+        plan.append(axes)
+        level_grid = _multigrid.coarse_grid(level_grid, axes)
+    return tuple(plan)
+
+
+@functools.partial(jax.jit, static_argnames=("offsets", "grid", "plan", "smoother", "sweeps"))
+def _setup(data: Array, *, offsets, grid, plan, smoother, sweeps) -> _multigrid.Hierarchy:
+    """The hierarchies of a batch ``(B, n_diags, n)`` as one compiled call, without the
+    finest operator (``A`` itself, which the caller puts back: returning it from the
+    compiled call would copy it)."""
+    n = data.shape[-1]
+
+    def one(values):
+        hierarchy = _multigrid.setup(
+            DiaParts(values, offsets, (n, n)), grid, plan, smoother, sweeps
+        )
+        return hierarchy._replace(operators=(None, *hierarchy.operators[1:]))
+
+    return jax.vmap(one)(data)
+
+
+def multigrid(
+    A: DiaMatrix | ShardedDiaMatrix,
+    grid: Any,
+    *,
+    smoother: str | None = None,
+    sweeps: int = 2,
+    coarsening: Any = "full",
+    max_coarse: int = 500,
+    max_levels: int | None = None,
+    dtype: DTypeLike | None = None,
+    gather_below: int = _sharded_multigrid.GATHER_BELOW,
+    deep_halo: bool = False,
+) -> Multigrid | ShardedMultigrid:
+    """A geometric multigrid V-cycle preconditioner for a stencil matrix on a grid.
+
+    ``A`` must be a stencil on ``grid`` (``(n1,)``, ``(n1, n2)`` or ``(n1, n2, n3)``):
+    its unknowns are the grid's points in C order (as ``np.ravel`` lays them out, and as
+    ``pyamg.gallery.poisson`` and ``stencil_grid`` number them), and each row couples a
+    point only to itself and its neighbours (``|i_a - j_a| <= 1`` on every axis: 3-, 5-,
+    7-, 9- or 27-point stencils), with Dirichlet boundaries eliminated. Coefficients may
+    vary from point to point.
+
+    The hierarchy halves the grid along the coarsened axes (an axis of ``n`` points keeps
+    ``n // 2``, odd and even ``n`` alike); interpolation is (bi/tri)linear, restriction its
+    transpose, and each coarse operator the Galerkin product ``R A P``, a DiaMatrix of at
+    most 3, 9 or 27 diagonals (``M.levels``). The smoother runs ``sweeps`` products with
+    the level's matrix before and after the coarse correction; the coarsest level is
+    solved directly by a banded LU factorized once, here. For a symmetric positive
+    definite ``A`` the V-cycle is symmetric positive definite, so it is a valid
+    preconditioner for conjugate gradients (with the polynomial smoothers; the ``"ilu"``
+    one makes it nonsymmetric, a preconditioner for :func:`jaxdia.bicgstab`).
+
+    Complex matrices (a Hermitian stencil, a complex-shifted Laplacian ``L + s I``,
+    Crank-Nicolson's ``I + i dt/2 H``) get the same hierarchy in complex arithmetic,
+    smoothed by damped Jacobi: the eigenvalues of ``D^-1 A`` (whose diagonal is 1) lie
+    in Gershgorin's disk ``|lambda - 1| <= r``, ``r`` the largest off-diagonal row sum
+    of ``D^-1 A``, and the weight ``1.6 / (1 + r)`` makes each sweep a contraction on
+    that disk for diagonally dominant rows (``r < 1``: any Crank-Nicolson step, any
+    shift with a positive imaginary part and a nonnegative real one). The Chebyshev
+    smoother damps a real interval, no bound off the real axis (its V-cycles diverged on
+    ``L + (-2 + 3i) I`` in the tests), so it is refused for complex ``A``. The cycle of
+    a complex symmetric ``A`` (``A^T = A``) is complex symmetric, not Hermitian: use it
+    with :func:`jaxdia.bicgstab` (iteration counts in benchmarks/README.md), with
+    :func:`jaxdia.cg` only for a Hermitian positive definite ``A``.
+
+    ``A`` may be a :class:`jaxdia.ShardedDiaMatrix` (or an unbatched DiaMatrix whose
+    ``data`` columns are split over one mesh axis, which is sharded with
+    :func:`jaxdia.shard`): ``M`` is then a :class:`jaxdia.ShardedMultigrid` on its
+    sharded vectors. The rows are split in C order, so each device holds whole planes of
+    the slowest axis (``grid[0]`` must be a multiple of the device count ``P``). A level
+    stays sharded while it has at least 2 planes and ``gather_below`` unknowns per
+    device, is not the coarsest, and its shards stay aligned under coarsening (an even
+    number of planes per device whenever axis 0 is coarsened: with ``grid[0] = P 2^k``
+    the first ``k`` levels can be). Its smoothing, transfers and Galerkin operator then
+    exchange halos with the neighbouring devices only. The first level that fails is
+    gathered once, in the setup; from it on the hierarchy is built and applied on every
+    device (replicated, the coarsest solve included), so a V-cycle has one all-gather,
+    of that level's residual. The same iterations as on one device, to rounding. Its
+    values never come to the host, so the checks that read them (wrapped entries) are
+    skipped, the zero-diagonal check is a reduction on the devices, and
+    ``coarsening="auto"`` is not available (pass the axes, e.g. a single-device
+    ``M.coarsening``).
+
+    ``M`` plugs in as ``M=`` of :func:`jaxdia.cg`, :func:`jaxdia.bicgstab` and
+    ``jax.scipy.sparse.linalg.cg``/``gmres``/``bicgstab``. For ``lineax``, wrap it as an
+    operator: ``lineax.FunctionLinearOperator(M, jax.ShapeDtypeStruct((n,), dtype),
+    lineax.positive_semidefinite_tag)`` and pass ``options={"preconditioner": ...}`` to
+    ``lineax.linear_solve`` (with ``lineax.CG`` or ``lineax.GMRES``).
+
+    The setup is one compiled call, and works under ``jit`` (``grid`` and the options
+    are static) and ``vmap``; a batched ``A`` (matrices sharing offsets) gives a batched
+    hierarchy. Differentiate the solve, not the preconditioner:
+    ``jax.grad`` through ``jaxdia.cg(A, b, M=jaxdia.multigrid(A, grid))`` with respect to
+    ``A.data`` and ``b`` is the gradient of the exact solution (implicit
+    differentiation), which never differentiates through ``M``.
+
+    Args:
+      A: a square DiaMatrix of float32, float64, complex64 or complex128, possibly
+        batched; or a real ShardedDiaMatrix (or DiaMatrix with sharded columns,
+        unbatched).
+      grid: the grid's points per axis; ``prod(grid)`` must equal ``A.shape[0]``.
+      smoother: ``"chebyshev"`` (the Chebyshev polynomial in ``D^-1 A`` smallest on the
+        upper 5/6 of its spectrum, bounded by Gershgorin's theorem; real ``A`` only) or
+        ``"jacobi"`` (damped Jacobi, weight ``1.6 / rho`` for that bound ``rho``), or
+        ``"ilu"`` (steps ``x += (L U)^-1 (b - A x)`` with each level's ILU(0), as
+        :func:`jaxdia.ilu0` factors it with a grid: the smoother that keeps multigrid
+        converging where convection dominates, at the cost of two triangular solves per
+        step; one device only; a zero pivot is not reported, it makes ``M(v)`` NaN).
+        None: ``"chebyshev"`` for a real ``A``, ``"jacobi"`` for a complex one.
+      sweeps: products with ``A`` per smoothing (the polynomial's degree; ILU steps for
+        ``"ilu"``, of which 1 is usually the fastest), before and after the coarse
+        correction.
+      coarsening: ``"full"`` halves every axis at every level. ``"auto"`` halves only the
+        axes whose coupling is at least half the strongest one's (semi-coarsening, for
+        anisotropic problems); it reads ``A``'s values, so it needs a concrete ``A``
+        (outside ``jit``); ``M.coarsening`` then records the choice. Or a sequence with
+        the axes to halve at each level, e.g. ``[(1,), (1,), (0, 1)]``: the levels stop
+        there.
+      max_coarse: stop coarsening at this many unknowns or fewer (``"full"`` and
+        ``"auto"``); at most 4096, the coarsest level is factorized (a banded LU).
+      max_levels: the most levels, the finest included (None: no limit).
+      dtype: the precision of the hierarchy and the cycle, float32 or float64 (complex64
+        or complex128 for a complex ``A``; default ``A``'s). ``jnp.float32`` for a
+        float64 ``A`` halves the memory traffic of the
+        setup and of every cycle (the finest level keeps a float32 copy of ``A``); ``M``
+        is then exact to about ``1e-7`` relative, which conjugate gradients in float64
+        tolerates to tolerances far below that (the same iterations at 1e-8 in the
+        benchmarks, a few more at 1e-10), and linear and symmetric up to that rounding.
+      gather_below: for a sharded ``A``: a level with fewer unknowns per device is
+        gathered (with the levels below it) onto every device.
+      deep_halo: for a sharded ``A``: each smoothing of a sharded level exchanges its
+        input's halo ``sweeps`` deep once and runs its products locally (one
+        collective-permute each way instead of ``sweeps``; see
+        :func:`jaxdia.chebyshev`'s ``deep_halo``).
+
+    Returns:
+      A :class:`jaxdia.Multigrid` (a :class:`jaxdia.ShardedMultigrid` for a sharded
+      ``A``), callable on vectors: it computes in ``dtype`` and
+      returns the promoted dtype of ``v`` and ``dtype``.
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix or ShardedDiaMatrix, its dtype is not one
+        of the four above (a sharded ``A``: not real), ``dtype`` is not one of its kind,
+        or ``coarsening="auto"`` gets a traced or sharded ``A``.
+      ValueError: if ``A`` is not square, ``prod(grid)`` differs from its size, an
+        offset does not fit a stencil on ``grid`` (the message names it), it stores no
+        main diagonal, an option is out of range, the Chebyshev smoother is asked for a
+        complex ``A``, or the coarsest level would exceed 4096 unknowns; for a sharded
+        ``A``, if ``grid[0]`` is not a multiple of the device count or its first
+        coarsening of axis 0 finds an odd number of planes per device. For a concrete
+        ``A`` also: a zero on the diagonal, or a nonzero entry on a stencil diagonal that
+        couples points which are no neighbours (periodic boundaries, or a grid of the
+        wrong shape).
+
+    Example:
+      >>> import jax.numpy as jnp, numpy as np, scipy.sparse as sp, jaxdia
+      >>> n = 64
+      >>> T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+      >>> A = jaxdia.DiaMatrix.from_scipy(sp.kronsum(T, T).astype("float32"))  # 2-D, C order
+      >>> M = jaxdia.multigrid(A, (n, n))
+      >>> [level.shape[0] for level in M.levels]
+      [4096, 1024, 256]
+      >>> x, info = jaxdia.cg(A, jnp.ones(n * n), M=M, rtol=1e-4)
+      >>> bool(info.converged), int(info.iterations) < 10
+      (True, True)
+    """
+    sharded = _sharded_multigrid.sharded_operand(A)
+    A = as_square_matrix(A, "multigrid") if sharded is None else sharded
+    if sharded is not None and A.dtype.kind == "c":
+        raise TypeError(
+            f"multigrid: a sharded A must be float32 or float64, got {A.dtype.name} "
+            "(complex hierarchies run on one device)"
+        )
+    if A.dtype not in _HIERARCHY_DTYPES:
+        raise TypeError(
+            f"multigrid: A must be float32, float64, complex64 or complex128, got "
+            f"{A.dtype.name} (convert 16-bit matrices with A.astype(jnp.float32))"
+        )
+    kind = "complex" if A.dtype.kind == "c" else "float"
+    if dtype is not None and (
+        np.dtype(dtype) not in _HIERARCHY_DTYPES or np.dtype(dtype).kind != A.dtype.kind
+    ):
+        raise TypeError(
+            f"multigrid: dtype must be a {kind} dtype of 32 or 64 bits for A of dtype "
+            f"{A.dtype.name}, got {np.dtype(dtype).name}"
+        )
+    grid = _as_grid(grid, A.shape[0])
+    if smoother is None:
+        smoother = "jacobi" if A.dtype.kind == "c" else "chebyshev"
+    if smoother not in MULTIGRID_SMOOTHERS:
+        raise ValueError(
+            f"multigrid: smoother must be one of {MULTIGRID_SMOOTHERS}, got {smoother!r}"
+        )
+    if smoother == "ilu" and sharded is not None:
+        raise TypeError(
+            "multigrid: smoother='ilu' is for a matrix on one device (its triangular "
+            "solves are not sharded); use smoother='jacobi' or 'chebyshev' for a sharded A"
+        )
+    if smoother == "chebyshev" and A.dtype.kind == "c":
+        raise ValueError(
+            "multigrid: the Chebyshev smoother damps a real interval of the spectrum of "
+            "D^-1 A; a complex A's lies off the real axis, where that polynomial is no "
+            "bound (its V-cycles can diverge): use smoother='jacobi' (the default for "
+            "complex A), or A.real for a real matrix stored as complex"
+        )
+    sweeps = static_int(sweeps, "multigrid: sweeps")
+    max_coarse = static_int(max_coarse, "multigrid: max_coarse")
+    levels = 10**9 if max_levels is None else static_int(max_levels, "multigrid: max_levels")
+    gather_below = static_int(gather_below, "multigrid: gather_below")
+    if sweeps < 1 or not 1 <= max_coarse <= MAX_COARSE or levels < 1 or gather_below < 1:
+        raise ValueError(
+            f"multigrid: need sweeps >= 1, 1 <= max_coarse <= {MAX_COARSE}, max_levels >= 1 "
+            f"and gather_below >= 1, got sweeps={sweeps}, max_coarse={max_coarse}, "
+            f"max_levels={max_levels}, gather_below={gather_below}"
+        )
+    # The concrete data on the host, once, for the checks and coarsening="auto" (a
+    # sharded matrix's data stays on its devices).
+    host = None
+    if isinstance(A, DiaMatrix) and not is_traced(A.data):
+        host = np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
+    _check_stencil(A, grid, host)
+    _check_diagonal("multigrid", A)
+    if sharded is not None and isinstance(coarsening, str) and coarsening == "auto":
+        raise TypeError(
+            "multigrid: coarsening='auto' reads A's values on the host, which a sharded "
+            "matrix keeps on its devices; pass the axes to coarsen (e.g. coarsening="
+            "M.coarsening of a multigrid built on one device for a smaller grid)"
+        )
+    plan = _as_plan(coarsening, A, host, grid, max_coarse, levels)
+    coarsest = grid
+    for axes in plan:
+        coarsest = _multigrid.coarse_grid(coarsest, axes)
+    if math.prod(coarsest) > MAX_COARSE:
+        raise ValueError(
+            f"multigrid: the coarsest level would be grid {coarsest} "
+            f"({math.prod(coarsest)} unknowns); its direct solve is a banded LU, so at most "
+            f"{MAX_COARSE}: allow more levels (max_levels, coarsening)"
+        )
+    if sharded is not None:
+        return _sharded_multigrid.build(
+            sharded, grid, plan, smoother, sweeps, dtype, gather_below, deep_halo
+        )
+    if deep_halo:
+        raise TypeError(
+            "multigrid: deep_halo=True is for a sharded A (a ShardedDiaMatrix, or a DiaMatrix "
+            "whose data columns are sharded)"
+        )
+    assert isinstance(A, DiaMatrix)
+    batch = A.batch_shape
+    if dtype is not None and np.dtype(dtype) != A.dtype:
+        A = A.astype(dtype)
+    hierarchy = _setup(
+        _flat_batch(A.data),
+        offsets=A.offsets,
+        grid=grid,
+        plan=plan,
+        smoother=smoother,
+        sweeps=sweeps,
+    )
+    hierarchy = _unflatten(hierarchy, batch)
+    hierarchy = hierarchy._replace(operators=(A._parts, *hierarchy.operators[1:]))
+    return Multigrid(hierarchy)
+
+
+# -- Chebyshev polynomial preconditioner ------------------------------------------------
+
+
+def default_lower(degree: int) -> float:
+    """The lower end of the default interval, as a fraction of the upper bound: about
+    where the Chebyshev polynomial of ``degree`` starts to pay in conjugate gradients
+    (tuned on 2-D Poisson; see benchmarks/README.md)."""
+    return 1.0 / degree**2
+
+
+@jax.tree_util.register_pytree_with_keys_class
+class Chebyshev(Immutable, ScipyOperator):
+    """A Chebyshev polynomial preconditioner, the one :func:`jaxdia.chebyshev` returns.
+
+    ``M(v) = p(D^-1 A) D^-1 v``: ``degree`` steps of Chebyshev iteration for ``A x = v``
+    from ``x = 0``, damping the spectrum of ``D^-1 A`` on ``[lower, upper]``
+    (``degree - 1`` products with ``A``), computed in ``operator``'s dtype and returned in
+    the promoted dtype of ``v`` and the bounds. It uses nothing but ``operator @ v``, the
+    inverse diagonal and the two bounds, so any operator with ``@`` (and a pytree, to
+    pass through transformations) can be wrapped: ``jaxdia.Chebyshev(operator,
+    inverse_diagonal, lower, upper, degree)`` (``inverse_diagonal`` None: no scaling). For
+    a DiaMatrix the product is written so that XLA fuses each step into one loop.
+
+    Attributes:
+      operator: the matrix (or operator) the polynomial is in.
+      inverse_diagonal: ``1 / diag(A)``, shape ``(*batch_shape, n)``, or None.
+      lower, upper: the interval damped, shape ``batch_shape``.
+      degree: the polynomial's degree (static).
+
+    Example:
+      >>> import jax.numpy as jnp, jaxdia
+      >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(50, 50))
+      >>> M = jaxdia.chebyshev(A, degree=4)
+      >>> M.degree, M(jnp.ones(50)).shape
+      (4, (50,))
+    """
+
+    # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
+    __slots__ = ("operator", "inverse_diagonal", "lower", "upper", "degree", "__weakref__")
+    _leaves = ("operator", "inverse_diagonal", "lower", "upper")
+    _static = ("degree",)
+    _name = "Chebyshev"
+    operator: Any
+    inverse_diagonal: Any
+    lower: Any
+    upper: Any
+    degree: int
+
+    def __init__(
+        self, operator: Any, inverse_diagonal: ArrayLike, lower: Any, upper: Any, degree: int
+    ):
+        self._assign(operator, inverse_diagonal, lower, upper, degree)
+
+    def __call__(self, v: ArrayLike) -> Array:
+        # One compiled call (jit's cache: one compile per structure and shape); eagerly,
+        # the polynomial's loop would otherwise be traced and compiled on every call.
+        return _apply_chebyshev(self, as_array(v, "Chebyshev: v"))
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.operator.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(jnp.result_type(self.operator.dtype, jnp.asarray(self.lower).dtype))
+
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(jnp.shape(self.lower))
+
+    def _columns(self, x: Any, adjoint: bool) -> Array:
+        M = self
+        if adjoint:
+            # M = p(D^-1 A) D^-1 with real coefficients, so M^H = p(D^-H A^H) D^-H: the
+            # same polynomial of A^H.
+            if not isinstance(self.operator, DiaMatrix):
+                raise NotImplementedError(
+                    f"Chebyshev.rmatvec needs the adjoint of A, which a "
+                    f"{type(self.operator).__name__} does not give; SciPy's cg, bicgstab, "
+                    "gmres and minres call only M.matvec"
+                )
+            inverse = self.inverse_diagonal
+            M = self._replace(
+                operator=self.operator.H,
+                inverse_diagonal=None if inverse is None else inverse.conj(),
+            )
+        return M(x) if x.ndim == 1 else M(x.T).T
+
+
+@jax.jit
+def _apply_chebyshev(M: Chebyshev, v: Array) -> Array:
+    """``M(v)`` (see :class:`Chebyshev`)."""
+    inverse = M.inverse_diagonal
+    lower, upper = jnp.asarray(M.lower), jnp.asarray(M.upper)
+    result = jnp.result_type(v.dtype, lower.dtype)
+    if not jnp.issubdtype(result, jnp.inexact):
+        result = jnp.result_type(float)
+    operator = M.operator
+    if isinstance(operator, DiaMatrix):
+        # In the matrix's precision (jaxdia.chebyshev(..., dtype=) may have narrowed it).
+        work = np.dtype(operator.dtype)
+        if jnp.issubdtype(result, jnp.complexfloating):
+            work = np.dtype(jnp.result_type(work, jnp.complex64))
+        matvec = fusible_product(operator._parts)
+    elif isinstance(operator, DeepHaloMatrix):  # the polynomial after one exchange
+        flat = jnp.asarray(v, result).reshape(-1, v.shape[-1])
+
+        def polynomial(u: Array) -> Array:
+            return _deep_halo.chebyshev(operator, u, lower, upper, M.degree)
+
+        return jax.vmap(polynomial)(flat).reshape(v.shape).astype(result)
+    else:
+        work = result
+        matvec = vector_product(operator)
+
+    def scale(r):
+        return r if inverse is None else inverse.astype(work) * r
+
+    x, _ = chebyshev_steps(
+        matvec,
+        scale,
+        jnp.asarray(v, work),
+        None,
+        lower.astype(work)[..., None],
+        upper.astype(work)[..., None],
+        M.degree,
+        residual=False,
+        # Unrolled, XLA would recompute the fused product in each consumer.
+        unroll=False if isinstance(operator, DiaMatrix) else None,
+    )
+    return x.astype(result)
+
+
+def chebyshev(
+    A: DiaMatrix,
+    degree: int = 16,
+    *,
+    bounds: Any = None,
+    dtype: DTypeLike | None = None,
+    deep_halo: bool = False,
+) -> Chebyshev:
+    """A Chebyshev polynomial preconditioner for a Hermitian positive definite ``A``.
+
+    ``M(v)`` is ``degree`` steps of Chebyshev iteration on ``D^-1 A x = D^-1 v`` from
+    zero (``D`` the diagonal): a fixed polynomial in ``A``, so ``M`` is linear, and
+    Hermitian positive definite when the bounds hold (valid for conjugate gradients). It
+    costs ``degree - 1`` products with ``A`` and a few vector updates, fused into one
+    loop per step, and nothing else: no triangular solves and no setup beyond the
+    diagonal, so it runs unchanged wherever ``A @ v`` runs (GPU, TPU, a sharded matrix).
+    Each conjugate-gradient iteration then does the work of about ``degree`` iterations
+    of Jacobi-preconditioned CG (the product count stays about the same) with far fewer
+    inner products and vector passes; for a structured grid, :func:`jaxdia.multigrid`
+    needs far fewer products.
+
+    ``bounds`` default to ``[rho / degree^2, rho]`` with ``rho`` Gershgorin's bound on the
+    spectrum of ``D^-1 A`` (its largest absolute row sum, from the stored diagonals):
+    the polynomial damps the upper part of the spectrum, which dominates for
+    discretized PDEs, and conjugate gradients handles the eigenvalues below.
+
+    ``dtype=jnp.float32`` for a float64 ``A`` applies the polynomial in single precision
+    (the matrix is converted once, here): half the memory traffic, for a preconditioner
+    that is exact to about ``1e-7`` relative, which conjugate gradients tolerates down to
+    tolerances far below that (the same iterations at 1e-8, a few more at 1e-10 in the
+    tests; the solve itself stays in float64). ``M`` is then linear and symmetric only up
+    to that rounding.
+
+    Args:
+      A: a square DiaMatrix (float or complex), possibly batched; or a
+        :class:`jaxdia.ShardedDiaMatrix` (any operator with ``@``, ``shape``,
+        ``diagonal()`` and ``abs()``): ``M`` then works on its sharded vectors, each step
+        one sharded product (its halo exchange) and no inner product.
+      degree: the polynomial's degree, >= 1 (1 is the Jacobi preconditioner scaled by a
+        constant). Higher degrees mean fewer conjugate-gradient iterations at about the
+        same number of products.
+      bounds: ``(lower, upper)`` with ``0 < lower < upper``: the part of the spectrum of
+        ``D^-1 A`` to damp (scalars, or arrays of ``A.batch_shape``). ``upper`` must bound
+        the spectrum, or ``M`` may be indefinite.
+      dtype: the precision the polynomial is applied in (default ``A.dtype``): a float
+        (or complex for complex ``A``) dtype no wider than ``A``'s (a DiaMatrix only).
+      deep_halo: for a ShardedDiaMatrix: exchange ``degree - 1`` halos at once, then run
+        the polynomial's products locally (one collective-permute each way per
+        application instead of ``degree - 1``; each device also computes the ghost rows,
+        ``(L + (degree - 1) (lower + upper)) / L`` times the local work for ``L`` rows
+        per device). The same ``M`` to rounding.
+
+    Returns:
+      A :class:`jaxdia.Chebyshev`, callable on vectors ``(n,)`` (``(*batch_shape, n)``).
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix or an operator, ``dtype`` is not a
+        float/complex type (or is given for an operator), or ``deep_halo`` is set for
+        anything but a ShardedDiaMatrix.
+      ValueError: if ``A`` is not square, stores no main diagonal, ``degree < 1``,
+        concrete ``bounds`` are not ``0 < lower < upper``, or (for a concrete ``A``) its
+        diagonal holds a zero.
+
+    Example:
+      >>> import jax.numpy as jnp, numpy as np, scipy.sparse as sp, jaxdia
+      >>> n = 32
+      >>> T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+      >>> A = jaxdia.DiaMatrix.from_scipy(sp.kronsum(T, T).astype("float32"))
+      >>> b = jnp.ones(n * n)
+      >>> _, plain = jaxdia.cg(A, b, M=jaxdia.jacobi(A), rtol=1e-4)
+      >>> _, poly = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=8), rtol=1e-4)
+      >>> bool(poly.converged), int(poly.iterations) < int(plain.iterations) // 4
+      (True, True)
+    """
+    degree = static_int(degree, "chebyshev: degree")
+    if degree < 1:
+        raise ValueError(f"chebyshev: degree must be >= 1, got {degree}")
+    if deep_halo and not isinstance(A, ShardedDiaMatrix):
+        raise TypeError(
+            f"chebyshev: deep_halo=True is for a ShardedDiaMatrix (jaxdia.shard), got "
+            f"{type(A).__name__}"
+        )
+    if not isinstance(A, DiaMatrix) and is_operator(A):
+        return _operator_chebyshev(A, degree, bounds, dtype, deep_halo)
+    A = as_square_matrix(A, "chebyshev")
+    if dtype is not None:
+        dtype = np.dtype(dtype)
+        if not jnp.issubdtype(dtype, jnp.inexact) or (
+            jnp.issubdtype(A.dtype, jnp.complexfloating)
+            != jnp.issubdtype(dtype, jnp.complexfloating)
+        ):
+            kind = "complex" if jnp.issubdtype(A.dtype, jnp.complexfloating) else "float"
+            raise TypeError(
+                f"chebyshev: dtype must be a {kind} dtype for A of dtype {A.dtype.name}, got "
+                f"{dtype.name}"
+            )
+    _check_diagonal("chebyshev", A)
+    batch = A.batch_shape
+    inverse, rho = _bounds(_flat_batch(A.data), offsets=A.offsets, shape=A.shape)
+    inverse, rho = inverse.reshape(*batch, -1), rho.reshape(batch)
+    lower, upper = _chebyshev_bounds(bounds, rho, degree)
+    operator = A
+    if dtype is not None and dtype != A.dtype:
+        operator, inverse = A.astype(dtype), inverse.astype(dtype)
+    return Chebyshev(operator, inverse, lower, upper, degree)
+
+
+def _chebyshev_bounds(bounds: Any, rho: Array, degree: int) -> tuple[Array, Array]:
+    """``(lower, upper)``: the given ``bounds`` checked, or ``[rho / degree^2, rho]``."""
+    if bounds is None:
+        return rho * default_lower(degree), rho
+    if isinstance(bounds, (str, bytes)) or not isinstance(bounds, Sequence) or len(bounds) != 2:
+        raise TypeError(f"chebyshev: bounds must be a pair (lower, upper), got {bounds!r}")
+    lower, upper = (
+        jnp.broadcast_to(jnp.asarray(as_array(b, "chebyshev: bounds"), rho.dtype), rho.shape)
+        for b in bounds
+    )
+    concrete = not (is_traced(lower) or is_traced(upper))
+    if concrete and not bool(jnp.all((lower > 0) & (lower < upper))):
+        raise ValueError(f"chebyshev: bounds must satisfy 0 < lower < upper, got {tuple(bounds)}")
+    return lower, upper
+
+
+def _operator_chebyshev(
+    A: Any, degree: int, bounds: Any, dtype: DTypeLike, deep_halo: bool
+) -> Chebyshev:
+    """:func:`chebyshev` for an operator with ``@``, ``shape``, ``diagonal()`` and
+    ``abs()`` (a :class:`jaxdia.ShardedDiaMatrix`): Gershgorin's bound from
+    ``abs(A) @ ones``, everything in the vectors' layout (``diagonal()``'s)."""
+    check_square(A, "chebyshev")
+    if dtype is not None:
+        raise TypeError(
+            f"chebyshev: dtype= converts a DiaMatrix; {type(A).__name__} is used in its own "
+            "dtype (convert it before sharding)"
+        )
+    diagonal = A.diagonal()
+    inverse, rho = smoothing_data(diagonal, abs(A) @ jnp.ones_like(diagonal))
+    lower, upper = _chebyshev_bounds(bounds, rho, degree)
+    operator = _deep_halo.widen(A, degree - 1) if deep_halo else A
+    return Chebyshev(operator, inverse, lower, upper, degree)
+
+
+@functools.partial(jax.jit, static_argnames=("offsets", "shape"))
+def _bounds(data: Array, *, offsets, shape) -> tuple[Array, Array]:
+    """``(1 / diag, Gershgorin bound of D^-1 A)`` of a batch ``(B, n_diags, n)``."""
+    return jax.vmap(lambda d: gershgorin(DiaParts(d, offsets, shape)))(data)
+
+
+# -- Krylov solvers that report -----------------------------------------------------------
