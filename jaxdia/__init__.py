@@ -18,6 +18,12 @@ from ._linalg.factor import (
     solve_banded as solve_banded,
     solveh_banded as solveh_banded,
 )
+from ._linalg.incomplete import (
+    IncompleteCholesky as IncompleteCholesky,
+    IncompleteLU as IncompleteLU,
+    ic0 as ic0,
+    ilu0 as ilu0,
+)
 from ._linalg.krylov import SolveInfo as SolveInfo, bicgstab as bicgstab, cg as cg
 from ._linalg.lanczos import eigsh as eigsh
 from ._linalg.precond import (
@@ -76,6 +82,10 @@ __all__ = [
     "expm_multiply",
     "eye",
     "factorized",
+    "ic0",
+    "ilu0",
+    "IncompleteCholesky",
+    "IncompleteLU",
     "Jacobi",
     "jacobi",
     "jacobian",

@@ -41,7 +41,14 @@ SECTIONS = (
     ("Factorizations", ("jaxdia.BandedLU", "jaxdia.BandedCholesky"), None),
     (
         "Preconditioner and solver results",
-        ("jaxdia.Multigrid", "jaxdia.Chebyshev", "jaxdia.Jacobi", "jaxdia.SolveInfo"),
+        (
+            "jaxdia.Multigrid",
+            "jaxdia.Chebyshev",
+            "jaxdia.Jacobi",
+            "jaxdia.IncompleteLU",
+            "jaxdia.IncompleteCholesky",
+            "jaxdia.SolveInfo",
+        ),
         None,
     ),
     (

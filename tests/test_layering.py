@@ -50,6 +50,8 @@ LAYERS = {
     "_kernels.band_refine": 2.15,
     "_kernels.primitives": 2.2,
     "_kernels.band_primitives": 2.2,
+    "_kernels.ilu": 2.1,
+    "_kernels.ilu_primitives": 2.2,
     "_sharded_products": 2.5,
     "_host": 2.9,
     "_convert": 3,
@@ -65,6 +67,7 @@ LAYERS = {
     "_linalg.banded": 5.1,
     "_linalg.krylov": 5.1,
     "_linalg.smoothers": 5.1,
+    "_linalg.ilu": 5.1,
     "_linalg.multigrid": 5.2,
     "_linalg.deep_halo": 5.22,
     "_linalg.sharded_multigrid": 5.25,
@@ -72,6 +75,7 @@ LAYERS = {
     "_linalg.expm": 5.2,
     "_linalg.factor": 5.3,
     "_linalg.precond": 5.3,
+    "_linalg.incomplete": 5.4,
     "_io": 6,
     "_lineax": 6,
     "testing": 6,
@@ -88,6 +92,7 @@ BACKENDS = {
     "_kernels.lapack",
     "_kernels.band_scan",
     "_kernels.band_parallel",
+    "_kernels.ilu",
 }
 KERNELS = "_kernels"
 

@@ -50,12 +50,14 @@ from jax.typing import DTypeLike
 
 from .._convert import dia_to_dense
 from .._geometry import accumulation_dtype, by_rows, diagonal_bounds
+from .._kernels.ilu import hyperplane_weights
 from .._kernels.primitives import spmm
 from .._parts import DiaParts
+from .._products import matvec
 from .._pytree import Immutable
-from . import banded
+from . import banded, ilu
 from .banded import Factor, factor_lu, solve
-from .smoothers import gershgorin, row_sums, smooth, smoothing_data
+from .smoothers import gershgorin, jacobi_steps, row_sums, smooth, smoothing_data
 
 Grid = tuple[int, ...]
 Plan = tuple[tuple[int, ...], ...]
@@ -92,6 +94,18 @@ def stencil_misfits(offsets: Sequence[int], grid: Grid) -> list[int]:
     """The offsets that are no neighbour displacement on ``grid``."""
     fitting = stencil_offsets(grid)
     return [offset for offset in offsets if offset not in fitting]
+
+
+def wavefront_weights(offsets: Sequence[int], grid: Grid) -> tuple[int, ...]:
+    """The hyperplane weights (:func:`jaxdia._kernels.ilu.hyperplane_weights`) under which
+    both triangles of a stencil with ``offsets`` couple each point to earlier or later
+    hyperplanes only: its lower displacements, and its upper ones negated."""
+    steps = []
+    for d in displacements(len(grid)):
+        offset = flat_offset(d, grid)
+        if live(d, grid) and offset in offsets and offset != 0:
+            steps.append(d if offset < 0 else tuple(-step for step in d))
+    return hyperplane_weights(steps, len(grid))
 
 
 def wrapped_entries(data: np.ndarray, offsets: Sequence[int], grid: Grid) -> list[tuple]:
@@ -367,10 +381,10 @@ class Hierarchy(Immutable):
     """A multigrid hierarchy of one matrix (or a batch, as leading dims of every leaf).
 
     Leaves: ``operators`` (``DiaParts`` of every level, finest first), and for every level
-    but the coarsest its ``inverse_diagonals`` and Gershgorin ``bounds``; ``coarse_lu``
-    the coarsest level's solver (:func:`coarse_factor`). Static: ``grids`` (one per
-    level), ``plan`` (the axes coarsened from each level to the next), ``smoother`` and
-    ``sweeps``.
+    but the coarsest its ``inverse_diagonals`` and Gershgorin ``bounds`` (and, for the
+    ``"ilu"`` smoother, its ILU(0) ``factors``; else none); ``coarse_lu`` the coarsest
+    level's solver (:func:`coarse_factor`). Static: ``grids`` (one per level), ``plan``
+    (the axes coarsened from each level to the next), ``smoother`` and ``sweeps``.
     """
 
     __slots__ = (
@@ -378,17 +392,19 @@ class Hierarchy(Immutable):
         "inverse_diagonals",
         "bounds",
         "coarse_lu",
+        "factors",
         "grids",
         "plan",
         "smoother",
         "sweeps",
     )
-    _leaves = ("operators", "inverse_diagonals", "bounds", "coarse_lu")
+    _leaves = ("operators", "inverse_diagonals", "bounds", "coarse_lu", "factors")
     _static = ("grids", "plan", "smoother", "sweeps")
     operators: tuple[Any, ...]
     inverse_diagonals: tuple[Array, ...]
     bounds: tuple[Array, ...]
     coarse_lu: Any
+    factors: tuple[Any, ...]
     grids: tuple[Grid, ...]
     plan: Plan
     smoother: str
@@ -453,16 +469,34 @@ def setup(
         grid = coarse_grid(grid, axes)
         operators.append(dia_from_rows(rows, grid, by_color=True))
         grids.append(grid)
+    factors = ()
+    if smoother == "ilu":
+        factors = tuple(ilu_smoother(A, level_grid) for A, level_grid in zip(operators, grids[:-1]))
     return Hierarchy._make(
         tuple(operators),
         tuple(inverses),
         tuple(bounds),
         coarse_factor(operators[-1]),
+        factors,
         tuple(grids),
         plan,
         smoother,
         sweeps,
     )
+
+
+def ilu_smoother(A: DiaParts, grid: Grid) -> ilu.Factor:
+    """A level's ILU(0) for the ``"ilu"`` smoother: exact on CPU, Chow–Patel's sweeps
+    and solves by hyperplanes elsewhere (see :mod:`jaxdia._kernels.ilu_primitives`)."""
+    factor, _ = ilu.factorize(
+        A,
+        kind="ilu",
+        method="auto",
+        sweeps=ilu.DEFAULT_SWEEPS,
+        grid=grid,
+        weights=wavefront_weights(A.offsets, grid),
+    )
+    return factor
 
 
 def full_plan(grid: Grid, max_coarse: int, max_levels: int) -> Plan:
@@ -520,8 +554,15 @@ def _cycle(h: Hierarchy, level: int, b: Array) -> Array:
     inverse, rho = h.inverse_diagonals[level], h.bounds[level]
     grid, axes, coarse = h.grids[level], h.plan[level], h.grids[level + 1]
     dim = len(grid)
-    x, r = smooth(h.smoother, h.sweeps, dim, A, inverse, rho, b, None, residual=True)
+
+    def smoothing(x: Array | None, residual: bool) -> tuple[Array, Array | None]:
+        if h.smoother == "ilu":  # steps x += (L U)^-1 (b - A x) with the level's ILU(0)
+            precondition = functools.partial(ilu.apply, h.factors[level])
+            return jacobi_steps(matvec(A), precondition, b, x, jnp.asarray(1.0), h.sweeps, residual)
+        return smooth(h.smoother, h.sweeps, dim, A, inverse, rho, b, x, residual)
+
+    x, r = smoothing(None, residual=True)
     assert r is not None
     correction = _cycle(h, level + 1, restrict(r.reshape(grid), axes).reshape(-1))
     x = x + interpolate(correction.reshape(coarse), axes, grid).reshape(-1)
-    return smooth(h.smoother, h.sweeps, dim, A, inverse, rho, b, x, residual=False)[0]
+    return smoothing(x, residual=False)[0]

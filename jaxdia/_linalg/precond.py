@@ -395,34 +395,45 @@ _HIERARCHY_DTYPES = tuple(
 )
 
 
-def _as_grid(grid: Any, n: int) -> tuple[int, ...]:
+#: The smoothers of a hierarchy on one device: the polynomial ones, and ILU(0) steps.
+MULTIGRID_SMOOTHERS = (*SMOOTHERS, "ilu")
+
+
+def _as_grid(grid: Any, n: int, function: str = "multigrid") -> tuple[int, ...]:
+    """``grid`` checked: 1 to 3 positive ints whose product is ``n`` (``function`` names
+    the caller in the messages)."""
     if isinstance(grid, (str, bytes)) or not isinstance(grid, Sequence):
         if is_int(grid):
             grid = (grid,)
         else:
             raise TypeError(
-                f"multigrid: grid must be a tuple of 1 to 3 ints (the grid's points per axis), "
+                f"{function}: grid must be a tuple of 1 to 3 ints (the grid's points per axis), "
                 f"got {type(grid).__name__}: {grid!r}"
             )
-    grid = tuple(static_int(size, "multigrid: grid", "a tuple of ints") for size in grid)
+    grid = tuple(static_int(size, f"{function}: grid", "a tuple of ints") for size in grid)
     if not 1 <= len(grid) <= 3 or any(size < 1 for size in grid):
         raise ValueError(
-            f"multigrid: grid must be 1 to 3 positive ints (2-D: (n1, n2), 3-D: (n1, n2, n3)), "
+            f"{function}: grid must be 1 to 3 positive ints (2-D: (n1, n2), 3-D: (n1, n2, n3)), "
             f"got {grid}"
         )
     if math.prod(grid) != n:
         raise ValueError(
-            f"multigrid: grid {grid} has {math.prod(grid)} points, but A has shape ({n}, {n}): "
+            f"{function}: grid {grid} has {math.prod(grid)} points, but A has shape ({n}, {n}): "
             "the unknowns must be the grid's points, in C order (as np.ravel lays them out)"
         )
     return grid
 
 
 def _check_stencil(
-    A: DiaMatrix | ShardedDiaMatrix, grid: tuple[int, ...], host: np.ndarray | None
+    A: DiaMatrix | ShardedDiaMatrix,
+    grid: tuple[int, ...],
+    host: np.ndarray | None,
+    function: str = "multigrid",
+    alternative: str = "use jaxdia.chebyshev",
 ) -> None:
     """Raises if ``A``'s offsets, or (``host``: its concrete data, flat batch) its
-    entries, are no stencil on ``grid``."""
+    entries, are no stencil on ``grid`` (``function`` names the caller, ``alternative``
+    what to do for a matrix that is no stencil)."""
     misfits = _multigrid.stencil_misfits(A.offsets, grid)
     if misfits:
         strides = _multigrid.strides(grid)
@@ -432,11 +443,11 @@ def _check_stencil(
         )
         fitting = sorted(_multigrid.stencil_offsets(grid))
         raise ValueError(
-            f"multigrid: A's offset {misfits[0]} does not fit a stencil on grid {grid}"
+            f"{function}: A's offset {misfits[0]} does not fit a stencil on grid {grid}"
             + (f" (nor do {misfits[1:]})" if len(misfits) > 1 else "")
             + f": the neighbours of a grid point lie at offsets {terms} with each d in "
             f"{{-1, 0, 1}}, i.e. {fitting}. Check the grid's shape and order (C order, as "
-            "np.ravel), or use jaxdia.chebyshev for matrices that are no stencil"
+            f"np.ravel), or {alternative} for matrices that are no stencil"
         )
     if host is None:
         return
@@ -446,7 +457,7 @@ def _check_stencil(
             i, j, value = wrapped[0]
             where = f" (batch member {member})" if len(host) > 1 else ""
             raise ValueError(
-                f"multigrid: A[{i}, {j}] = {value}{where} couples grid points "
+                f"{function}: A[{i}, {j}] = {value}{where} couples grid points "
                 f"{_point(i, grid)} and {_point(j, grid)}, which are no "
                 f"neighbours on grid {grid}, so A is no stencil on it (periodic boundaries, "
                 "or the wrong grid shape?)"
@@ -558,7 +569,8 @@ def multigrid(
     the level's matrix before and after the coarse correction; the coarsest level is
     solved directly by a banded LU factorized once, here. For a symmetric positive
     definite ``A`` the V-cycle is symmetric positive definite, so it is a valid
-    preconditioner for conjugate gradients.
+    preconditioner for conjugate gradients (with the polynomial smoothers; the ``"ilu"``
+    one makes it nonsymmetric, a preconditioner for :func:`jaxdia.bicgstab`).
 
     Complex matrices (a Hermitian stencil, a complex-shifted Laplacian ``L + s I``,
     Crank-Nicolson's ``I + i dt/2 H``) get the same hierarchy in complex arithmetic,
@@ -611,10 +623,15 @@ def multigrid(
       grid: the grid's points per axis; ``prod(grid)`` must equal ``A.shape[0]``.
       smoother: ``"chebyshev"`` (the Chebyshev polynomial in ``D^-1 A`` smallest on the
         upper 5/6 of its spectrum, bounded by Gershgorin's theorem; real ``A`` only) or
-        ``"jacobi"`` (damped Jacobi, weight ``1.6 / rho`` for that bound ``rho``). None:
-        ``"chebyshev"`` for a real ``A``, ``"jacobi"`` for a complex one.
-      sweeps: products with ``A`` per smoothing (the polynomial's degree), before and
-        after the coarse correction.
+        ``"jacobi"`` (damped Jacobi, weight ``1.6 / rho`` for that bound ``rho``), or
+        ``"ilu"`` (steps ``x += (L U)^-1 (b - A x)`` with each level's ILU(0), as
+        :func:`jaxdia.ilu0` factors it with a grid: the smoother that keeps multigrid
+        converging where convection dominates, at the cost of two triangular solves per
+        step; one device only; a zero pivot is not reported, it makes ``M(v)`` NaN).
+        None: ``"chebyshev"`` for a real ``A``, ``"jacobi"`` for a complex one.
+      sweeps: products with ``A`` per smoothing (the polynomial's degree; ILU steps for
+        ``"ilu"``, of which 1 is usually the fastest), before and after the coarse
+        correction.
       coarsening: ``"full"`` halves every axis at every level. ``"auto"`` halves only the
         axes whose coupling is at least half the strongest one's (semi-coarsening, for
         anisotropic problems); it reads ``A``'s values, so it needs a concrete ``A``
@@ -692,8 +709,15 @@ def multigrid(
     grid = _as_grid(grid, A.shape[0])
     if smoother is None:
         smoother = "jacobi" if A.dtype.kind == "c" else "chebyshev"
-    if smoother not in SMOOTHERS:
-        raise ValueError(f"multigrid: smoother must be one of {SMOOTHERS}, got {smoother!r}")
+    if smoother not in MULTIGRID_SMOOTHERS:
+        raise ValueError(
+            f"multigrid: smoother must be one of {MULTIGRID_SMOOTHERS}, got {smoother!r}"
+        )
+    if smoother == "ilu" and sharded is not None:
+        raise TypeError(
+            "multigrid: smoother='ilu' is for a matrix on one device (its triangular "
+            "solves are not sharded); use smoother='jacobi' or 'chebyshev' for a sharded A"
+        )
     if smoother == "chebyshev" and A.dtype.kind == "c":
         raise ValueError(
             "multigrid: the Chebyshev smoother damps a real interval of the spectrum of "
