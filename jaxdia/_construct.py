@@ -230,7 +230,7 @@ def kron(A: Any, B: Any) -> DiaMatrix:
       >>> float(K.todense()[3, 2])
       0.0
       >>> jaxdia.kron(2, T).todense()[0].tolist()
-      [4.0, 1.0, 0.0]
+      [4.0, 2.0, 0.0]
     """
     if _is_scalar(A) and not _is_scalar(B):
         return _kron_factor(B, "kron: B") * A
