@@ -1145,7 +1145,7 @@ def jaxdia_solvers_on_a_sharded_matrix():
         assert bool(info.converged) and spec_of(x) == ("rows",), (method, variant)
         close(S.unshard_vector(x), expected[method], 1e-8)
         hlo = compiled.as_text()
-        assert "all-gather" not in hlo
+        assert "all-gather" not in hlo, (method, variant, kind)
         # Standard BiCGStab with Jacobi runs one iteration per loop body, the fused one
         # a half iteration per body.
         half_steps = (method, variant) == ("bicgstab", "fused")

@@ -46,6 +46,13 @@ def _dot(a: Array, b: Array) -> Array:
     return jnp.sum(a.conj() * b, axis=-1)
 
 
+def _zeros_like(v: Array) -> Array:
+    """Zeros of ``v``'s shape, dtype and sharding (``jnp.zeros_like`` of a traced
+    sharded vector loses its sharding inside ``custom_linear_solve`` on JAX 0.12, and
+    a replicated loop state costs an all-gather per iteration)."""
+    return jnp.where(False, v, jnp.zeros((), v.dtype))
+
+
 def _squared_norm(a: Array) -> Array:
     return jnp.sum((a.conj() * a).real, axis=-1)
 
@@ -73,7 +80,7 @@ def cg_iterations(
     ``p = 0``), so a large preconditioner such as a V-cycle is compiled once.
     """
     r = b if x0 is None else b - matvec(x0)
-    x0 = jnp.zeros_like(b) if x0 is None else x0
+    x0 = _zeros_like(b) if x0 is None else x0
     threshold2 = threshold**2
     k = jnp.zeros(r.shape[:-1], jnp.int32)
     active = (_squared_norm(r) > threshold2) & (k < maxiter)
@@ -99,7 +106,7 @@ def cg_iterations(
         active = ok & (_squared_norm(r) > threshold2) & (k < maxiter)
         return x, r, p, _where(ok, gamma, gamma_before), k, active
 
-    x, *_, k, _ = lax.while_loop(cond, body, (x0, r, jnp.zeros_like(r), gamma, k, active))
+    x, *_, k, _ = lax.while_loop(cond, body, (x0, r, _zeros_like(r), gamma, k, active))
     return x, k
 
 
@@ -126,13 +133,13 @@ def bicgstab_iterations(
     vector: for a cheap ``M`` it is the slower loop (see :func:`large_program`).
     """
     r = b if x0 is None else b - matvec(x0)
-    x0 = jnp.zeros_like(b) if x0 is None else x0
+    x0 = _zeros_like(b) if x0 is None else x0
     threshold2 = threshold**2
     shape = r.shape[:-1]
     one = jnp.ones(shape, r.dtype)
     k = jnp.zeros(shape, jnp.int32)
     active = (_squared_norm(r) > threshold2) & (k < maxiter)
-    zeros = jnp.zeros_like(r)
+    zeros = _zeros_like(r)
     if not one_site:
         return _bicgstab_full(matvec, M, threshold2, maxiter, x0, r, one, k, active, zeros)
     # x, r, rhat, alpha, omega, rho, rho_next, p, v, s, phat, ok, k, active, second half
@@ -290,7 +297,7 @@ def cg_fused_iterations(
     iteration count is standard CG's.
     """
     r = b if x0 is None else b - matvec(x0)
-    x0 = jnp.zeros_like(b) if x0 is None else x0
+    x0 = _zeros_like(b) if x0 is None else x0
     threshold2 = threshold**2
     shape = r.shape[:-1]
     k = jnp.zeros(shape, jnp.int32)
@@ -320,7 +327,7 @@ def cg_fused_iterations(
         alpha = _where(ok, alpha, alpha_before)
         return x, r, p, s, gamma, alpha, k, ok & (k < maxiter)
 
-    zeros = jnp.zeros_like(r)
+    zeros = _zeros_like(r)
     state = (x0, r, zeros, zeros, one, one, k, active)
     x, *_, k, _ = lax.while_loop(cond, body, state)
     return x, k
@@ -340,14 +347,14 @@ def bicgstab_fused_iterations(
     steps, as :func:`bicgstab_iterations`: its body applies ``M`` once.
     """
     r = b if x0 is None else b - matvec(x0)
-    x0 = jnp.zeros_like(b) if x0 is None else x0
+    x0 = _zeros_like(b) if x0 is None else x0
     threshold2 = threshold**2
     shape = r.shape[:-1]
     one = jnp.ones(shape, r.dtype)
     k = jnp.zeros(shape, jnp.int32)
     rho, rr = _reduce((r, r), (r, r))
     active = (rr.real > threshold2) & (k < maxiter)
-    zeros = jnp.zeros_like(r)
+    zeros = _zeros_like(r)
     # x, r, rhat, p, v, s, phat, alpha, omega, rho_before, rho, k, active, second half
     state = (x0, r, r, zeros, zeros, zeros, zeros, one, one, one, rho, k, active, False)
 
