@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 from jax import lax
 from jax.experimental import sparse as jsparse
 
@@ -181,6 +181,7 @@ def test_from_dense_explicit_offsets_drop_other_diagonals():
     np.testing.assert_array_equal(A.todense(), np.diag(np.diag(M)))
 
 
+@settings(max_examples=8)  # every example a new shape: BCOO's eager operations compile
 @given(dia_matrices(padding="nan"))
 def test_bcoo_round_trip(A):
     B = A.to_bcoo()
