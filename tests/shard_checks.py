@@ -1245,7 +1245,7 @@ def sharded_multigrid_matches_one_device():
 @check
 def sharded_multigrid_errors_are_clear():
     mesh = explicit_mesh_of()
-    A, _ = _multigrid_case("poisson-2d")
+    A, grid = _multigrid_case("poisson-2d")
     S = jaxdia.shard(A, mesh, "rows")
     expect_error(
         ValueError,
@@ -1259,7 +1259,7 @@ def sharded_multigrid_errors_are_clear():
         lambda: jaxdia.multigrid(T, (24, 24)),
     )
     expect_error(
-        TypeError, "coarsening='auto'", lambda: jaxdia.multigrid(S, (64, 64), coarsening="auto")
+        TypeError, "coarsening='auto'", lambda: jaxdia.multigrid(S, grid, coarsening="auto")
     )
     # Coarsening the fast axis first keeps the shards aligned whatever their planes.
     M = jaxdia.multigrid(T, (24, 24), coarsening=[(1,), (1,)], gather_below=8)
