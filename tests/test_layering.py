@@ -64,6 +64,7 @@ LAYERS = {
     "_shard": 4.2,
     "_jacobian": 4.3,
     "_linalg": 5,
+    "_linalg.periodic": 5.05,
     "_linalg.banded": 5.1,
     "_linalg.krylov": 5.1,
     "_linalg.smoothers": 5.1,

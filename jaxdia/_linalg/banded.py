@@ -45,12 +45,13 @@ import numpy as np
 from jax import Array, lax
 from jax.typing import ArrayLike
 
-from .._checks import check_rhs, result_dtype
+from .._checks import check_rhs, is_traced, result_dtype
 from .._geometry import accumulation_dtype, band_widths, in_bounds
 from .._kernels import band_primitives as prims
 from .._kernels.primitives import spmm
 from .._parts import DiaParts
 from .._sharding import on_auto_axes
+from . import periodic
 
 #: The factorizations' implementation: "auto" (by platform, see the module docstring),
 #: "host" or "scan" (LAPACK's kinds, by LAPACK on CPU or by ``lax.scan``), "parallel"
@@ -233,10 +234,47 @@ def finite(data: Array, offsets: tuple[int, ...], lower: bool | None) -> Array:
     return jnp.all(jnp.isfinite(data) | ~read, axis=(-2, -1))
 
 
-def factor_lu(A: DiaParts, method: str | None = None) -> Factor:
-    """The banded LU factor of a square ``A`` (``"gt"``, ``"gb"`` or ``"cr"``)."""
+def factor_lu(A: DiaParts, method: str | None = None, corners: bool = True) -> Factor:
+    """The banded LU factor of a square ``A`` (``"gt"``, ``"gb"`` or ``"cr"``), or, when
+    ``A`` is a band plus corner diagonals that are cheaper as a low-rank correction
+    (periodic boundaries, see :mod:`jaxdia._linalg.periodic`) and ``corners`` allows it,
+    the periodic factor: kind ``"w"`` and the band's kind, widths ``(p, q)`` and the
+    band's widths, arrays the band's followed by ``Z``, ``S``'s LU and its pivots."""
     method = method or METHOD
-    return _factor_of(A, *lu_kind(A.offsets, method), None, method)
+    where = periodic.split(A.offsets, A.shape[0]) if corners else None
+    if where is None:
+        return _factor_of(A, *lu_kind(A.offsets, method), None, method)
+    kind, widths = lu_kind(where.band_offsets(A.offsets), method)
+    arrays, info = _periodic_factor(
+        A.data, offsets=A.offsets, p=where.p, q=where.q, kind=kind, widths=widths, method=method
+    )
+    return Factor("w" + kind, (where.p, where.q, *widths), arrays, info)
+
+
+#: ``info`` of a periodic factor whose band factored but whose correction ``S`` is
+#: singular or not finite: ``A`` is singular, or its band nearly so.
+SINGULAR_CORRECTION = -2
+
+
+@partial(jax.jit, static_argnames=("offsets", "p", "q", "kind", "widths", "method"))
+def _periodic_factor(data, *, offsets, p, q, kind, widths, method):
+    """:func:`factor_lu`'s periodic factor, as one compiled call: the band's factor of
+    ``kind``, then ``Z = B^-1 U`` and the LU of ``S = I + V^T Z``."""
+    n = data.shape[-1]
+    where = periodic.Split.of(offsets, n, p, q)
+    data = lax.stop_gradient(data).astype(accumulation_dtype(data.dtype))
+    band = DiaParts(data[..., list(where.band), :], where.band_offsets(offsets), (n, n))
+    arrays, info = _factor(
+        band.data, offsets=band.offsets, kind=kind, widths=widths, lower=None, method=method
+    )
+    U = periodic.corners(data, offsets, where)
+    Z = solve(band, Factor(kind, widths, arrays, info), U, method=method)
+    lu, pivots = periodic.capacitance(Z, n, where)
+    bad = jnp.any(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0, axis=-1)
+    bad = bad | ~jnp.all(jnp.isfinite(lu), axis=(-2, -1))
+    info = jnp.where(info != 0, info, jnp.where(bad, SINGULAR_CORRECTION, 0))
+    info = jnp.where(finite(data, offsets, None), info, NON_FINITE)
+    return (*arrays, Z, lu, pivots), info
 
 
 def factor_cholesky(A: DiaParts, lower: bool, method: str | None = None) -> Factor:
@@ -344,6 +382,14 @@ def _solve(
         info = jnp.broadcast_to(info, batch)
         data = jnp.broadcast_to(data, (*batch, *data.shape[-2:]))
     matrix = jnp.reshape(data, (1,) * (len(batch) - data.ndim + 2) + data.shape).astype(work)
+    corners = None
+    band_offsets = offsets
+    if kind[0] == "w":  # periodic: a factor of the band, and the corners' correction
+        corners = periodic.Split.of(offsets, n, *widths[:2])
+        kind, widths = kind[1:], widths[2:]
+        *arrays, Z, S_lu, S_pivots = arrays
+        band_offsets = corners.band_offsets(offsets)
+        data = data[..., list(corners.band), :]
     if kind == "os":  # no arrays: the solve factors the matrix
         factor_dtype = accumulation_dtype(data.dtype)
     else:
@@ -366,6 +412,8 @@ def _solve(
         return array.astype(precision)
 
     arrays = tuple(cast(index, array) for index, array in enumerate(arrays))
+    if corners is not None:
+        Z, S_lu = (array.astype(precision) for array in (Z, S_lu))
     if kind in ("cr", "os"):  # the solve's residuals (and the one-shot's factorization)
         arrays = (*arrays, lax.stop_gradient(data).astype(precision))
     failed = (info != 0)[..., None, None]
@@ -376,6 +424,13 @@ def _solve(
         if hermitian and t:
             # A^T = conj(A) for a Hermitian A (and A^H = A).
             return raw(rhs.conj(), 0).conj() if t == 1 else raw(rhs, 0)
+        if corners is not None:
+            return periodic.solve(band_raw, Z, S_lu, S_pivots, rhs, t, corners)
+        return band_raw(rhs, t)
+
+    def band_raw(rhs, t):
+        """``op_t(B)^-1 rhs`` for the band ``B`` the factor's arrays factor (``A``
+        itself, or its band without the corners)."""
         columns = jnp.swapaxes(rhs, -1, -2)  # (*batch, k, n): LAPACK's column-major B
         k = columns.shape[-2]
         if split:
@@ -386,7 +441,7 @@ def _solve(
             kind=kind,
             widths=widths,
             trans=min(t, 1) if split else t,
-            offsets=offsets if kind in ("cr", "os") else (),
+            offsets=band_offsets if kind in ("cr", "os") else (),
             method=method,
         )
         if split:
@@ -448,6 +503,11 @@ def solve_once(A: DiaParts, b: ArrayLike) -> Array:
     precision = np.dtype(jnp.result_type(A.dtype, jnp.finfo(dtype).dtype))
     if precision != A.dtype:
         A = A.with_data(A.data.astype(precision))
+    if periodic.split(A.offsets, n) is not None:
+        factor = factor_lu(A, METHOD)
+        if is_traced(factor.info) or not np.any(np.asarray(factor.info)):
+            return solve(A, factor, b, function="solve_banded")
+        # The band without its corners is singular: solve A as the whole band.
     # LAPACK's kinds forced (tests), else a factor whose solve factors.
-    factor = factor_lu(A, METHOD) if METHOD in ("host", "scan") else oneshot(A)
+    factor = factor_lu(A, METHOD, corners=False) if METHOD in ("host", "scan") else oneshot(A)
     return solve(A, factor, b, function="solve_banded")

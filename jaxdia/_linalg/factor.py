@@ -45,6 +45,7 @@ _KIND_NAMES = {
     "pt": "tridiagonal",
     "cr": "parallel",
     "ch": "parallel",
+    **{"w" + kind: "periodic" for kind in ("gb", "gt", "cr")},
 }
 
 
@@ -163,8 +164,9 @@ class _BandedFactor(Immutable, ScipyOperator):
     @property
     def kind(self) -> str:
         """``"tridiagonal"`` (LAPACK's ``?gttrf``/``?pttrf`` form), ``"band"`` (LAPACK's
-        ``?gbtrf``/``?pbtrf``) or ``"parallel"`` (block cyclic reduction, the factor on
-        GPU and TPU)."""
+        ``?gbtrf``/``?pbtrf``), ``"parallel"`` (block cyclic reduction, the factor on
+        GPU and TPU) or ``"periodic"`` (a band's factor and a low-rank correction for
+        corner diagonals; LU only)."""
         return _KIND_NAMES[self._kind]
 
     @property
@@ -212,6 +214,11 @@ class BandedLU(_BandedFactor):
     of ``l`` and ``u``), their couplings to the kept blocks and the kept blocks'
     couplings, then the inverse of the last block; it has no ``lu`` or ``pivots``.
 
+    A periodic factor (``kind == "periodic"``, see :func:`jaxdia.lu_factor`) holds the
+    factor arrays of the band without its corner diagonals, then ``corrections`` (``Z =
+    B^-1 U``, ``(*batch_shape, n, r)``), ``capacitance_lu`` and ``capacitance_pivots``
+    (``jax.scipy.linalg.lu_factor`` of ``S``); it has no ``lu`` or ``pivots`` of ``A``.
+
     The factor is also SciPy's ``LinearOperator`` for ``A^-1``: ``matvec``/``matmat``
     solve ``A x = b``, ``rmatvec``/``rmatmat`` solve ``A^H x = b`` (NumPy in and out;
     ``shape`` and ``dtype`` as the matrix's), so it can be SciPy's ``M=``, or the
@@ -224,9 +231,10 @@ class BandedLU(_BandedFactor):
       factors: the factor's arrays, of any kind.
       info: 0, or the 1-based index of the first exactly zero pivot ``U[i - 1, i - 1]``
         (a parallel factor on GPU/TPU: the first row of a singular diagonal block it
-        met).
+        met; a periodic factor: that of its band, or -2 when the correction ``S`` is
+        singular).
       ok: ``info == 0``.
-      kind: ``"tridiagonal"``, ``"band"`` or ``"parallel"``.
+      kind: ``"tridiagonal"``, ``"band"``, ``"parallel"`` or ``"periodic"``.
       lower: the number of subdiagonals ``l``.
       upper: the number of superdiagonals ``u``.
 
@@ -250,6 +258,10 @@ class BandedLU(_BandedFactor):
     _name = "BandedLU"
 
     def _leaf_names(self) -> tuple[str, ...]:
+        if self._kind[0] == "w":  # the band's arrays, then the corners' correction
+            band = self._factors[:-3]
+            names = _parallel_leaf_names(len(band)) if self._kind == "wcr" else ("lu", "pivots")
+            return (*names, "corrections", "capacitance_lu", "capacitance_pivots")
         if self._kind == "cr":
             return _parallel_leaf_names(len(self._factors))
         return ("lu", "pivots")
@@ -259,6 +271,11 @@ class BandedLU(_BandedFactor):
             raise AttributeError(
                 f"BandedLU.{name}: a parallel (cyclic reduction) factor has no LAPACK "
                 "layout; its arrays are BandedLU.factors"
+            )
+        if self._kind[0] == "w":
+            raise AttributeError(
+                f"BandedLU.{name}: a periodic factor (a band plus corner diagonals) has no "
+                "LAPACK layout of A; its arrays are BandedLU.factors"
             )
 
     def _columns(self, x: Any, adjoint: bool) -> Array:
@@ -489,6 +506,18 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
     ``sqrt(eps)`` of backward error is NaN (on CPU, where cyclic reduction runs one-shot
     solves of batches, LAPACK solves it instead).
 
+    **Periodic bands.** Corner diagonals (offsets near ``±n``: ``±(n - 1)`` for a periodic
+    tridiagonal matrix, ``±(n - h) .. ±(n - 1)`` for a stencil of half-width ``h``) would
+    make the band the whole matrix. When it is cheaper, the factor (``kind ==
+    "periodic"``) is instead that of the band without the corners, ``B``, plus the
+    Sherman-Morrison-Woodbury correction for them: ``A = B + U V^T`` with ``V`` selecting
+    the ``r`` columns the corners touch, ``Z = B^-1 U`` and the LU of the ``r x r`` matrix
+    ``S = I + V^T Z`` are stored, and a solve costs a banded solve plus O(n r). Chosen
+    from the offsets alone, by the work each way. It needs ``B`` nonsingular: where it is
+    not, ``lu_factor`` outside ``jit`` factors the whole band instead; under ``jit``
+    :attr:`BandedLU.info` is nonzero and solves are NaN. Like any Woodbury update it
+    loses accuracy when ``B`` is much worse conditioned than ``A``.
+
     ``A`` may be batched (``A.batch_shape``): one factor per matrix. The result is a
     pytree (see :class:`BandedLU`), usable under ``jit`` and ``vmap``, closed over or
     carried by ``lax.scan``.
@@ -521,7 +550,11 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
       >>> bool(jnp.allclose(u, v, rtol=1e-5))
       True
     """
-    lu = lu_unchecked(as_square_matrix(A, "lu_factor"))
+    A = as_square_matrix(A, "lu_factor")
+    lu = lu_unchecked(A)
+    if lu._kind[0] == "w" and not is_traced(lu.info) and np.any(np.asarray(lu.info)):
+        # The band without its corners is singular (or A is): factor A as the whole band.
+        lu = BandedLU._of(A._parts, banded.factor_lu(A._parts, corners=False))
 
     def what(i: int) -> str:
         if lu._kind == "cr":
@@ -589,7 +622,9 @@ def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
     matrix that triangle defines, with the real part of the diagonal. Half the work and
     storage of :func:`lu_factor` and no pivoting: ``?pbtrf`` for a band of ``kd``
     superdiagonals (O(n kd^2) to factor, O(n kd) per solve), ``?pttrf``'s ``L D L^H`` for
-    a tridiagonal one. Where it runs is as for :func:`lu_factor`.
+    a tridiagonal one. Where it runs is as for :func:`lu_factor`. Corner diagonals of
+    periodic boundaries are factored as part of the band (the whole matrix): factor a
+    periodic matrix with :func:`lu_factor`, which splits them off.
 
     Args:
       A: a square DiaMatrix (possibly batched).
@@ -693,12 +728,11 @@ def solve_banded(A: DiaMatrix, b: ArrayLike) -> Array:
       refines, and a system it cannot solve is solved by LAPACK on CPU and is NaN on
       GPU/TPU (see :func:`jaxdia.lu_factor`).
 
-    The band is what the offsets span, whatever the entries: corner entries of periodic
-    boundary conditions (offsets ``±(n - 1)``) make it the whole matrix and the solve
-    O(n^3), far slower than ``scipy.sparse.linalg.spsolve``'s sparse LU. Solve such systems,
-    and large 2-D/3-D stencils (bandwidth ``sqrt(n)`` or ``n^(2/3)``: fill-in that a
-    sparse LU's reordering avoids), with ``jax.scipy.sparse.linalg.gmres``, ``bicgstab``
-    or ``cg``.
+    Periodic boundary conditions (corner diagonals at offsets near ``±n``, such as
+    ``±(n - 1)``) are solved as a band plus a low-rank correction, as :func:`lu_factor`
+    says: about the cost of a banded solve. Large 2-D/3-D stencils (bandwidth ``sqrt(n)``
+    or ``n^(2/3)``: fill-in that a sparse LU's reordering avoids) are better solved with
+    :func:`jaxdia.cg`/:func:`jaxdia.bicgstab` and :func:`jaxdia.multigrid`.
 
     A singular matrix (an exactly zero pivot, e.g. a zero column) gives an all-NaN
     solution; no exception is raised, as none can be under ``jit``
