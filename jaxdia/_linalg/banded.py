@@ -383,11 +383,13 @@ def _solve(
         data = jnp.broadcast_to(data, (*batch, *data.shape[-2:]))
     matrix = jnp.reshape(data, (1,) * (len(batch) - data.ndim + 2) + data.shape).astype(work)
     corners = None
+    correction: list[Array] = []  # Z, S's LU and pivots
     band_offsets = offsets
     if kind[0] == "w":  # periodic: a factor of the band, and the corners' correction
         corners = periodic.Split.of(offsets, n, *widths[:2])
         kind, widths = kind[1:], widths[2:]
         *arrays, Z, S_lu, S_pivots = arrays
+        correction = [Z, S_lu, S_pivots]
         band_offsets = corners.band_offsets(offsets)
         data = data[..., list(corners.band), :]
     if kind == "os":  # no arrays: the solve factors the matrix
@@ -413,7 +415,8 @@ def _solve(
 
     arrays = tuple(cast(index, array) for index, array in enumerate(arrays))
     if corners is not None:
-        Z, S_lu = (array.astype(precision) for array in (Z, S_lu))
+        Z, S_lu, S_pivots = correction
+        correction = [Z.astype(precision), S_lu.astype(precision), S_pivots]
     if kind in ("cr", "os"):  # the solve's residuals (and the one-shot's factorization)
         arrays = (*arrays, lax.stop_gradient(data).astype(precision))
     failed = (info != 0)[..., None, None]
@@ -425,6 +428,7 @@ def _solve(
             # A^T = conj(A) for a Hermitian A (and A^H = A).
             return raw(rhs.conj(), 0).conj() if t == 1 else raw(rhs, 0)
         if corners is not None:
+            Z, S_lu, S_pivots = correction
             return periodic.solve(band_raw, Z, S_lu, S_pivots, rhs, t, corners)
         return band_raw(rhs, t)
 
