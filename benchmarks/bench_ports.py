@@ -1,0 +1,97 @@
+"""Whole programs: SciPy/PyAMG originals against their jaxdia ports, as processes.
+
+Each pair in ``benchmarks/ports/`` is one public-style SciPy program and its port to
+jaxdia (nothing from SciPy at run time): a ``kron``-built transverse-field Ising quench
+(``eigsh`` + ``expm_multiply`` on 101 times), PyAMG's start-here solve (2-D Poisson
+500 x 500, multigrid-CG), and a short shift-invert ``eigsh``. Each program runs as a
+whole process (interpreter start, imports, construction, compilation, the run), its wall
+and CPU time measured from outside; the port cold (no compilation cache) and warm (JAX's
+persistent compilation cache filled by a first run that is not counted). The outputs are
+checked to agree first. Rounds interleave original, cold port and warm port; medians.
+
+    OPENBLAS_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/bench_ports.py [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PORTS = Path(__file__).resolve().parent / "ports"
+ROOT = str(PORTS.parents[1])
+PAIRS = {  # name: (original, port)
+    "Ising quench, 12 sites (kron, eigsh, expm_multiply)": ("ising_scipy.py", "ising_jaxdia.py"),
+    "PyAMG demo, 2-D Poisson 500^2 (multigrid-CG)": ("poisson_pyamg.py", "poisson_jaxdia.py"),
+    "oscillator, n = 2000, 10 levels (shift-invert eigsh)": (
+        "oscillator_scipy.py",
+        "oscillator_jaxdia.py",
+    ),
+}
+
+
+def run(script: str, env: dict[str, str]) -> tuple[float, float, str]:
+    """Wall and CPU (user + system) seconds of one whole process, and what it printed."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, str(PORTS / script)], env=env, capture_output=True, text=True
+    )
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode:
+        raise RuntimeError(f"{script} failed:\n{done.stdout}{done.stderr}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu, done.stdout.strip()
+
+
+def agree(original: str, port: str) -> None:
+    """The port printed what the original did (residuals: both below the tolerance)."""
+    if original.startswith("residual"):
+        assert float(original.split()[1]) < 1e-8 and float(port.split()[1]) < 1e-8
+    else:
+        assert original == port, (original, port)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    base = {**os.environ, "PYTHONPATH": ROOT}
+    print(
+        "| program | original wall s (CPU) | port cold wall s (CPU) | cold / original | "
+        "port warm cache wall s (CPU) | warm / original |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, (original, port) in PAIRS.items():
+        with tempfile.TemporaryDirectory() as cache:
+            warm_env = {
+                **base,
+                "JAX_COMPILATION_CACHE_DIR": cache,
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+            }
+            agree(run(original, base)[2], run(port, warm_env)[2])  # also fills the cache
+            times: dict[str, list[tuple[float, float]]] = {"orig": [], "cold": [], "warm": []}
+            for _ in range(args.rounds):
+                times["orig"].append(run(original, base)[:2])
+                times["cold"].append(run(port, base)[:2])
+                times["warm"].append(run(port, warm_env)[:2])
+        wall = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
+        cpu = {k: statistics.median(c for _, c in v) for k, v in times.items()}
+        print(
+            f"| {name} | {wall['orig']:.2f} ({cpu['orig']:.2f}) | {wall['cold']:.2f} "
+            f"({cpu['cold']:.2f}) | {wall['cold'] / wall['orig']:.1f} | {wall['warm']:.2f} "
+            f"({cpu['warm']:.2f}) | {wall['warm'] / wall['orig']:.1f} |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
