@@ -234,21 +234,24 @@ def finite(data: Array, offsets: tuple[int, ...], lower: bool | None) -> Array:
     return jnp.all(jnp.isfinite(data) | ~read, axis=(-2, -1))
 
 
-def factor_lu(A: DiaParts, method: str | None = None, corners: bool = True) -> Factor:
+def factor_lu(A: DiaParts, method: str | None = None) -> Factor:
     """The banded LU factor of a square ``A`` (``"gt"``, ``"gb"`` or ``"cr"``), or, when
     ``A`` is a band plus corner diagonals that are cheaper as a low-rank correction
-    (periodic boundaries, see :mod:`jaxdia._linalg.periodic`) and ``corners`` allows it,
-    the periodic factor: kind ``"w"`` and the band's kind, widths ``(p, q)`` and the
-    band's widths, arrays the band's followed by ``Z``, ``S``'s LU and its pivots."""
+    (periodic boundaries, see :mod:`jaxdia._linalg.periodic`), the periodic factor: kind
+    ``"w"`` and the band's kind, widths ``(p, q)`` and the band's widths, arrays the
+    band's followed by ``Z``, ``S``'s LU and its pivots. Outside ``jit``, a periodic
+    factor that failed (the band without its corners is singular, or ``A`` is) is
+    replaced by the factor of the whole band."""
     method = method or METHOD
-    where = periodic.split(A.offsets, A.shape[0]) if corners else None
-    if where is None:
-        return _factor_of(A, *lu_kind(A.offsets, method), None, method)
-    kind, widths = lu_kind(where.band_offsets(A.offsets), method)
-    arrays, info = _periodic_factor(
-        A.data, offsets=A.offsets, p=where.p, q=where.q, kind=kind, widths=widths, method=method
-    )
-    return Factor("w" + kind, (where.p, where.q, *widths), arrays, info)
+    where = periodic.split(A.offsets, A.shape[0])
+    if where is not None:
+        kind, widths = lu_kind(where.band_offsets(A.offsets), method)
+        arrays, info = _periodic_factor(
+            A.data, offsets=A.offsets, p=where.p, q=where.q, kind=kind, widths=widths, method=method
+        )
+        if is_traced(info) or not np.any(np.asarray(info)):
+            return Factor("w" + kind, (where.p, where.q, *widths), arrays, info)
+    return _factor_of(A, *lu_kind(A.offsets, method), None, method)
 
 
 #: ``info`` of a periodic factor whose band factored but whose correction ``S`` is
@@ -414,9 +417,6 @@ def _solve(
         return array.astype(precision)
 
     arrays = tuple(cast(index, array) for index, array in enumerate(arrays))
-    if corners is not None:
-        Z, S_lu, S_pivots = correction
-        correction = [Z.astype(precision), S_lu.astype(precision), S_pivots]
     if kind in ("cr", "os"):  # the solve's residuals (and the one-shot's factorization)
         arrays = (*arrays, lax.stop_gradient(data).astype(precision))
     failed = (info != 0)[..., None, None]
@@ -429,6 +429,7 @@ def _solve(
             return raw(rhs.conj(), 0).conj() if t == 1 else raw(rhs, 0)
         if corners is not None:
             Z, S_lu, S_pivots = correction
+            Z, S_lu = Z.astype(precision), S_lu.astype(precision)
             return periodic.solve(band_raw, Z, S_lu, S_pivots, rhs, t, corners)
         return band_raw(rhs, t)
 
@@ -507,11 +508,8 @@ def solve_once(A: DiaParts, b: ArrayLike) -> Array:
     precision = np.dtype(jnp.result_type(A.dtype, jnp.finfo(dtype).dtype))
     if precision != A.dtype:
         A = A.with_data(A.data.astype(precision))
-    if periodic.split(A.offsets, n) is not None:
-        factor = factor_lu(A, METHOD)
-        if is_traced(factor.info) or not np.any(np.asarray(factor.info)):
-            return solve(A, factor, b, function="solve_banded")
-        # The band without its corners is singular: solve A as the whole band.
-    # LAPACK's kinds forced (tests), else a factor whose solve factors.
-    factor = factor_lu(A, METHOD, corners=False) if METHOD in ("host", "scan") else oneshot(A)
+    # A periodic band's factor, LAPACK's kinds forced (tests), else a factor whose solve
+    # factors.
+    stored = METHOD in ("host", "scan") or periodic.split(A.offsets, n) is not None
+    factor = factor_lu(A, METHOD) if stored else oneshot(A)
     return solve(A, factor, b, function="solve_banded")

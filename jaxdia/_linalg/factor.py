@@ -550,11 +550,7 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
       >>> bool(jnp.allclose(u, v, rtol=1e-5))
       True
     """
-    A = as_square_matrix(A, "lu_factor")
-    lu = lu_unchecked(A)
-    if lu._kind[0] == "w" and not is_traced(lu.info) and np.any(np.asarray(lu.info)):
-        # The band without its corners is singular (or A is): factor A as the whole band.
-        lu = BandedLU._of(A._parts, banded.factor_lu(A._parts, corners=False))
+    lu = lu_unchecked(as_square_matrix(A, "lu_factor"))
 
     def what(i: int) -> str:
         if lu._kind == "cr":

@@ -15,8 +15,9 @@ solves with ``A`` at the cost of a banded solve plus O(n r) for the rank ``r = p
 
 :func:`split` decides from the static offsets and ``n`` whether, and where, to split: it
 compares the work of the plain band with that of every split (a band of the central
-offsets plus corners), and picks the cheapest. ``B`` must be nonsingular: the callers
-fall back to the plain band when its factorization fails outside ``jit``.
+offsets plus corners), and picks the cheapest. ``B`` must be nonsingular:
+``jaxdia._linalg.banded.factor_lu`` falls back to the plain band when the periodic
+factorization fails outside ``jit``.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def _dense_solve(lu: Array, pivots: Array, rhs: Array, trans: int) -> Array:
         both = jnp.concatenate([rhs.real, rhs.imag], axis=-1)
         solved = _dense_solve(lu, pivots, both, trans)
         return solved[..., :k] + 1j * solved[..., k:]
-    lu, pivots = jnp.broadcast_to(lu, (*rhs.shape[:-2], *lu.shape[-2:])), pivots
+    lu = jnp.broadcast_to(lu, (*rhs.shape[:-2], *lu.shape[-2:]))
     pivots = jnp.broadcast_to(pivots, (*rhs.shape[:-2], pivots.shape[-1]))
     return dense_lu_solve((lu, pivots), rhs.astype(jnp.result_type(lu, rhs)), trans=trans)
 
