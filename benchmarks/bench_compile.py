@@ -19,10 +19,20 @@ transverse-field Ising chain of 10, 12 and 14 sites built with ``jaxdia.kron``
 (offsets ``0, +-2^k``), at ``t = 1`` and on 101 times in ``[0, 5]``, against SciPy's
 ``expm_multiply`` on the same operator (CSR) in the same process.
 
+With ``--profile`` the solver cases report instead where XLA's compile time goes: its
+phases as ``jax.profiler`` records them (HLO passes, the fusion emitters, LLVM's code
+generation; summed over XLA's threads) and the number of fusions in the optimized
+program, one compiled loop nest each, which is what the time follows.
+
+The multigrid cases run twice: with the setup inside the jitted call, and as a port
+does, ``M = jaxdia.multigrid(A, grid)`` first (eager: on the host for a concrete ``A``)
+and the jitted solve taking ``M`` as an argument.
+
 Usage::
 
     python benchmarks/bench_compile.py [--n 2000] [--markdown FILE]
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_compile.py --solvers [--markdown FILE]
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bench_compile.py --solvers --profile
 """
 
 from __future__ import annotations
@@ -77,8 +87,10 @@ def measure(fn, A, X):
 
 #: case name -> (description, budget in seconds of compile, peak memory budget in MB or None)
 SOLVER_CASES = {
-    "multigrid_2d": ("multigrid-CG, 2-D Poisson 1000^2", 2.0, None),
-    "multigrid_3d": ("multigrid-CG, 3-D Poisson 100^3", 3.0, None),
+    "multigrid_2d": ("multigrid-CG, 2-D Poisson 1000^2, setup in the call", 2.0, None),
+    "multigrid_3d": ("multigrid-CG, 3-D Poisson 100^3, setup in the call", 3.0, None),
+    "multigrid_2d_eager": ("multigrid-CG, 2-D Poisson 1000^2, M built before", 2.0, None),
+    "multigrid_3d_eager": ("multigrid-CG, 3-D Poisson 100^3, M built before", 3.0, None),
     "eigsh": ("eigsh, oscillator n = 2048, k = 20, 'SA'", 0.5, None),
     **{
         f"expm_{sites}{grid}": (
@@ -132,9 +144,14 @@ def _problem(case: str):
     if case.startswith("multigrid"):
         from pyamg.gallery import poisson
 
-        grid = (1000, 1000) if case.endswith("2d") else (100, 100, 100)
+        grid = (1000, 1000) if "_2d" in case else (100, 100, 100)
         A = jaxdia.DiaMatrix.from_scipy(poisson(grid, format="dia"))
         b = jnp.asarray(np.random.default_rng(0).standard_normal(A.shape[0]))
+        if case.endswith("eager"):  # as a port does: M = multigrid(A, grid), then solves
+            start = time.perf_counter()
+            M = jax.block_until_ready(jaxdia.multigrid(A, grid))
+            SETUP["eager_setup"] = time.perf_counter() - start
+            return (lambda A, M, b: jaxdia.cg(A, b, M=M, rtol=1e-8, maxiter=1000)), (A, M, b), None
 
         def solve(A, b):
             return jaxdia.cg(A, b, M=jaxdia.multigrid(A, grid), rtol=1e-8, maxiter=1000)
@@ -165,8 +182,41 @@ def _problem(case: str):
     )
 
 
-def run_case(case: str) -> dict:
-    """One solver case, measured in this (fresh) process."""
+#: What a case measured before the timed compilation (the eager setup of ``M``).
+SETUP: dict = {}
+
+#: XLA's compile phases as the profiler names them: (column, event name prefix).
+PHASES = (
+    ("HLO passes", "HLO passes "),
+    ("fusion emitters", "FusionCompiler::Compile"),
+    ("LLVM codegen", "JitCompiler::Compile"),
+)
+
+
+def compile_profiled(lowered) -> tuple[object, dict]:
+    """``lowered.compile()`` under ``jax.profiler.trace``: the executable and the
+    seconds of each of XLA's :data:`PHASES` (summed over its threads)."""
+    import glob
+    import gzip
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        with jax.profiler.trace(directory):
+            compiled = lowered.compile()
+        (path,) = glob.glob(f"{directory}/**/*.trace.json.gz", recursive=True)
+        with gzip.open(path) as f:
+            events = json.load(f)["traceEvents"]
+    phases = dict.fromkeys((column for column, _ in PHASES), 0.0)
+    for event in events:
+        for column, prefix in PHASES:
+            if event.get("ph") == "X" and event["name"].startswith(prefix):
+                phases[column] += event["dur"] / 1e6
+    return compiled, phases
+
+
+def run_case(case: str, profile: bool = False) -> dict:
+    """One solver case, measured in this (fresh) process (``profile``: XLA's phases and
+    the program's fusions too, the compile time then includes the profiler's own)."""
     f, args, reference = _problem(case)
     jax.block_until_ready(args)
     baseline = _rss_mb()
@@ -174,7 +224,7 @@ def run_case(case: str) -> dict:
     lowered = jax.jit(f).trace(*args).lower()
     lower_cpu, lower_wall = time.process_time() - cpu, time.perf_counter() - wall
     cpu, wall = time.process_time(), time.perf_counter()
-    compiled = lowered.compile()
+    compiled, phases = compile_profiled(lowered) if profile else (lowered.compile(), {})
     compile_cpu, compile_wall = time.process_time() - cpu, time.perf_counter() - wall
     peak = _rss_mb()
     jax.block_until_ready(compiled(*args))
@@ -191,7 +241,11 @@ def run_case(case: str) -> dict:
         "run": statistics.median(runs),
         "baseline_mb": baseline,
         "peak_mb": peak,
+        **SETUP,
     }
+    if profile:
+        result["phases"] = phases
+        result["fusions"] = compiled.as_text().count(" fusion(")
     if reference is not None:
         reference()
         times = []
@@ -203,26 +257,47 @@ def run_case(case: str) -> dict:
     return result
 
 
-def solver_table(cases) -> list[str]:
+def solver_table(cases, profile: bool = False) -> list[str]:
     lines = [
         f"jax {jax.__version__}, {os.cpu_count()} cores, float64/complex128; one fresh "
         "process per case. Seconds; peak: the process's peak resident memory (after "
-        "compiling; 'base': after the imports and the operator's construction).",
+        "compiling; 'base': after the imports and the operator's construction). "
+        "'M built before': `jaxdia.multigrid(A, grid)` called eagerly (its wall time in "
+        "brackets after the case), then the jitted CG with `M` as an argument.",
         "",
         "| case | trace + lower | compile (wall / CPU) | budget | run | SciPy | peak MB (base) |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
+    if profile:
+        lines = [
+            f"jax {jax.__version__}, {os.cpu_count()} cores; one fresh process per case. "
+            "Seconds of XLA's compile phases as `jax.profiler` records them, summed over "
+            "XLA's threads (so more than the wall time), and the fusions (one compiled "
+            "loop nest each) of the optimized program.",
+            "",
+            "| case | compile (wall) | "
+            + " | ".join(column for column, _ in PHASES)
+            + " | fusions |",
+            "|---|---:|" + "---:|" * len(PHASES) + "---:|",
+        ]
     print("\n".join(lines), flush=True)
     for case in cases:
         name, budget, memory = SOLVER_CASES[case]
         output = subprocess.run(
-            [sys.executable, __file__, "--case", case],
+            [sys.executable, __file__, "--case", case] + (["--profile"] if profile else []),
             capture_output=True,
             text=True,
             check=True,
             env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
         ).stdout
         r = json.loads(output.strip().splitlines()[-1])
+        if "eager_setup" in r:
+            name += f" ({r['eager_setup']:.2f})"
+        if profile:
+            phases = " | ".join(f"{r['phases'][column]:.2f}" for column, _ in PHASES)
+            lines.append(f"| {name} | {r['compile_wall']:.2f} | {phases} | {r['fusions']} |")
+            print(lines[-1], flush=True)
+            continue
         scipy_time = f"{r['scipy']:.3f}" if "scipy" in r else "-"
         budget_text = f"<= {budget:g}" if budget else "-"
         if memory:
@@ -243,13 +318,16 @@ def main():
     p.add_argument("--n", type=int, default=2000)
     p.add_argument("--markdown", default=None)
     p.add_argument("--solvers", nargs="*", default=None, help="solver cases (all if none)")
+    p.add_argument(
+        "--profile", action="store_true", help="with --solvers: XLA's compile phases, fusions"
+    )
     p.add_argument("--case", default=None, help=argparse.SUPPRESS)  # one, in this process
     args = p.parse_args()
     if args.case:
-        print(json.dumps(run_case(args.case)))
+        print(json.dumps(run_case(args.case, args.profile)))
         return
     if args.solvers is not None:
-        lines = solver_table(args.solvers or list(SOLVER_CASES))
+        lines = solver_table(args.solvers or list(SOLVER_CASES), args.profile)
         if args.markdown:
             with open(args.markdown, "w") as f:
                 f.write("\n".join(lines) + "\n")

@@ -262,6 +262,59 @@ def test_vcycle_is_exact_without_coarsening():
     np.testing.assert_allclose(np.asarray(M(b)), spla.spsolve(S.tocsc(), b), rtol=1e-10)
 
 
+@pytest.mark.parametrize(
+    "grid, coarsest",
+    [
+        ((20, 20), (20, 20)),  # at most 500 points: solved directly
+        ((40, 40), (20, 20)),  # coarsened at least once
+        ((256, 256), (64, 64)),  # 4096 * 65^2 <= 2^25
+        ((24, 24, 24), (6, 6, 6)),  # 12^3: 1728 * 157^2 > 2^25
+        ((10_000,), (2500,)),
+    ],
+)
+def test_default_coarsest_level(grid, coarsest):
+    """max_coarse=None on CPU: coarsen a grid of more than 500 points at least once, then
+    until a level of at most 4096 unknowns is cheap to factorize; a number keeps the
+    count rule."""
+    plan = multigrid.full_plan(grid, None, 100)
+    for axes in plan:
+        grid = multigrid.coarse_grid(grid, axes)
+    assert grid == coarsest
+    assert multigrid.full_plan((256, 256), 500, 100) == ((0, 1),) * 4  # down to 16 x 16
+    S = poisson((40, 40))
+    M = jaxdia.multigrid(jaxdia.DiaMatrix.from_scipy(S), (40, 40))
+    assert M.grids == ((40, 40), (20, 20))
+
+
+@pytest.mark.parametrize(
+    "grid, problem, dtype",
+    [
+        ((33, 20), "jump", np.float64),
+        ((9, 2, 5), "poisson", np.float32),  # an axis of 2: equal offsets summed
+        ((37,), "poisson", np.complex128),
+    ],
+)
+def test_eager_setup_matches_the_compiled_setup(grid, problem, dtype):
+    """A concrete A's hierarchy is built with NumPy on the host (no program of the
+    grid's sizes to compile); under jit the setup is compiled. Both give the same
+    levels, smoothing data and coarse factor, for batches too."""
+    S = (jump if problem == "jump" else poisson)(grid).astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        S = S + 0.5j * sp.eye_array(S.shape[0])
+    A = jaxdia.DiaMatrix.from_scipy(S.todia())
+    A = jaxdia.DiaMatrix(jnp.stack([A.data, 2 * A.data]), A.offsets, A.shape)
+    eager = jaxdia.multigrid(A, grid, max_coarse=8)
+    compiled = jax.jit(lambda A: jaxdia.multigrid(A, grid, max_coarse=8))(A)
+    assert len(eager.levels) >= 2 and eager.grids == compiled.grids
+    assert jax.tree.structure(eager) == jax.tree.structure(compiled)
+    rtol = 1e-5 if np.dtype(dtype) == np.float32 else 1e-12
+    for mine, theirs in zip(jax.tree.leaves(eager), jax.tree.leaves(compiled)):
+        assert mine.shape == theirs.shape and mine.dtype == theirs.dtype
+        np.testing.assert_allclose(mine, theirs, rtol=rtol, atol=rtol * np.abs(theirs).max())
+    b = rhs(A.shape[0])
+    np.testing.assert_allclose(eager(b), compiled(b), rtol=rtol * 10)
+
+
 # -- convergence ---------------------------------------------------------------------------------
 
 

@@ -356,10 +356,12 @@ def galerkin_cells(cells: Cells, grid: Grid, axis: int, xp: Any = jnp) -> Cells:
     """
     out: dict[tuple[int, ...], Any] = {}
     views: dict[tuple, Any] = {}
+    nc = coarse_size(grid[axis])
     for d, values in cells.items():
+        padded = _pad_to(values, axis, 2 * nc + 2, xp)  # once per cell: a copy on the host
         for p, D, weight in _galerkin_terms(d[axis]):
             if (d, p) not in views:
-                views[d, p] = _points(values, axis, p, xp)
+                views[d, p] = _index(padded, axis, slice(1 + p, 1 + p + 2 * nc - 1, 2))
             target = d[:axis] + (D,) + d[axis + 1 :]
             term = weight * views[d, p]
             out[target] = out[target] + term if target in out else term
@@ -485,6 +487,54 @@ def setup(
     )
 
 
+def dia_of_cells(cells: Cells, grid: Grid, dtype: DTypeLike) -> DiaParts:
+    """The DIA form of a stencil's host cells (NumPy), with the offsets of
+    :func:`dia_from_rows` (every live displacement's, sorted): ``data[k, j] = A[j - o_k,
+    j]``, the cell of displacement ``d`` at point ``j - o_k``. Equal offsets (on grids
+    with an axis of 1 or 2 points) hold disjoint entries and are summed."""
+    n = math.prod(grid)
+    rows: dict[int, np.ndarray] = {}
+    for d in displacements(len(grid)):
+        if not live(d, grid):
+            continue
+        offset = flat_offset(d, grid)
+        row = rows.setdefault(offset, np.zeros(n, dtype))
+        if d in cells:
+            row += by_rows(cells[d].reshape(-1), -offset, np)
+    offsets = tuple(sorted(rows))
+    return DiaParts(np.stack([rows[offset] for offset in offsets]), offsets, (n, n))
+
+
+def host_setup(
+    data: np.ndarray, offsets: tuple[int, ...], grid: Grid, plan: Plan
+) -> tuple[list[DiaParts], list[np.ndarray], list[np.ndarray]]:
+    """The hierarchy of one concrete matrix (``data`` ``(n_diags, n)`` on the host),
+    with NumPy: the coarse operators (levels 1 to the coarsest), and the inverse
+    diagonals and Gershgorin bounds of every level but the coarsest.
+
+    The same arrays as :func:`setup` (to rounding), without compiling a program of the
+    grid's sizes: every level's Galerkin product on its cells (:func:`galerkin_cells`),
+    where the compiled setup probes the coarse levels to keep its program small.
+    """
+    n = math.prod(grid)
+    dim = len(grid)
+    cells = cells_of(DiaParts(data, offsets, (n, n)), grid, np)
+    operators, inverses, bounds = [], [], []
+    for axes in plan:
+        center = cells.get((0,) * dim, np.zeros(grid, data.dtype))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inverse, rho = smoothing_data(
+                center.reshape(-1), row_sums(list(cells.values()), np).reshape(-1), np
+            )
+        inverses.append(inverse)
+        bounds.append(rho)
+        for axis in axes:
+            cells = galerkin_cells(cells, grid, axis, np)
+            grid = coarse_grid(grid, (axis,))
+        operators.append(dia_of_cells(cells, grid, data.dtype))
+    return operators, inverses, bounds
+
+
 def ilu_smoother(A: DiaParts, grid: Grid) -> ilu.Factor:
     """A level's ILU(0) for the ``"ilu"`` smoother: exact on CPU, Chow–Patel's sweeps
     and solves by hyperplanes elsewhere (see :mod:`jaxdia._kernels.ilu_primitives`)."""
@@ -499,11 +549,40 @@ def ilu_smoother(A: DiaParts, grid: Grid) -> ilu.Factor:
     return factor
 
 
-def full_plan(grid: Grid, max_coarse: int, max_levels: int) -> Plan:
-    """Coarsen every axis of 2 points or more until at most ``max_coarse`` points (or
-    ``max_levels`` levels) remain."""
+#: The largest coarsest level: its direct solve is a banded LU, whose band is the
+#: coarsest grid's last axis (2-D) or last two axes (3-D) wide, so its cost grows faster
+#: than the level (``n b^2`` to factor, ``n b`` per cycle for band ``b``).
+MAX_COARSE = 4096
+
+#: With ``max_coarse=None`` on CPU a level is coarse enough when ``n b^2`` (``n``
+#: unknowns, ``b`` the lower band width of its ``3^dim``-point stencil) is at most this:
+#: the factorization of a 2-D grid's 64 x 64 level then costs about what a few products
+#: with a 1000^2 fine level do, and each level not made is a piece less to compile
+#: (benchmarks/README.md, compile time of the solvers); a 3-D grid's up to 11^3.
+COARSE_WORK = 2**25
+
+
+#: With ``max_coarse=None``, a finest level of at most this many unknowns is solved
+#: directly; a larger one is coarsened at least once (a hierarchy, not a direct solve).
+SMALL_GRID = 500
+
+
+def coarse_enough(grid: Grid, max_coarse: int | None, finest: bool) -> bool:
+    """Whether a level on ``grid`` (the ``finest`` or a coarse one) is solved directly:
+    at most ``max_coarse`` unknowns; for None, at most :data:`SMALL_GRID`, or, for a
+    coarse level, at most :data:`MAX_COARSE` and :data:`COARSE_WORK` to factor."""
+    n = math.prod(grid)
+    if max_coarse is not None or n <= SMALL_GRID:
+        return n <= (max_coarse or SMALL_GRID)
+    width = flat_offset((1,) * len(grid), grid)  # the stencil's lower band width
+    return not finest and n <= MAX_COARSE and n * width**2 <= COARSE_WORK
+
+
+def full_plan(grid: Grid, max_coarse: int | None, max_levels: int) -> Plan:
+    """Coarsen every axis of 2 points or more until the level is coarse enough
+    (:func:`coarse_enough`) or ``max_levels`` levels are made."""
     plan: list[tuple[int, ...]] = []
-    while math.prod(grid) > max_coarse and len(plan) + 1 < max_levels:
+    while not coarse_enough(grid, max_coarse, not plan) and len(plan) + 1 < max_levels:
         axes = tuple(axis for axis, n in enumerate(grid) if n >= 2)
         if not axes:
             break
@@ -519,7 +598,11 @@ STRONG_AXIS = 0.5
 
 
 def auto_plan(
-    data: np.ndarray, offsets: tuple[int, ...], grid: Grid, max_coarse: int, max_levels: int
+    data: np.ndarray,
+    offsets: tuple[int, ...],
+    grid: Grid,
+    max_coarse: int | None,
+    max_levels: int,
 ) -> Plan:
     """Semi-coarsening: at each level, the axes with :data:`STRONG_AXIS` of the strongest
     coupling (:func:`axis_strengths`), on the host from concrete ``data`` (``(batch,
@@ -528,7 +611,7 @@ def auto_plan(
     dim = len(grid)
     stencils = [cells_of(DiaParts(values, offsets, (n, n)), grid, np) for values in data]
     plan: list[tuple[int, ...]] = []
-    while math.prod(grid) > max_coarse and len(plan) + 1 < max_levels:
+    while not coarse_enough(grid, max_coarse, not plan) and len(plan) + 1 < max_levels:
         coarsenable = [axis for axis, size in enumerate(grid) if size >= 2]
         if not coarsenable:
             break

@@ -48,10 +48,10 @@ from .krylov import vector_product
 from .sharded_multigrid import ShardedMultigrid
 from .smoothers import SMOOTHERS, chebyshev_steps, fusible_product, gershgorin, smoothing_data
 
-#: The largest coarsest level: its direct solve is a banded LU, whose band is the
-#: coarsest grid's last axis (2-D) or last two axes (3-D) wide, so its cost grows faster
-#: than the level (``n b^2`` to factor, ``n b`` per cycle for band ``b``).
-MAX_COARSE = 4096
+MAX_COARSE = _multigrid.MAX_COARSE
+
+#: ``max_coarse=None`` on GPU and TPU: the coarsest level's dense inverse stays small.
+ACCELERATOR_COARSE = 500
 
 
 def _check_diagonal(function: str, A: DiaMatrix | ShardedDiaMatrix) -> None:
@@ -473,7 +473,7 @@ def _as_plan(
     A: DiaMatrix | ShardedDiaMatrix,
     host: np.ndarray | None,
     grid: tuple[int, ...],
-    max_coarse: int,
+    max_coarse: int | None,
     max_levels: int,
 ) -> tuple[tuple[int, ...], ...]:
     if isinstance(coarsening, str):
@@ -540,6 +540,66 @@ def _setup(data: Array, *, offsets, grid, plan, smoother, sweeps) -> _multigrid.
     return jax.vmap(one)(data)
 
 
+#: A concrete matrix of at most this many stored values (batch included) has its
+#: hierarchy built on the host on GPU and TPU; on CPU any concrete matrix does.
+HOST_SETUP_UP_TO = 2**24
+
+
+def _host_setup_pays(A: DiaMatrix) -> bool:
+    """Whether ``multigrid`` builds ``A``'s hierarchy with NumPy on the host (see
+    :func:`_host_hierarchy`): for concrete data, on CPU or up to
+    :data:`HOST_SETUP_UP_TO` values (larger grids set up faster on an accelerator)."""
+    if is_traced(A.data):
+        return False
+    return _multigrid.banded.platform() == "cpu" or A.data.size <= HOST_SETUP_UP_TO
+
+
+def _host_hierarchy(
+    data: Array,
+    offsets: tuple[int, ...],
+    grid: _multigrid.Grid,
+    plan: _multigrid.Plan,
+    smoother: str,
+    sweeps: int,
+) -> _multigrid.Hierarchy:
+    """:func:`_setup`'s hierarchy of a concrete batch ``(B, n_diags, n)`` for the
+    polynomial smoothers, built with NumPy (:func:`jaxdia._linalg.multigrid.host_setup`):
+    the compiled setup's program grows with the levels (seconds of compilation for a
+    large grid), the host's work is that of a few dozen array operations per level. Only
+    the coarsest level's factorization is compiled (a small program)."""
+    members = [_multigrid.host_setup(values, offsets, grid, plan) for values in np.asarray(data)]
+    levels = len(plan)
+    operators = tuple(
+        DiaParts(
+            jnp.asarray(np.stack([member[0][level].data for member in members])),
+            members[0][0][level].offsets,
+            members[0][0][level].shape,
+        )
+        for level in range(levels)
+    )
+    inverses = tuple(
+        jnp.asarray(np.stack([m[1][level] for m in members])) for level in range(levels)
+    )
+    bounds = tuple(jnp.asarray(np.stack([m[2][level] for m in members])) for level in range(levels))
+    coarsest = operators[-1] if levels else DiaParts(data, offsets, (data.shape[-1],) * 2)
+    coarse_lu = _coarse_factors(coarsest.data, offsets=coarsest.offsets, n=coarsest.shape[0])
+    grids = [grid]
+    for axes in plan:
+        grids.append(_multigrid.coarse_grid(grids[-1], axes))
+    return _multigrid.Hierarchy._make(
+        (None, *operators), inverses, bounds, coarse_lu, (), tuple(grids), plan, smoother, sweeps
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("offsets", "n"))
+def _coarse_factors(data: Array, *, offsets: tuple[int, ...], n: int) -> Any:
+    """The coarsest level's solvers (:func:`jaxdia._linalg.multigrid.coarse_factor`) of
+    a batch ``(B, n_diags, n)``, as one compiled call."""
+    return jax.vmap(lambda values: _multigrid.coarse_factor(DiaParts(values, offsets, (n, n))))(
+        data
+    )
+
+
 def multigrid(
     A: DiaMatrix | ShardedDiaMatrix,
     grid: Any,
@@ -547,7 +607,7 @@ def multigrid(
     smoother: str | None = None,
     sweeps: int = 2,
     coarsening: Any = "full",
-    max_coarse: int = 500,
+    max_coarse: int | None = None,
     max_levels: int | None = None,
     dtype: DTypeLike | None = None,
     gather_below: int = _sharded_multigrid.GATHER_BELOW,
@@ -640,6 +700,12 @@ def multigrid(
         there.
       max_coarse: stop coarsening at this many unknowns or fewer (``"full"`` and
         ``"auto"``); at most 4096, the coarsest level is factorized (a banded LU).
+        None (the default): a grid of at most 500 points is solved directly; a larger
+        one is coarsened at least once, and then, on CPU, until a level of at most
+        4096 unknowns is cheap to factorize (``n b^2 <= 2^25`` for its band width
+        ``b``: up to 64 x 64 on a 2-D grid, 11 x 11 x 11 on a 3-D one, 4096 points in
+        1-D), on GPU and TPU (a dense inverse there) until at most 500. Fewer levels
+        compile faster and cost no iterations (benchmarks/README.md).
       max_levels: the most levels, the finest included (None: no limit).
       dtype: the precision of the hierarchy and the cycle, float32 or float64 (complex64
         or complex128 for a complex ``A``; default ``A``'s). ``jnp.float32`` for a
@@ -726,10 +792,14 @@ def multigrid(
             "complex A), or A.real for a real matrix stored as complex"
         )
     sweeps = static_int(sweeps, "multigrid: sweeps")
-    max_coarse = static_int(max_coarse, "multigrid: max_coarse")
+    if max_coarse is None and _multigrid.banded.platform() in _multigrid.banded.PARALLEL_PLATFORMS:
+        max_coarse = ACCELERATOR_COARSE
+    if max_coarse is not None:
+        max_coarse = static_int(max_coarse, "multigrid: max_coarse")
     levels = 10**9 if max_levels is None else static_int(max_levels, "multigrid: max_levels")
     gather_below = static_int(gather_below, "multigrid: gather_below")
-    if sweeps < 1 or not 1 <= max_coarse <= MAX_COARSE or levels < 1 or gather_below < 1:
+    coarse_ok = max_coarse is None or 1 <= max_coarse <= MAX_COARSE
+    if sweeps < 1 or not coarse_ok or levels < 1 or gather_below < 1:
         raise ValueError(
             f"multigrid: need sweeps >= 1, 1 <= max_coarse <= {MAX_COARSE}, max_levels >= 1 "
             f"and gather_below >= 1, got sweeps={sweeps}, max_coarse={max_coarse}, "
@@ -771,14 +841,17 @@ def multigrid(
     batch = A.batch_shape
     if dtype is not None and np.dtype(dtype) != A.dtype:
         A = A.astype(dtype)
-    hierarchy = _setup(
-        _flat_batch(A.data),
-        offsets=A.offsets,
-        grid=grid,
-        plan=plan,
-        smoother=smoother,
-        sweeps=sweeps,
-    )
+    if smoother != "ilu" and _host_setup_pays(A):
+        hierarchy = _host_hierarchy(_flat_batch(A.data), A.offsets, grid, plan, smoother, sweeps)
+    else:
+        hierarchy = _setup(
+            _flat_batch(A.data),
+            offsets=A.offsets,
+            grid=grid,
+            plan=plan,
+            smoother=smoother,
+            sweeps=sweeps,
+        )
     hierarchy = _unflatten(hierarchy, batch)
     hierarchy = hierarchy._replace(operators=(A._parts, *hierarchy.operators[1:]))
     return Multigrid(hierarchy)

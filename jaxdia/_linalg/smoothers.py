@@ -148,10 +148,11 @@ def fusible_product(A: DiaParts) -> Callable[[Array], Array]:
     return matvec
 
 
-def smoothing_data(center: Array, sums: Array) -> tuple[Array, Array]:
-    """``(1 / diag, rho)``: the inverse diagonal and Gershgorin's bound on ``D^-1 A``."""
+def smoothing_data(center: Any, sums: Any, xp: Any = jnp) -> tuple[Any, Any]:
+    """``(1 / diag, rho)``: the inverse diagonal and Gershgorin's bound on ``D^-1 A``
+    (``xp``: ``jax.numpy``, or ``numpy`` for host arrays)."""
     inverse = 1 / center
-    return inverse, jnp.max(sums * jnp.abs(inverse))
+    return inverse, xp.max(sums * xp.abs(inverse))
 
 
 def gershgorin(A: DiaParts) -> tuple[Array, Array]:
