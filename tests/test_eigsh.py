@@ -214,6 +214,22 @@ def test_v0_and_info():
     np.testing.assert_allclose(only_w, w, atol=1e-10)
 
 
+def test_invariant_subspaces_are_left():
+    """A start vector in a small invariant subspace (a 5 x 5 block, uncoupled from the
+    rest): the Krylov space stops growing at the 5th step, and Lanczos goes on in a new
+    direction orthogonal to the basis, which reaches the other block, where the wanted
+    eigenvalues are."""
+    n, small = 300, 5
+    main = np.where(np.arange(n) < small, 2.0, 10.0)
+    off = np.where(np.arange(n - 1) == small - 1, 0.0, -1.0)  # no coupling between blocks
+    S = sp.diags_array([off, main, off], offsets=[-1, 0, 1])
+    v0 = np.where(np.arange(n) < small, 1.0, 0.0)
+    A = jaxdia.DiaMatrix.from_scipy(S.todia())
+    w, v, info = jaxdia.eigsh(A, k=3, which="LA", v0=v0, return_info=True)
+    assert bool(info.converged)
+    check_pairs(A, w, v, np.sort(np.linalg.eigvalsh(S.toarray()))[-3:])
+
+
 def test_not_converged_is_reported():
     S = harmonic_oscillator(600)
     A = jaxdia.DiaMatrix.from_scipy(S)

@@ -123,18 +123,22 @@ def _orthogonalize(V: Array, w: Array) -> tuple[Array, Array, Array]:
     or zero), and the coefficients ``h = V^* w``. Classical Gram-Schmidt, repeated when it
     cancelled most of ``w`` (ARPACK's DGKS test ``||w'|| < ||w|| / sqrt(2)``, which for an
     orthonormal ``V`` is ``||w'|| < ||h||``): the basis stays orthogonal to rounding with
-    two passes at most."""
-    h = jnp.conj(V) @ w
-    projected = w - h @ V
-    norm = jnp.linalg.norm(projected)
+    two passes at most. The passes are a ``while_loop``, so one is compiled."""
+
+    def one_pass(state):
+        w, h, _, passes = state
+        correction = jnp.conj(V) @ w
+        w = w - correction @ V
+        return w, h + correction, jnp.linalg.norm(w), passes + 1
 
     def again(state):
-        projected, h, _ = state
-        correction = jnp.conj(V) @ projected
-        projected = projected - correction @ V
-        return projected, h + correction, jnp.linalg.norm(projected)
+        _, h, norm, passes = state
+        return (passes == 0) | ((passes == 1) & (norm < jnp.linalg.norm(h)))
 
-    return lax.cond(norm < jnp.linalg.norm(h), again, lambda state: state, (projected, h, norm))
+    h = jnp.zeros(V.shape[:1], jnp.result_type(V.dtype, w.dtype))
+    norm = jnp.zeros((), jnp.finfo(h.dtype).dtype)
+    w, h, norm, _ = lax.while_loop(again, one_pass, (w, h, norm, jnp.int32(0)))
+    return w, h, norm
 
 
 def _projected(H: Array) -> Array:
@@ -182,20 +186,27 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
 
     def step(j, state):
         V, H, beta, first, iteration = state
-        w, h, norm = _orthogonalize(V, op(V[j]))
+        # An invariant subspace (w lost to rounding) goes on in a new direction
+        # orthogonal to V: a second try with a pseudo-random vector, in the same loop,
+        # so that one orthogonalization is compiled. ``h`` is the first try's.
+        fresh = _pseudo_random(n, 1 + iteration * (ncv + 1) + j, dtype)
+
+        def attempt(state):
+            tries, w, _, h, _ = state
+            w, coefficients, norm = _orthogonalize(V, w)
+            h = jnp.where(tries == 0, coefficients, h)
+            lost = (tries == 0) & (norm <= 10 * eps * jnp.linalg.norm(coefficients))
+            return tries + 1, jnp.where(lost, fresh, w), norm, h, lost
+
+        start = (jnp.int32(0), op(V[j]), jnp.zeros((), real), jnp.zeros((ncv + 1,), dtype), False)
+        tries, w, norm, h, _ = lax.while_loop(
+            lambda state: (state[0] == 0) | state[4], attempt, start
+        )
         H = H.at[j, j].set(jnp.real(h[j]).astype(dtype))
         # Beside the diagonal, the previous step's beta (after a restart, the arrow).
         H = H.at[j - 1, j].set(jnp.where(j > first, beta.astype(dtype), H[j - 1, j]))
-
-        def leave(_):  # an invariant subspace: go on in a new direction orthogonal to V
-            seed = 1 + iteration * (ncv + 1) + j
-            fresh, _, size = _orthogonalize(V, _pseudo_random(n, seed, dtype))
-            return fresh, size
-
-        lost = norm <= 10 * eps * jnp.linalg.norm(h)
-        w, size = lax.cond(lost, leave, lambda w: (w, norm), w)
-        beta = jnp.where(lost, 0, norm)
-        V = V.at[j + 1].set(w / size)
+        beta = jnp.where(tries > 1, 0, norm)
+        V = V.at[j + 1].set(w / norm)
         return V, H, beta, first, iteration
 
     def ritz(H, beta):
@@ -208,11 +219,11 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
         return theta, S, order, nconv
 
     def more(state):
-        *_, done = state
+        *_, done, _ = state
         return ~done
 
     def restart(state):
-        V, H, beta, first, iteration, matvecs, _ = state
+        V, H, beta, first, iteration, matvecs, _, _ = state
         V, H, beta, _, _ = lax.fori_loop(first, ncv, step, (V, H, beta, first, iteration))
         matvecs = matvecs + ncv - first
         theta, S, order, nconv = ritz(H, beta)
@@ -239,15 +250,21 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
 
         V, H = lax.cond(done, lambda V: (V, H), thick_restart, V)
         first = jnp.where(done, first, kept_count)
-        return V, H, beta, first, iteration + 1, matvecs, done
+        return V, H, beta, first, iteration + 1, matvecs, done, (theta, S, order, nconv)
 
     V = jnp.zeros((ncv + 1, n), dtype).at[0].set(start)
     H = jnp.zeros((ncv, ncv), dtype)
     zero = jnp.int32(0)
-    state = (V, H, jnp.zeros((), real), zero, zero, zero, jnp.bool_(False))
-    V, H, beta, _, iterations, matvecs, _ = lax.while_loop(more, restart, state)
-    # The last restart's Ritz pairs, recomputed from the final H (a small eigh).
-    theta, S, order, nconv = ritz(H, beta)
+    # The last restart's Ritz pairs ride along (the loop stops before restarting H).
+    pairs = (
+        jnp.zeros((ncv,), real),
+        jnp.zeros((ncv, ncv), dtype),
+        jnp.zeros((ncv,), int),
+        zero,
+    )
+    state = (V, H, jnp.zeros((), real), zero, zero, zero, jnp.bool_(False), pairs)
+    V, _, _, _, iterations, matvecs, _, pairs = lax.while_loop(more, restart, state)
+    theta, S, order, nconv = pairs
     wanted = order[:k]
     Y = S[:, wanted].T @ V[:ncv]
     return theta[wanted], Y, nconv >= k, nconv, iterations, matvecs

@@ -669,9 +669,12 @@ def multigrid(
     lineax.positive_semidefinite_tag)`` and pass ``options={"preconditioner": ...}`` to
     ``lineax.linear_solve`` (with ``lineax.CG`` or ``lineax.GMRES``).
 
-    The setup is one compiled call, and works under ``jit`` (``grid`` and the options
-    are static) and ``vmap``; a batched ``A`` (matrices sharing offsets) gives a batched
-    hierarchy. Differentiate the solve, not the preconditioner:
+    For a concrete ``A`` (outside ``jit``) the setup runs with NumPy on the host, where
+    it costs a few dozen array operations per level and nothing to compile but the
+    coarsest level's factorization (on GPU and TPU for up to 2^24 stored values; a larger
+    grid sets up faster on the device); under ``jit`` (``grid`` and the options are
+    static) and ``vmap`` it is one compiled call, as for ``smoother="ilu"``. A batched
+    ``A`` (matrices sharing offsets) gives a batched hierarchy. Differentiate the solve, not the preconditioner:
     ``jax.grad`` through ``jaxdia.cg(A, b, M=jaxdia.multigrid(A, grid))`` with respect to
     ``A.data`` and ``b`` is the gradient of the exact solution (implicit
     differentiation), which never differentiates through ``M``.
