@@ -13,7 +13,6 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 from jax import Array, export
-from jax.experimental import sparse as jsparse
 from jax.typing import ArrayLike, DTypeLike
 
 from . import _host, _ops
@@ -43,6 +42,9 @@ from ._pytree import Immutable
 from ._scipy_names import SCIPY_EQUIVALENTS
 from ._scipy_operator import ScipyOperator, host_precision
 from ._traces import dense_traces, dia_diagonal, dia_trace, dia_traces
+
+if TYPE_CHECKING:
+    from jax.experimental import sparse as jsparse
 
 
 def _as_data(data: npt.ArrayLike, function: str) -> Array | np.ndarray:
@@ -502,6 +504,8 @@ class DiaMatrix(Immutable, ScipyOperator):
                  [0., 1., 2.],
                  [0., 0., 1.]], dtype=float32))
         """
+        from jax.experimental import sparse as jsparse  # on first use: 60 ms of imports
+
         values, indices = dia_to_coo(self.data, self.offsets, self.shape)
         return jsparse.BCOO((values, indices), shape=(*self.batch_shape, *self.shape))
 
@@ -526,6 +530,8 @@ class DiaMatrix(Immutable, ScipyOperator):
           Array([[1., 2.],
                  [0., 3.]], dtype=float32)
         """
+        from jax.experimental import sparse as jsparse
+
         if not isinstance(matrix, jsparse.BCOO):
             raise TypeError(f"from_bcoo expects a BCOO, got {type(matrix).__name__}")
         if matrix.n_batch or matrix.n_dense or matrix.ndim != 2:

@@ -581,8 +581,10 @@ def _host_hierarchy(
         jnp.asarray(np.stack([m[1][level] for m in members])) for level in range(levels)
     )
     bounds = tuple(jnp.asarray(np.stack([m[2][level] for m in members])) for level in range(levels))
-    coarsest = operators[-1] if levels else DiaParts(data, offsets, (data.shape[-1],) * 2)
-    coarse_lu = _coarse_factors(coarsest.data, offsets=coarsest.offsets, n=coarsest.shape[0])
+    coarsest_data, coarsest_offsets = (
+        (operators[-1].data, operators[-1].offsets) if levels else (data, offsets)
+    )
+    coarse_lu = _coarse_factors(coarsest_data, offsets=coarsest_offsets, n=coarsest_data.shape[-1])
     grids = [grid]
     for axes in plan:
         grids.append(_multigrid.coarse_grid(grids[-1], axes))
@@ -674,10 +676,11 @@ def multigrid(
     coarsest level's factorization (on GPU and TPU for up to 2^24 stored values; a larger
     grid sets up faster on the device); under ``jit`` (``grid`` and the options are
     static) and ``vmap`` it is one compiled call, as for ``smoother="ilu"``. A batched
-    ``A`` (matrices sharing offsets) gives a batched hierarchy. Differentiate the solve, not the preconditioner:
-    ``jax.grad`` through ``jaxdia.cg(A, b, M=jaxdia.multigrid(A, grid))`` with respect to
-    ``A.data`` and ``b`` is the gradient of the exact solution (implicit
-    differentiation), which never differentiates through ``M``.
+    ``A`` (matrices sharing offsets) gives a batched hierarchy. Differentiate the solve,
+    not the preconditioner: ``jax.grad`` through ``jaxdia.cg(A, b,
+    M=jaxdia.multigrid(A, grid))`` with respect to ``A.data`` and ``b`` is the gradient
+    of the exact solution (implicit differentiation), which never differentiates through
+    ``M``.
 
     Args:
       A: a square DiaMatrix of float32, float64, complex64 or complex128, possibly
