@@ -174,6 +174,16 @@ def _looped(data, x, offsets, shape, transpose, batch, acc):
     return out if transpose else lax.slice_in_dim(out, shift, shift + m, axis=axis)
 
 
+def looped_matvec(data: Array, x: Array, offsets: tuple[int, ...], shape: tuple[int, int]) -> Array:
+    """``A @ x`` for one matrix ``data`` ``(n_diags, n)`` and a vector ``x``, as the loop
+    over the diagonals of :func:`spmm_xla`'s many-diagonal case: one piece of code to
+    compile whatever the number of diagonals (for the small levels of a multigrid
+    cycle, where the loop's per-diagonal overhead is microseconds)."""
+    acc = accumulation_dtype(jnp.result_type(data, x))
+    out = _looped(data, x[:, None], offsets, shape, False, (), acc)[:, 0]
+    return out.astype(jnp.result_type(data, x))
+
+
 def spmm_xla(
     data: Array,
     x: Array,

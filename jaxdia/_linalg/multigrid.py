@@ -52,6 +52,7 @@ from .._convert import dia_to_dense
 from .._geometry import accumulation_dtype, by_rows, diagonal_bounds
 from .._kernels.ilu import hyperplane_weights
 from .._kernels.primitives import spmm
+from .._kernels.xla import looped_matvec
 from .._parts import DiaParts
 from .._products import matvec
 from .._pytree import Immutable
@@ -625,6 +626,24 @@ def auto_plan(
     return tuple(plan)
 
 
+#: A level of at most this many unknowns with more than :data:`LOOPED_DIAGONALS`
+#: diagonals (the 27-point stencils of 3-D coarse levels) multiplies as one loop over
+#: its diagonals on CPU: a cycle's compile time then grows by one small loop per such
+#: product instead of an unrolled product of 27 terms (3-D multigrid-CG at 100^3:
+#: compile 2.9 -> 2.4 s, the same run time; benchmarks/README.md).
+LOOPED_UP_TO = 2**15
+LOOPED_DIAGONALS = 9
+
+
+def level_product(A: DiaParts) -> Any:
+    """``v -> A @ v`` for one level's matrix and a vector: the ``dia_spmm`` primitive,
+    or on CPU for a small level with many diagonals the loop over them."""
+    small = A.shape[0] <= LOOPED_UP_TO and len(A.offsets) > LOOPED_DIAGONALS
+    if small and banded.platform() == "cpu":
+        return lambda v: looped_matvec(A.data, v, A.offsets, A.shape)
+    return matvec(A)
+
+
 def vcycle(h: Hierarchy, b: Array) -> Array:
     """One V-cycle for ``A x = b`` from ``x = 0``, for one matrix and a vector ``b``."""
     return _cycle(h, 0, b)
@@ -642,7 +661,7 @@ def _cycle(h: Hierarchy, level: int, b: Array) -> Array:
         if h.smoother == "ilu":  # steps x += (L U)^-1 (b - A x) with the level's ILU(0)
             precondition = functools.partial(ilu.apply, h.factors[level])
             return jacobi_steps(matvec(A), precondition, b, x, jnp.asarray(1.0), h.sweeps, residual)
-        return smooth(h.smoother, h.sweeps, dim, A, inverse, rho, b, x, residual)
+        return smooth(h.smoother, h.sweeps, dim, level_product(A), inverse, rho, b, x, residual)
 
     x, r = smoothing(None, residual=True)
     assert r is not None
