@@ -1,5 +1,9 @@
 """Solves: jax.scipy iterative solvers on DiaMatrix problems, jacobi, solve_banded."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.sparse.linalg as jsl
@@ -436,3 +440,31 @@ def test_solve_banded_errors():
     batched = jaxdia.DiaMatrix(jnp.ones((2, 2, 4)), (0, 1), (4, 4))
     with pytest.raises(ValueError, match="do not broadcast"):
         jaxdia.solve_banded(batched, jnp.ones((3, 4, 1)))
+
+
+_HOLDS_A_FACTOR_AT_EXIT = """
+import jax, numpy as np, scipy.sparse as sp
+jax.config.update("jax_enable_x64", True)
+import jaxdia
+T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(30, 30))
+A = jaxdia.DiaMatrix.from_scipy(sp.kronsum(T, T).todia())
+b = np.ones(900)
+x = jaxdia.solve_banded(A, b)  # LAPACK's gbsv through jaxdia's FFI handler
+print("solved")
+"""
+
+
+def test_a_script_holding_a_factor_exits():
+    """A script that ends with a banded solution alive exits: XLA's CPU client,
+    destroyed during the interpreter's finalization after jaxdia's ``ctypes`` LAPACK
+    handlers ran on its threads, hung joining its thread pool (this script: every run,
+    on JAX 0.10.2 and 0.12) until jaxdia kept it alive past exit."""
+    for _ in range(2):  # the hang was not certain in one run
+        result = subprocess.run(
+            [sys.executable, "-c", _HOLDS_A_FACTOR_AT_EXIT],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        assert result.returncode == 0 and "solved" in result.stdout, result.stderr

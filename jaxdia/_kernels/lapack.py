@@ -31,6 +31,7 @@ The handlers' C side (XLA's call frame, errors) is :mod:`jaxdia._kernels.ffi`.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import functools
@@ -447,9 +448,22 @@ _HANDLERS = {
 _KEEP_ALIVE: dict[str, Any] = {}  # the C function pointers XLA holds
 
 
+def _keep_cpu_client_past_exit() -> None:
+    """Keeps XLA's CPU client alive past the interpreter's finalization (an ``atexit``
+    hook; the process exits anyway). Destroyed there, after these ``ctypes`` handlers
+    ran on its worker threads, the client could hang joining its thread pool: with JAX
+    0.10.2 a script still holding a banded solution or factor at its end never exited
+    (3 runs in 5). A reference that is never released keeps the destructor from
+    running."""
+    with contextlib.suppress(Exception):
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(jax.devices("cpu")[0].client))
+
+
 def _target(name: str) -> str:
     """The FFI target of routine ``name``, registered with XLA on first use."""
     target = f"jaxdia_lapack_{name}"
+    if not _KEEP_ALIVE:
+        atexit.register(_keep_cpu_client_past_exit)
     if target not in _KEEP_ALIVE:
         handler = make_handler(_HANDLERS[name])
         jax.ffi.register_ffi_target(target, jax.ffi.pycapsule(handler), platform="cpu")

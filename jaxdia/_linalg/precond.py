@@ -54,8 +54,11 @@ MAX_COARSE = _multigrid.MAX_COARSE
 ACCELERATOR_COARSE = 500
 
 
-def _check_diagonal(function: str, A: DiaMatrix | ShardedDiaMatrix) -> None:
-    """A ValueError naming the zeros of a concrete diagonal (the smoothers divide by it)."""
+def _check_diagonal(
+    function: str, A: DiaMatrix | ShardedDiaMatrix, host: np.ndarray | None = None
+) -> None:
+    """A ValueError naming the zeros of a concrete diagonal (the smoothers divide by it;
+    ``host``: A's data on the host, read instead of a slice of ``A.data``)."""
     if 0 not in A.offsets:
         raise ValueError(
             f"{function}: A stores no main diagonal (offsets {A.offsets}); its smoother "
@@ -64,7 +67,8 @@ def _check_diagonal(function: str, A: DiaMatrix | ShardedDiaMatrix) -> None:
     if isinstance(A, ShardedDiaMatrix):  # laid out like its vectors, 1 in padding rows
         check_nonzero_diagonal(A.diagonal(), function, "")
         return
-    check_nonzero_diagonal(A.data[..., A.offsets.index(0), :], function, "")
+    data = A.data if host is None else host.reshape(A.data.shape)
+    check_nonzero_diagonal(data[..., A.offsets.index(0), :], function, "")
 
 
 def _flat_batch(data: Array) -> Array:
@@ -555,36 +559,40 @@ def _host_setup_pays(A: DiaMatrix) -> bool:
 
 
 def _host_hierarchy(
-    data: Array,
+    host: np.ndarray,
+    batch: tuple[int, ...],
     offsets: tuple[int, ...],
     grid: _multigrid.Grid,
     plan: _multigrid.Plan,
     smoother: str,
     sweeps: int,
 ) -> _multigrid.Hierarchy:
-    """:func:`_setup`'s hierarchy of a concrete batch ``(B, n_diags, n)`` for the
-    polynomial smoothers, built with NumPy (:func:`jaxdia._linalg.multigrid.host_setup`):
-    the compiled setup's program grows with the levels (seconds of compilation for a
-    large grid), the host's work is that of a few dozen array operations per level. Only
-    the coarsest level's factorization is compiled (a small program)."""
-    members = [_multigrid.host_setup(values, offsets, grid, plan) for values in np.asarray(data)]
-    levels = len(plan)
+    """:func:`_setup`'s hierarchy of a concrete flat batch ``host`` ``(B, n_diags, n)``
+    (NumPy) for the polynomial smoothers, its leaves shaped by ``batch``, built with NumPy
+    (:func:`jaxdia._linalg.multigrid.host_setup`): the compiled setup's program grows
+    with the levels (seconds of compilation for a large grid), the host's work is a few
+    dozen array operations per level. Only the coarsest level's factorization is
+    compiled (a small program); the arrays go to the device in one transfer."""
+    members = [_multigrid.host_setup(values, offsets, grid, plan) for values in host]
+
+    def stacked(arrays: list[np.ndarray]) -> np.ndarray:
+        return np.stack(arrays).reshape((*batch, *np.shape(arrays[0])))
+
+    levels = range(len(plan))
     operators = tuple(
-        DiaParts(
-            jnp.asarray(np.stack([member[0][level].data for member in members])),
-            members[0][0][level].offsets,
-            members[0][0][level].shape,
-        )
-        for level in range(levels)
+        members[0][0][level].with_data(stacked([m[0][level].data for m in members]))
+        for level in levels
     )
-    inverses = tuple(
-        jnp.asarray(np.stack([m[1][level] for m in members])) for level in range(levels)
-    )
-    bounds = tuple(jnp.asarray(np.stack([m[2][level] for m in members])) for level in range(levels))
-    coarsest_data, coarsest_offsets = (
-        (operators[-1].data, operators[-1].offsets) if levels else (data, offsets)
-    )
-    coarse_lu = _coarse_factors(coarsest_data, offsets=coarsest_offsets, n=coarsest_data.shape[-1])
+    inverses = tuple(stacked([m[1][level] for m in members]) for level in levels)
+    bounds = tuple(stacked([m[2][level] for m in members]) for level in levels)
+    # Copied, not aliased: device arrays aliasing these NumPy buffers hung the
+    # interpreter's exit (JAX 0.10.2, CPU) while the hierarchy was alive.
+    operators, inverses, bounds = jax.tree.map(jnp.asarray, (operators, inverses, bounds))
+    if plan:
+        coarsest, coarsest_offsets = operators[-1].data, operators[-1].offsets
+    else:
+        coarsest, coarsest_offsets = host.reshape((*batch, *host.shape[1:])), offsets
+    coarse_lu = _coarse_factors(coarsest, offsets=coarsest_offsets, batch=batch)
     grids = [grid]
     for axes in plan:
         grids.append(_multigrid.coarse_grid(grids[-1], axes))
@@ -593,13 +601,16 @@ def _host_hierarchy(
     )
 
 
-@functools.partial(jax.jit, static_argnames=("offsets", "n"))
-def _coarse_factors(data: Array, *, offsets: tuple[int, ...], n: int) -> Any:
+@functools.partial(jax.jit, static_argnames=("offsets", "batch"))
+def _coarse_factors(data: Array, *, offsets: tuple[int, ...], batch: tuple[int, ...]) -> Any:
     """The coarsest level's solvers (:func:`jaxdia._linalg.multigrid.coarse_factor`) of
-    a batch ``(B, n_diags, n)``, as one compiled call."""
-    return jax.vmap(lambda values: _multigrid.coarse_factor(DiaParts(values, offsets, (n, n))))(
-        data
+    a batch ``(*batch, n_diags, n)``, as one compiled call."""
+    n = data.shape[-1]
+    flat = data.reshape(-1, *data.shape[-2:])
+    factors = jax.vmap(lambda values: _multigrid.coarse_factor(DiaParts(values, offsets, (n, n))))(
+        flat
     )
+    return _unflatten(factors, batch)
 
 
 def multigrid(
@@ -817,7 +828,7 @@ def multigrid(
     if isinstance(A, DiaMatrix) and not is_traced(A.data):
         host = np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
     _check_stencil(A, grid, host)
-    _check_diagonal("multigrid", A)
+    _check_diagonal("multigrid", A, host)
     if sharded is not None and isinstance(coarsening, str) and coarsening == "auto":
         raise TypeError(
             "multigrid: coarsening='auto' reads A's values on the host, which a sharded "
@@ -847,8 +858,10 @@ def multigrid(
     batch = A.batch_shape
     if dtype is not None and np.dtype(dtype) != A.dtype:
         A = A.astype(dtype)
-    if smoother != "ilu" and _host_setup_pays(A):
-        hierarchy = _host_hierarchy(_flat_batch(A.data), A.offsets, grid, plan, smoother, sweeps)
+    if smoother != "ilu" and host is not None and _host_setup_pays(A):
+        if np.dtype(A.dtype) != host.dtype:
+            host = host.astype(A.dtype)
+        hierarchy = _host_hierarchy(host, batch, A.offsets, grid, plan, smoother, sweeps)
     else:
         hierarchy = _setup(
             _flat_batch(A.data),
@@ -858,7 +871,7 @@ def multigrid(
             smoother=smoother,
             sweeps=sweeps,
         )
-    hierarchy = _unflatten(hierarchy, batch)
+        hierarchy = _unflatten(hierarchy, batch)
     hierarchy = hierarchy._replace(operators=(A._parts, *hierarchy.operators[1:]))
     return Multigrid(hierarchy)
 
