@@ -550,11 +550,9 @@ HOST_SETUP_UP_TO = 2**24
 
 
 def _host_setup_pays(A: DiaMatrix) -> bool:
-    """Whether ``multigrid`` builds ``A``'s hierarchy with NumPy on the host (see
-    :func:`_host_hierarchy`): for concrete data, on CPU or up to
-    :data:`HOST_SETUP_UP_TO` values (larger grids set up faster on an accelerator)."""
-    if is_traced(A.data):
-        return False
+    """Whether ``multigrid`` builds a concrete ``A``'s hierarchy with NumPy on the host
+    (see :func:`_host_hierarchy`): on CPU, or up to :data:`HOST_SETUP_UP_TO` values
+    (larger grids set up faster on an accelerator)."""
     return _multigrid.banded.platform() == "cpu" or A.data.size <= HOST_SETUP_UP_TO
 
 
@@ -585,9 +583,7 @@ def _host_hierarchy(
     )
     inverses = tuple(stacked([m[1][level] for m in members]) for level in levels)
     bounds = tuple(stacked([m[2][level] for m in members]) for level in levels)
-    # Copied, not aliased: device arrays aliasing these NumPy buffers hung the
-    # interpreter's exit (JAX 0.10.2, CPU) while the hierarchy was alive.
-    operators, inverses, bounds = jax.tree.map(jnp.asarray, (operators, inverses, bounds))
+    operators, inverses, bounds = jax.device_put((operators, inverses, bounds))
     if plan:
         coarsest, coarsest_offsets = operators[-1].data, operators[-1].offsets
     else:
