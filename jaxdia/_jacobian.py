@@ -81,6 +81,13 @@ def _first(pullback: Callable[[Array], tuple[Array]]) -> Callable[[Array], Array
     return lambda cotangent: pullback(cotangent)[0]
 
 
+def _complex_rows(pullback: Callable[[Array], Array]) -> Callable[[Array], Array]:
+    """``v -> J^T v`` for a complex-valued ``f`` of a real argument and real seeds ``v``:
+    JAX's pullback to a real argument keeps only the real part (``Re(v^T J)``), so the
+    imaginary part comes from a second pullback of ``-i v`` (``Re(-i v^T J) = v^T Im J``)."""
+    return lambda seeds: pullback(seeds) + 1j * pullback(-1j * seeds)
+
+
 def _options(
     function: str, offsets: Any, argnums: Any, mode: Any, chunk_size: Any
 ) -> tuple[int, int | None]:
@@ -149,7 +156,15 @@ def _evaluate(
     else:
         out, pullback, aux = jax.vjp(flat_f, flat_x, has_aux=True)
         linear = _first(pullback)
+        if jnp.iscomplexobj(out) and not jnp.iscomplexobj(flat_x):
+            linear = _complex_rows(linear)
     check_dtype(out.dtype, f"{function}: f's output")
+    if jnp.iscomplexobj(flat_x) and not jnp.iscomplexobj(out):
+        raise TypeError(
+            f"{function}: f maps a complex argument to a real output ({out.dtype}), so it is "
+            "not holomorphic and its Jacobian is no complex matrix; differentiate the real "
+            "and imaginary parts of the argument as separate real arguments instead"
+        )
     structure = pattern(offsets, (out.size, flat_x.size), mask, function)
     A = dia_from_linear(
         linear,
@@ -161,6 +176,19 @@ def _evaluate(
     if check:
         _check_against_dense(function, lambda v: flat_f(v)[0], flat_x, A, structure, mode)
     return out.reshape(out_shape[0]), A, aux
+
+
+def _dense_jacobian(flat_f: Callable[[Array], Array], x: Array, mode: str) -> Array:
+    """``jax.jacfwd`` (``jax.jacrev`` for ``mode="rev"``) of ``flat_f`` at ``x``: holomorphic
+    for a complex ``x``; a complex-valued ``flat_f`` of a real ``x`` in reverse mode as the
+    Jacobians of its real and imaginary parts (``jax.jacrev`` refuses it whole)."""
+    holomorphic = bool(jnp.iscomplexobj(x))
+    if mode == "fwd":
+        return jax.jacfwd(flat_f, holomorphic=holomorphic)(x)
+    if holomorphic or not jnp.iscomplexobj(jax.eval_shape(flat_f, x)):
+        return jax.jacrev(flat_f, holomorphic=holomorphic)(x)
+    real = jax.jacrev(lambda v: flat_f(v).real)(x)
+    return real + 1j * jax.jacrev(lambda v: flat_f(v).imag)(x)
 
 
 def _check_against_dense(
@@ -179,8 +207,7 @@ def _check_against_dense(
             "jit, vmap or grad the argument is traced: check once on a small problem outside "
             "the transformation, then call without check"
         )
-    dense_jacobian = jax.jacfwd if mode == "fwd" else jax.jacrev
-    expected = np.asarray(jax.jit(dense_jacobian(flat_f))(x))
+    expected = np.asarray(jax.jit(_dense_jacobian, static_argnums=(0, 2))(flat_f, x, mode))
     got = np.asarray(A.todense())
     scale = float(np.max(np.abs(expected), initial=0.0))
     tolerance = 64 * float(np.finfo(expected.dtype).eps) * max(scale, 1.0)
@@ -248,7 +275,8 @@ def jacobian(
         outside the matrix are dropped.
       argnums: which positional argument to differentiate (one int); it must be a
         floating or complex array (for complex arguments ``f`` is taken to be
-        holomorphic, as ``jax.jacfwd(..., holomorphic=True)``).
+        holomorphic, as ``jax.jacfwd(..., holomorphic=True)``; a complex-valued ``f`` of
+        a real argument gives a complex Jacobian in either mode).
       has_aux: ``f`` returns ``(output, aux)``; the function then returns
         ``(J, aux)``.
       mask: optional structural zeros: booleans of shape ``(len(offsets), n)`` in
@@ -267,8 +295,8 @@ def jacobian(
       A function of ``f``'s arguments returning the DiaMatrix (and ``aux``).
 
     Raises:
-      TypeError: for a tuple ``argnums``, an integer argument, or an ``f`` that does not
-        return one array.
+      TypeError: for a tuple ``argnums``, an integer argument, an ``f`` that does not
+        return one array, or a real-valued ``f`` of a complex argument (not holomorphic).
       ValueError: for duplicate offsets, a mask of the wrong shape, an unknown ``mode``,
         a ``chunk_size`` below 1; with ``check=True``, for a Jacobian with entries outside
         the pattern, or traced arguments.

@@ -167,6 +167,34 @@ def test_matches_jacfwd(offsets, shape, dtype, mode):
     np.testing.assert_allclose(dense_f64(J), expected, rtol=rtol, atol=rtol)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("mode", ["fwd", "rev"])
+def test_complex_output_of_a_real_argument(dtype, mode):
+    # Reverse mode once returned only the real part: JAX's pullback to a real argument
+    # drops the imaginary part of a complex cotangent's product.
+    complex_dtype = np.result_type(dtype, np.complex64)
+    f = banded_function((-2, 0, 1), (9, 9), dtype=complex_dtype)
+    x = jnp.asarray(np.linspace(-1.0, 1.0, 9).astype(dtype))
+    J = jax.jit(jaxdia.jacobian(f, (-2, 0, 1), mode=mode, check=False))(x)
+    assert J.dtype == complex_dtype
+    expected = jax.jit(jax.jacfwd(f))(x)
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(dense_f64(J), expected, rtol=rtol, atol=rtol)
+    jaxdia.jacobian(f, (-2, 0, 1), mode=mode, check=True)(x)  # the check agrees
+    batch = jnp.stack([x, 2 * x])
+    Js = jax.vmap(jaxdia.jacobian(f, (-2, 0, 1), mode=mode))(batch)
+    np.testing.assert_allclose(
+        dense_f64(Js)[1], jax.jacfwd(f)(batch[1]), rtol=rtol, atol=rtol
+    )
+
+
+@pytest.mark.parametrize("mode", ["fwd", "rev"])
+def test_real_output_of_a_complex_argument_is_refused(mode):
+    x = jnp.linspace(1.0, 2.0, 5) * (1 + 0.5j)
+    with pytest.raises(TypeError, match="complex argument to a real output"):
+        jaxdia.jacobian(lambda z: jnp.abs(z) ** 2, (0,), mode=mode)(x)
+
+
 def test_masks_and_chunks():
     offsets, mask = block_diagonal(12, 3)
     f = banded_function(offsets, (12, 12), mask)
