@@ -374,6 +374,47 @@ def test_auto_coarsening_follows_the_strong_axis():
     np.testing.assert_allclose(np.asarray(rebuilt(b)), np.asarray(auto(b)), rtol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "S, grid",
+    [
+        (poisson((64, 64)), (64, 64)),
+        (diffusion((64, 64), 1.0, anisotropy=(1.0, 1e-3)), (64, 64)),
+        (diffusion((64, 64), 1.0, anisotropy=(1e-3, 1.0)), (64, 64)),
+        (poisson((8, 8, 8)), (8, 8, 8)),
+        (diffusion((6, 7, 5), 1.0, anisotropy=(1.0, 0.01, 1e-4)), (6, 7, 5)),
+        (random_stencil((9, 3)), (9, 3)),
+        (sp.dia_array(sp.eye(40) * 2.0), (5, 8)),  # no coupling at all
+    ],
+)
+@pytest.mark.parametrize("max_coarse", [1, 10])
+def test_auto_coarsening_always_shrinks_the_grid(S, grid, max_coarse):
+    # Once the only axis left had a negative "strength", auto_plan appended empty steps
+    # and never returned (max_levels had no bound by default).
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    data = np.asarray(A.data)[None]
+    plan = multigrid.auto_plan(data, A.offsets, grid, max_coarse, max_levels=40)
+    sizes = [math.prod(grid)]
+    for axes in plan:
+        assert axes, plan
+        grid = multigrid.coarse_grid(grid, axes)
+        sizes.append(math.prod(grid))
+    assert all(a > b for a, b in zip(sizes, sizes[1:], strict=False)), sizes
+    assert sizes[-1] <= max_coarse or not any(n >= 2 for n in grid), (plan, grid)
+
+
+def test_auto_coarsening_to_one_point_solves():
+    grid = (64, 64)
+    S = diffusion(grid, 1.0, anisotropy=(1.0, 1e-3))
+    A = jaxdia.DiaMatrix.from_scipy(S)
+    b = rhs(S.shape[0])
+    for max_coarse in (1, 10):
+        M = jaxdia.multigrid(A, grid, coarsening="auto", max_coarse=max_coarse)
+        x, info = jaxdia.cg(A, b, M=M, rtol=1e-10)
+        assert bool(info.converged)
+        expected = spla.spsolve(S.tocsc(), np.asarray(b))
+        np.testing.assert_allclose(np.asarray(x), expected, rtol=1e-7, atol=1e-9)
+
+
 def test_bicgstab_with_multigrid_solves_convection_diffusion():
     n = 15
     S = convection_diffusion(n)

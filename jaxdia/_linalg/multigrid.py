@@ -607,7 +607,9 @@ def auto_plan(
 ) -> Plan:
     """Semi-coarsening: at each level, the axes with :data:`STRONG_AXIS` of the strongest
     coupling (:func:`axis_strengths`), on the host from concrete ``data`` (``(batch,
-    n_diags, n)``: the strengths are summed over the batch)."""
+    n_diags, n)``: the strengths are summed over the batch). Where no axis has a positive
+    coupling (a coarse level of few points, a diagonal matrix, NaN), every axis of 2 points
+    or more is coarsened, so that each level is smaller than the one before."""
     n = math.prod(grid)
     dim = len(grid)
     stencils = [cells_of(DiaParts(values, offsets, (n, n)), grid, np) for values in data]
@@ -619,6 +621,8 @@ def auto_plan(
         strengths = np.sum([axis_strengths(cells, dim) for cells in stencils], axis=0)
         strongest = max(strengths[axis] for axis in coarsenable)
         axes = tuple(a for a in coarsenable if strengths[a] >= STRONG_AXIS * strongest)
+        if not strongest > 0:  # no positive coupling to follow (or NaN): coarsen them all
+            axes = tuple(coarsenable)
         plan.append(axes)
         for axis in axes:
             stencils = [galerkin_cells(cells, grid, axis, np) for cells in stencils]
