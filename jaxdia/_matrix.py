@@ -504,7 +504,7 @@ class DiaMatrix(Immutable, ScipyOperator):
                  [0., 1., 2.],
                  [0., 0., 1.]], dtype=float32))
         """
-        from jax.experimental import sparse as jsparse  # on first use: 60 ms of imports
+        from jax.experimental import sparse as jsparse  # on first use: it slows the import
 
         values, indices = dia_to_coo(self.data, self.offsets, self.shape)
         return jsparse.BCOO((values, indices), shape=(*self.batch_shape, *self.shape))

@@ -633,8 +633,8 @@ def auto_plan(
 #: A level of at most this many unknowns with more than :data:`LOOPED_DIAGONALS`
 #: diagonals (the 27-point stencils of 3-D coarse levels) multiplies as one loop over
 #: its diagonals on CPU: a cycle's compile time then grows by one small loop per such
-#: product instead of an unrolled product of 27 terms (3-D multigrid-CG at 100^3:
-#: compile 2.9 -> 2.4 s, the same run time; benchmarks/README.md).
+#: product instead of an unrolled product of 27 terms, at the same run time
+#: (benchmarks/README.md, "Compile time").
 LOOPED_UP_TO = 2**15
 LOOPED_DIAGONALS = 9
 
