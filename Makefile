@@ -19,7 +19,7 @@ NEWEST_STAMP := $(VENV_NEWEST)/.installed
 # NEWEST_TESTS="tests/test_lowering.py tests/test_matmul.py" for a quick look).
 NEWEST_TESTS ?=
 
-.PHONY: demo test venv dev check lint typecheck format test-newest venv-newest wheel-test \
+.PHONY: demo test test-full venv dev check lint typecheck format test-newest venv-newest wheel-test \
 	api-docs clean
 
 $(STAMP): pyproject.toml
@@ -41,6 +41,11 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
 
 test: $(STAMP)
 	$(VPY) -m pytest -q $(PYTEST_PARALLEL)
+
+# The full tier: the tests marked `full` (trimmed from `make test` for time) and every
+# Hypothesis test again with 5x the examples (the derandomized `full` profile).
+test-full: $(STAMP)
+	HYPOTHESIS_PROFILE=full $(VPY) -m pytest -q $(PYTEST_PARALLEL) -m 'full or hypothesis' tests
 
 # -- development tools: ruff, pyright, build (the `dev` extra) -------------------------------
 

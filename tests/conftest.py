@@ -7,8 +7,13 @@ cost more compile time than they save in run time (about 40% of the suite's time
 ``make test-newest`` step does).
 
 Profiles: ``ci`` (default; derandomized, no example database, modest example counts so
-``make test`` stays fast on 2 cores) and ``dev`` (random, 7.5x the examples) for local
-runs: ``HYPOTHESIS_PROFILE=dev make test``.
+``make test`` stays fast on 2 cores), ``full`` (derandomized, 5x the examples: ``make
+test-full``, which CI runs) and ``dev`` (random, 7.5x the examples) for local runs:
+``HYPOTHESIS_PROFILE=dev make test``. Tests that set their own example count scale it
+with ``helpers.examples``.
+
+Tiers: ``make test`` deselects the tests marked ``full`` (pyproject.toml's addopts); ``make
+test-full`` runs those and every Hypothesis test again under the ``full`` profile.
 """
 
 import os
@@ -30,6 +35,15 @@ settings.register_profile(
     database=None,
     deadline=None,
     max_examples=20,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "full",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    max_examples=100,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -2,8 +2,19 @@
 
 import numpy as np
 import scipy.sparse as sp
+from hypothesis import settings
 
 import jaxdia
+
+#: The loaded Hypothesis profile's examples against the ``ci`` profile's 20 (``full``: 5x,
+#: ``dev``: 7.5x): tests that set their own count scale it with :func:`examples`.
+_EXAMPLE_SCALE = settings().max_examples / 20
+
+
+def examples(count: int) -> int:
+    """``count`` examples under the ``ci`` profile, scaled for ``full`` and ``dev``."""
+    return max(count, round(count * _EXAMPLE_SCALE))
+
 
 # Relative tolerances per dtype (scaled by the size of the sums involved).
 TOLERANCES = {

@@ -15,7 +15,7 @@ import jaxdia
 from jaxdia._geometry import in_bounds
 from jaxdia._linalg import lanczos
 
-from .helpers import dense_f64
+from .helpers import dense_f64, examples
 
 # -- problems --------------------------------------------------------------------------------
 
@@ -136,7 +136,7 @@ def test_dense_path_matches_scipy(which, sigma):
     check_pairs(nan_padded(S), w, v, np.sort(expected))
 
 
-@settings(max_examples=8)
+@settings(max_examples=examples(8))
 @given(st.integers(0, 2**31), st.sampled_from([(None, False), (0.1, True)]))
 def test_random_hermitian_bands(seed, case):
     sigma, complex_ = case

@@ -15,6 +15,8 @@ import jaxdia
 from jaxdia._geometry import in_bounds
 from jaxdia._linalg import expm
 
+from .helpers import examples
+
 # -- problems --------------------------------------------------------------------------------
 
 
@@ -106,7 +108,7 @@ def test_schrodinger_matches_scipy():
     np.testing.assert_allclose(grid[-1], X, atol=1e-12)
 
 
-@settings(max_examples=10)
+@settings(max_examples=examples(10))
 @given(st.integers(0, 2**31), st.floats(0.01, 4.0), st.booleans())
 def test_random_bands(seed, scale, complex_):
     S = band(25, complex_=complex_, seed=seed, scale=scale)

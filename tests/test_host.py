@@ -15,6 +15,8 @@ from jax import monitoring
 import jaxdia
 from jaxdia._geometry import in_bounds
 
+from .helpers import examples
+
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 # Values of a normal range: subnormal numbers are flushed to zero by XLA CPU's arithmetic
 # and kept by NumPy (the one documented difference besides fused multiply-adds).
@@ -86,7 +88,7 @@ def both(f, *args):
     return host, jax.jit(f)(*args)
 
 
-@settings(max_examples=6)
+@settings(max_examples=examples(6))
 @given(st.data(), st.sampled_from([2.5, -3, np.float32(0.25), 1.5 - 2j]))
 def test_sums_and_scalars_match_the_compiled_path(data, scalar):
     A = data.draw(matrices())
@@ -98,7 +100,7 @@ def test_sums_and_scalars_match_the_compiled_path(data, scalar):
     assert_same(*both(lambda A: scalar * A, A), exact=exact)
 
 
-@settings(max_examples=6)
+@settings(max_examples=examples(6))
 @given(st.data())
 def test_products_match_the_compiled_path_and_scipy(data):
     A = data.draw(matrices())
@@ -110,7 +112,7 @@ def test_products_match_the_compiled_path_and_scipy(data):
     np.testing.assert_allclose(host.todense(), expected, rtol=tolerance, atol=tolerance * 1e3)
 
 
-@settings(max_examples=6)
+@settings(max_examples=examples(6))
 @given(st.data(), st.booleans())
 def test_kron_matches_the_compiled_path_and_scipy(data, square):
     A = data.draw(matrices())
@@ -122,7 +124,7 @@ def test_kron_matches_the_compiled_path_and_scipy(data, square):
     np.testing.assert_array_equal(host.todense(), expected.astype(host.dtype))
 
 
-@settings(max_examples=4)
+@settings(max_examples=examples(4))
 @given(st.data())
 def test_from_dense_and_diags_match_the_compiled_path(data):
     A = data.draw(matrices())

@@ -183,9 +183,7 @@ def test_complex_output_of_a_real_argument(dtype, mode):
     jaxdia.jacobian(f, (-2, 0, 1), mode=mode, check=True)(x)  # the check agrees
     batch = jnp.stack([x, 2 * x])
     Js = jax.vmap(jaxdia.jacobian(f, (-2, 0, 1), mode=mode))(batch)
-    np.testing.assert_allclose(
-        dense_f64(Js)[1], jax.jacfwd(f)(batch[1]), rtol=rtol, atol=rtol
-    )
+    np.testing.assert_allclose(dense_f64(Js)[1], jax.jacfwd(f)(batch[1]), rtol=rtol, atol=rtol)
 
 
 @pytest.mark.parametrize("mode", ["fwd", "rev"])

@@ -15,7 +15,7 @@ from jax.experimental import sparse as jsparse
 import jaxdia
 from jaxdia.testing import dia_matrices, dtypes, offsets, shapes
 
-from .helpers import dense_f64
+from .helpers import dense_f64, examples
 
 
 def in_bounds_mask(A):
@@ -181,7 +181,7 @@ def test_from_dense_explicit_offsets_drop_other_diagonals():
     np.testing.assert_array_equal(A.todense(), np.diag(np.diag(M)))
 
 
-@settings(max_examples=8)  # every example a new shape: BCOO's eager operations compile
+@settings(max_examples=examples(8))  # every example a new shape: BCOO's eager operations compile
 @given(dia_matrices(padding="nan"))
 def test_bcoo_round_trip(A):
     B = A.to_bcoo()

@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from jaxdia._kernels import pallas_tpu, pallas_triton, xla
 from jaxdia.testing import offsets as offsets_strategy
 
-from .helpers import spmm_oracle, tolerance, wide
+from .helpers import examples, spmm_oracle, tolerance, wide
 
 TRITON_DTYPES = [np.float32, np.float64, jnp.bfloat16, np.float16, np.complex64, np.complex128]
 TPU_DTYPES = [np.float32, jnp.bfloat16]
@@ -106,26 +106,26 @@ def _check_sddmm(sddmm, case, **kwargs):
 
 
 @pytest.mark.parametrize("transpose", [False, True])
-@settings(max_examples=6)
+@settings(max_examples=examples(6))
 @given(case=_cases(TRITON_DTYPES))
 def test_triton_spmm(case, transpose):
     _check_spmm(pallas_triton.spmm, case, transpose)
 
 
-@settings(max_examples=6)
+@settings(max_examples=examples(6))
 @given(case=_cases(TRITON_DTYPES))
 def test_triton_sddmm(case):
     _check_sddmm(pallas_triton.sddmm, case)
 
 
 @pytest.mark.parametrize("transpose", [False, True])
-@settings(max_examples=6)
+@settings(max_examples=examples(6))
 @given(case=_cases(TPU_DTYPES))
 def test_tpu_spmm(case, transpose):
     _check_spmm(pallas_tpu.spmm, case, transpose)
 
 
-@settings(max_examples=6)
+@settings(max_examples=examples(6))
 @given(case=_cases(TPU_DTYPES))
 def test_tpu_sddmm(case):
     _check_sddmm(pallas_tpu.sddmm, case)

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 
 from jaxdia._kernels import pallas_mosaic_gpu as mgpu, xla
 
+from .helpers import examples
 from .test_pallas import _cases, _check_sddmm, _check_spmm
 
 MOSAIC_DTYPES = [np.float32, np.float64, jnp.bfloat16, np.float16]
@@ -22,13 +23,13 @@ SMALL = mgpu.BlockSizes(rows=128, cols=2)
 
 
 @pytest.mark.parametrize("transpose", [False, True])
-@settings(max_examples=3)
+@settings(max_examples=examples(3))
 @given(case=_cases(MOSAIC_DTYPES))
 def test_mosaic_spmm(case, transpose):
     _check_spmm(mgpu.spmm, case, transpose)
 
 
-@settings(max_examples=3)
+@settings(max_examples=examples(3))
 @given(case=_cases(MOSAIC_DTYPES))
 def test_mosaic_sddmm(case):
     _check_sddmm(mgpu.sddmm, case)

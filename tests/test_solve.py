@@ -20,7 +20,7 @@ from jaxdia._kernels import band_primitives
 from jaxdia._linalg import banded as banded_solves
 from jaxdia.testing import offsets as offset_strategy
 
-from .helpers import assert_close, dense_f64
+from .helpers import assert_close, dense_f64, examples
 
 # -- problems --------------------------------------------------------------------------------
 
@@ -248,7 +248,7 @@ def test_solve_banded_matches_scipy(offsets, dtype, columns):
 
 
 @pytest.mark.usefixtures("banded_path")
-@settings(max_examples=8)
+@settings(max_examples=examples(8))
 @given(st.integers(1, 14).flatmap(lambda n: st.tuples(st.just(n), offset_strategy((n, n)))))
 def test_solve_banded_property(case):
     n, offsets = case

@@ -23,7 +23,7 @@ from jaxdia._linalg.factor import lu_unchecked
 from jaxdia._matrix import DiaMatrix
 from jaxdia._parts import DiaParts
 
-from .helpers import dense_f64
+from .helpers import dense_f64, examples
 
 
 def tridiagonal(n, lower, diagonal, upper, dtype=np.float64):
@@ -348,7 +348,7 @@ def scipy_lu_outcome(dense):
     return "ok"
 
 
-@settings(max_examples=12)
+@settings(max_examples=examples(12))
 @given(batch=hostile_batches())
 def test_solve_side_sweep(batch):
     precision, matrices, rhs, data, b = batch

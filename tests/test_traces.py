@@ -16,7 +16,7 @@ from jaxdia._kernels import xla_runs
 from jaxdia._traces import dia_diagonal, dia_trace, dia_traces
 from jaxdia.testing import batch_shapes, dia_matrices, random_values, shapes
 
-from .helpers import assert_close, to_scipy_f64
+from .helpers import assert_close, examples, to_scipy_f64
 
 DENSE_DTYPES = [
     np.dtype(d)
@@ -100,7 +100,9 @@ def offsets_of(q):
 
 
 # The patched thresholds are the same for every example: the fixture is safe to share.
-every_path = settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
+every_path = settings(
+    max_examples=examples(10), suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 PATHS = {

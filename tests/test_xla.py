@@ -18,7 +18,7 @@ from hypothesis import given, settings, strategies as st
 
 from jaxdia._kernels import xla
 
-from .helpers import spmm_oracle, tolerance, wide
+from .helpers import examples, spmm_oracle, tolerance, wide
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128, jnp.bfloat16, np.float16]
 
@@ -187,7 +187,7 @@ def _spmm_problems(draw):
     return offsets, (m, n), cols, transpose, batch_d, batch_x, dtype
 
 
-@settings(max_examples=20)
+@settings(max_examples=examples(20))
 @given(_spmm_problems(), st.integers(0, 2**32 - 1))
 def test_spmm_random(problem, seed):
     offsets, shape, cols, transpose, batch_d, batch_x, dtype = problem
