@@ -1,0 +1,173 @@
+"""The dispatch table of ``docs/design.md`` ("Dispatch"), pinned: which implementation runs
+for each public product and solve path, read from the lowered program.
+
+Each test names one row (or a few cells) of the table and asserts what the lowered
+StableHLO holds: the custom calls (LAPACK's routines through jaxdia's FFI targets
+``jaxdia_lapack_<routine>``, JAX's own ``gtsv``, the Pallas kernels) and the loops (a
+``while`` whose trip count grows with ``n`` is a loop over the rows: fine on CPU, a bug on
+a GPU or TPU). A change of policy then fails here, where it must be made on purpose and
+the table updated with it. The kernels' own lowering tests are in ``test_lowering.py``,
+ILU(0)'s in ``test_ilu.py``.
+"""
+
+import re
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxdia
+from jaxdia._kernels import band_primitives, band_refine
+from jaxdia._linalg import banded as banded_module, multigrid
+
+from .test_lowering import lowered_text, while_loops
+
+ACCELERATORS = ("cuda", "tpu")
+
+
+def banded(n, offsets, dtype=np.float64, batch=(), seed=0):
+    """A diagonally dominant banded matrix (so every method succeeds)."""
+    rng = np.random.default_rng(seed)
+    data = rng.uniform(-1, 1, (*batch, len(offsets), n)).astype(dtype)
+    data[..., offsets.index(0), :] = 2.0 * len(offsets)
+    return jaxdia.DiaMatrix(data, offsets, (n, n))
+
+
+def lapack_calls(text: str) -> set[str]:
+    """The LAPACK routines called through jaxdia's FFI targets."""
+    return set(re.findall(r"jaxdia_lapack_(\w+)", text))
+
+
+def loops_grow_with_n(fn, make_args, platform: str, n: int) -> bool:
+    """Whether a ``while`` loop's trip count changes between ``n`` and ``4 n``."""
+    return sorted(while_loops(fn, *make_args(n), platform=platform)) != sorted(
+        while_loops(fn, *make_args(4 * n), platform=platform)
+    )
+
+
+# -- stored factors: lu_factor, cho_factor -----------------------------------------------------
+
+STORED = [
+    # (factor, offsets, CPU routines of the factorization and of the solve)
+    ("lu", (-1, 0, 1), {"gttrf", "gttrs"}),
+    ("lu", (-2, -1, 0, 1, 2), {"gbtrf", "gbtrs"}),
+    ("lu", (-1, 0, 3), {"gbtrf", "gbtrs"}),
+    ("cho", (-1, 0, 1), {"pttrf", "pttrs"}),
+    ("cho", (-2, -1, 0, 1, 2), {"pbtrf", "pbtrs"}),
+]
+
+
+def _factor_and_solve(kind):
+    if kind == "lu":
+        return lambda A, b: jaxdia.lu_factor(A).solve(b)
+    return lambda A, b: jaxdia.cho_factor(A).solve(b)
+
+
+def _spd(n, offsets, batch=()):
+    A = banded(n, offsets, batch=batch)
+    return (A + A.T) * 0.5
+
+
+@pytest.mark.parametrize("kind, offsets, routines", STORED)
+def test_stored_factors_call_lapack_on_cpu(kind, offsets, routines):
+    n = 200
+    A = _spd(n, offsets) if kind == "cho" else banded(n, offsets)
+    text = lowered_text(_factor_and_solve(kind), A, jnp.ones(n), platform="cpu")
+    assert lapack_calls(text) == routines
+    # Small systems (n <= 16) and large batches of short ones run the scan instead.
+    small = _spd(8, offsets) if kind == "cho" else banded(8, offsets)
+    text = lowered_text(_factor_and_solve(kind), small, jnp.ones(8), platform="cpu")
+    assert not lapack_calls(text)
+    assert n > band_primitives._SCAN_ROWS >= 8
+
+
+@pytest.mark.parametrize("platform", ACCELERATORS)
+@pytest.mark.parametrize("kind, offsets, routines", STORED[:2] + STORED[3:4])
+def test_stored_factors_are_cyclic_reduction_on_accelerators(
+    platform, kind, offsets, routines, monkeypatch
+):
+    # A factor's layout is chosen when it is traced, for the default device's platform.
+    monkeypatch.setattr(
+        banded_module, "platform", lambda: "gpu" if platform == "cuda" else platform
+    )
+
+    def make_args(n):
+        A = _spd(n, offsets) if kind == "cho" else banded(n, offsets)
+        return A, jnp.ones(n)
+
+    fn = _factor_and_solve(kind)
+    text = lowered_text(fn, *make_args(256), platform=platform)
+    assert not lapack_calls(text) and "gtsv" not in text
+    assert not loops_grow_with_n(fn, make_args, platform, 256)
+
+
+# -- one-shot solves: solve_banded, one system --------------------------------------------------
+
+
+def test_one_system_on_cpu():
+    """gtsv for a tridiagonal matrix, gbtrf + gbtrs for a wider band, cyclic reduction
+    for n <= 16 (LAPACK's call costs more than the whole solve there)."""
+    n = 300
+    tri = lowered_text(jaxdia.solve_banded, banded(n, (-1, 0, 1)), jnp.ones(n), platform="cpu")
+    assert "gtsv" in tri and not lapack_calls(tri)
+    wide = lowered_text(
+        jaxdia.solve_banded, banded(n, (-2, -1, 0, 1, 2)), jnp.ones(n), platform="cpu"
+    )
+    assert lapack_calls(wide) == {"gbtrf", "gbtrs"} and "gtsv" not in wide
+    small = band_primitives._PARALLEL_ROWS
+    text = lowered_text(
+        jaxdia.solve_banded, banded(small, (-2, 0, 1)), jnp.ones(small), platform="cpu"
+    )
+    assert "gtsv" not in text
+    assert while_loops(jaxdia.solve_banded, banded(small, (-2, 0, 1)), jnp.ones(small),
+                       platform="cpu")  # fmt: skip
+    assert lapack_calls(text) <= {"gbtrf", "gbtrs"}  # only the fallback of a failed system
+
+
+@pytest.mark.parametrize("platform", ACCELERATORS)
+def test_one_system_on_accelerators(platform):
+    """cuda: the library's pivoting gtsv (cuSPARSE gtsv2) for a tridiagonal matrix; TPU
+    (whose gtsv is a loop over the rows) and wider bands: cyclic reduction."""
+    n = 300
+
+    def tridiagonal(n):
+        return banded(n, (-1, 0, 1), np.float32), jnp.ones(n, jnp.float32)
+
+    def pentadiagonal(n):
+        return banded(n, (-2, -1, 0, 1, 2), np.float32), jnp.ones(n, jnp.float32)
+
+    tri = lowered_text(jaxdia.solve_banded, *tridiagonal(n), platform=platform)
+    assert ("gtsv" in tri) == (platform == "cuda") and not lapack_calls(tri)
+    wide = lowered_text(jaxdia.solve_banded, *pentadiagonal(n), platform=platform)
+    assert "gtsv" not in wide and not lapack_calls(wide)
+    for make_args in (tridiagonal, pentadiagonal):
+        assert not loops_grow_with_n(jaxdia.solve_banded, make_args, platform, n)
+    assert while_loops(jaxdia.solve_banded, *pentadiagonal(n), platform=platform) == [
+        (0, band_refine.STEPS)
+    ]
+
+
+# -- multigrid's level products ------------------------------------------------------------------
+
+
+def test_multigrid_level_products(monkeypatch):
+    """On CPU a small level with more than 9 diagonals (3-D coarse levels) multiplies as
+    one loop over its diagonals; larger or narrower levels, and every level on GPU/TPU,
+    use the product primitive (no loop)."""
+    box = multigrid.displacements
+    small = banded(6**3, tuple(multigrid.flat_offset(d, (6, 6, 6)) for d in box(3)))
+    assert small.shape[0] <= multigrid.LOOPED_UP_TO and len(small.offsets) == 27
+    x = jnp.ones(small.shape[0])
+
+    def product(A, x):
+        return multigrid.level_product(A._parts)(x)
+
+    assert while_loops(product, small, x, platform="cpu") == [(27,)]
+    two_d = banded(30 * 30, tuple(multigrid.flat_offset(d, (30, 30)) for d in box(2)))
+    assert not while_loops(product, two_d, jnp.ones(900), platform="cpu")
+    large = banded(33**3, small.offsets)
+    assert large.shape[0] > multigrid.LOOPED_UP_TO
+    assert not while_loops(product, large, jnp.ones(large.shape[0]), platform="cpu")
+    # The choice is made when the cycle is traced, for the default device's platform.
+    monkeypatch.setattr(banded_module, "platform", lambda: "gpu")
+    assert not while_loops(product, small, x, platform="cuda")
