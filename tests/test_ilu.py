@@ -8,6 +8,11 @@ rule, not by pattern (``fill_factor=1, drop_tol=0`` drops some of ``A``'s own en
 these patterns, larger fill factors keep fill), so it never returns ILU(0). Iteration
 counts are checked on the convection-diffusion problems of benchmarks/README.md at
 ``N = 32``. Few distinct grids and offsets: each compiles its own programs.
+
+Given a grid, the factors keep the slots of ``A``'s diagonals that couple grid neighbours
+(a diagonal such as ``n2 - 1`` also holds pairs that wrap around a grid line); on grids
+with axes of 1 to 3 points they are checked against the textbook (IKJ) loops on that
+pattern, run densely with NumPy.
 """
 
 import itertools
@@ -21,8 +26,10 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
+from hypothesis import example, given, settings, strategies as st
 
 import jaxdia
+from jaxdia._kernels.ilu import wrapped_fill
 from jaxdia._linalg.incomplete import _downwind
 
 from .helpers import dense_f64
@@ -179,6 +186,193 @@ def test_ic0_is_the_incomplete_cholesky_of_the_pattern(grid, displacements, dtyp
         np.testing.assert_allclose(dense_f64(swept.L), L, rtol=1e-10, atol=1e-10)
         # M is Hermitian: rmatvec is matvec.
         np.testing.assert_allclose(swept.rmatvec(v), swept.matvec(v), rtol=1e-12)
+
+
+# -- small axes: the pattern of the grid's neighbours ---------------------------------------------
+
+TOLERANCES = {np.float32: 2e-5, np.complex64: 2e-5, np.float64: 1e-12, np.complex128: 1e-12}
+
+
+def nineteen():
+    return [d for d in boxes(3) if sum(map(abs, d)) <= 2]
+
+
+def neighbour_pattern(offsets, grid):
+    """The slots of the diagonals ``offsets`` that couple neighbours of ``grid``: the
+    pattern of ``ilu0(A, grid)`` (``ic0``'s: its lower triangle)."""
+    n = math.prod(grid)
+    points = np.indices(grid).reshape(len(grid), n).T
+    near = np.abs(points[:, None] - points[None, :]).max(axis=-1) <= 1
+    mask = np.zeros((n, n), bool)
+    for offset in offsets:
+        rows = np.arange(max(0, -offset), min(n, n - offset))
+        mask[rows, rows + offset] = True
+    return mask & near
+
+
+def textbook_ilu(dense, mask):
+    """ILU(0) on ``mask`` by the textbook IKJ loop: ``L`` unit lower, ``U`` upper."""
+    n = dense.shape[0]
+    W = np.where(mask, dense, 0)
+    for i in range(n):
+        for k in np.flatnonzero(mask[i, :i]):
+            W[i, k] /= W[k, k]
+            W[i, k + 1 :] -= W[i, k] * W[k, k + 1 :] * mask[i, k + 1 :]
+    return np.tril(W, -1) + np.eye(n), np.triu(W)
+
+
+def textbook_ic(dense, mask):
+    """IC(0) on the lower triangle of ``mask``, row by row (the IKJ order): ``L L^H``
+    matches the Hermitian ``dense`` there."""
+    n = dense.shape[0]
+    L = np.zeros_like(dense)
+    for i in range(n):
+        for k in np.flatnonzero(mask[i, :i]):
+            L[i, k] = (dense[i, k] - L[i, :k] @ L[k, :k].conj()) / L[k, k]
+        L[i, i] = np.sqrt((dense[i, i] - L[i, :i] @ L[i, :i].conj()).real)
+    return L
+
+
+def dominant_stencils(grid, displacements, seed, dtype, symmetric, batch=()):
+    """Random strictly diagonally dominant stencils with the given displacements (a
+    batch: the same offsets, other values), as one DiaMatrix."""
+    members = []
+    for member in range(math.prod(batch)):
+        rng = np.random.default_rng([seed, member])
+        complex_ = np.dtype(dtype).kind == "c"
+        coefficients = {}
+        for d in displacements:
+            values = rng.uniform(-1, -0.1, grid)
+            coefficients[d] = values + 1j * rng.uniform(-0.5, 0.5, grid) if complex_ else values
+        coefficients[(0,) * len(grid)] = np.full(grid, 1.0 + 1.2 * len(displacements))
+        S = stencil_matrix(grid, coefficients).astype(dtype)
+        members.append(sp.dia_array((S + S.conj().T) / 2 if symmetric else S).astype(dtype))
+    offsets = members[0].offsets
+    assert all(np.array_equal(S.offsets, offsets) for S in members)
+    data = np.stack([np.asarray(as_jax(S).data) for S in members])
+    A = as_jax(members[0])
+    return jaxdia.DiaMatrix(jnp.asarray(data.reshape(*batch, *data.shape[1:])), A.offsets, A.shape)
+
+
+def check_textbook(A, grid, kind, tolerance, order=(), adjoint=False, **options):
+    """``ilu0(A, grid)`` (``kind="ilu"``) or ``ic0`` against the textbook loops on the
+    neighbour pattern (for ``order``, of ``P A P^T``), and ``M(v)`` (with ``adjoint``,
+    ``M^H v`` too, for one matrix) against dense solves with the textbook factors."""
+    n = A.shape[0]
+    function = jaxdia.ilu0 if kind == "ilu" else jaxdia.ic0
+    M = function(A, grid, order=order, **options)
+    P = np.eye(n)[np.flip(np.arange(n).reshape(grid), order).ravel()]
+    dense = P @ dense_f64(A).reshape(-1, n, n) @ P.T
+    offsets = M.L.offsets if kind == "ic" else M.L.offsets + M.U.offsets
+    mask = neighbour_pattern(offsets, grid)
+    # One compiled call for the factors as DiaMatrix (eager, each step compiles its own).
+    factors = jax.jit(lambda M: (M.L, M.U) if kind == "ilu" else (M.L,))(M)
+    got_L, *got_U = (dense_f64(F).reshape(-1, n, n) for F in factors)
+    v = np.random.default_rng(0).standard_normal((len(dense), n))
+    got = np.asarray(M(jnp.asarray(v.reshape(*A.batch_shape, n)))).reshape(-1, n)
+    for member, matrix in enumerate(dense):
+        if kind == "ilu":
+            L, U = textbook_ilu(matrix, mask)
+            np.testing.assert_allclose(got_U[0][member], U, rtol=tolerance, atol=tolerance)
+        else:
+            L = textbook_ic(matrix, np.tril(mask))
+            U = L.conj().T
+        np.testing.assert_allclose(got_L[member], L, rtol=tolerance, atol=tolerance)
+        want = P.T @ np.linalg.solve(L @ U, P @ v[member])
+        np.testing.assert_allclose(got[member], want, rtol=10 * tolerance, atol=10 * tolerance)
+        if adjoint:
+            want = P.T @ np.linalg.solve((L @ U).conj().T, P @ v[member])
+            np.testing.assert_allclose(M.rmatvec(v[member]), want, rtol=10 * tolerance)
+
+
+SMALL_AXES = [
+    ((4, 3), boxes(2), np.float64),  # the offset 2 of (-1, 1) is also two steps along axis 1
+    ((5, 3), boxes(2), np.complex128),
+    ((3, 3), boxes(2), np.float32),
+    ((2, 3), boxes(2), np.complex64),
+    ((4, 2), boxes(2), np.float64),
+    ((1, 4), boxes(2), np.float64),
+    ((3, 2), stars(2), np.complex128),
+    ((4, 3), [(0, -1), (1, -1), (1, 1), (-1, 0)], np.float64),  # no box, nor symmetric
+    ((3, 3, 3), boxes(3), np.float32),
+    ((4, 4, 3), boxes(3), np.complex128),
+    ((4, 3, 4), boxes(3), np.float64),
+    ((3, 2, 3), nineteen(), np.float64),
+    ((4, 3, 1), stars(3), np.complex128),
+]
+
+
+@pytest.mark.parametrize("grid, displacements, dtype", SMALL_AXES)
+def test_small_axes_give_the_textbook_factors_of_the_neighbour_pattern(grid, displacements, dtype):
+    """Axes of 1 to 3 points, where a diagonal's slots that wrap around a grid line can
+    take fill (on an axis of 3 points two steps along it land on a neighbour's offset):
+    ILU(0) and IC(0) exactly as the textbook loops give them on the neighbour pattern,
+    the ILU solves by hyperplanes, IC's by rows."""
+    tolerance = TOLERANCES[dtype]
+    A = dominant_stencils(grid, displacements, 0, dtype, symmetric=False)
+    check_textbook(A, grid, "ilu", tolerance, method="exact", solves="wavefront")
+    H = dominant_stencils(grid, displacements, 1, dtype, symmetric=True)
+    check_textbook(H, grid, "ic", tolerance, method="exact", solves="scan")
+
+
+@pytest.mark.parametrize("kind", ["ilu", "ic"])
+def test_small_axes_chow_patel_batches_and_orderings(kind):
+    """Chow-Patel's sweeps converge to the same factors; a batch, and an ordering that
+    reverses the axis of 3 points."""
+    grid = (4, 3)
+    A = dominant_stencils(grid, boxes(2), 2, np.float64, kind == "ic", batch=(2,))
+    check_textbook(A, grid, kind, 1e-10, method="chow-patel", sweeps=40)
+    one = jaxdia.DiaMatrix(A.data[0], A.offsets, A.shape)
+    check_textbook(one, grid, kind, 1e-12, order=(1,), adjoint=True, method="exact")
+
+
+@st.composite
+def small_stencils(draw):
+    """A grid with axes of 1 to 5 points (2-D or 3-D), a stencil on it (5-, 9-, 7-, 19-
+    or 27-point, or any set of neighbours), a dtype, a batch."""
+    dim = draw(st.sampled_from([2, 3]))
+    grid = tuple(draw(st.integers(1, 5)) for _ in range(dim))
+    shapes = {"star": stars(dim), "box": boxes(dim)} | ({"19": nineteen()} if dim == 3 else {})
+    shape = draw(st.sampled_from([*shapes, "some"]))
+    if shape == "some":
+        displacements = draw(st.lists(st.sampled_from(boxes(dim)), max_size=8, unique=True))
+    else:
+        displacements = shapes[shape]
+    dtype = draw(st.sampled_from(list(TOLERANCES)))
+    batch = draw(st.sampled_from([(), (2,)]))
+    return grid, displacements, dtype, batch
+
+
+@settings(max_examples=5)  # each example compiles its factorization and solves
+@given(small_stencils(), st.sampled_from(["ilu", "ic"]), st.integers(0, 2**16))
+@example(((2, 3), boxes(2), np.complex128, (2,)), "ic", 0)  # fill in wrapped slots
+@example(((3, 2, 3), nineteen(), np.float32, ()), "ilu", 0)
+def test_small_axes_property(stencil, kind, seed):
+    grid, displacements, dtype, batch = stencil
+    A = dominant_stencils(grid, displacements, seed, dtype, kind == "ic", batch)
+    check_textbook(A, grid, kind, TOLERANCES[dtype], method="exact")
+
+
+@settings(max_examples=100)
+@given(small_stencils(), st.integers(0, 2**16))
+def test_the_pattern_is_masked_as_the_factorization_runs_wherever_it_matters(stencil, seed):
+    """Where ``wrapped_fill`` says no fill reaches a wrapped slot, the factorization keeps
+    its programs: it runs on the whole diagonals and masks after. The textbook loops
+    (with NumPy: nothing to compile) agree there with those on the neighbour pattern."""
+    grid, displacements, _, _ = stencil
+    for kind in ("ilu", "ic"):
+        S = dominant_stencils(grid, displacements, seed, np.float64, symmetric=kind == "ic")
+        dense = dense_f64(S)
+        offsets = S.offsets if kind == "ilu" else tuple(o for o in S.offsets if o <= 0)
+        if wrapped_fill(offsets, grid, kind):
+            continue
+        mask = neighbour_pattern(offsets, grid)
+        if kind == "ilu":
+            got, want = textbook_ilu(dense, pattern(S)), textbook_ilu(dense, mask)
+        else:
+            got, want = [textbook_ic(dense, np.tril(pattern(S)))], [textbook_ic(dense, mask)]
+        for F, G in zip(got, want):
+            np.testing.assert_allclose(F * mask, G, atol=1e-14)
 
 
 # -- orderings ---------------------------------------------------------------------------------

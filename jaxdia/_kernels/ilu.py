@@ -22,6 +22,14 @@ offsets (``p < 0 < r - p``; for IC(0), ``U[k, j] = conj(L[j, k])``). Two ways:
   iterate (Jacobi's way), a few whole-array operations per sweep (one gather for all
   pairs), whose fixed point is the exact factorization.
 
+Given a ``grid`` (the unknowns its points in C order), each takes the pattern of the
+slots that couple grid neighbours (:func:`grid_pattern`) instead of the whole diagonals:
+a diagonal such as ``n2 - 1`` on an ``(n1, n2)`` grid holds neighbours, ``(a, b) -> (a +
+1, b - 1)``, and also pairs that wrap around a grid line, ``(a, 0) -> (a, n2 - 1)``. Only
+where fill reaches such a slot can the two patterns give different factors
+(:func:`wrapped_fill`: on an axis of 3 points, say, two steps along it land on the offset
+of a neighbour); elsewhere the callers factor on the whole diagonals, which costs no mask.
+
 Where whole arrays are updated (the sweeps, the wavefront's hyperplanes) one operation
 serves all offsets or pairs at once, so that the programs stay small (a 27-point stencil
 has 27 offsets and over a hundred pairs); the row-by-row loops read scalars instead, which
@@ -35,6 +43,7 @@ once).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -198,6 +207,63 @@ def wavefront_solve(
     return lax.fori_loop(0, count, body, b)
 
 
+# -- the grid's pattern -----------------------------------------------------------------------
+
+
+def grid_pattern(offsets: Sequence[int], grid: tuple[int, ...]) -> Array:
+    """Booleans ``(K, n)``: whether row ``i``'s slot ``i + offsets[k]`` lies in the matrix
+    and couples grid neighbours (points whose coordinates differ by at most one along
+    every axis)."""
+    n = math.prod(grid)
+    i = lax.broadcasted_iota(jnp.int32, (len(offsets), n), 1)
+    j = i + np.asarray(offsets, np.int32)[:, None]
+    keep = (j >= 0) & (j < n)
+    stride = n
+    for size in grid:
+        stride //= size
+        keep = keep & (jnp.abs((i // stride) % size - (j // stride) % size) <= 1)
+    return keep
+
+
+def wrapped_fill(offsets: Sequence[int], grid: tuple[int, ...], kind: str) -> bool:
+    """Whether ILU(0) (``kind="ilu"``) or IC(0) (``"ic"``, ``offsets`` its lower
+    triangle's) on the whole diagonals of ``offsets`` puts fill into a slot that couples
+    no neighbours of ``grid`` (a wrapped slot), for a matrix that is zero there. If not,
+    the wrapped slots stay zero, and that factorization, masked after, is the one on
+    :func:`grid_pattern`; if so, the fill can feed entries computed after it, and only
+    masking as the factorization runs gives the factor of the pattern.
+
+    Fill enters slot ``(x, x + e)`` from ``L[x, x + d1] U[x + d1, x + e]`` (for IC(0),
+    ``U[k, j] = conj(L[j, k])``), with neighbour displacements ``d1`` (lower) and ``d2 =
+    e - d1`` (upper). While every wrapped slot is zero only such products of neighbours
+    are nonzero, so fill reaches one if and only if some ``e`` with a step of 2 lies on a
+    stored offset and the grid holds the three points ``x``, ``x + d1``, ``x + e``: on an
+    ``(n1, 3)`` grid ``e = (1, -2)`` has the offset 1 of ``(0, 1)``. Where every axis
+    after the first has 4 points or more no such ``e`` exists (offsets are then unique).
+    """
+    dim = len(grid)
+    strides = [math.prod(grid[axis + 1 :]) for axis in range(dim)]
+    steps = [
+        d
+        for d in itertools.product((-1, 0, 1), repeat=dim)
+        if all(abs(step) < size for step, size in zip(d, grid))
+    ]
+    present = set(offsets)
+    upper = present if kind == "ilu" else {-o for o in present}
+    for d1 in steps:
+        p = sum(step * stride for step, stride in zip(d1, strides))
+        if p >= 0 or p not in present:
+            continue
+        for d2 in steps:
+            q = sum(step * stride for step, stride in zip(d2, strides))
+            e = [a + b for a, b in zip(d1, d2)]
+            if q <= 0 or q not in upper or p + q not in present or max(map(abs, e)) <= 1:
+                continue
+            if all(max(0, a, b) - min(0, a, b) < size for a, b, size in zip(d1, e, grid)):
+                return True
+    return False
+
+
 # -- the equations on the pattern -----------------------------------------------------------
 
 
@@ -220,14 +286,16 @@ def _ic_pairs(offsets: tuple[int, ...]) -> list[tuple[int, int, int]]:
 # -- ILU(0) ------------------------------------------------------------------------------------
 
 
-def ilu_rows(rows: Array, offsets: tuple[int, ...]) -> Array:
+def ilu_rows(rows: Array, offsets: tuple[int, ...], grid: tuple[int, ...] | None = None) -> Array:
     """Exact ILU(0) of one matrix, row by row: ``rows`` ``(K, n)`` of ``A`` in, the same
-    layout out with ``L``'s entries on the negative offsets and ``U``'s on the others."""
+    layout out with ``L``'s entries on the negative offsets and ``U``'s on the others.
+    ``grid``: on :func:`grid_pattern`'s slots (the others zero), else on the diagonals."""
     n = rows.shape[-1]
     index = {o: k for k, o in enumerate(offsets)}
     pairs = _ilu_pairs(offsets)
     center = index[0]
     lower = [o for o in offsets if o < 0]
+    keep = None if grid is None else grid_pattern(offsets, grid)
 
     def body(i, F):
         # Scalar reads and updates: XLA fuses them into one loop body (gathers of small
@@ -235,13 +303,22 @@ def ilu_rows(rows: Array, offsets: tuple[int, ...]) -> Array:
         w = {o: F[index[o], i] for o in offsets}
         # IKJ: for k = i + p ascending, L[i, k] = w[k] / U[k, k], then the row of U[k]
         # updates the later entries of row i that the pattern holds.
+        # With a pattern, L[i, k] is zero off it before it updates anything.
         for p in lower:
             k = jnp.maximum(i + p, 0)
-            w[p] = jnp.where(i + p >= 0, w[p] / F[center, k], 0)
+            inside = i + p >= 0 if keep is None else keep[index[p], i]
+            w[p] = jnp.where(inside, w[p] / F[center, k], 0)
             for r, p_, q in pairs:
                 if p_ == p:
                     w[r] = w[r] - w[p] * F[index[q], k]
-        column = jnp.stack([jnp.where((i + o >= 0) & (i + o < n), w[o], 0) for o in offsets])
+        column = jnp.stack(
+            [
+                jnp.where(
+                    (i + o >= 0) & (i + o < n) if keep is None else keep[index[o], i], w[o], 0
+                )
+                for o in offsets
+            ]
+        )
         return lax.dynamic_update_slice(F, column[:, None], (0, i))
 
     return lax.fori_loop(0, n, body, rows)
@@ -254,9 +331,11 @@ def _slots(offsets: Sequence[int], n: int) -> Array:
     return (j >= 0) & (j < n)
 
 
-def ilu_sweeps(rows: Array, offsets: tuple[int, ...], sweeps: int) -> Array:
+def ilu_sweeps(
+    rows: Array, offsets: tuple[int, ...], sweeps: int, grid: tuple[int, ...] | None = None
+) -> Array:
     """``sweeps`` Chow–Patel sweeps for ILU(0) of one matrix, from ``L = tril(A) D^-1``,
-    ``U = triu(A)`` (``D`` the diagonal); layouts as :func:`ilu_rows`."""
+    ``U = triu(A)`` (``D`` the diagonal); layouts and ``grid`` as :func:`ilu_rows`."""
     n = rows.shape[-1]
     index = {o: k for k, o in enumerate(offsets)}
     pairs = _ilu_pairs(offsets)
@@ -264,7 +343,7 @@ def ilu_sweeps(rows: Array, offsets: tuple[int, ...], sweeps: int) -> Array:
     kp = np.asarray([index[t[1]] for t in pairs], np.int32)
     kq = np.asarray([index[t[2]] for t in pairs], np.int32)
     p = np.asarray([t[1] for t in pairs], np.int32)
-    slots = _slots(offsets, n)
+    slots = _slots(offsets, n) if grid is None else grid_pattern(offsets, grid)
     columns = lax.broadcasted_iota(jnp.int32, (len(offsets), n), 1)
     lower = np.asarray(offsets) < 0
     to_pivot = columns + np.asarray(offsets, np.int32)[:, None]
@@ -292,15 +371,16 @@ def _pivot_root(pivot: Array) -> Array:
     return jnp.where(pivot > 0, jnp.sqrt(jnp.where(pivot > 0, pivot, 1)), jnp.nan)
 
 
-def ic_rows(rows: Array, offsets: tuple[int, ...]) -> Array:
+def ic_rows(rows: Array, offsets: tuple[int, ...], grid: tuple[int, ...] | None = None) -> Array:
     """Exact IC(0) of one Hermitian matrix from its lower triangle ``rows`` ``(K, n)`` on
     ``offsets`` (all ``<= 0``, 0 last), row by row: ``L`` in the same layout, its diagonal
-    real (NaN from a non-positive pivot on)."""
+    real (NaN from a non-positive pivot on). ``grid`` as for :func:`ilu_rows`."""
     n = rows.shape[-1]
     index = {o: k for k, o in enumerate(offsets)}
     pairs = _ic_pairs(offsets)
     center = index[0]
     lower = [o for o in offsets if o < 0]
+    keep = None if grid is None else grid_pattern(offsets, grid)
 
     def body(i, F):
         w = {o: F[index[o], i] for o in offsets}
@@ -310,7 +390,8 @@ def ic_rows(rows: Array, offsets: tuple[int, ...]) -> Array:
             for r_, p, s in pairs:
                 if r_ == r:
                     w[r] = w[r] - w[p] * F[index[s], k].conj()
-            w[r] = jnp.where(i + r >= 0, w[r] / F[center, k], 0)
+            inside = i + r >= 0 if keep is None else keep[index[r], i]
+            w[r] = jnp.where(inside, w[r] / F[center, k], 0)
             pivot = pivot - (w[r].conj() * w[r]).real
         w[0] = _pivot_root(pivot).astype(F.dtype)
         column = jnp.stack([w[o] for o in offsets])
@@ -319,9 +400,11 @@ def ic_rows(rows: Array, offsets: tuple[int, ...]) -> Array:
     return lax.fori_loop(0, n, body, rows)
 
 
-def ic_sweeps(rows: Array, offsets: tuple[int, ...], sweeps: int) -> Array:
-    """``sweeps`` Chow–Patel sweeps for IC(0), from ``L = tril(A) D^-1/2``; layouts as
-    :func:`ic_rows`."""
+def ic_sweeps(
+    rows: Array, offsets: tuple[int, ...], sweeps: int, grid: tuple[int, ...] | None = None
+) -> Array:
+    """``sweeps`` Chow–Patel sweeps for IC(0), from ``L = tril(A) D^-1/2``; layouts and
+    ``grid`` as :func:`ic_rows`."""
     n = rows.shape[-1]
     index = {o: k for k, o in enumerate(offsets)}
     pairs = _ic_pairs(offsets)
@@ -330,7 +413,7 @@ def ic_sweeps(rows: Array, offsets: tuple[int, ...], sweeps: int) -> Array:
     kp = np.asarray([index[t[1]] for t in pairs], np.int32)
     ks = np.asarray([index[t[2]] for t in pairs], np.int32)
     at = np.asarray([t[0] for t in pairs], np.int32)
-    slots = _slots(offsets, n)
+    slots = _slots(offsets, n) if grid is None else grid_pattern(offsets, grid)
     to_pivot = lax.broadcasted_iota(jnp.int32, (len(offsets), n), 1)
     to_pivot = to_pivot + np.asarray(offsets, np.int32)[:, None]
     centers = np.full(len(offsets), center)

@@ -5,7 +5,10 @@
   (``kind="ilu"``) or IC(0) (``kind="ic"``, the lower triangle in and out) factor.
   ``method``: ``"exact"`` (the row-by-row loop), ``"sweeps"`` (``sweeps`` Chow–Patel
   sweeps) or ``"auto"``: exact on CPU, sweeps elsewhere (the exact loop takes ``n``
-  sequential steps, which a GPU or TPU runs one small kernel at a time).
+  sequential steps, which a GPU or TPU runs one small kernel at a time). ``grid``: None
+  (the pattern of the whole diagonals) or a grid whose slots coupling no neighbours the
+  factorization keeps at zero as it runs (see :func:`jaxdia._kernels.ilu.wrapped_fill`
+  for where that changes the factor).
 * ``jaxdia_ilu_solve(coefficients, [inverse_diagonal], b)``: ``op(T) x = b`` for a
   triangular ``T`` (see :func:`jaxdia._kernels.ilu.scan_solve`) and ``b`` ``(..., n)``.
   ``method``: ``"scan"`` (row by row), ``"wavefront"`` (by hyperplanes of ``grid``) or
@@ -47,9 +50,17 @@ FACTOR_METHODS = ("auto", "exact", "sweeps")
 SOLVE_METHODS = ("auto", "scan", "wavefront")
 
 
-def factor(rows, *, offsets: tuple[int, ...], kind: str, method: str, sweeps: int):
+def factor(
+    rows,
+    *,
+    offsets: tuple[int, ...],
+    kind: str,
+    method: str,
+    sweeps: int,
+    grid: tuple[int, ...] | None = None,
+):
     """The factor's rows (see the module docstring)."""
-    return factor_p.bind(rows, offsets=offsets, kind=kind, method=method, sweeps=sweeps)
+    return factor_p.bind(rows, offsets=offsets, kind=kind, method=method, sweeps=sweeps, grid=grid)
 
 
 def solve(
@@ -179,16 +190,17 @@ def _map(kernel, *operands):
     return lax.map(lambda args: kernel(*args), operands)
 
 
-def _factor_kernel(kind: str, method: str, offsets, sweeps: int):
+def _factor_kernel(kind: str, method: str, offsets, sweeps: int, grid):
     if method == "exact":
-        return partial(kernels.ilu_rows if kind == "ilu" else kernels.ic_rows, offsets=offsets)
+        rows = kernels.ilu_rows if kind == "ilu" else kernels.ic_rows
+        return partial(rows, offsets=offsets, grid=grid)
     sweep = kernels.ilu_sweeps if kind == "ilu" else kernels.ic_sweeps
-    return partial(sweep, offsets=offsets, sweeps=sweeps)
+    return partial(sweep, offsets=offsets, sweeps=sweeps, grid=grid)
 
 
-def _factor_impl(rows, *, offsets, kind, method, sweeps, default: str):
+def _factor_impl(rows, *, offsets, kind, method, sweeps, grid, default: str):
     method = default if method == "auto" else method
-    kernel = _factor_kernel(kind, method, offsets, sweeps)
+    kernel = _factor_kernel(kind, method, offsets, sweeps, grid)
     if rows.ndim == 2:
         return kernel(rows)
     flat = rows.reshape(-1, *rows.shape[-2:])

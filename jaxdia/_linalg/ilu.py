@@ -8,7 +8,10 @@ matrix is factored as it is: orderings are the caller's (:mod:`jaxdia._linalg.in
 Given a ``grid`` (the unknowns are its points in C order), the factor keeps only entries
 that couple grid neighbours (points whose coordinates differ by at most one along every
 axis): what a stencil's factor holds anyway, and what the wavefront solves over the grid's
-hyperplanes require.
+hyperplanes require. It is ILU(0) (IC(0)) on that pattern: where fill would reach a slot
+that wraps around a grid line (:func:`jaxdia._kernels.ilu.wrapped_fill`: grids with an
+axis of 3 points, say) the factorization keeps those slots at zero as it runs; elsewhere
+it runs on the whole diagonals, whose wrapped slots stay zero, and they are masked after.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from jax import Array, lax
 
 from .._geometry import slot_indices
 from .._kernels import ilu_primitives as prims
+from .._kernels.ilu import wrapped_fill
 from .._parts import DiaParts
 from .._pytree import Immutable
 
@@ -144,7 +148,12 @@ def factorize(
     if not (isinstance(shift_by, (int, float)) and shift_by == 0):
         scale = 1 + lax.stop_gradient(jnp.asarray(shift_by, layout.real.dtype))
         layout = layout.at[..., center, :].multiply(scale.astype(layout.dtype))
-    factor = prims.factor(layout, offsets=offsets, kind=kind, method=method, sweeps=sweeps)
+    # The pattern's mask inside the loops only where fill would wrap: elsewhere masking
+    # after gives the same factor, and the common grids keep their programs.
+    pattern = grid if grid is not None and wrapped_fill(offsets, grid, kind) else None
+    factor = prims.factor(
+        layout, offsets=offsets, kind=kind, method=method, sweeps=sweeps, grid=pattern
+    )
     if grid is not None:
         factor = jnp.where(neighbours(offsets, grid), factor, 0)
     pivots = factor[..., center, :]

@@ -504,8 +504,11 @@ _SHARED_ARGS = """
         It must store its main diagonal.
       grid: the grid's points per axis (``(n1,)``, ``(n1, n2)`` or ``(n1, n2, n3)``, the
         unknowns in C order, as for :func:`jaxdia.multigrid`), when ``A`` is a stencil on a
-        structured grid; None: any banded matrix (``order`` natural, triangular solves
-        by scan).
+        structured grid: the factor's pattern is then the slots of ``A``'s diagonals that
+        couple grid neighbours (a diagonal such as ``n2 - 1`` also holds pairs that wrap
+        around a grid line, kept zero), on grids with axes of any size from 1 point; None:
+        any banded matrix, the pattern its whole diagonals (``order`` natural, triangular
+        solves by scan).
       order: ``"natural"`` (the unknowns' own ordering), a sequence of grid axes to
         reverse, or ``"auto"``: reverse each axis ``a`` along which ``A`` couples points
         more strongly to their following neighbours than to their preceding ones (the sum
