@@ -32,7 +32,7 @@ import jaxdia
 from jaxdia._kernels.ilu import wrapped_fill
 from jaxdia._linalg.incomplete import _downwind
 
-from .helpers import dense_f64
+from .helpers import dense_f64, examples
 from .test_lowering import lowered_text
 from .test_multigrid import stencil_matrix
 
@@ -343,7 +343,7 @@ def small_stencils(draw):
     return grid, displacements, dtype, batch
 
 
-@settings(max_examples=5)  # each example compiles its factorization and solves
+@settings(max_examples=examples(5))  # each example compiles its factorization and solves
 @given(small_stencils(), st.sampled_from(["ilu", "ic"]), st.integers(0, 2**16))
 @example(((2, 3), boxes(2), np.complex128, (2,)), "ic", 0)  # fill in wrapped slots
 @example(((3, 2, 3), nineteen(), np.float32, ()), "ilu", 0)
@@ -353,7 +353,7 @@ def test_small_axes_property(stencil, kind, seed):
     check_textbook(A, grid, kind, TOLERANCES[dtype], method="exact")
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(small_stencils(), st.integers(0, 2**16))
 def test_the_pattern_is_masked_as_the_factorization_runs_wherever_it_matters(stencil, seed):
     """Where ``wrapped_fill`` says no fill reaches a wrapped slot, the factorization keeps
