@@ -4,7 +4,8 @@
 low-rank corner correction (Sherman-Morrison-Woodbury) instead of factoring the full band
 the corners span. Oracles: NumPy's dense ``solve`` (all three ``trans``), SciPy's
 ``spsolve``, and ``jnp.linalg.solve``'s gradients; the split's choice against the work it
-saves; the fallback when the band alone is singular.
+saves; the fallback when the band alone is singular or too ill-conditioned for the
+correction (its growth), and small matrices, which are bands.
 """
 
 import jax
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
+from hypothesis import given, settings, strategies as st
 
 import jaxdia
 from jaxdia._linalg import banded, periodic
@@ -193,3 +195,263 @@ def test_no_loop_over_the_rows_on_accelerators(monkeypatch, platform):
         return factor_and_solve, (A, jnp.ones(n, jnp.float32))
 
     assert_no_loop_grows(make, platform)
+
+
+# -- when the split is refused: small n, an ill-conditioned band ----------------------------
+
+
+#: The growth ``1 + ||B^-1 U||_inf`` above which a periodic factor is refused, as
+#: ``lu_factor``'s docstring states it (``periodic.MAX_GROWTH``).
+GROWTH = 1e3
+
+
+def eps(dtype) -> float:
+    return float(np.finfo(dtype).eps)
+
+
+def condition(dense) -> float:
+    return float(np.linalg.cond(np.asarray(dense, np.complex128), np.inf))
+
+
+def shifted_cycle(n, delta, dtype, half=0, seed=0):
+    """The cyclic shift ``A[i, i + 1 mod n] = 1`` plus ``delta`` times a random matrix on
+    the diagonals ``-half .. half`` (and their wrap-arounds): about as well conditioned as
+    a permutation for a small ``delta``, while its band without the corners (the
+    superdiagonal plus ``delta`` times the rest) is nearly nilpotent."""
+    rng = np.random.default_rng(seed)
+    dense = np.roll(np.eye(n), 1, axis=1).astype(np.complex128)
+    rows = np.arange(n)
+    for offset in range(-half, half + 1):
+        values = rng.standard_normal(n) + (1j * rng.standard_normal(n) if dtype_kind(dtype) else 0)
+        dense[rows, (rows + offset) % n] += delta * values
+    dense = dense if dtype_kind(dtype) else dense.real
+    dense = dense.astype(dtype)
+    return jaxdia.DiaMatrix.from_scipy(sp.dia_array(dense)), dense
+
+
+def dtype_kind(dtype) -> bool:
+    """Whether ``dtype`` is complex."""
+    return np.dtype(dtype).kind == "c"
+
+
+def assert_solves(solution, dense, b, dtype, growth=1.0, trans=0):
+    """``solution`` solves ``op(dense) x = b`` as accurately as a backward stable solve
+    would, ``growth`` times less for a periodic factor: its error (infinity norm,
+    relative) is within ``200 eps cond(op) growth``."""
+    op = (dense, dense.T, dense.conj().T)[trans].astype(np.complex128)
+    expected = np.linalg.solve(op, np.asarray(b, np.complex128))
+    error = np.abs(np.asarray(solution, np.complex128) - expected).max()
+    bound = 200 * eps(dtype) * condition(op) * growth * np.abs(expected).max()
+    assert error <= bound, (error, bound)
+
+
+SMALL = [(2, 1), (3, 2), (4, 3)]  # tridiagonal, pentadiagonal, heptadiagonal
+ALL_DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+
+@pytest.mark.parametrize("n, half", SMALL)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_small_matrices_are_bands(n, half, dtype):
+    """An ``n x n`` matrix of offsets ``-half .. half`` with ``half = n - 1`` has "corners"
+    at ``±(n - 1)`` that are diagonals of its band seen from the other side: it is
+    factored as a band, exactly, even where its band without them is nearly singular
+    (a Woodbury correction there would lose every digit, with ``info == 0``)."""
+    A, dense = shifted_cycle(n, 16 * eps(dtype), dtype, half=half, seed=n)
+    assert A.offsets == tuple(range(-half, half + 1))
+    assert periodic.split(A.offsets, n) is None
+    b = np.arange(1.0, n + 1).astype(dtype)
+    lu, solutions, x = jax.jit(factor_and_solve)(A, b)
+    assert lu.kind != "periodic" and bool(lu.ok)
+    for trans, solution in enumerate(solutions):
+        assert_solves(solution, dense, b, dtype, trans=trans)
+    assert_solves(x, dense, b, dtype)
+
+
+def factor_and_solve(A, b):
+    """``lu_factor(A)``, its solves of ``op(A) x = b`` (all three ``trans``) and
+    ``solve_banded(A, b)``, in one program."""
+    lu = jaxdia.lu_factor(A)
+    return lu, [lu.solve(b, trans=trans) for trans in (0, 1, 2)], jaxdia.solve_banded(A, b)
+
+
+@pytest.mark.parametrize("n, half", SMALL)
+def test_small_matrices_batched_under_vmap(n, half):
+    members = [shifted_cycle(n, 16 * eps(np.float32), np.float32, half, seed) for seed in range(3)]
+    data = jnp.stack([A.data for A, _ in members])
+    offsets = members[0][0].offsets
+    assert all(A.offsets == offsets for A, _ in members)
+    b = np.ones((3, n), np.float32)
+
+    def solve(d, v):
+        return jaxdia.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), v)
+
+    batched = jaxdia.DiaMatrix(data, offsets, (n, n))
+    lu = jax.jit(jaxdia.lu_factor)(batched)
+    assert lu.kind != "periodic" and bool(jnp.all(lu.ok))
+    for x in (jax.jit(jax.vmap(solve))(data, b), lu.solve(b[..., None])[..., 0]):
+        for (_, dense), xi, bi in zip(members, np.asarray(x), b, strict=True):
+            assert_solves(xi, dense, bi, np.float32)
+
+
+def test_separation():
+    """A split needs the stencil ``-L .. U`` the offsets make on the circle of ``n``
+    points to cover at most half of it: ``2 (L + U + 1) <= n``."""
+    for n in range(2, 6):  # periodic tridiagonal matrices: L = U = 1
+        offsets = tuple(sorted({-(n - 1), -1, 0, 1, n - 1}))
+        assert periodic.split(offsets, n) is None
+    assert periodic.split((-5, -1, 0, 1, 5), 6) == periodic.Split((1, 2, 3), 1, 1)
+    # half-width 2: corners at ±(n - 2), ±(n - 1); n = 10 is the smallest that splits
+    assert periodic.split((-8, -7, -2, -1, 0, 1, 2, 7, 8), 9) is None
+    assert periodic.split((-9, -8, -2, -1, 0, 1, 2, 8, 9), 10) is not None
+    # one corner (a periodic upwind stencil): L = 1, U = 0
+    assert periodic.split((-1, 0, 2), 3) is None
+    assert periodic.split((-1, 0, 3), 4) == periodic.Split((0, 1), 1, 0)
+
+
+def ill_banded(dtype, n=40):
+    """Periodic matrices, well conditioned, whose bands without the corners are nearly
+    singular: a cyclic shift plus ``I / 2`` (``B^-1`` grows as ``2^k`` along the band),
+    and the cyclic tridiagonal ``(1/4, 1e-8, 1)`` (odd ``n``: ``B`` has an eigenvalue
+    ``1e-8``, ``A``'s are ``3/4`` or more in modulus)."""
+    shift = np.roll(np.eye(n), 1, axis=1)
+    tridiagonal = (
+        1e-8 * np.eye(n + 1) + np.roll(np.eye(n + 1), 1, 1) + 0.25 * np.roll(np.eye(n + 1), -1, 1)
+    )
+    for dense in (shift + 0.5 * np.eye(n), tridiagonal):
+        if dtype_kind(dtype):
+            dense = dense * (1 + 1j) / np.sqrt(2)
+        dense = dense.astype(dtype)
+        yield jaxdia.DiaMatrix.from_scipy(sp.dia_array(dense)), dense
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_ill_conditioned_band_is_refused(dtype):
+    """Outside ``jit`` the whole band is factored and solves are exact; under ``jit`` the
+    factor says it failed (``info == -3``, ``ok`` False) and solves are NaN, never a
+    finite answer that is wrong."""
+    for A, dense in ill_banded(dtype):
+        n = A.shape[0]
+        assert periodic.split(A.offsets, n) is not None and condition(dense) < 10
+        b = np.random.default_rng(n).standard_normal(n).astype(dtype)
+        lu = jaxdia.lu_factor(A)
+        assert lu.kind == "band"
+        for trans in (0, 2):
+            assert_solves(lu.solve(b, trans=trans), dense, b, dtype, trans=trans)
+        assert_solves(jaxdia.solve_banded(A, b), dense, b, dtype)
+        traced, solutions, x = jax.jit(factor_and_solve)(A, b)
+        assert traced.kind == "periodic" and int(traced.info) == -3 and not bool(traced.ok)
+        assert np.isnan(np.asarray([*solutions, x])).all()
+
+
+def test_ill_conditioned_band_under_vmap_flags_only_its_member():
+    """A batch of a good periodic matrix and one with a nearly singular band: under
+    ``vmap`` (no fallback) the bad member is NaN and flagged, the good one exact."""
+    n = 40
+    bad = (np.roll(np.eye(n), 1, axis=1) + 0.5 * np.eye(n)).astype(np.float32)
+    good = (np.roll(np.eye(n), 1, axis=1) + 3.0 * np.eye(n)).astype(np.float32)
+    A = jaxdia.DiaMatrix.from_scipy(sp.dia_array(good))
+    B = jaxdia.DiaMatrix.from_scipy(sp.dia_array(bad)).with_offsets(A.offsets)
+    data = jnp.stack([A.data, B.data])
+    b = np.ones(n, np.float32)
+
+    def member(d):
+        M = jaxdia.DiaMatrix(d, A.offsets, A.shape)
+        lu = jaxdia.lu_factor(M)
+        return lu.ok, lu.solve(b), jaxdia.solve_banded(M, b)
+
+    ok, x, y = jax.jit(jax.vmap(member))(data)
+    assert np.asarray(ok).tolist() == [True, False]
+    assert_solves(x[0], good, b, np.float32)
+    assert_solves(y[0], good, b, np.float32)
+    assert np.isnan(np.asarray(x[1])).all() and np.isnan(np.asarray(y[1])).all()
+    # The batched factor outside jit falls back to the whole band for the whole batch.
+    lu = jaxdia.lu_factor(jaxdia.DiaMatrix(data, A.offsets, A.shape))
+    assert lu.kind == "band"
+    for xi, dense in zip(np.asarray(lu.solve(np.stack([b, b])[..., None]))[..., 0], (good, bad)):
+        assert_solves(xi, dense, b, np.float32)
+
+
+def test_growth_below_the_bound_is_kept_and_accurate():
+    """A cyclic shift plus ``0.9 I``, ``n = 40``: ``B^-1`` grows as ``0.9^-k``, a growth of
+    about 70, below the bound: the periodic factor is kept, and its solves (all three
+    ``trans``) are within that growth of a backward stable solve's accuracy."""
+    n = 40
+    for dtype in (np.float32, np.float64):
+        dense = (np.roll(np.eye(n), 1, axis=1) + 0.9 * np.eye(n)).astype(dtype)
+        A = jaxdia.DiaMatrix.from_scipy(sp.dia_array(dense))
+        b = np.random.default_rng(0).standard_normal(n).astype(dtype)
+        for lu in (jaxdia.lu_factor(A), jax.jit(jaxdia.lu_factor)(A)):
+            assert lu.kind == "periodic" and bool(lu.ok)
+            growth = growths(lu)
+            assert 10 < growth[0] < GROWTH
+            for trans in (0, 1, 2):
+                x = lu.solve(b, trans=trans)
+                assert_solves(x, dense, b, dtype, growth[min(trans, 1)], trans)
+
+
+def growths(lu, member=()) -> tuple[float, float]:
+    """``||B^-1 A||`` in the infinity and the 1-norm for a periodic factor (``member`` of
+    its batch; ``B^-1 A = I + Z V^T``): by how much its solves' errors, of ``A x = b`` and
+    of the transposed systems, may exceed a backward stable solve's (see
+    ``jaxdia._linalg.periodic``)."""
+    n = lu.shape[0]
+    G = np.eye(n, dtype=np.complex128)
+    where = periodic.split(lu.matrix.offsets, n)
+    G[:, periodic.columns(n, where)] += np.asarray(lu.factors[-3][member], np.complex128)
+    return float(np.abs(G).sum(1).max()), float(np.abs(G).sum(0).max())
+
+
+#: The main diagonal's scale in each member of :func:`periodic_systems`' batches.
+SCALES = (1.0, 1e-3, 1e-6, 1e-12, 0.0)
+
+
+@st.composite
+def periodic_systems(draw):
+    """A batch of random matrices of a band ``-l .. u`` and corners reaching ``p`` and
+    ``q`` columns (offsets ``n - p .. n - 1`` and ``-(n - 1) .. -(n - q)``), ``n`` from 2
+    to 12, their main diagonals scaled by :data:`SCALES` (so that their bands without the
+    corners are often nearly singular), and right-hand sides."""
+    n = draw(st.integers(2, 12))
+    l, u, p, q = (draw(st.integers(0, 2)) for _ in range(4))
+    dtype = draw(st.sampled_from([np.float32, np.float64, np.complex128]))
+    seed = draw(st.integers(0, 2**16))
+    offsets = {*range(-l, u + 1), *range(n - p, n), *range(-(n - 1), -(n - q) + 1)}
+    offsets = tuple(sorted(k for k in offsets if -n < k < n))
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal((len(SCALES), len(offsets), n))
+    if dtype_kind(dtype):
+        data = data + 1j * rng.standard_normal(data.shape)
+    if 0 in offsets:
+        data[:, offsets.index(0)] *= np.array(SCALES)[:, None]
+    A = jaxdia.DiaMatrix(data.astype(dtype), offsets, (n, n))
+    return A, rng.standard_normal((len(SCALES), n, 1)).astype(dtype)
+
+
+@jax.jit
+def factor_and_solve_all(A, b):
+    lu = jaxdia.lu_factor(A)
+    # A^H x = b is A^T x = b for the real dtypes.
+    return lu, {trans: lu.solve(b, trans=trans) for trans in (0, 2)}
+
+
+# Few examples, each a batch: every one compiles its programs (about a second).
+@settings(max_examples=8)
+@given(periodic_systems())
+def test_accurate_or_flagged(systems):
+    """Under ``jit`` (no fallback), ``A x = b`` and ``A^H x = b``: a factor with ``ok``
+    solves to the accuracy its condition number allows (times its growth, at most the
+    documented bound, for a periodic one), and one without gives NaN; never a wrong
+    finite answer with ``ok``."""
+    A, b = systems
+    dense = dense_f64(A)
+    lu, solutions = factor_and_solve_all(A, b)
+    for member, ok in enumerate(np.asarray(lu.ok)):
+        growth = growths(lu, member) if lu.kind == "periodic" and ok else (1.0, 1.0)
+        for trans, x in solutions.items():
+            x = np.asarray(x[member, :, 0])
+            if ok:
+                allowed = min(growth[min(trans, 1)], GROWTH)
+                assert_solves(x, dense[member], b[member, :, 0], A.dtype, allowed, trans)
+            else:
+                assert np.isnan(x).all()
+        assert growth[0] <= GROWTH

@@ -240,8 +240,9 @@ def factor_lu(A: DiaParts, method: str | None = None) -> Factor:
     (periodic boundaries, see :mod:`jaxdia._linalg.periodic`), the periodic factor: kind
     ``"w"`` and the band's kind, widths ``(p, q)`` and the band's widths, arrays the
     band's followed by ``Z``, ``S``'s LU and its pivots. Outside ``jit``, a periodic
-    factor that failed (the band without its corners is singular, or ``A`` is) is
-    replaced by the factor of the whole band."""
+    factor that failed (the band without its corners is singular, or too ill-conditioned
+    for the correction to be accurate, or ``A`` is singular) is replaced by the factor of
+    the whole band; under ``jit`` its ``info`` says so."""
     method = method or METHOD
     where = periodic.split(A.offsets, A.shape[0])
     if where is not None:
@@ -257,12 +258,18 @@ def factor_lu(A: DiaParts, method: str | None = None) -> Factor:
 #: ``info`` of a periodic factor whose band factored but whose correction ``S`` is
 #: singular or not finite: ``A`` is singular, or its band nearly so.
 SINGULAR_CORRECTION = -2
+#: ``info`` of a periodic factor whose band is too ill-conditioned, next to ``A``, for the
+#: corner correction to be accurate: the growth ``1 + ||B^-1 U||_inf`` bounding its
+#: solves' loss of accuracy is above ``periodic.MAX_GROWTH`` (see
+#: :mod:`jaxdia._linalg.periodic`).
+UNSTABLE_CORRECTION = -3
 
 
 @partial(jax.jit, static_argnames=("offsets", "p", "q", "kind", "widths", "method"))
 def _periodic_factor(data, *, offsets, p, q, kind, widths, method):
     """:func:`factor_lu`'s periodic factor, as one compiled call: the band's factor of
-    ``kind``, then ``Z = B^-1 U`` and the LU of ``S = I + V^T Z``."""
+    ``kind``, then ``Z = B^-1 U``, the LU of ``S = I + V^T Z`` and the check of ``Z``'s
+    growth."""
     n = data.shape[-1]
     where = periodic.Split.of(offsets, n, p, q)
     data = lax.stop_gradient(data).astype(accumulation_dtype(data.dtype))
@@ -276,6 +283,9 @@ def _periodic_factor(data, *, offsets, p, q, kind, widths, method):
     bad = jnp.any(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0, axis=-1)
     bad = bad | ~jnp.all(jnp.isfinite(lu), axis=(-2, -1))
     info = jnp.where(info != 0, info, jnp.where(bad, SINGULAR_CORRECTION, 0))
+    # NaN growth (a NaN in Z) is unstable too.
+    stable = periodic.growth(Z) <= periodic.MAX_GROWTH
+    info = jnp.where(info != 0, info, jnp.where(stable, 0, UNSTABLE_CORRECTION))
     info = jnp.where(finite(data, offsets, None), info, NON_FINITE)
     return (*arrays, Z, lu, pivots), info
 

@@ -231,8 +231,9 @@ class BandedLU(_BandedFactor):
       factors: the factor's arrays, of any kind.
       info: 0, or the 1-based index of the first exactly zero pivot ``U[i - 1, i - 1]``
         (a parallel factor on GPU/TPU: the first row of a singular diagonal block it
-        met; a periodic factor: that of its band, or -2 when the correction ``S`` is
-        singular).
+        met; a periodic factor: that of its band, -2 when the correction ``S`` is
+        singular, -3 when the band without its corners is too ill-conditioned for the
+        correction to be accurate; see :func:`jaxdia.lu_factor`).
       ok: ``info == 0``.
       kind: ``"tridiagonal"``, ``"band"``, ``"parallel"`` or ``"periodic"``.
       lower: the number of subdiagonals ``l``.
@@ -513,10 +514,17 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
     Sherman-Morrison-Woodbury correction for them: ``A = B + U V^T`` with ``V`` selecting
     the ``r`` columns the corners touch, ``Z = B^-1 U`` and the LU of the ``r x r`` matrix
     ``S = I + V^T Z`` are stored, and a solve costs a banded solve plus O(n r). Chosen
-    from the offsets alone, by the work each way. It needs ``B`` nonsingular: where it is
-    not, ``lu_factor`` outside ``jit`` factors the whole band instead; under ``jit``
-    :attr:`BandedLU.info` is nonzero and solves are NaN. Like any Woodbury update it
-    loses accuracy when ``B`` is much worse conditioned than ``A``.
+    from the offsets, by the work each way, where the corners are well apart from the
+    band: the stencil the offsets make on a circle of ``n`` points, ``L`` below and ``U``
+    above the diagonal, covers at most half of it (``2 (L + U + 1) <= n``; smaller
+    matrices are factored as a band). Like any Woodbury update it loses accuracy when
+    ``B`` is much worse conditioned than ``A``, by the growth ``g = 1 + ||Z||_inf`` (a
+    bound of ``||B^-1 A||_inf``; below 10 for diagonally dominant matrices, shifted
+    periodic Laplacians and implicit advection-diffusion steps), which every periodic
+    factor computes: where ``B`` is singular or ``g > 1e3`` (solves would lose more than
+    about three digits next to the banded LU's), ``lu_factor`` outside ``jit`` factors the
+    whole band instead (the whole matrix); under ``jit`` :attr:`BandedLU.info` is nonzero
+    (-3 for ``g``) and solves are NaN.
 
     ``A`` may be batched (``A.batch_shape``): one factor per matrix. The result is a
     pytree (see :class:`BandedLU`), usable under ``jit`` and ``vmap``, closed over or
@@ -732,9 +740,12 @@ def solve_banded(A: DiaMatrix, b: ArrayLike) -> Array:
 
     A singular matrix (an exactly zero pivot, e.g. a zero column) gives an all-NaN
     solution; no exception is raised, as none can be under ``jit``
-    (:func:`jaxdia.lu_factor` raises outside ``jit``). An ill-conditioned matrix gives a
-    finite solution with a small residual (partial pivoting is backward stable in
-    practice) but a forward error that grows with the condition number.
+    (:func:`jaxdia.lu_factor` raises outside ``jit``). Under ``jit`` so does a periodic
+    matrix whose band without its corners is singular or too ill-conditioned for the
+    corner correction (outside ``jit`` the whole band is factored instead; see
+    :func:`jaxdia.lu_factor`). An ill-conditioned matrix gives a finite solution with a
+    small residual (partial pivoting is backward stable in practice) but a forward error
+    that grows with the condition number.
 
     Batches follow :func:`jaxdia.matmul`'s rules: a 1-D ``b`` of length ``n`` is a
     vector; an N-D ``b`` is a stack of ``(n, k)`` right-hand sides whose batch dims
