@@ -34,6 +34,10 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
+# The jaxdia of the checkout this script is in (as pytest imports it in tests/test_shard.py),
+# not whichever one the environment has installed; and tests.test_multigrid's matrices.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import jaxdia  # noqa: E402
 from jaxdia._geometry import band_widths  # noqa: E402
 
@@ -170,6 +174,30 @@ def products_match_scipy():
         assert not np.any(np.asarray(y)[n:]), case  # padding rows of the result stay zero
         close(Y_n, scipy_of(A) @ X)
         close(back.todense(), scipy_of(A).toarray())
+
+
+@check
+def products_with_many_diagonals():
+    """A product of more than 64 diagonals (one loop over them on CPU) inside the sharded
+    product's shard_map and inside one of the user's: its carry varies over the devices."""
+    rng = np.random.default_rng(3)
+    n, offsets = 200, tuple(range(-40, 40))
+    A = random_matrix(rng, n, offsets)
+    x = rng.standard_normal(n)
+    for kind in (AxisType.Auto, AxisType.Explicit):
+        S = jaxdia.shard(A, explicit_mesh_of(kind=kind), "rows")
+        y = jax.jit(lambda S, b: S @ b)(S, S.shard_vector(x))
+        close(S.unshard_vector(y), scipy_of(A) @ x)
+    mesh = explicit_mesh_of()
+    B = jaxdia.DiaMatrix(np.nan_to_num(np.asarray(A.data)), offsets, A.shape)
+    X = rng.standard_normal((8, n))
+    each = jax.shard_map(
+        lambda v: (B @ v[0])[None],
+        mesh=mesh,
+        in_specs=PartitionSpec("rows"),
+        out_specs=PartitionSpec("rows"),
+    )
+    close(jax.jit(each)(put(X, mesh, "rows")), X @ scipy_of(A).T)
 
 
 @check
@@ -1157,7 +1185,6 @@ def jaxdia_solvers_on_a_sharded_matrix():
 def _multigrid_case(name):
     """(matrix, grid) of the sharded multigrid checks (the jumping coefficient is
     tests/test_multigrid.py's)."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from tests.test_multigrid import jump, poisson
 
     grid = {"poisson-2d": (32, 32), "poisson-3d": (16, 8, 8), "jump-2d": (32, 32)}[name]
@@ -1264,6 +1291,70 @@ def sharded_multigrid_errors_are_clear():
     # Coarsening the fast axis first keeps the shards aligned whatever their planes.
     M = jaxdia.multigrid(T, (24, 24), coarsening=[(1,), (1,)], gather_below=8)
     assert M.sharded_levels == 2, M
+
+
+def sharded_multigrid_like_one_device(matrix, grid, devices, kind, smoother, **options):
+    """jaxdia.multigrid on ``devices`` devices against one device: the same grids and
+    levels, one V-cycle to rounding, the same iterations of fused CG, and SciPy's
+    solution. Returns the sharded multigrid and the compiled solve's HLO text."""
+    A = jaxdia.DiaMatrix.from_scipy(matrix)
+    rhs = np.random.default_rng(43).standard_normal(A.shape[0])
+    sharded_only = {k: options.pop(k) for k in ("gather_below",) if k in options}
+    one = jaxdia.multigrid(A, grid, smoother=smoother, **options)
+    _, one_info = jaxdia.cg(A, rhs, M=one, rtol=1e-8, variant="fused")
+    mesh = jax.make_mesh((devices,), ("rows",), axis_types=(kind,), devices=jax.devices()[:devices])
+    S = jaxdia.shard(A, mesh, "rows")
+    M = jaxdia.multigrid(S, grid, smoother=smoother, **options, **sharded_only)
+    case = (grid, devices, kind.name, smoother, options, sharded_only)
+    assert isinstance(M, jaxdia.ShardedMultigrid) and M.grids == one.grids, (case, M)
+    for got, want in zip(M.levels, one.levels):
+        got = got.to_dia() if isinstance(got, jaxdia.ShardedDiaMatrix) else got
+        if got.shape[0] <= 4096:
+            close(got.todense(), want.todense(), 1e-12)
+        else:  # the full tier's fine levels: their products (dense would take gigabytes)
+            v = np.random.default_rng(got.shape[0]).standard_normal(got.shape[0])
+            close(got @ v, want @ v, 1e-12)
+    b = S.shard_vector(rhs)
+    want = np.asarray(one(rhs))
+    scale = np.abs(want).max()
+    close(S.unshard_vector(M(b)) / scale, want / scale, 1e-12)
+    solve = jax.jit(lambda S, b, M: jaxdia.cg(S, b, M=M, rtol=1e-8, variant="fused"))
+    compiled = solve.lower(S, b, M).compile()
+    x, info = compiled(S, b, M)
+    assert spec_of(x) == ("rows",), (case, x.sharding)
+    assert int(info.iterations) == int(one_info.iterations), (case, info, one_info)
+    expected = spla.spsolve(matrix.tocsc(), rhs)
+    scale = np.abs(expected).max()
+    close(S.unshard_vector(x) / scale, expected / scale, 1e-6)
+    print(
+        f"  {grid} on {devices} devices ({kind.name}, {smoother}, {options | sharded_only}): "
+        f"{M.sharded_levels} of {len(M.grids)} levels sharded, {int(info.iterations)} iterations"
+    )
+    return M, compiled.as_text()
+
+
+def _looped(level) -> bool:
+    """Whether a level's products are the loop over its diagonals on CPU."""
+    from jaxdia._linalg import multigrid as one_device
+
+    return (
+        len(level.offsets) > one_device.LOOPED_DIAGONALS
+        and level.shape[0] <= one_device.LOOPED_UP_TO
+    )
+
+
+@check
+def sharded_multigrid_gathered_27_point_level():
+    """A gathered 3-D level that is smoothed (not the coarsest) has 27 diagonals, which
+    multiply as one loop over them on CPU, inside the gathered levels' shard_map (the
+    32^3 grid's on 8 devices: tests/test_shard.py's full tier)."""
+    from tests.test_multigrid import poisson
+
+    M, _ = sharded_multigrid_like_one_device(
+        poisson((16, 8, 8)), (16, 8, 8), 8, AxisType.Explicit, "chebyshev", max_coarse=16
+    )
+    assert M.sharded_levels < len(M.grids) - 1, M
+    assert _looped(M.levels[M.sharded_levels]), M
 
 
 @check

@@ -91,14 +91,25 @@ def sharded_levels(grids: Sequence[Grid], plan: Plan, shards: int, gather_below:
     return gathered
 
 
-def _manual(local: Any, mesh: Mesh, axis: Any, in_specs: Any, out_specs: Any) -> Any:
+def _manual(
+    local: Any, mesh: Mesh, axis: Any, in_specs: Any, out_specs: Any, check_vma: bool = True
+) -> Any:
     return jax.shard_map(
         local,
         mesh=_in_context(mesh),
         in_specs=in_specs,
         out_specs=out_specs,
         axis_names={axis},
+        check_vma=check_vma,
     )
+
+
+#: The replicated levels run in a ``shard_map`` without JAX's checks of which values vary
+#: over the devices: after the all-gather every value there is the same on each device
+#: (JAX types it as varying), and the one-device hierarchy's kernels (the coarsest
+#: level's banded solve, the products' loops) start their loops from constants, which
+#: those checks would have to be told vary too.
+_REPLICATED = {"check_vma": False}
 
 
 def restrict(r: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Any) -> Array:
@@ -307,7 +318,7 @@ def _gathered_cycle(h: ShardedHierarchy, b: Array) -> Array:
         return lax.dynamic_slice_in_dim(x, lax.axis_index(axis) * rows, rows)
 
     spec = PartitionSpec(axis)
-    return _manual(local, mesh, axis, (spec, PartitionSpec()), spec)(b, h.local)
+    return _manual(local, mesh, axis, (spec, PartitionSpec()), spec, **_REPLICATED)(b, h.local)
 
 
 def sharded_operand(A: Any) -> ShardedDiaMatrix | None:
