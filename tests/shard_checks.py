@@ -1282,8 +1282,8 @@ def sharded_multigrid_errors_are_clear():
     T = jaxdia.shard(poisson_2d(24), mesh, "rows")
     expect_error(
         ValueError,
-        r"even number of planes per device \(grid\[0\] a multiple of 16\), got 3",
-        lambda: jaxdia.multigrid(T, (24, 24)),
+        r"the hierarchy has one level .* \(lower max_coarse\)",
+        lambda: jaxdia.multigrid(jaxdia.shard(poisson_2d(16), mesh, "rows"), (16, 16)),
     )
     expect_error(
         TypeError, "coarsening='auto'", lambda: jaxdia.multigrid(S, grid, coarsening="auto")
@@ -1355,6 +1355,51 @@ def sharded_multigrid_gathered_27_point_level():
     )
     assert M.sharded_levels < len(M.grids) - 1, M
     assert _looped(M.levels[M.sharded_levels]), M
+
+
+@check
+def sharded_multigrid_odd_planes_per_device():
+    """Grids whose levels split into an odd number of planes per device (grid[0] = P m,
+    m odd): the level stays sharded, and the next one is gathered through a restriction
+    of the coarse planes each device owns and one all-gather (the levels below are
+    replicated). 2-D and 3-D, 1, 3 and 5 planes per device, 8 and 4 devices, down to a
+    coarsest level of one unknown; a compiled iteration moves the sharded level's halos,
+    one plane each way for the restriction, and the gathered level's residual."""
+    from tests.test_multigrid import jump, poisson
+
+    cases = [  # matrix, grid, devices, axis type, smoother, options
+        (poisson((24, 24)), (24, 24), 8, AxisType.Explicit, "chebyshev", {}),
+        (jump((40, 40)), (40, 40), 8, AxisType.Auto, "jacobi", {}),
+        (poisson((8, 16)), (8, 16), 8, AxisType.Explicit, "jacobi", {"max_coarse": 1}),
+        # 3-D: the gathered level (12, 4, 4) is smoothed with its 27 diagonals.
+        (poisson((24, 8, 8)), (24, 8, 8), 8, AxisType.Auto, "chebyshev", {"max_coarse": 16}),
+        # Level 1 has 3 planes per device: it stays sharded, level 2 is gathered.
+        (
+            jump((24, 16)),
+            (24, 16),
+            4,
+            AxisType.Explicit,
+            "chebyshev",
+            {"max_coarse": 4, "gather_below": 8},
+        ),
+    ]
+    for matrix, grid, devices, kind, smoother, options in cases:
+        M, hlo = sharded_multigrid_like_one_device(matrix, grid, devices, kind, smoother, **options)
+        last = M.sharded_levels - 1
+        assert (M.grids[last][0] // devices) % 2 == 1 and 0 in M.coarsening[last], M
+        if grid == (24, 8, 8):
+            assert _looped(M.levels[M.sharded_levels]), M
+        if grid == (24, 16):
+            assert M.sharded_levels == 2, M
+        if grid == (24, 24):
+            # CG's product, 2 * sweeps smoothing products and one plane each way for the
+            # restriction (collective-permutes), and one all-gather of the gathered
+            # level's residual: each device sends ceil(3 / 2) = 2 coarse planes of 12.
+            traffic = loop_traffic(hlo)
+            assert traffic["collective-permute"]["count"] == 2 + 2 * 2 * M.sweeps + 2, traffic
+            sent = 2 * 12 * 8
+            assert traffic["all-gather"] == {"count": 1, "sent": sent, "received": 7 * sent}
+            assert traffic["all-reduce"]["count"] == 1, traffic
 
 
 @check
