@@ -49,6 +49,13 @@ def check(fn):
     return fn
 
 
+def full_check(fn):
+    """A check of the full tier: run by name (``tests/test_shard.py``'s tests marked
+    ``full``), not in the groups of ``@check`` functions."""
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
 def auto_mesh(devices=8, name="rows"):
     return jax.make_mesh(
         (devices,), (name,), axis_types=(AxisType.Auto,), devices=jax.devices()[:devices]
@@ -1400,6 +1407,37 @@ def sharded_multigrid_odd_planes_per_device():
             sent = 2 * 12 * 8
             assert traffic["all-gather"] == {"count": 1, "sent": sent, "received": 7 * sent}
             assert traffic["all-reduce"]["count"] == 1, traffic
+
+
+@full_check
+def full_sharded_multigrid_3d():
+    """3-D grids at full size on 8 devices, both smoothers: 32^3 (4 planes per device;
+    its gathered level, 16^3, is smoothed with the loop over its 27 diagonals) and 24^3
+    (3 planes per device)."""
+    from tests.test_multigrid import poisson
+
+    for grid, kind, smoother in (
+        ((32, 32, 32), AxisType.Explicit, "chebyshev"),
+        ((32, 32, 32), AxisType.Auto, "jacobi"),
+        ((24, 24, 24), AxisType.Explicit, "chebyshev"),
+        ((24, 24, 24), AxisType.Auto, "jacobi"),
+    ):
+        M, _ = sharded_multigrid_like_one_device(poisson(grid), grid, 8, kind, smoother)
+        assert _looped(M.levels[M.sharded_levels]), M
+
+
+@full_check
+def full_sharded_multigrid_2d():
+    """2-D grids of benchmarks/bench_distributed.py's sizes on 8 devices, both smoothers,
+    and one with 15 planes per device."""
+    from tests.test_multigrid import jump, poisson
+
+    for matrix, grid, kind, smoother in (
+        (poisson((256, 256)), (256, 256), AxisType.Explicit, "chebyshev"),
+        (poisson((128, 128)), (128, 128), AxisType.Auto, "jacobi"),
+        (jump((120, 120)), (120, 120), AxisType.Explicit, "chebyshev"),
+    ):
+        sharded_multigrid_like_one_device(matrix, grid, 8, kind, smoother)
 
 
 @check
