@@ -34,6 +34,10 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
+# The jaxdia of the checkout this script is in (as pytest imports it in tests/test_shard.py),
+# not whichever one the environment has installed; and tests.test_multigrid's matrices.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import jaxdia  # noqa: E402
 from jaxdia._geometry import band_widths  # noqa: E402
 
@@ -41,6 +45,13 @@ CHECKS = {}
 
 
 def check(fn):
+    CHECKS[fn.__name__] = fn
+    return fn
+
+
+def full_check(fn):
+    """A check of the full tier: run by name (``tests/test_shard.py``'s tests marked
+    ``full``), not in the groups of ``@check`` functions."""
     CHECKS[fn.__name__] = fn
     return fn
 
@@ -170,6 +181,30 @@ def products_match_scipy():
         assert not np.any(np.asarray(y)[n:]), case  # padding rows of the result stay zero
         close(Y_n, scipy_of(A) @ X)
         close(back.todense(), scipy_of(A).toarray())
+
+
+@check
+def products_with_many_diagonals():
+    """A product of more than 64 diagonals (one loop over them on CPU) inside the sharded
+    product's shard_map and inside one of the user's: its carry varies over the devices."""
+    rng = np.random.default_rng(3)
+    n, offsets = 200, tuple(range(-40, 40))
+    A = random_matrix(rng, n, offsets)
+    x = rng.standard_normal(n)
+    for kind in (AxisType.Auto, AxisType.Explicit):
+        S = jaxdia.shard(A, explicit_mesh_of(kind=kind), "rows")
+        y = jax.jit(lambda S, b: S @ b)(S, S.shard_vector(x))
+        close(S.unshard_vector(y), scipy_of(A) @ x)
+    mesh = explicit_mesh_of()
+    B = jaxdia.DiaMatrix(np.nan_to_num(np.asarray(A.data)), offsets, A.shape)
+    X = rng.standard_normal((8, n))
+    each = jax.shard_map(
+        lambda v: (B @ v[0])[None],
+        mesh=mesh,
+        in_specs=PartitionSpec("rows"),
+        out_specs=PartitionSpec("rows"),
+    )
+    close(jax.jit(each)(put(X, mesh, "rows")), X @ scipy_of(A).T)
 
 
 @check
@@ -1157,7 +1192,6 @@ def jaxdia_solvers_on_a_sharded_matrix():
 def _multigrid_case(name):
     """(matrix, grid) of the sharded multigrid checks (the jumping coefficient is
     tests/test_multigrid.py's)."""
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from tests.test_multigrid import jump, poisson
 
     grid = {"poisson-2d": (32, 32), "poisson-3d": (16, 8, 8), "jump-2d": (32, 32)}[name]
@@ -1255,8 +1289,8 @@ def sharded_multigrid_errors_are_clear():
     T = jaxdia.shard(poisson_2d(24), mesh, "rows")
     expect_error(
         ValueError,
-        r"even number of planes per device \(grid\[0\] a multiple of 16\), got 3",
-        lambda: jaxdia.multigrid(T, (24, 24)),
+        r"the hierarchy has one level .* \(lower max_coarse\)",
+        lambda: jaxdia.multigrid(jaxdia.shard(poisson_2d(16), mesh, "rows"), (16, 16)),
     )
     expect_error(
         TypeError, "coarsening='auto'", lambda: jaxdia.multigrid(S, grid, coarsening="auto")
@@ -1264,6 +1298,146 @@ def sharded_multigrid_errors_are_clear():
     # Coarsening the fast axis first keeps the shards aligned whatever their planes.
     M = jaxdia.multigrid(T, (24, 24), coarsening=[(1,), (1,)], gather_below=8)
     assert M.sharded_levels == 2, M
+
+
+def sharded_multigrid_like_one_device(matrix, grid, devices, kind, smoother, **options):
+    """jaxdia.multigrid on ``devices`` devices against one device: the same grids and
+    levels, one V-cycle to rounding, the same iterations of fused CG, and SciPy's
+    solution. Returns the sharded multigrid and the compiled solve's HLO text."""
+    A = jaxdia.DiaMatrix.from_scipy(matrix)
+    rhs = np.random.default_rng(43).standard_normal(A.shape[0])
+    sharded_only = {k: options.pop(k) for k in ("gather_below",) if k in options}
+    one = jaxdia.multigrid(A, grid, smoother=smoother, **options)
+    _, one_info = jaxdia.cg(A, rhs, M=one, rtol=1e-8, variant="fused")
+    mesh = jax.make_mesh((devices,), ("rows",), axis_types=(kind,), devices=jax.devices()[:devices])
+    S = jaxdia.shard(A, mesh, "rows")
+    M = jaxdia.multigrid(S, grid, smoother=smoother, **options, **sharded_only)
+    case = (grid, devices, kind.name, smoother, options, sharded_only)
+    assert isinstance(M, jaxdia.ShardedMultigrid) and M.grids == one.grids, (case, M)
+    for got, want in zip(M.levels, one.levels):
+        got = got.to_dia() if isinstance(got, jaxdia.ShardedDiaMatrix) else got
+        if got.shape[0] <= 4096:
+            close(got.todense(), want.todense(), 1e-12)
+        else:  # the full tier's fine levels: their products (dense would take gigabytes)
+            v = np.random.default_rng(got.shape[0]).standard_normal(got.shape[0])
+            close(got @ v, want @ v, 1e-12)
+    b = S.shard_vector(rhs)
+    want = np.asarray(one(rhs))
+    scale = np.abs(want).max()
+    close(S.unshard_vector(M(b)) / scale, want / scale, 1e-12)
+    solve = jax.jit(lambda S, b, M: jaxdia.cg(S, b, M=M, rtol=1e-8, variant="fused"))
+    compiled = solve.lower(S, b, M).compile()
+    x, info = compiled(S, b, M)
+    assert spec_of(x) == ("rows",), (case, x.sharding)
+    assert int(info.iterations) == int(one_info.iterations), (case, info, one_info)
+    expected = spla.spsolve(matrix.tocsc(), rhs)
+    scale = np.abs(expected).max()
+    close(S.unshard_vector(x) / scale, expected / scale, 1e-6)
+    print(
+        f"  {grid} on {devices} devices ({kind.name}, {smoother}, {options | sharded_only}): "
+        f"{M.sharded_levels} of {len(M.grids)} levels sharded, {int(info.iterations)} iterations"
+    )
+    return M, compiled.as_text()
+
+
+def _looped(level) -> bool:
+    """Whether a level's products are the loop over its diagonals on CPU."""
+    from jaxdia._linalg import multigrid as one_device
+
+    return (
+        len(level.offsets) > one_device.LOOPED_DIAGONALS
+        and level.shape[0] <= one_device.LOOPED_UP_TO
+    )
+
+
+@check
+def sharded_multigrid_gathered_27_point_level():
+    """A gathered 3-D level that is smoothed (not the coarsest) has 27 diagonals, which
+    multiply as one loop over them on CPU, inside the gathered levels' shard_map (the
+    32^3 grid's on 8 devices: tests/test_shard.py's full tier)."""
+    from tests.test_multigrid import poisson
+
+    M, _ = sharded_multigrid_like_one_device(
+        poisson((16, 8, 8)), (16, 8, 8), 8, AxisType.Explicit, "chebyshev", max_coarse=16
+    )
+    assert M.sharded_levels < len(M.grids) - 1, M
+    assert _looped(M.levels[M.sharded_levels]), M
+
+
+@check
+def sharded_multigrid_odd_planes_per_device():
+    """Grids whose levels split into an odd number of planes per device (grid[0] = P m,
+    m odd): the level stays sharded, and the next one is gathered through a restriction
+    of the coarse planes each device owns and one all-gather (the levels below are
+    replicated). 2-D and 3-D, 1, 3 and 5 planes per device, 8 and 4 devices, down to a
+    coarsest level of one unknown; a compiled iteration moves the sharded level's halos,
+    one plane each way for the restriction, and the gathered level's residual."""
+    from tests.test_multigrid import jump, poisson
+
+    cases = [  # matrix, grid, devices, axis type, smoother, options
+        (poisson((24, 24)), (24, 24), 8, AxisType.Explicit, "chebyshev", {}),
+        (jump((40, 40)), (40, 40), 8, AxisType.Auto, "jacobi", {}),
+        (poisson((8, 16)), (8, 16), 8, AxisType.Explicit, "jacobi", {"max_coarse": 1}),
+        # 3-D: the gathered level (12, 4, 4) is smoothed with its 27 diagonals.
+        (poisson((24, 8, 8)), (24, 8, 8), 8, AxisType.Auto, "chebyshev", {"max_coarse": 16}),
+        # Level 1 has 3 planes per device: it stays sharded, level 2 is gathered.
+        (
+            jump((24, 16)),
+            (24, 16),
+            4,
+            AxisType.Explicit,
+            "chebyshev",
+            {"max_coarse": 4, "gather_below": 8},
+        ),
+    ]
+    for matrix, grid, devices, kind, smoother, options in cases:
+        M, hlo = sharded_multigrid_like_one_device(matrix, grid, devices, kind, smoother, **options)
+        last = M.sharded_levels - 1
+        assert (M.grids[last][0] // devices) % 2 == 1 and 0 in M.coarsening[last], M
+        if grid == (24, 8, 8):
+            assert _looped(M.levels[M.sharded_levels]), M
+        if grid == (24, 16):
+            assert M.sharded_levels == 2, M
+        if grid == (24, 24):
+            # CG's product, 2 * sweeps smoothing products and one plane each way for the
+            # restriction (collective-permutes), and one all-gather of the gathered
+            # level's residual: each device sends ceil(3 / 2) = 2 coarse planes of 12.
+            traffic = loop_traffic(hlo)
+            assert traffic["collective-permute"]["count"] == 2 + 2 * 2 * M.sweeps + 2, traffic
+            sent = 2 * 12 * 8
+            assert traffic["all-gather"] == {"count": 1, "sent": sent, "received": 7 * sent}
+            assert traffic["all-reduce"]["count"] == 1, traffic
+
+
+@full_check
+def full_sharded_multigrid_3d():
+    """3-D grids at full size on 8 devices, both smoothers: 32^3 (4 planes per device;
+    its gathered level, 16^3, is smoothed with the loop over its 27 diagonals) and 24^3
+    (3 planes per device)."""
+    from tests.test_multigrid import poisson
+
+    for grid, kind, smoother in (
+        ((32, 32, 32), AxisType.Explicit, "chebyshev"),
+        ((32, 32, 32), AxisType.Auto, "jacobi"),
+        ((24, 24, 24), AxisType.Explicit, "chebyshev"),
+        ((24, 24, 24), AxisType.Auto, "jacobi"),
+    ):
+        M, _ = sharded_multigrid_like_one_device(poisson(grid), grid, 8, kind, smoother)
+        assert _looped(M.levels[M.sharded_levels]), M
+
+
+@full_check
+def full_sharded_multigrid_2d():
+    """2-D grids of benchmarks/bench_distributed.py's sizes on 8 devices, both smoothers,
+    and one with 15 planes per device."""
+    from tests.test_multigrid import jump, poisson
+
+    for matrix, grid, kind, smoother in (
+        (poisson((256, 256)), (256, 256), AxisType.Explicit, "chebyshev"),
+        (poisson((128, 128)), (128, 128), AxisType.Auto, "jacobi"),
+        (jump((120, 120)), (120, 120), AxisType.Explicit, "chebyshev"),
+    ):
+        sharded_multigrid_like_one_device(matrix, grid, 8, kind, smoother)
 
 
 @check

@@ -26,14 +26,15 @@ import jaxdia
 SCRIPT = Path(__file__).with_name("shard_checks.py")
 
 
-def _check_names() -> list[str]:
-    """The functions ``shard_checks.py`` registers with its ``@check`` decorator."""
+def _check_names(decorator: str = "check") -> list[str]:
+    """The functions ``shard_checks.py`` registers with its ``@check`` decorator (or
+    ``@full_check``: the full tier's)."""
     tree = ast.parse(SCRIPT.read_text())
     return [
         node.name
         for node in tree.body
         if isinstance(node, ast.FunctionDef)
-        and any(isinstance(d, ast.Name) and d.id == "check" for d in node.decorator_list)
+        and any(isinstance(d, ast.Name) and d.id == decorator for d in node.decorator_list)
     ]
 
 
@@ -63,6 +64,17 @@ def test_checks_on_8_devices(group):
     failed = [name for name in names if status.get(name) != "PASS"]
     assert not failed and returncode == 0, (
         f"failed or did not run: {failed} (exit {returncode})\n{output[-8000:]}"
+    )
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("name", _check_names("full_check"))
+def test_full_size_checks_on_8_devices(name):
+    """The full tier's checks (``make test-full``): sharded multigrid at the sizes of
+    benchmarks/README.md, minutes each."""
+    status, output, returncode = _run_checks([name])
+    assert status.get(name) == "PASS" and returncode == 0, (
+        f"{name} failed or did not run (exit {returncode})\n{output[-8000:]}"
     )
 
 

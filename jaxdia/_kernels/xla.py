@@ -44,9 +44,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.sharding import NamedSharding, PartitionSpec
 
 from .._geometry import accumulation_dtype, index_dtype, live_terms, pairwise_sum, slot_indices
 
@@ -133,6 +135,26 @@ def _bounded(data, x, terms, lo, hi, out_shape, acc):
     return out
 
 
+def _zeros_like_results(shape: tuple, dtype, *operands: Array) -> Array:
+    """Zeros typed as the results of operations on ``operands``: varying over the manual
+    mesh axes that any of them varies over (inside ``shard_map``), and on the mesh that
+    one of them is replicated on where no mesh is in context (a program traced on
+    ``Explicit`` mesh axes without ``jax.set_mesh`` holds replicated arrays of both
+    kinds). A loop carry, or the operand of an in-place update, must have the type of
+    what is added to it. Where no operand is sharded these are plain zeros, so such
+    programs are unchanged."""
+    types = [jax.typeof(operand) for operand in operands]
+    meshes = [t.sharding.mesh for t in types if not t.sharding.mesh.empty]
+    sharding = None
+    if meshes and jax.sharding.get_abstract_mesh().empty:
+        sharding = NamedSharding(meshes[0], PartitionSpec())
+    out = jnp.zeros(shape, dtype, out_sharding=sharding) if sharding else jnp.zeros(shape, dtype)
+    axes = frozenset().union(*(t.manual_axis_type.varying for t in types))
+    if axes:
+        out = lax.pcast(out, tuple(sorted(axes, key=str)), to="varying")
+    return out
+
+
 def _looped(data, x, offsets, shape, transpose, batch, acc):
     """All rows as one ``fori_loop`` over the diagonals: compile time independent of their
     number, and only static-size slices (a gather per diagonal is several times slower).
@@ -154,9 +176,9 @@ def _looped(data, x, offsets, shape, transpose, batch, acc):
     columns = x.shape[-1]
     if transpose:
         x = _pad_axis(x, axis, shift, length - shift - m)
-        out = jnp.zeros((*batch, n, columns), acc)
+        out = _zeros_like_results((*batch, n, columns), acc, data, x)
     else:
-        out = jnp.zeros((*batch, length, columns), acc)
+        out = _zeros_like_results((*batch, length, columns), acc, data, x)
 
     def add_diagonal(k, out):
         offset = table[k]

@@ -658,15 +658,18 @@ def multigrid(
     ``data`` columns are split over one mesh axis, which is sharded with
     :func:`jaxdia.shard`): ``M`` is then a :class:`jaxdia.ShardedMultigrid` on its
     sharded vectors. The rows are split in C order, so each device holds whole planes of
-    the slowest axis (``grid[0]`` must be a multiple of the device count ``P``). A level
-    stays sharded while it has at least 2 planes and ``gather_below`` unknowns per
-    device, is not the coarsest, and its shards stay aligned under coarsening (an even
-    number of planes per device whenever axis 0 is coarsened: with ``grid[0] = P 2^k``
-    the first ``k`` levels can be). Its smoothing, transfers and Galerkin operator then
-    exchange halos with the neighbouring devices only. The first level that fails is
-    gathered once, in the setup; from it on the hierarchy is built and applied on every
-    device (replicated, the coarsest solve included), so a V-cycle has one all-gather,
-    of that level's residual. The same iterations as on one device, to rounding. Its
+    the slowest axis (``grid[0]`` must be a multiple of the device count ``P``). The
+    finest level is sharded; a coarser level stays sharded while it has at least 2
+    planes and ``gather_below`` unknowns per device, is not the coarsest, and the level
+    above it coarsened into it with its shards aligned (an even number of planes per
+    device whenever axis 0 is coarsened: with ``grid[0] = P 2^k`` the first ``k``
+    levels can be sharded). Its smoothing, transfers and Galerkin operator then exchange
+    halos with the neighbouring devices only. The first level that fails is gathered
+    once, in the setup (from a last sharded level with an odd number of planes per
+    device, by restricting the coarse planes each device owns); from it on the
+    hierarchy is built and applied on every device (replicated, the coarsest solve
+    included), so a V-cycle has one all-gather, of that level's residual. The same
+    iterations as on one device, to rounding. Its
     values never come to the host, so the checks that read them (wrapped entries) are
     skipped, the zero-diagonal check is a reduction on the devices, and
     ``coarsening="auto"`` is not available (pass the axes, e.g. a single-device
@@ -747,8 +750,8 @@ def multigrid(
         offset does not fit a stencil on ``grid`` (the message names it), it stores no
         main diagonal, an option is out of range, the Chebyshev smoother is asked for a
         complex ``A``, or the coarsest level would exceed 4096 unknowns; for a sharded
-        ``A``, if ``grid[0]`` is not a multiple of the device count or its first
-        coarsening of axis 0 finds an odd number of planes per device. For a concrete
+        ``A``, if ``grid[0]`` is not a multiple of the device count or the hierarchy
+        has one level (nothing to coarsen). For a concrete
         ``A`` also: a zero on the diagonal, or a nonzero entry on a stencil diagonal that
         couples points which are no neighbours (periodic boundaries, or a grid of the
         wrong shape).

@@ -18,14 +18,24 @@ C order, into ``P`` equal blocks: with ``grid[0]`` a multiple of ``P`` each devi
   product with ``3^dim`` columns, and turned into DIA diagonals with one plane of rows
   from each neighbour (:func:`coarse_data`).
 
-A level stays sharded (the rule :func:`sharded_levels` applies) while it has at least
-:data:`MIN_PLANES` planes and ``gather_below`` unknowns per device, is not the coarsest,
-and can be left with its shards aligned (``m`` even, or axis 0 not coarsened). The first
-level that fails is *gathered*: its operator is all-gathered once in the setup, its
-hierarchy (down to the direct solve of the coarsest level) is built and applied on every
-device, replicated, as on one device. A V-cycle then moves, per sharded level, the halos
-of its products and one plane per transfer, plus one all-gather of the gathered level's
-residual (its correction comes back as each device's own slice: no communication).
+The finest level is sharded; a coarser one stays sharded (the rule
+:func:`sharded_levels` applies) while it has at least :data:`MIN_PLANES` planes and
+``gather_below`` unknowns per device, is not the coarsest, and the level above it
+coarsened into it with the shards aligned (``m`` even, or axis 0 not coarsened). The
+first level that fails is *gathered*: its operator is all-gathered once in the setup,
+its hierarchy (down to the direct solve of the coarsest level) is built and applied on
+every device, replicated, as on one device. A V-cycle then moves, per sharded level, the
+halos of its products and one plane per transfer, plus one all-gather of the gathered
+level's residual (its correction comes back as each device's own slice: no
+communication).
+
+When the last sharded level has an odd ``m`` and coarsens axis 0, its coarse planes are
+no blocks of the devices' (they own ``(m - 1) / 2`` and ``(m + 1) / 2`` in turn,
+:func:`owned_planes`), so the transfer onto the gathered level restricts on each device
+the coarse planes centred on its own fine planes (one plane from each neighbour,
+:func:`restrict_chunk`) and all-gathers them; each device interpolates its own fine
+planes from the replicated correction (:func:`scatter_interpolate`), and the Galerkin
+operator is probed through the same transfers (:func:`gather_probe`).
 """
 
 from __future__ import annotations
@@ -63,27 +73,32 @@ MIN_PLANES = 2
 GATHER_BELOW = 4096
 
 
+def aligned(grid: Grid, axes: Sequence[int], shards: int) -> bool:
+    """Whether coarsening ``grid`` along ``axes`` keeps the shards aligned: axis 0 is not
+    coarsened, or each of the ``shards`` devices holds an even number of its planes (the
+    coarse planes of a device's fine ones are then a block of the coarse grid's)."""
+    return 0 not in axes or (grid[0] // shards) % 2 == 0
+
+
 def sharded_levels(grids: Sequence[Grid], plan: Plan, shards: int, gather_below: int) -> int:
     """How many levels, from the finest, stay split over ``shards`` devices.
 
     Level 0 always is (``grid[0]`` a multiple of ``shards``, checked by the caller).
-    Level ``l`` after it is sharded when it is not the coarsest, its shards are aligned
-    (``grids[l - 1]`` had an even number of planes per device, or axis 0 was not
-    coarsened), it keeps :data:`MIN_PLANES` planes and ``gather_below`` unknowns per
-    device, and it can pass its own restriction on aligned (the same test for ``l``).
+    Level ``l`` after it is sharded when it is not the coarsest, the level before it is
+    sharded and coarsens into it with the shards aligned (:func:`aligned`), and it keeps
+    :data:`MIN_PLANES` planes and ``gather_below`` unknowns per device. The last sharded
+    level restricts onto the first gathered one through :func:`restrict` and an
+    all-gather when it is aligned, else through :func:`restrict_chunk` and an all-gather
+    (odd planes per device).
     """
 
     def planes(level: int) -> int:
         return grids[level][0] // shards
 
-    def aligned(level: int) -> bool:  # restricting from ``level`` keeps the shards aligned
-        return 0 not in plan[level] or planes(level) % 2 == 0
-
     gathered = 1
     while (
         gathered < len(plan)
-        and aligned(gathered - 1)
-        and aligned(gathered)
+        and aligned(grids[gathered - 1], plan[gathered - 1], shards)
         and planes(gathered) >= MIN_PLANES
         and math.prod(grids[gathered]) // shards >= gather_below
     ):
@@ -91,14 +106,25 @@ def sharded_levels(grids: Sequence[Grid], plan: Plan, shards: int, gather_below:
     return gathered
 
 
-def _manual(local: Any, mesh: Mesh, axis: Any, in_specs: Any, out_specs: Any) -> Any:
+def _manual(
+    local: Any, mesh: Mesh, axis: Any, in_specs: Any, out_specs: Any, check_vma: bool = True
+) -> Any:
     return jax.shard_map(
         local,
         mesh=_in_context(mesh),
         in_specs=in_specs,
         out_specs=out_specs,
         axis_names={axis},
+        check_vma=check_vma,
     )
+
+
+#: The replicated levels run in a ``shard_map`` without JAX's checks of which values vary
+#: over the devices: after the all-gather every value there is the same on each device
+#: (JAX types it as varying), and the one-device hierarchy's kernels (the coarsest
+#: level's banded solve, the products' loops) start their loops from constants, which
+#: those checks would have to be told vary too.
+_REPLICATED = {"check_vma": False}
 
 
 def restrict(r: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Any) -> Array:
@@ -164,6 +190,94 @@ def probe(A: ShardedDiaMatrix, grid: Grid, axes: Sequence[int]) -> Array:
     coloured = _manual(probes, mesh, axis, spec, spec)(_place(anchor, mesh, spec))
     fine = interpolate(coloured, grid, axes, mesh, axis)
     return restrict(A @ fine, grid, axes, mesh, axis)
+
+
+def owned_planes(grid: Grid, shards: int) -> list[range]:
+    """The coarse planes that each device's fine planes restrict to when axis 0 of
+    ``grid`` is coarsened: those centred (on fine plane ``2 I + 1``) on its own planes
+    ``[p m, p m + m)``, ``m = grid[0] / shards``. For an odd ``m`` the devices own
+    ``(m - 1) / 2`` and ``(m + 1) / 2`` of them in turn, so the coarse level cannot be
+    split in equal blocks: it is gathered (:func:`restrict_chunk`)."""
+    m = grid[0] // shards
+    return [range(p * m // 2, (p + 1) * m // 2) for p in range(shards)]
+
+
+def restrict_chunk(block: Array, grid: Grid, axes: Sequence[int], axis: Any, shards: int) -> Array:
+    """Inside ``shard_map``: the coarse planes of ``R r`` that this device's ``block`` of
+    ``r`` (its planes of ``grid``, any number ``m`` per device; axis 0 coarsened) owns
+    (:func:`owned_planes`), padded to ``ceil(m / 2)`` planes; :func:`join_chunks` joins the
+    devices' chunks. One plane comes in from each neighbour (a coarse plane centred on a
+    device's first or last plane reads the plane beyond it)."""
+    m = grid[0] // shards
+    trailing = block.shape[1:]
+    x = block.reshape(m, *grid[1:], *trailing)
+    before, after = halos(x, 1, 1, axis, shards, dim=0)
+    # Fine planes [p m - 1, p m + m + 1), the last one zero (read only by a padding plane).
+    x = jnp.concatenate([*before, x, *after, jnp.zeros_like(x[:1])])
+    # The device's first coarse plane is centred on fine plane p m (p m odd) or p m + 1
+    # (even): the window starts one plane before it and restricts to ceil(m / 2) coarse
+    # planes, the last of which is padding where the device owns fewer.
+    width = -(-m // 2)
+    start = 1 - lax.axis_index(axis) * m % 2
+    window = lax.dynamic_slice_in_dim(x, start, 2 * width + 1, axis=0)
+    return _multigrid.restrict(window, axes).reshape(-1, *trailing)
+
+
+def join_chunks(chunks: Array, grid: Grid, axes: Sequence[int], shards: int) -> Array:
+    """The whole coarse ``R r`` from the devices' :func:`restrict_chunk` results, joined
+    in device order (an all-gather's result), padding planes dropped."""
+    width = -(-(grid[0] // shards) // 2)
+    plane = math.prod(_multigrid.coarse_grid(grid, axes)[1:])
+    owned = owned_planes(grid, shards)
+    keep = np.concatenate([p * width + np.arange(len(r)) for p, r in enumerate(owned)])
+    trailing = chunks.shape[1:]
+    planes = chunks.reshape(shards * width, plane, *trailing)
+    return planes[keep].reshape(-1, *trailing)
+
+
+def scatter_interpolate(
+    xc: Array, grid: Grid, axes: Sequence[int], axis: Any, shards: int
+) -> Array:
+    """Inside ``shard_map``: this device's planes of ``P xc`` on ``grid`` (its block, as
+    the vectors are split) from the whole coarse ``xc`` (the same on every device; axis 0
+    coarsened): no communication."""
+    m = grid[0] // shards
+    coarse = _multigrid.coarse_grid(grid, axes)
+    trailing = xc.shape[1:]
+    x = xc.reshape(*coarse, *trailing)
+    zero = jnp.zeros_like(x[:1])
+    x = jnp.concatenate([zero, x, zero])  # coarse planes [-1, coarse[0]]
+    # Coarse planes [j, j + count) interpolate to fine planes [2 j, 2 j + 2 count), right
+    # from 2 j + 1 on (2 j also reads coarse plane j - 1); with j = (p m - 1) // 2 this
+    # device's planes start at 2 j + 1 or 2 j + 2.
+    count = (m + 3) // 2
+    first = lax.axis_index(axis) * m
+    j = (first - 1) // 2
+    window = lax.dynamic_slice_in_dim(x, j + 1, count, axis=0)
+    fine = _multigrid.interpolate(window, axes, (2 * count, *grid[1:]))
+    return lax.dynamic_slice_in_dim(fine, first - 2 * j, m, axis=0).reshape(-1, *trailing)
+
+
+def gather_probe(A: ShardedDiaMatrix, grid: Grid, axes: Sequence[int]) -> Array:
+    """:func:`jaxdia._linalg.multigrid.probe` across a transfer onto a gathered level
+    (:func:`restrict_chunk`): the rows ``(N_c, 3^dim)`` of ``R A P`` by colour,
+    replicated."""
+    mesh, axis, shards = A.mesh, A.axis, A.shards
+    coarse = _multigrid.coarse_grid(grid, axes)
+    width = 3 ** len(grid)
+    colors = _multigrid.color(coarse)[..., None] == jnp.arange(width, dtype=np.int32)
+    probes = _place(colors.astype(A.dtype).reshape(-1, width), mesh, PartitionSpec())
+    spec = PartitionSpec(axis)
+
+    def fine(probes: Array) -> Array:
+        return scatter_interpolate(probes, grid, axes, axis, shards)
+
+    def chunk(block: Array) -> Array:
+        return restrict_chunk(block, grid, axes, axis, shards)
+
+    product = A @ _manual(fine, mesh, axis, PartitionSpec(), spec)(probes)
+    chunks = _manual(chunk, mesh, axis, spec, spec)(product)
+    return join_chunks(_place(chunks, mesh, PartitionSpec()), grid, axes, shards)
 
 
 def coarse_data(rows: Array, coarse: Grid, mesh: Mesh, axis: Any) -> tuple[Array, tuple]:
@@ -241,9 +355,14 @@ def setup(
         inverse, rho = smoothing_data(diagonal, abs(S) @ jnp.ones_like(diagonal))
         inverses.append(inverse)
         bounds.append(rho)
-        coarse = grids[level + 1]
-        data, offsets = coarse_data(probe(S, grids[level], plan[level]), coarse, mesh, axis)
+        grid, axes, coarse = grids[level], plan[level], grids[level + 1]
         n = math.prod(coarse)
+        if level + 1 == gathered and not aligned(grid, axes, S.shards):
+            # Restricted onto every device: the rest of the hierarchy is built on each.
+            rows = gather_probe(S, grid, axes)
+            local_finest = _multigrid.dia_from_rows(rows, coarse, by_color=True)
+            continue
+        data, offsets = coarse_data(probe(S, grid, axes), coarse, mesh, axis)
         if level + 1 < gathered:
             operators.append(shard(DiaMatrix(data, offsets, (n, n)), mesh, axis))
         else:  # gathered once, here; the rest of the hierarchy is built on every device
@@ -286,9 +405,12 @@ def _cycle(h: ShardedHierarchy, level: int, b: Array) -> Array:
     else:
         x, r = presmooth(A.__matmul__, inverse, rho, b)
     assert r is not None
-    coarse_b = restrict(r, grid, axes, A.mesh, A.axis)
-    correction = _cycle(h, level + 1, coarse_b)
-    x = x + interpolate(correction, grid, axes, A.mesh, A.axis)
+    if level + 1 == h.gathered and not aligned(grid, axes, A.shards):
+        x = x + _gathering_cycle(h, r)
+    else:
+        coarse_b = restrict(r, grid, axes, A.mesh, A.axis)
+        correction = _cycle(h, level + 1, coarse_b)
+        x = x + interpolate(correction, grid, axes, A.mesh, A.axis)
     if h.deep:
         return apply(h.deep[level], postsmooth, (b, x), (rho,))[0]
     return postsmooth(A.__matmul__, inverse, rho, b, x)[0]
@@ -307,7 +429,27 @@ def _gathered_cycle(h: ShardedHierarchy, b: Array) -> Array:
         return lax.dynamic_slice_in_dim(x, lax.axis_index(axis) * rows, rows)
 
     spec = PartitionSpec(axis)
-    return _manual(local, mesh, axis, (spec, PartitionSpec()), spec)(b, h.local)
+    return _manual(local, mesh, axis, (spec, PartitionSpec()), spec, **_REPLICATED)(b, h.local)
+
+
+def _gathering_cycle(h: ShardedHierarchy, r: Array) -> Array:
+    """The correction of the last sharded level from the replicated levels, where its
+    restriction cannot keep the shards aligned (an odd number of planes per device): the
+    residual's coarse planes are restricted on the devices that own them and gathered
+    (the one all-gather of a cycle), the replicated V-cycle runs on every device, and
+    each interpolates its own planes of the correction."""
+    last = h.operators[-1]
+    mesh, axis, shards = last.mesh, last.axis, last.shards
+    grid, axes = h.grids[h.gathered - 1], h.plan[h.gathered - 1]
+
+    def local(block: Array, hierarchy: _multigrid.Hierarchy) -> Array:
+        chunk = restrict_chunk(block, grid, axes, axis, shards)
+        whole = join_chunks(lax.all_gather(chunk, axis, tiled=True), grid, axes, shards)
+        correction = _multigrid.vcycle(hierarchy, whole)
+        return scatter_interpolate(correction, grid, axes, axis, shards)
+
+    spec = PartitionSpec(axis)
+    return _manual(local, mesh, axis, (spec, PartitionSpec()), spec, **_REPLICATED)(r, h.local)
 
 
 def sharded_operand(A: Any) -> ShardedDiaMatrix | None:
@@ -491,7 +633,7 @@ def build(
 ) -> ShardedMultigrid:
     """The :class:`ShardedMultigrid` of ``A`` (its options checked by the caller,
     :func:`jaxdia.multigrid`); raises a ValueError when the grid does not split into
-    whole planes or its first coarsening cannot keep the shards aligned."""
+    whole planes or there is nothing to coarsen."""
     shards = A.shards
     if grid[0] % shards:
         raise ValueError(
@@ -503,12 +645,6 @@ def build(
         raise ValueError(
             "multigrid: the hierarchy has one level (nothing to coarsen); a sharded "
             "multigrid needs at least one coarsening step (lower max_coarse)"
-        )
-    if 0 in plan[0] and (grid[0] // shards) % 2:
-        raise ValueError(
-            f"multigrid: coarsening axis 0 of grid {grid} over {shards} devices needs an even "
-            f"number of planes per device (grid[0] a multiple of {2 * shards}), got "
-            f"{grid[0] // shards}; or coarsen the other axes first (coarsening=...)"
         )
     grids = [grid]
     for axes in plan:
