@@ -280,26 +280,6 @@ def test_parallel_factor_pytree():
     np.testing.assert_allclose(carried, expected, rtol=1e-12)
 
 
-def test_cpu_batches_of_one_shot_solves_run_cyclic_reduction():
-    """``vmap(solve_banded)`` over many systems compiles to cyclic reduction on CPU (one
-    refinement loop; LAPACK only in the fallback), a single system to LAPACK."""
-    n, systems = 50, band_primitives._PARALLEL_BATCH
-    A = random_band(n, 2, 2, batch=(systems,), seed=8)
-    b = rhs((systems, n), seed=9)
-
-    def solve(d, b):
-        return jaxdia.solve_banded(jaxdia.DiaMatrix(d, A.offsets, A.shape), b)
-
-    data = _zero_padding(A)
-    text = jax.jit(jax.vmap(solve)).lower(data, b).as_text()
-    assert text.count("stablehlo.while") == 1
-    single = jax.jit(solve).lower(data[0], b[0]).as_text()
-    assert "stablehlo.while" not in single and "jaxdia_lapack_gbtrf" in single
-    np.testing.assert_allclose(
-        jax.vmap(solve)(data, b), scipy_solve(A, b[..., None])[..., 0], rtol=1e-12
-    )
-
-
 # -- stability: what the documentation says -------------------------------------------------
 
 

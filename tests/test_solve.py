@@ -1,5 +1,6 @@
 """Solves: jax.scipy iterative solvers on DiaMatrix problems, jacobi, solve_banded."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,11 +17,12 @@ from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 
 import jaxdia
-from jaxdia._kernels import band_primitives
+from jaxdia._kernels import band_refine
 from jaxdia._linalg import banded as banded_solves
 from jaxdia.testing import offsets as offset_strategy
 
 from .helpers import assert_close, dense_f64, examples
+from .test_lowering import lowered_text, while_loops
 
 # -- problems --------------------------------------------------------------------------------
 
@@ -180,10 +182,12 @@ def test_jacobi_errors():
 # -- solve_banded ----------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["scan", "host"])
+@pytest.fixture(params=["auto", "scan", "host"])
 def banded_path(request, monkeypatch):
-    """Runs a test with either implementation of solve_banded's LU, whatever the size:
-    the ``lax.scan`` LU (GPU, TPU, small systems and batches of them) or LAPACK's
+    """Runs a test with each implementation of solve_banded's LU, whatever the size: the
+    default one-shot solve (on CPU JAX's ``?gtsv`` or jaxdia's ``?gbtrf`` + ``?gbtrs``,
+    see ``band_primitives.oneshot_implementation``), and a stored factor's: the
+    ``lax.scan`` LU (GPU, TPU, small systems and batches of them) or LAPACK's
     ``?gbtrf``/``?gttrf`` (CPU). The switch is read when tracing: ``jax.clear_caches``
     drops traces made with the other one."""
     jax.clear_caches()
@@ -372,31 +376,148 @@ def test_solve_banded_gradients(offsets, columns, dtype):
         np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
 
 
-def test_solve_banded_uses_lapack_on_cpu_for_large_systems():
-    """Above ``_PARALLEL_ROWS`` rows a single CPU solve calls LAPACK's banded LU (no loop);
-    smaller systems run cyclic reduction, whose refinement is a loop of at most
-    ``band_refine.STEPS`` trips, with LAPACK only in the fallback for a system it cannot
-    solve; one-shot tridiagonal solves are JAX's ``gtsv``, a stored factor jaxdia's."""
-    n = band_primitives._PARALLEL_ROWS + 1
-    A, b = banded(n, (-2, -1, 0, 1, 3)), rhs(n)
-    text = jax.jit(jaxdia.solve_banded).lower(A, b).as_text()
-    assert "jaxdia_lapack_gbtrf" in text and "jaxdia_lapack_gbtrs" in text
-    assert "stablehlo.while" not in text
-    small = banded(n - 1, (-2, -1, 0, 1, 3))
-    small_text = jax.jit(jaxdia.solve_banded).lower(small, rhs(n - 1)).as_text()
-    assert "stablehlo.while" in small_text and "stablehlo.case" in small_text
-    tridiagonal = banded(n, (-1, 0, 1))
-    one_shot = jax.jit(jaxdia.solve_banded).lower(tridiagonal, b).as_text()
-    assert "gtsv" in one_shot and "jaxdia_lapack" not in one_shot
-    factored = jax.jit(lambda A, b: jaxdia.lu_factor(A).solve(b)).lower(tridiagonal, b)
-    assert "jaxdia_lapack_gttrf" in factored.as_text()
-    expected = sla.solve_banded(*scipy_banded(A), b)
-    np.testing.assert_allclose(jaxdia.solve_banded(A, b), expected, rtol=1e-12)
-    np.testing.assert_allclose(
-        jaxdia.solve_banded(small, rhs(n - 1)),
-        sla.solve_banded(*scipy_banded(small), rhs(n - 1)),
-        rtol=1e-12,
+# -- which implementation a one-shot solve runs (band_primitives.oneshot_implementation) ----
+
+ONE_SHOT_BANDS = {
+    "tridiagonal": (-1, 0, 1),
+    "pentadiagonal": (-2, -1, 0, 1, 2),
+    "7-diagonal": (-3, -2, -1, 0, 1, 2, 3),
+}
+
+
+def _one_shot(offsets, n, batch, dtype=np.float64):
+    """``solve_banded`` of one system (``batch`` 0), or ``jax.vmap`` of it over ``batch``
+    systems, and abstract arguments for it."""
+
+    def solve(d, b):
+        return jaxdia.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b)
+
+    lead = (batch,) if batch else ()
+    args = (
+        jax.ShapeDtypeStruct((*lead, len(offsets), n), dtype),
+        jax.ShapeDtypeStruct((*lead, n), dtype),
     )
+    return (jax.vmap(solve) if batch else solve), args
+
+
+def _custom_calls(text: str) -> list[str]:
+    return re.findall(r"custom_call @(\w+)", text)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+@pytest.mark.parametrize(
+    "batch, n", [(0, 5), (0, 1000), (8, 100), (8, 1000), (1000, 100), (1000, 1000)]
+)
+@pytest.mark.parametrize("band", ONE_SHOT_BANDS)
+def test_cpu_one_shot_solves_call_lapack_or_the_scan(band, batch, n, dtype):
+    """The CPU program of ``solve_banded`` and of ``vmap(solve_banded)``, read from its
+    lowered text: a tridiagonal batch is one call of JAX's pivoting ``?gtsv``
+    (``lapack_dgtsv_ffi`` for float64); another band is one ``?gbtrf`` and one ``?gbtrs``
+    call looping over the batch, no loop in the program, except for systems of up to 16
+    rows and batches of 64 or more systems of up to 128 rows, which run the ``lax.scan``
+    LU (the systems side by side, a loop over the rows, no host call). Never cyclic
+    reduction, whose refinement loop and LAPACK fallback (a ``case``) small systems and
+    batches of 8 or more systems once compiled to."""
+    fn, args = _one_shot(ONE_SHOT_BANDS[band], n, batch, dtype)
+    text = jax.jit(fn).lower(*args).as_text()
+    calls = _custom_calls(text)
+    prefix = {np.float64: "d", np.complex64: "c"}[dtype]
+    if band == "tridiagonal":
+        assert calls == [f"lapack_{prefix}gtsv_ffi"], calls
+        assert "stablehlo.while" not in text
+    elif n <= 16 or (batch >= 64 and n <= 128):
+        assert calls == [] and "stablehlo.while" in text
+        assert any(n in constants for constants in while_loops(fn, *args, platform="cpu"))
+    else:
+        assert sorted(calls) == ["jaxdia_lapack_gbtrf", "jaxdia_lapack_gbtrs"], calls
+        assert "stablehlo.while" not in text
+    assert "stablehlo.case" not in text
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+@pytest.mark.parametrize("band", ["tridiagonal", "pentadiagonal"])
+def test_one_shot_batches_on_accelerators_keep_cyclic_reduction(platform, band):
+    """The same ``vmap(solve_banded)`` lowered for cuda and TPU: cyclic reduction (its
+    refinement's loop of at most ``band_refine.STEPS`` trips, no loop over the rows, no
+    host call), or cuSPARSE's ``gtsv2`` for a tridiagonal batch on cuda."""
+    fn, args = _one_shot(ONE_SHOT_BANDS[band], 1000, 64, np.float32)
+    text = lowered_text(fn, *args, platform=platform)
+    assert "jaxdia_lapack" not in text and "gtsv_ffi" not in text
+    loops = while_loops(fn, *args, platform=platform)
+    if platform == "cuda" and band == "tridiagonal":
+        assert "gtsv2" in text and loops == []
+    else:
+        assert loops == [(0, band_refine.STEPS)]
+
+
+@pytest.mark.parametrize(
+    "band, batch, n",
+    [
+        ("tridiagonal", 70, 20),  # ?gtsv
+        ("pentadiagonal", 8, 20),  # ?gbtrf + ?gbtrs
+        ("pentadiagonal", 70, 20),  # the scan
+        ("7-diagonal", 70, 150),  # ?gbtrf + ?gbtrs
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_one_shot_batches_match_numpy(band, batch, n, dtype):
+    """Each CPU implementation of a batched one-shot solve, against NumPy: ``vmap`` over
+    matrices and right-hand sides, over either alone (one matrix for many right-hand
+    sides is one system with many columns), a batched ``DiaMatrix``, a singular matrix
+    in the batch (NaN for it alone) and gradients (transposed solves)."""
+    offsets = ONE_SHOT_BANDS[band]
+    matrices = [banded(n, offsets, dtype, seed=s) for s in range(batch)]
+    dense = np.stack([dense_f64(A) for A in matrices])
+    data = jnp.stack([A.data for A in matrices]).at[3].set(0)  # matrix 3 is singular
+    dense[3] = 0
+    bs = jnp.asarray(np.stack([rhs(n, dtype, seed=100 + s) for s in range(batch)]))
+
+    def solve(d, b):
+        return jaxdia.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b)
+
+    x = np.asarray(jax.jit(jax.vmap(solve))(data, bs))
+    assert np.isnan(x[3]).all() and np.isfinite(np.delete(x, 3, axis=0)).all()
+    keep = np.arange(batch) != 3
+    expected = np.linalg.solve(dense[keep], np.asarray(bs)[keep][..., None])[..., 0]
+    np.testing.assert_allclose(x[keep], expected, rtol=1e-10)
+    np.testing.assert_allclose(
+        jax.vmap(solve, in_axes=(None, 0))(data[0], bs),
+        np.linalg.solve(dense[0], np.asarray(bs).T).T,
+        rtol=1e-10,
+    )
+    np.testing.assert_allclose(
+        jax.vmap(solve, in_axes=(0, None))(data, bs[0])[keep],
+        np.linalg.solve(dense[keep], np.asarray(bs[0])),
+        rtol=1e-10,
+    )
+    native = jaxdia.solve_banded(jaxdia.DiaMatrix(data, offsets, (n, n)), bs[..., None])
+    np.testing.assert_allclose(native[keep], expected[..., None], rtol=1e-10)
+    weights = jnp.asarray(rhs(n, seed=7))
+    got = jax.grad(lambda b: jnp.sum(weights * jnp.abs(jax.vmap(solve)(data, b)) ** 2))(bs)
+    expected_grad = jax.grad(
+        lambda b: jnp.sum(
+            weights * jnp.abs(jnp.linalg.solve(dense[keep], b[..., None])[..., 0]) ** 2
+        )
+    )(bs[keep])
+    np.testing.assert_allclose(got[keep], expected_grad, rtol=1e-8)
+
+
+def test_small_systems_and_stored_tridiagonal_factors_on_cpu():
+    """Small single systems no longer run cyclic reduction (no refinement loop, no
+    LAPACK fallback ``case``): JAX's ``?gtsv`` for a tridiagonal one, the scan else. A
+    stored tridiagonal factor is jaxdia's ``?gttrf``. (Below 5 rows these offsets reach
+    the corners: a periodic factor, ``tests/test_periodic.py``.)"""
+    for n in (5, 16):
+        for offsets in ((-1, 0, 1), (-2, -1, 0, 1, 3)):
+            A, b = banded(n, offsets), rhs(n)
+            text = jax.jit(jaxdia.solve_banded).lower(A, b).as_text()
+            assert "stablehlo.case" not in text
+            assert ("gtsv_ffi" in text) == (offsets == (-1, 0, 1))
+            expected = sla.solve_banded(*scipy_banded(A), b)
+            np.testing.assert_allclose(jaxdia.solve_banded(A, b), expected, rtol=1e-12)
+    tridiagonal = banded(40, (-1, 0, 1))
+    factored = jax.jit(lambda A, b: jaxdia.lu_factor(A).solve(b)).lower(tridiagonal, rhs(40))
+    assert "jaxdia_lapack_gttrf" in factored.as_text()
 
 
 def test_solve_banded_numpy_float64_without_x64_is_quiet():
@@ -440,6 +561,83 @@ def test_solve_banded_errors():
     batched = jaxdia.DiaMatrix(jnp.ones((2, 2, 4)), (0, 1), (4, 4))
     with pytest.raises(ValueError, match="do not broadcast"):
         jaxdia.solve_banded(batched, jnp.ones((3, 4, 1)))
+
+
+_MANY_SHAPES = """
+import sys
+from functools import partial
+
+import jax
+import numpy as np
+
+jax.config.update("jax_enable_x64", True)
+import jaxdia
+
+BANDS = ((-1, 0, 1), (-2, -1, 0, 1, 2), (-2, 0, 1, 3), (-3, -2, -1, 0, 1, 2, 3))
+
+
+def mappings():
+    with open("/proc/self/maps") as maps:
+        return sum(1 for _ in maps)
+
+
+@partial(jax.jit, static_argnums=2)
+def batched(data, b, offsets):  # one jitted function: its cache keeps every program
+    n = data.shape[-1]
+    solve = lambda d, b: jaxdia.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b)
+    return jax.vmap(solve)(data, b)
+
+
+def solve(i):
+    offsets, n = BANDS[i % 4], 20 + i
+    batch = (1, 8, 100)[i // 4 % 3] if i % 7 else 0
+    lead = (batch,) if batch else ()
+    rng = np.random.default_rng(i)
+    data = rng.standard_normal((*lead, len(offsets), n))
+    data[..., offsets.index(0), :] += 4 * len(offsets)
+    b = rng.standard_normal((*lead, n))
+    if batch and i % 2:
+        x = batched(data, b, offsets)
+    else:  # eagerly: a batched DiaMatrix, or one system
+        A = jaxdia.DiaMatrix(data, offsets, (n, n))
+        x = jaxdia.solve_banded(A, b[..., None] if batch else b)
+    assert np.isfinite(np.asarray(x)).all(), i
+
+
+for i in range(1000, 1004):  # what any first solve loads
+    solve(i)
+before = mappings()
+for i in range(int(sys.argv[1])):
+    solve(i)
+print("mappings", before, mappings())
+"""
+
+
+def test_many_shapes_keep_the_memory_mappings_bounded():
+    """A process that solves 200 distinct shapes (one system and batches of 1, 8 and 100,
+    bands of 3 to 7 diagonals, eagerly and under one jitted ``vmap``) keeps about 20
+    memory mappings per shape alive (its programs, which JAX's caches keep). Batches of 8
+    or more systems once compiled to cyclic reduction, whose programs kept hundreds each:
+    a process that met 80-130 shapes reached Linux's limit of 65530
+    (``vm.max_map_count``) and aborted in LLVM ("Unable to allocate section memory")."""
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("needs Linux's /proc/self/maps")
+    shapes = 200
+    process = subprocess.Popen(
+        [sys.executable, "-c", _MANY_SHAPES, str(shapes)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    try:
+        output, _ = process.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output = process.communicate()[0] + "\n(killed after 300 s)"
+    assert process.returncode == 0, output
+    before, after = (int(v) for v in output.split("mappings")[-1].split())
+    assert after - before < 50 * shapes, output
 
 
 _HOLDS_A_FACTOR_AT_EXIT = """

@@ -41,11 +41,12 @@ Lowering is chosen per platform from the full (batched) shapes:
   the rows). The LU's solves check their backward error and refine
   (:mod:`jaxdia._kernels.band_refine`); a system that still fails is solved by LAPACK on CPU
   and is NaN elsewhere. On CPU ``info`` of a failed ``"cr"`` factor is LAPACK's.
-* The one-shot solve: on CPU LAPACK (``gtsv`` through ``lax.linalg.tridiagonal_solve``
-  for a tridiagonal matrix, ``?gbtrf`` + ``?gbtrs`` else) or cyclic reduction for
-  batches of systems and small systems (see :func:`parallel_is_faster`); on GPUs
-  ``lax.linalg.tridiagonal_solve`` (cuSPARSE's ``gtsv2``, parallel and pivoting) for a
-  tridiagonal matrix, cyclic reduction else; on TPU cyclic reduction.
+* The one-shot solve (:func:`oneshot_implementation` chooses): on CPU LAPACK, a batch in
+  one call (``gtsv`` through ``lax.linalg.tridiagonal_solve`` for a tridiagonal matrix,
+  ``?gbtrf`` + ``?gbtrs`` else), or the scan for small systems of the other bands and
+  large batches of them; on GPUs ``lax.linalg.tridiagonal_solve`` (cuSPARSE's ``gtsv2``, parallel
+  and pivoting) for a tridiagonal matrix, cyclic reduction else; on TPU cyclic
+  reduction.
 
 There are no differentiation rules: the factorization is never differentiated (callers
 stop its gradient and differentiate the solve implicitly with
@@ -414,20 +415,42 @@ def _factor_parallel(data, *, kind, widths, offsets, cpu: bool):
     return [a.reshape(*batch, *a.shape[1:]) for a in arrays] + [info.reshape(batch)]
 
 
-#: One-shot solves on CPU by cyclic reduction rather than LAPACK: systems of up to
-#: ``_PARALLEL_ROWS`` rows, and batches of at least ``_PARALLEL_BATCH`` systems of up to
-#: ``_PARALLEL_BATCH_ROWS`` rows (benchmarks/README.md).
-_PARALLEL_ROWS = 16
-_PARALLEL_BATCH = 8
-_PARALLEL_BATCH_ROWS = 100_000
+def oneshot_implementation(
+    platform: str, method: str, n: int, widths: tuple[int, ...], systems: int
+) -> str:
+    """Which implementation runs a one-shot solve (kind ``"os"``) of ``systems`` matrices
+    of ``n`` rows with band ``widths`` ``(kl, ku)``, lowered for ``platform`` (``"cpu"``,
+    ``"gpu"`` or ``"tpu"``); the one place that chooses it:
 
+    * ``"gtsv"``: ``lax.linalg.tridiagonal_solve``, every system of a batch in one library
+      call (LAPACK's ``?gtsv`` on CPU, cuSPARSE's ``gtsv2`` on GPUs; both pivot): a
+      tridiagonal matrix on CPU, whatever the size and batch, and on GPUs;
+    * ``"lapack"``: ``?gbtrf`` + ``?gbtrs`` through :mod:`jaxdia._kernels.lapack`, one call
+      each that loops over the systems: the other bands on CPU;
+    * ``"scan"``: the ``lax.scan`` LU of :mod:`jaxdia._kernels.band_scan`, the systems side
+      by side: on CPU, the other bands where LAPACK's cost per call and per system
+      outweighs the work, by the rule stored factors follow (:func:`host_is_faster`:
+      systems of up to ``_SCAN_ROWS`` rows, and batches of at least ``_SCAN_BATCH``
+      systems of up to ``_SCAN_BATCH_ROWS`` rows);
+    * ``"parallel"``: block cyclic reduction: the other bands on GPUs, everything on TPU
+      (whose ``tridiagonal_solve`` is a loop over the rows), systems too large for
+      LAPACK's 32-bit indices, and ``method == "parallel"`` (tests force it).
 
-def parallel_is_faster(n: int, systems: int, size: int) -> bool:
-    """Whether a one-shot CPU solve of ``systems`` systems of ``n`` rows (``size``
-    elements in LAPACK's band of one) runs cyclic reduction rather than LAPACK."""
-    if n <= _PARALLEL_ROWS or size > _INT32:
-        return True
-    return systems >= _PARALLEL_BATCH and n <= _PARALLEL_BATCH_ROWS
+    Cyclic reduction is not chosen on CPU: where it was the fastest (systems of a few
+    dozen rows, alone or in small batches) it saved a fraction of a millisecond per
+    solve, while it compiles for seconds longer and each of its programs keeps hundreds
+    of memory mappings alive, which a process that compiles many shapes runs out of
+    (benchmarks/README.md)."""
+    if method == "parallel" or platform not in ("cpu", "gpu"):
+        return "parallel"
+    tridiagonal = max(widths, default=0) <= 1
+    if platform == "gpu":
+        return "gtsv" if tridiagonal else "parallel"
+    if n * band_columns("gb", widths) > _INT32:
+        return "parallel"
+    if tridiagonal:
+        return "gtsv"
+    return "lapack" if host_is_faster(n, systems, n * band_columns("gb", widths)) else "scan"
 
 
 def _lapack_solve(data, b, *, offsets, widths, trans):
@@ -441,6 +464,18 @@ def _lapack_solve(data, b, *, offsets, widths, trans):
     return jnp.where((info != 0)[:, None, None], jnp.nan, x)
 
 
+def _scan_solve(data, b, *, offsets, widths, trans):
+    """The ``lax.scan`` LU (``"gb"``'s kernels of :mod:`jaxdia._kernels.band_scan`) of
+    ``data`` ``(S or 1, nd, n)``, the systems side by side; NaN where a matrix is
+    singular."""
+    placement = _gb_placement(offsets, widths)
+    lu, pivots, info = _factor_scan(data, kind="gb", widths=widths, placement=placement)
+    if data.shape[0] == 1:  # one factor for every right-hand side
+        lu, pivots, info = lu[0], pivots[0], jnp.broadcast_to(info, (b.shape[0],))
+    x = _solve_scan(lu, pivots, b, kind="gb", widths=widths, trans=trans)
+    return jnp.where((info != 0)[:, None, None], jnp.nan, x)
+
+
 def _tridiagonal_library(data, b, *, offsets, trans):
     """``lax.linalg.tridiagonal_solve`` (LAPACK's ``gtsv`` on CPU, cuSPARSE's ``gtsv2`` on
     GPUs; both pivot) of the tridiagonal ``op(A)`` of ``data`` ``(S or 1, nd, n)``."""
@@ -449,6 +484,12 @@ def _tridiagonal_library(data, b, *, offsets, trans):
         data, offsets = _transposed(data, offsets)
         if trans == 2:
             data = data.conj()
+    if data.shape[0] == 1 < b.shape[0]:
+        # One matrix for every right-hand side: they are the columns of one system (no
+        # copy of the matrix per system).
+        systems, k = b.shape[:2]
+        x = _tridiagonal_library(data, b.reshape(1, systems * k, n), offsets=offsets, trans=0)
+        return x.reshape(b.shape)
 
     def diagonal(offset):
         # lax's layout: dl[i] = A[i, i - 1] (dl[0] = 0), du[i] = A[i, i + 1] (du[-1] = 0).
@@ -498,18 +539,16 @@ def _solve_parallel(*operands, kind, widths, trans, offsets, method, platform: s
         flat = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
         return band_parallel.solve_systems(flat, b, trans=0).reshape(*lead, *b.shape[-2:])
     data = _systems(arrays.pop(), offsets)
-    tridiagonal = max(widths) <= 1
-    if kind == "os" and method == "auto":
-        systems, size = max(b.shape[0], data.shape[0]), n * band_columns("gb", widths)
-        if platform == "cpu" and not parallel_is_faster(n, systems, size):
-            if tridiagonal:
-                x = _tridiagonal_library(data, b, offsets=offsets, trans=trans)
-            else:
-                x = _lapack_solve(data, b, offsets=offsets, widths=widths, trans=trans)
-            return x.reshape(*lead, *b.shape[-2:])
-        if platform == "gpu" and tridiagonal:
-            x = _tridiagonal_library(data, b, offsets=offsets, trans=trans)
-            return x.reshape(*lead, *b.shape[-2:])
+    implementation = "parallel"
+    if kind == "os":
+        implementation = oneshot_implementation(platform, method, n, widths, data.shape[0])
+    if implementation == "gtsv":
+        x = _tridiagonal_library(data, b, offsets=offsets, trans=trans)
+        return x.reshape(*lead, *b.shape[-2:])
+    if implementation in ("lapack", "scan"):
+        solve = _lapack_solve if implementation == "lapack" else _scan_solve
+        x = solve(data, b, offsets=offsets, widths=widths, trans=trans)
+        return x.reshape(*lead, *b.shape[-2:])
     m = block_size(kind, widths)
     if kind == "os":
         arrays, failed = band_parallel.factor_systems(data, offsets, m)

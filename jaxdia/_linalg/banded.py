@@ -24,10 +24,11 @@ the matrix itself (a sparse product), so derivatives with respect to ``A.data`` 
 come from the products and from solves with the *stored* factor (the transposed solve for
 reverse mode), never from differentiating or repeating the factorization.
 
-:func:`solve_once` solves with :func:`oneshot`'s factor: LAPACK on CPU (``gtsv`` for a
-tridiagonal matrix), cyclic reduction for batches and small systems there and on TPU,
-cuSPARSE's ``gtsv2`` for a tridiagonal matrix on GPUs, cyclic reduction for other bands
-there (see :mod:`jaxdia._kernels.band_primitives`).
+:func:`solve_once` solves with :func:`oneshot`'s factor: on CPU LAPACK (``gtsv`` for a
+tridiagonal matrix; a batch in one call) or, for small systems of other bands and large
+batches of them, the ``lax.scan`` LU; cuSPARSE's ``gtsv2`` for a tridiagonal matrix on GPUs,
+cyclic reduction for other bands there and on TPU (see
+:func:`jaxdia._kernels.band_primitives.oneshot_implementation`).
 
 16-bit matrices are factored in float32. The factor keeps its dtype; a solve runs in the
 promoted dtype of the matrix and ``b`` (float32 for 16-bit ones), a complex ``b`` for a

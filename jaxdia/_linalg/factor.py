@@ -504,8 +504,8 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
     it is exact (backward stable) for matrices diagonally dominant by rows or columns
     and for Hermitian positive definite ones. For any other matrix each solve checks its
     backward error and refines (at most 3 corrections); a system it cannot solve to
-    ``sqrt(eps)`` of backward error is NaN (on CPU, where cyclic reduction runs one-shot
-    solves of batches, LAPACK solves it instead).
+    ``sqrt(eps)`` of backward error is NaN (on CPU, where cyclic reduction runs only
+    when forced, LAPACK solves it instead).
 
     **Periodic bands.** Corner diagonals (offsets near ``±n``: ``±(n - 1)`` for a periodic
     tridiagonal matrix, ``±(n - h) .. ±(n - 1)`` for a stencil of half-width ``h``) would
@@ -721,10 +721,11 @@ def solve_banded(A: DiaMatrix, b: ArrayLike) -> Array:
 
     * On CPU, LAPACK's banded LU (``?gbtrf``/``?gbtrs``, the routines of
       ``scipy.linalg.solve_banded``; ``gtsv`` for a tridiagonal ``A``), called from the
-      compiled program on its own buffers, except for small systems (16 rows or fewer)
-      and batches of 8 or more systems of up to 1e5 rows, which run block cyclic
-      reduction (see :func:`jaxdia.lu_factor`). A program holding such a LAPACK call
-      cannot be serialized with ``jax.export``.
+      compiled program on its own buffers, a batch (``vmap`` or ``A.batch_shape``) in
+      one call; for a band wider than tridiagonal, systems of 16 rows or fewer and
+      batches of 64 or more systems of up to 128 rows run a ``lax.scan`` LU (the
+      systems side by side) instead. A program
+      holding such a LAPACK call cannot be serialized with ``jax.export``.
     * On GPUs, ``jax.lax.linalg.tridiagonal_solve`` (cuSPARSE's ``gtsv2``, which pivots)
       for a tridiagonal ``A``, block cyclic reduction for other bands; on TPU block cyclic
       reduction: O(log n) sequential steps, no loop over the rows. Cyclic reduction
