@@ -546,8 +546,8 @@ def _solve_parallel(*operands, kind, widths, trans, offsets, method, platform: s
         x = _tridiagonal_library(data, b, offsets=offsets, trans=trans)
         return x.reshape(*lead, *b.shape[-2:])
     if implementation in ("lapack", "scan"):
-        solve = _lapack_solve if implementation == "lapack" else _scan_solve
-        x = solve(data, b, offsets=offsets, widths=widths, trans=trans)
+        factor_and_solve = _lapack_solve if implementation == "lapack" else _scan_solve
+        x = factor_and_solve(data, b, offsets=offsets, widths=widths, trans=trans)
         return x.reshape(*lead, *b.shape[-2:])
     m = block_size(kind, widths)
     if kind == "os":
