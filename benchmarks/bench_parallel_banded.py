@@ -92,6 +92,15 @@ BATCH_SHAPES = ((8, 100), (8, 1000), (8, 10_000), (64, 100), (64, 1000), (1000, 
 BANDS = ((1, "tridiagonal"), (2, "pentadiagonal"), (3, "7-diagonal"))
 
 
+def batch_problem(width: int, count: int, n: int):
+    """``count`` random banded systems of ``n`` rows: the DiaMatrix, LAPACK's bands, the
+    right-hand sides and SciPy's solutions (the oracle)."""
+    ab = band(n, width, (count,))
+    b = np.random.default_rng(2).standard_normal((count, n))
+    expected = np.stack([sla.solve_banded((width, width), ab[i], b[i]) for i in range(count)])
+    return as_matrix(ab, width), ab, b, expected
+
+
 def batches(shapes, rounds: int, cyclic: bool) -> list[str]:
     """One row per band and ``(B, n)``: the median time per batch of each path."""
     from jaxdia._kernels.band_primitives import oneshot_implementation
@@ -99,14 +108,9 @@ def batches(shapes, rounds: int, cyclic: bool) -> list[str]:
     rows = []
     for width, label in BANDS:
         for count, n in shapes:
-            ab = band(n, width, (count,))
-            b = np.random.default_rng(2).standard_normal((count, n))
-            A = as_matrix(ab, width)
+            A, ab, b, expected = batch_problem(width, count, n)
             offsets, shape = A.offsets, A.shape
             data, rhs = A.data, jnp.asarray(b)
-            expected = np.stack(
-                [sla.solve_banded((width, width), ab[i], b[i]) for i in range(count)]
-            )
 
             def compiled(method: str):
                 _banded.METHOD = method
@@ -197,14 +201,9 @@ def sweep(rounds: int) -> None:
     for width, label in BANDS:
         for count in SWEEP_BATCHES:
             for n in SWEEP_ROWS:
-                ab = band(n, width, (count,))
-                b = np.random.default_rng(2).standard_normal((count, n))
-                A = as_matrix(ab, width)
+                A, ab, b, expected = batch_problem(width, count, n)
                 offsets, shape = A.offsets, A.shape
                 data, rhs = A.data, jnp.asarray(b)
-                expected = np.stack(
-                    [sla.solve_banded((width, width), ab[i], b[i]) for i in range(count)]
-                )
 
                 def solve(d, b):
                     return jaxdia.solve_banded(jaxdia.DiaMatrix(d, offsets, shape), b)
