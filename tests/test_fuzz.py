@@ -1,0 +1,240 @@
+"""A fixed slice of the differential fuzzer ``benchmarks/fuzz_solve.py``: cases of each
+family (banded and periodic solves, ILU(0)/IC(0), multigrid-CG, banded Jacobians,
+sharded matrices), each compared with its NumPy/SciPy/JAX oracle, none of which may FAIL
+(a wrong answer reported as a success, a crash, a hang). FLAGGED (a reported failure of a
+singular, indefinite or invalid case) is fine.
+
+The fuzzer runs at scale as a script (``benchmarks/README.md``, "Differential fuzzing");
+here, cases whose parameters are drawn once by a fixed seed, and regression cases written
+out in full: each a bug the fuzzer or a probe found, fixed (they fail on the code
+before the fix).
+"""
+
+import importlib.util
+import pathlib
+import sys
+
+import pytest
+
+_PATH = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "fuzz_solve.py"
+_spec = importlib.util.spec_from_file_location("fuzz_solve", _PATH)
+assert _spec is not None and _spec.loader is not None
+fuzz = importlib.util.module_from_spec(_spec)
+sys.modules["fuzz_solve"] = fuzz
+_spec.loader.exec_module(fuzz)
+
+#: ``(family, seed, index)`` of generated cases (see ``fuzz_solve.generate``), picked from
+#: a run of seed 1 to cover each api, implementation, mode and dtype cheaply.
+SLICE = [
+    *(("banded", 1, i) for i in (317, 346, 180, 130, 7, 336, 211, 197, 238, 276, 321)),
+    *(("banded", 1, i) for i in (55, 37, 221, 87, 289, 124, 109, 191)),  # scan, parallel
+    *(("periodic", 1, i) for i in (35, 33, 141, 176, 45, 96)),
+    *(("ilu", 1, i) for i in (184, 189, 196, 171, 87, 139, 223)),
+    *(("multigrid", 1, i) for i in (33, 10, 39, 0, 36)),
+    *(("jacobian", 1, i) for i in (103, 40, 93, 76, 17, 86)),
+    ("sharded", 1, 18),
+]
+
+_MULTIGRID = {
+    "dtype": "float64",
+    "hierarchy_dtype": "none",
+    "max_levels": "none",
+    "mode": "eager",
+    "points": 5,
+    "problem": "poisson",
+    "smoother": "default",
+    "solver": "cg",
+    "sweeps": 2,
+    "values": 1,
+}
+_JACOBIAN = {
+    "argnums": 0,
+    "call": "eager",
+    "check": False,
+    "chunk_size": "none",
+    "coupled": False,
+    "has_aux": False,
+    "leaky": False,
+    "mask": False,
+    "value": False,
+    "m": 8,
+    "n": 8,
+    "true": [-1, 0, 1],
+    "offsets": [-1, 0, 1],
+    "maps": ["sin", "square", "identity"],
+    "values": 3,
+}
+_ILU = {
+    "axes": [0],
+    "factor_dtype": "none",
+    "kind": "ilu",
+    "method": "exact",
+    "mode": "eager",
+    "order": "natural",
+    "shift": 0.0,
+    "solves": "auto",
+    "values": 5,
+    "with_grid": True,
+}
+_SOLVE = {
+    "batch": 0,
+    "columns": 1,
+    "method": "auto",
+    "mode": "eager",
+    "padding": "nan",
+    "rhs": "vector",
+    "rhs_dtype": "same",
+    "zero_rhs": False,
+    "values": 7,
+}
+
+#: Regression cases written out: ``name -> (family, params, isolate)`` (``isolate``: run in
+#: a worker under the family's timeout times this, None: in this process).
+REGRESSIONS = {
+    # multigrid's coarsening="auto" with max_coarse=1 never returns (16 x 16 and larger)
+    "multigrid-auto-max-coarse-1": (
+        "multigrid",
+        {**_MULTIGRID, "grid": [16, 16], "coarsening": "auto", "max_coarse": 1},
+        0.3,
+    ),
+    "multigrid-auto-max-coarse-1-small": (
+        "multigrid",
+        {**_MULTIGRID, "grid": [8, 8], "coarsening": "auto", "max_coarse": 1},
+        None,
+    ),
+    # jacobian(mode="rev") of a complex-valued f of a real argument: only the real part
+    "jacobian-rev-real-to-complex": (
+        "jacobian",
+        {**_JACOBIAN, "args": "real_to_complex", "dtype": "float64", "mode": "rev"},
+        None,
+    ),
+    "jacobian-fwd-real-to-complex": (
+        "jacobian",
+        {**_JACOBIAN, "args": "real_to_complex", "dtype": "float64", "mode": "fwd"},
+        None,
+    ),
+    # jacobian(check=True) of a complex function: jax.jacfwd/jacrev refuse it (TypeError)
+    "jacobian-check-complex-fwd": (
+        "jacobian",
+        {**_JACOBIAN, "args": "complex", "dtype": "complex128", "mode": "fwd", "check": True},
+        None,
+    ),
+    "jacobian-check-complex-rev": (
+        "jacobian",
+        {**_JACOBIAN, "args": "complex", "dtype": "complex128", "mode": "rev", "check": True},
+        None,
+    ),
+    # ILU(0) with a grid whose last axis has 3 points, 9-point stencil: fill on the
+    # diagonal where two steps along that axis and a diagonal neighbour coincide
+    "ilu-9-point-axis-of-3": (
+        "ilu",
+        {**_ILU, "grid": [2, 3], "points": 9, "problem": "varcoef", "dtype": "float64"},
+        None,
+    ),
+    "ilu-9-point-axis-of-4": (
+        "ilu",
+        {**_ILU, "grid": [3, 4], "points": 9, "problem": "varcoef", "dtype": "float64"},
+        None,
+    ),
+    # a periodic band whose band alone is badly conditioned (alpha I + a cyclic shift):
+    # the Woodbury correction returns a wrong answer with success
+    "periodic-band-ill-conditioned": (
+        "periodic",
+        {
+            **_SOLVE,
+            "api": "solve_banded",
+            "matrix": "band_ill",
+            "dtype": "float64",
+            "n": 64,
+            "half": 1,
+            "corners": "both",
+        },
+        None,
+    ),
+    "periodic-dominant": (
+        "periodic",
+        {
+            **_SOLVE,
+            "api": "lu_solve0",
+            "matrix": "dominant",
+            "dtype": "float64",
+            "n": 64,
+            "half": 1,
+            "corners": "both",
+        },
+        None,
+    ),
+    # a sharded multigrid of two levels: its V-cycle's scan carry types differ
+    "sharded-multigrid-two-levels": (
+        "sharded",
+        {
+            "devices": 2,
+            "op": "multigrid",
+            "n": 16,
+            "offsets": [],
+            "grid": [8, 2],
+            "points": 5,
+            "dtype": "float64",
+            "axis_type": "explicit",
+            "columns": 1,
+            "max_coarse": 8,
+            "gather_below": 16,
+            "smoother": "jacobi",
+            "deep_halo": False,
+            "values": 11,
+        },
+        1.0,
+    ),
+}
+
+#: Families whose cases may hang or need their own process (8 fake devices): run in a
+#: worker process under the fuzzer's timeout, scaled by this.
+ISOLATED = {"sharded": 1.0}
+
+
+def _run(case, isolate: float | None):
+    if isolate is None:
+        return fuzz.run_case(case)
+    return list(fuzz.run_isolated([case], isolate))[0][1]  # closes the worker
+
+
+def _cases():
+    for family, seed, index in SLICE:
+        name = f"{family}-{seed}-{index}"
+        yield name, fuzz.generate(family, seed, index), ISOLATED.get(family)
+    for name, (family, params, isolate) in REGRESSIONS.items():
+        yield name, fuzz.Case(family, 0, 0, dict(params)), isolate
+
+
+@pytest.mark.parametrize(
+    ("name", "case", "isolate"),
+    [pytest.param(*values, id=values[0]) for values in _cases()],
+)
+def test_fuzz_case(name, case, isolate):
+    result = _run(case, isolate)
+    assert result.verdict != fuzz.FAIL, f"{result.detail}\n{case.reproducer()}"
+
+
+def test_cases_are_reproducible():
+    """A case is its family, seed and index: drawn again, the same parameters."""
+    for family in fuzz.FAMILIES:
+        assert fuzz.generate(family, 3, 5).params == fuzz.generate(family, 3, 5).params
+        assert fuzz.generate(family, 3, 5).params != fuzz.generate(family, 3, 6).params
+
+
+def test_the_oracles_catch_wrong_answers():
+    """The checks fail a wrong answer: ILU(0)'s reference differs from a full LU on a
+    matrix with fill, and a perturbed solution has a large backward error."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((6, 6)) + 8 * np.eye(6)
+    pattern = np.abs(np.subtract.outer(np.arange(6), np.arange(6))) <= 1
+    L, U, ok = fuzz.ilu0_reference(A, pattern)
+    assert ok
+    tridiagonal = np.where(pattern, A, 0)
+    np.testing.assert_allclose(L @ U, tridiagonal, atol=1e-12)  # exact on a tridiagonal
+    b = rng.standard_normal(6)
+    x = np.linalg.solve(A, b)
+    assert fuzz.backward_error(A, x, b) < 1e-15
+    assert fuzz.backward_error(A, x + 1e-6, b) > 1e-8
