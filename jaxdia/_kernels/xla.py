@@ -148,7 +148,11 @@ def _zeros_like_results(shape: tuple, dtype, *operands: Array) -> Array:
     sharding = None
     if meshes and jax.sharding.get_abstract_mesh().empty:
         sharding = NamedSharding(meshes[0], PartitionSpec())
-    out = jnp.zeros(shape, dtype, out_sharding=sharding) if sharding else jnp.zeros(shape, dtype)
+    out = jnp.zeros(shape, dtype)
+    if sharding:
+        # ``reshard``, not ``jnp.zeros(out_sharding=...)``: from JAX 0.12 the latter types
+        # a replicated result without its mesh, which an in-place update refuses.
+        out = jax.sharding.reshard(out, sharding)
     axes = frozenset().union(*(t.manual_axis_type.varying for t in types))
     if axes:
         out = lax.pcast(out, tuple(sorted(axes, key=str)), to="varying")
