@@ -4,7 +4,7 @@
 bottom up (``CONTRIBUTING.md`` describes them):
 
 1. foundations: argument checks, DIA geometry, the ``DiaParts`` triple, the immutable
-   pytree base, the SciPy-name hints, what a sharding says;
+   pytree base, the SciPy-name hints, what a sharding says, the shared type names;
 2. ``_kernels/``: the JAX primitives and what they lower to (XLA, Pallas Mosaic GPU,
    Pallas Triton, Pallas TPU, LAPACK through XLA's FFI, the ``lax.scan``
    factorizations, block cyclic reduction and its refinement). It imports only the
@@ -36,6 +36,7 @@ LAYERS = {
     "_scipy_names": 1,
     "_scipy_operator": 1.5,
     "_sharding": 1,
+    "_typing": 1,
     "_kernels": 2,
     "_kernels.pallas_common": 2,
     "_kernels.ffi": 2,

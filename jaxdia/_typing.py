@@ -1,0 +1,40 @@
+"""Names for the types that jaxdia's signatures share.
+
+``ArrayLike`` is JAX's (an array, a NumPy array or a Python scalar). The others say what
+an argument means, not only what it is:
+
+>>> from jaxdia._typing import Grid, Offsets
+>>> grid: Grid = (64, 64)
+>>> offsets: Offsets = (-64, -1, 0, 1, 64)
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Protocol, TypeAlias
+
+import numpy as np
+from jax import Array
+from jax.typing import ArrayLike, DTypeLike
+
+__all__ = ["ArrayLike", "DTypeLike", "Grid", "LinearMap", "Offsets", "Operator", "Shape"]
+
+#: Diagonal offsets, SciPy's convention (``k > 0`` above the main diagonal).
+Offsets: TypeAlias = Sequence[int] | np.ndarray | int
+#: The grid points per axis of a structured-grid matrix, first axis slowest.
+Grid: TypeAlias = Sequence[int]
+#: A matrix shape ``(rows, columns)``.
+Shape: TypeAlias = tuple[int, int]
+
+
+class LinearMap(Protocol):
+    """Anything that multiplies a vector with ``@`` and has a ``shape`` (a ``DiaMatrix``,
+    a ``ShardedDiaMatrix``, a dense array)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    def __matmul__(self, other: Array, /) -> Array: ...
+
+
+#: What solvers and preconditioners accept as ``A`` or ``M``: a linear map, or a function
+#: ``x -> A x`` (``jax.scipy.sparse.linalg``'s convention).
+Operator: TypeAlias = LinearMap | Callable[[Array], Array]
