@@ -1,8 +1,8 @@
-"""The first run on an NVIDIA GPU: check both Pallas GPU backends, then time them and the
-solvers, and print one table for ``benchmarks/README.md``.
+"""The first run on an accelerator (an NVIDIA GPU or a TPU): check its Pallas kernels, then
+time them and the solvers, and print one table for ``benchmarks/README.md``.
 
-Usage (a machine with a CUDA build of jax 0.11-0.12 and jaxdia installed with
-``pip install --no-deps -e .``; no internet needed)::
+Usage (a machine with a CUDA or TPU build of jax 0.10-0.12 and jaxdia importable, e.g.
+``pip install --no-deps -e .`` or ``PYTHONPATH=$PWD:$PYTHONPATH``; no internet needed)::
 
     python benchmarks/gpu_check.py              # everything: sized for 10 minutes on an H200
     python benchmarks/gpu_check.py --max-n 1e7  # smaller products only
@@ -14,13 +14,15 @@ Sections (each guarded: a failure is a ``FAILED`` row in the table, and the next
 runs; the exit status is 1 if any check failed):
 
 1. ``check``: every kernel of ``jaxdia._kernels.pallas_mosaic_gpu`` and
-   ``jaxdia._kernels.pallas_triton`` (``A @ X``, ``A^T @ X``, SDDMM) against SciPy on a
+   ``jaxdia._kernels.pallas_triton`` on a GPU, ``jaxdia._kernels.pallas_tpu`` on a TPU
+   (the dry run: all three) (``A @ X``, ``A^T @ X``, SDDMM) against SciPy on a
    few shapes (square, rectangular, extreme offsets, a broadcast batch, several columns)
    and every dtype each takes, with NaN in every padding slot of ``data``; then ``A @ X``
    and its gradients with respect to ``X`` and ``data`` through ``jaxdia.matmul`` with
-   ``implementation="mosaic"`` and ``"triton"`` against ``"xla"``.
-2. ``A @ X``: 5- and 27-point stencils, 1 and 8 columns, float32 and float64, ``n`` = 1e6,
-   1e7, 1e8 where memory allows: the default implementation, Mosaic GPU, Triton and XLA,
+   ``implementation="mosaic"`` and ``"triton"`` (GPU) or ``"pallas"`` (TPU) against ``"xla"``.
+2. ``A @ X``: 5- and 27-point stencils, 1 and 8 columns, float32 and float64 (TPU: float32
+   and bfloat16), ``n`` = 1e6, 1e7, 1e8 where memory allows: the default implementation,
+   the forced Pallas families and XLA,
    against a device-to-device copy of the same bytes (the bandwidth bound) and
    ``jax.experimental.sparse.BCSR``. GB/s counts the useful traffic
    ``(n_diags * n + 2 * n * c) * itemsize``.
@@ -32,8 +34,9 @@ runs; the exit status is 1 if any check failed):
 
 Timings are medians of ``--repeats`` calls after a warm-up (fewer when a call is slow), in
 milliseconds; ratios are against measurements of the same run. The run stops starting new
-cases after ``--budget`` minutes (those are ``skipped`` rows). Without a GPU (and without
-``--dry-run``) it says so and exits with status 0.
+cases after ``--budget`` minutes (those are ``skipped`` rows). A TPU has no float64
+arithmetic of its own, so its solves and multigrid run in float32. Without a GPU or TPU
+(and without ``--dry-run``) it says so and exits with status 0.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 
 import jaxdia  # noqa: E402
-from jaxdia._kernels import pallas_mosaic_gpu, pallas_triton  # noqa: E402
+from jaxdia._kernels import pallas_mosaic_gpu, pallas_tpu, pallas_triton  # noqa: E402
 
 # The Triton backend is measured on purpose; its deprecation warning is known.
 warnings.filterwarnings("ignore", message="The Pallas Triton backend is deprecated")
@@ -68,10 +71,14 @@ TOLERANCE = {
     np.dtype(jnp.bfloat16): 5e-2,
     np.dtype(np.float16): 2e-2,
 }
-BACKENDS = {"mosaic": pallas_mosaic_gpu, "triton": pallas_triton}
+#: Each Pallas family by the ``implementation=`` name that forces it ("pallas" on a TPU,
+#: whose one family is Mosaic TPU), per platform.
+BACKENDS = {"mosaic": pallas_mosaic_gpu, "triton": pallas_triton, "pallas": pallas_tpu}
+PLATFORM_BACKENDS = {"gpu": ("mosaic", "triton"), "tpu": ("pallas",)}
 KERNEL_DTYPES = {
     "mosaic": [np.float32, np.float64, jnp.bfloat16, np.float16],
     "triton": [np.float32, np.float64, jnp.bfloat16, np.float16, np.complex64, np.complex128],
+    "pallas": [np.float32, jnp.bfloat16],
 }
 
 
@@ -114,13 +121,16 @@ class Report:
         return "\n".join(lines)
 
 
-def gpu_device():
-    """The first GPU, or None."""
-    try:
-        devices = jax.devices("gpu")
-    except RuntimeError:
-        return None
-    return devices[0] if devices else None
+def accelerator():
+    """The first GPU, else the first TPU, else None."""
+    for platform in PLATFORM_BACKENDS:
+        try:
+            devices = jax.devices(platform)
+        except RuntimeError:
+            continue
+        if devices:
+            return devices[0]
+    return None
 
 
 def median_time(fn, *args, repeats: int) -> float:
@@ -263,7 +273,7 @@ def check_dispatch(report: Report, backend: str) -> None:
     """``A @ X`` and its gradients through jaxdia: ``backend`` against XLA."""
     rng = np.random.default_rng(1)
     shape, offsets = (3000, 2000), (-2999, -7, 0, 1, 1999)
-    dtypes = (np.float32, np.float64) + ((np.complex64,) if backend == "triton" else ())
+    dtypes = [d for d in (np.float32, np.float64, np.complex64) if d in KERNEL_DTYPES[backend]]
     for dtype in dtypes:
 
         def run(dtype=dtype):
@@ -326,12 +336,12 @@ def bcsr_matrix(offsets, n, dtype, max_nnz):
 
     if sum(n - abs(o) for o in offsets) > max_nnz:
         return None
-    S = sp.diags_array(
-        [np.ones(n - abs(o), dtype) for o in offsets], offsets=offsets, shape=(n, n)
+    S = sp.diags_array(  # float32: SciPy has no bfloat16
+        [np.ones(n - abs(o), np.float32) for o in offsets], offsets=offsets, shape=(n, n)
     ).tocsr()
     return jsparse.BCSR(
         (
-            jnp.asarray(S.data),
+            jnp.asarray(S.data, dtype),
             jnp.asarray(S.indices.astype(np.int32)),
             jnp.asarray(S.indptr.astype(np.int32)),
         ),
@@ -347,13 +357,13 @@ def free_bytes(device) -> float:
     return limit - stats.get("bytes_in_use", 0)
 
 
-def time_products(report: Report, sizes, repeats, max_bcsr_nnz, device, dry_run) -> None:
+def time_products(report: Report, sizes, repeats, max_bcsr_nnz, device, backends, dtypes) -> None:
     key = jax.random.key(0)
-    implementations = [None, "xla"] if dry_run else [None, "mosaic", "triton", "xla"]
+    implementations = [None, *backends, "xla"]
     for n in sizes:
-        for points in (5,) if dry_run else (5, 27):
+        for points in (5, 27) if len(dtypes) > 1 else (5,):
             offsets = stencil_offsets(n, points)
-            for dtype in (np.float32,) if dry_run else (np.float32, np.float64):
+            for dtype in dtypes:
                 itemsize = np.dtype(dtype).itemsize
                 bcsr = None  # built once (on the host) for both column counts
                 for n_cols in (1, 8):
@@ -540,24 +550,29 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     sections = set(args.sections.split(","))
 
-    device = gpu_device()
+    device = accelerator()
     print(f"jax {jax.__version__}, devices: {jax.devices()}")
     if device is None and not args.dry_run:
         print(
-            "No GPU found: nothing to check. (Use --dry-run to exercise every section of "
-            "this script at tiny sizes on this machine.)"
+            "No GPU or TPU found: nothing to check. (Use --dry-run to exercise every section "
+            "of this script at tiny sizes on this machine.)"
         )
         return 0
     report = Report(args.budget * 60)
+    tpu = device is not None and device.platform == "tpu"
     if args.dry_run:
         products, solves, side, repeats, dtypes = [10**4], [10**3], 30, 2, [np.float64]
+        product_dtypes, backends, product_backends = [np.float32], tuple(BACKENDS), ()
     else:
         products = [n for n in (10**6, 10**7, 10**8) if n <= args.max_n]
         solves, side, repeats = [10**5, 10**6], 1000, args.repeats
-        dtypes = [np.float64, np.float32]
+        dtypes = [np.float32] if tpu else [np.float64, np.float32]
+        product_dtypes = [np.float32, jnp.bfloat16] if tpu else [np.float32, np.float64]
+        backends = product_backends = PLATFORM_BACKENDS[device.platform]
     if "check" in sections:
-        print("\n1. Correctness of the GPU kernels" + (" (interpreted)" if args.dry_run else ""))
-        for backend in BACKENDS:
+        kind = "interpreted" if args.dry_run else device.platform
+        print(f"\n1. Correctness of the Pallas kernels ({kind})")
+        for backend in backends:
             check_kernels(report, backend, args.dry_run)
             if device is not None:
                 check_dispatch(report, backend)
@@ -569,7 +584,8 @@ def main(argv=None) -> int:
             repeats,
             int(args.max_bcsr_nnz),
             device or jax.devices()[0],
-            args.dry_run,
+            product_backends,
+            product_dtypes,
         )
     if "banded" in sections:
         print("\n3. Banded solves")
@@ -578,7 +594,7 @@ def main(argv=None) -> int:
         print("\n4. Multigrid-CG")
         time_multigrid(report, side, repeats, dtypes)
     print(
-        f"\n{jax.__version__=}, {device.device_kind if device else 'no GPU'}, "
+        f"\n{jax.__version__=}, {device.device_kind if device else 'no accelerator'}, "
         f"{time.perf_counter() - report.start:.0f} s\n"
     )
     print(report.table())

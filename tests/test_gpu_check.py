@@ -1,6 +1,6 @@
-"""benchmarks/gpu_check.py runs here: its no-GPU exit, and every section in its dry run.
+"""benchmarks/gpu_check.py runs here: its no-accelerator exit, and every section in its dry run.
 
-The script's real job (kernels compiled for an NVIDIA GPU, timings there) needs hardware;
+The script's real job (kernels compiled for an NVIDIA GPU or a TPU, timings there) needs hardware;
 the dry run (tiny sizes, the kernels in Pallas's interpreters) keeps the script itself
 from rotting on machines without one.
 """
@@ -18,18 +18,18 @@ def run(*args):
     )
 
 
-def test_exits_cleanly_without_a_gpu():
+def test_exits_cleanly_without_an_accelerator():
     result = run("--sections", "check")
     assert result.returncode == 0, result.stderr
-    assert "No GPU found" in result.stdout
+    assert "No GPU or TPU found" in result.stdout
 
 
-def test_dry_run_checks_both_backends_and_runs_every_section():
+def test_dry_run_checks_every_pallas_family_and_runs_every_section():
     result = run("--dry-run")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "all checks passed" in result.stdout
     table = result.stdout[result.stdout.index("| section |") :]
-    for backend in ("mosaic", "triton"):
+    for backend in ("mosaic", "triton", "pallas"):
         assert f"| {backend} |  |  |  | ok (error/tolerance A@X" in table
     for section in ("A@X", "banded", "multigrid-CG"):
         assert f"\n| {section} |" in table

@@ -2,13 +2,22 @@
 
 Interpret mode compiles once per shape, so the Hypothesis tests keep sizes small
 (sides <= 40, up to 5 columns) and example counts modest. Every drawn case puts NaN in
-all padding slots of ``data``: a kernel that reads padding as an entry fails.
+all padding slots of ``data``: a kernel that reads padding as an entry fails. What
+interpret mode cannot see (the compiled Mosaic TPU program) is read from the lowering.
 """
 
+import base64
+import json
+import re
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
+from jax._src.interpreters import mlir
+from jax._src.lib import tpu
+from jax._src.lib.mlir import ir
 
 from jaxdia._kernels import pallas_tpu, pallas_triton, xla
 from jaxdia.testing import offsets as offsets_strategy
@@ -240,3 +249,44 @@ def test_block_sizes():
             assert 128 <= sizes.rows <= 2048 and 8 <= sizes.cols <= 64
     assert pallas_triton.BlockSizes.default((5, 3), 1, np.float32).rows == 8
     assert pallas_tpu.BlockSizes.default((5, 3), 1, np.float32).rows == 128
+
+
+def _mosaic_tpu_kernels(lowered_text: str) -> list[str]:
+    """The Mosaic TPU kernels of a program lowered for ``tpu``, as MLIR text (each
+    ``tpu_custom_call`` carries its kernel as base64 MLIR bytecode)."""
+    kernels = []
+    for config in re.findall(r'backend_config = "(\{\\22custom_call_config.*?)"', lowered_text):
+        body = json.loads(config.replace("\\22", '"'))["custom_call_config"]["body"]
+        context = mlir.make_ir_context()
+        tpu.register_dialect(context)
+        with context, ir.Location.unknown():
+            context.allow_unregistered_dialects = True
+            kernels.append(str(ir.Module.parse(base64.b64decode(body))))
+    return kernels
+
+
+@pytest.mark.parametrize("kernel", ["spmm", "spmm_t", "sddmm"])
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_tpu_kernels_index_in_int32_under_x64(kernel, batch):
+    # With jax_enable_x64 on (as here), an index map returning a Python int returned an
+    # int64, and Mosaic TPU failed to compile every kernel on a real TPU ("failed to
+    # legalize operation 'func.return'"). Interpret mode never compiles the kernel, so
+    # the test reads the Mosaic program: no int64 value, only int64 attributes.
+    shape, offsets = (1000, 1000), (-1, 0, 1)
+    data = jnp.ones((*batch, len(offsets), shape[1]), jnp.float32)
+    x = jnp.ones((shape[1], 4), jnp.float32)
+    if kernel == "sddmm":
+        g = jnp.ones((*batch, shape[0], 4), jnp.float32)
+        traced = jax.jit(lambda g, x: pallas_tpu.sddmm(g, x, offsets=offsets, shape=shape)).trace(
+            g, x
+        )
+    else:
+        traced = jax.jit(
+            lambda d, x: pallas_tpu.spmm(
+                d, x, offsets=offsets, shape=shape, transpose=kernel == "spmm_t"
+            )
+        ).trace(data, x)
+    kernels = _mosaic_tpu_kernels(traced.lower(lowering_platforms=("tpu",)).as_text())
+    assert len(kernels) == 1
+    values = re.sub(r"-?\d+ : i64|array<i64[^>]*>", "", kernels[0])
+    assert "func.return" in values and "i64" not in values, re.findall(r".{80}i64.{20}", values)

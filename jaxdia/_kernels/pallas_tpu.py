@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax.numpy as jnp
@@ -134,6 +135,17 @@ def _vmem_words(op: str, offsets, shape, block: int, cols: int) -> int:
     else:
         sublanes += _round_up(cols, 8) + 16 * len(offsets)  # X, out and sums (n_diags, 1, T)
     return 2 * block * sublanes
+
+
+def _block_spec(block_shape: tuple, index_map: Callable[..., tuple]) -> pl.BlockSpec:
+    """A block spec whose block indices are int32 whatever ``jax_enable_x64`` says: with
+    x64 on, a Python int (or an index computed from one) in an index map is an int64, and
+    Mosaic TPU refuses to compile a kernel whose index map returns one."""
+
+    def int32_indices(*grid_indices):
+        return tuple(jnp.asarray(i, jnp.int32) for i in index_map(*grid_indices))
+
+    return pl.BlockSpec(block_shape, int32_indices)
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -308,7 +320,7 @@ def spmm(
         return jnp.minimum(jnp.maximum(index, 0), count - 1)
 
     def x_spec(shift):
-        return pl.BlockSpec(
+        return _block_spec(
             (None, cols, block),
             lambda b, c, i: (
                 broadcast_batch_index(b, batch, x_batch),
@@ -319,11 +331,11 @@ def spmm(
 
     def data_spec(k, shift):
         if transpose:
-            return pl.BlockSpec(
+            return _block_spec(
                 (None, len(offsets), 1, block),
                 lambda b, c, i: (broadcast_batch_index(b, batch, data_batch), 0, 0, i),
             )
-        return pl.BlockSpec(
+        return _block_spec(
             (None, None, 1, block),
             lambda b, c, i: (
                 broadcast_batch_index(b, batch, data_batch),
@@ -349,7 +361,7 @@ def spmm(
         out_shape=kernel_out_shape((n_batch, n_cols, out_lanes), dtype, x),
         grid=(n_batch, pl.cdiv(n_cols, cols), pl.cdiv(out_lanes, block)),
         in_specs=[x_spec(s) for s in x_shifts] + data_specs,
-        out_specs=pl.BlockSpec((None, cols, block), lambda b, c, i: (b, c, i)),
+        out_specs=_block_spec((None, cols, block), lambda b, c, i: (b, c, i)),
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "parallel")
         ),
@@ -477,7 +489,7 @@ def sddmm(
     out_lanes = max(n, block)
 
     def g_spec(shift):
-        return pl.BlockSpec(
+        return _block_spec(
             (None, cols, block),
             lambda b, i, c: (
                 broadcast_batch_index(b, batch, g_batch),
@@ -486,7 +498,7 @@ def sddmm(
             ),
         )
 
-    x_spec = pl.BlockSpec(
+    x_spec = _block_spec(
         (None, cols, block), lambda b, i, c: (broadcast_batch_index(b, batch, x_batch), c, i)
     )
     kernel = functools.partial(
@@ -505,7 +517,7 @@ def sddmm(
         in_specs=[*(g_spec(s) for s in g_shifts), x_spec],
         # (n_diags, 1, T) blocks: every diagonal is its own tile row, so the per-diagonal
         # sums are stored at aligned positions.
-        out_specs=pl.BlockSpec((None, len(offsets), 1, block), lambda b, i, c: (b, 0, 0, i)),
+        out_specs=_block_spec((None, len(offsets), 1, block), lambda b, i, c: (b, 0, 0, i)),
         scratch_shapes=[pltpu.VMEM((len(offsets), 1, block), jnp.float32)],
         compiler_params=pltpu.CompilerParams(
             dimension_semantics=("parallel", "parallel", "arbitrary")
