@@ -69,7 +69,7 @@ _MAX_UNROLLED_TERMS_SEVERAL_COLUMNS = 200
 # over the diagonals too. Their bounds-checked sum is one fused loop on its own, but where
 # the product has several consumers (a solver's loop) XLA CPU duplicates the sum into each
 # and writes every padded term to a buffer of its own: a program growing with the terms
-# (benchmarks/README.md, "Scattered offsets").
+# (benchmarks/notes/products.md, "How the product is computed").
 _MAX_BOUNDED_TERMS = 8
 
 # Matrix-vector products with at least this many output elements (batch included) run on
