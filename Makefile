@@ -16,8 +16,11 @@ VENV_NEWEST := .venv-newest
 NPY := $(VENV_NEWEST)/bin/python
 NEWEST_STAMP := $(VENV_NEWEST)/.installed
 # What `make test-newest` runs (the whole suite by default; e.g.
-# NEWEST_TESTS="tests/test_lowering.py tests/test_matmul.py" for a quick look).
+# NEWEST_TESTS="tests/test_lowering.py tests/test_matmul.py" for a quick look), and in its
+# second pytest process, on 8 devices, NEWEST_SHARDED (tests/sharded/ by default; empty
+# skips it).
 NEWEST_TESTS ?=
+NEWEST_SHARDED ?= tests/sharded
 
 .PHONY: demo test test-full venv dev check lint typecheck format test-newest venv-newest wheel-test \
 	api-docs clean
@@ -39,13 +42,31 @@ demo: $(STAMP)
 PYTEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
 
+#
+# Two pytest processes: the suite on one device, then tests/sharded/ on 8 fake CPU devices
+# (JAX fixes the device count when it starts; tests/sharded/conftest.py). Both run, and the
+# target fails if either does.
+SHARDED_TESTS := tests/sharded
+
 test: $(STAMP)
-	$(VPY) -m pytest -q $(PYTEST_PARALLEL)
+	@status=0; \
+	echo "pytest: the suite on one device"; \
+	$(VPY) -m pytest -q $(PYTEST_PARALLEL) || status=1; \
+	echo "pytest: $(SHARDED_TESTS) on 8 devices"; \
+	$(VPY) -m pytest -q $(PYTEST_PARALLEL) $(SHARDED_TESTS) || status=1; \
+	exit $$status
 
 # The full tier: the tests marked `full` (trimmed from `make test` for time) and every
 # Hypothesis test again with 5x the examples (the derandomized `full` profile).
+FULL_TIER := HYPOTHESIS_PROFILE=full $(VPY) -m pytest -q $(PYTEST_PARALLEL) -m 'full or hypothesis'
+
 test-full: $(STAMP)
-	HYPOTHESIS_PROFILE=full $(VPY) -m pytest -q $(PYTEST_PARALLEL) -m 'full or hypothesis' tests
+	@status=0; \
+	echo "pytest: the full tier on one device"; \
+	$(FULL_TIER) tests || status=1; \
+	echo "pytest: the full tier of $(SHARDED_TESTS) on 8 devices"; \
+	$(FULL_TIER) $(SHARDED_TESTS) || status=1; \
+	exit $$status
 
 # -- development tools: ruff, pyright, build (the `dev` extra) -------------------------------
 
@@ -92,7 +113,14 @@ venv-newest: $(NEWEST_STAMP)
 # backend optimizations off to compile faster).
 test-newest: $(NEWEST_STAMP)
 	@$(NPY) -c 'import jax, jaxlib; print("jax", jax.__version__, "jaxlib", jaxlib.__version__)'
-	JAX_DISABLE_MOST_OPTIMIZATIONS=0 $(NPY) -m pytest -q $(PYTEST_PARALLEL) $(NEWEST_TESTS)
+	@status=0; \
+	echo "pytest: $(or $(NEWEST_TESTS),the suite) on one device"; \
+	JAX_DISABLE_MOST_OPTIMIZATIONS=0 $(NPY) -m pytest -q $(PYTEST_PARALLEL) $(NEWEST_TESTS) \
+		|| status=1; \
+	$(if $(NEWEST_SHARDED),echo "pytest: $(NEWEST_SHARDED) on 8 devices"; \
+	JAX_DISABLE_MOST_OPTIMIZATIONS=0 $(NPY) -m pytest -q $(PYTEST_PARALLEL) $(NEWEST_SHARDED) \
+		|| status=1;) \
+	exit $$status
 
 # -- packaging ---------------------------------------------------------------------------------
 

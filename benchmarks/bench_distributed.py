@@ -6,7 +6,7 @@ Usage::
 
 Part 1 reads the collectives of one iteration of ``jaxdia.cg`` on a ``ShardedDiaMatrix``
 from the compiled ``while`` loop (body and condition, each run once per iteration:
-``loop_traffic`` in ``tests/shard_checks.py``), for Jacobi, Chebyshev (plain and with a
+``loop_traffic`` in ``tests/sharded/helpers.py``), for Jacobi, Chebyshev (plain and with a
 deep halo) and multigrid (plain and with deep-halo smoothing) preconditioners, with
 ``variant="standard"`` and ``variant="fused"``. Each solve is first checked against
 SciPy's ``spsolve``.
@@ -38,8 +38,8 @@ jax.config.update("jax_enable_x64", True)
 
 import jaxdia  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from shard_checks import loop_traffic  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.sharded.helpers import loop_traffic  # noqa: E402
 
 KINDS = ("all-reduce", "collective-permute", "all-gather")
 

@@ -51,9 +51,10 @@ jax.config.update("jax_enable_x64", True)
 import jaxdia  # noqa: E402
 from jaxdia._kernels.primitives import spmm  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from jax.scipy.sparse import linalg as jla  # noqa: E402
-from shard_checks import collective_traffic, loop_traffic  # noqa: E402
+
+from tests.sharded.helpers import collective_traffic, loop_traffic  # noqa: E402
 
 AXIS = "rows"
 

@@ -55,3 +55,7 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# tests/sharded/ runs on 8 fake CPU devices, which JAX fixes when its backend starts: its
+# own pytest process runs it (tests/sharded/conftest.py; `make test` runs both).
+collect_ignore = ["sharded"]

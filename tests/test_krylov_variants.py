@@ -1,6 +1,6 @@
 """jaxdia.cg / jaxdia.bicgstab with ``variant="fused"`` (one reduction per step) against
 the standard loops and SciPy; batches; a ShardedDiaMatrix on one device. The sharded
-programs' collective counts are checked on 8 devices (tests/shard_checks.py)."""
+programs' collective counts are checked on 8 devices (tests/sharded/)."""
 
 import jax
 import jax.numpy as jnp

@@ -1,20 +1,12 @@
-"""Tests of :func:`jaxdia.shard`: multi-device checks in a subprocess, argument checks here.
+"""Tests of :func:`jaxdia.shard` on one device: argument checks, the 1-device mesh, pytree
+and copies, Jacobi.
 
-The checks that need several devices live in ``shard_checks.py`` and run in subprocesses
-with 8 fake CPU devices (JAX fixes the device count when it initializes; this process
-keeps one device for the rest of the suite): a few groups of checks, one test and one
-subprocess each, so that parallel test workers share them. A failure names the failing
-checks and shows their output. What needs one device only (argument errors, the 1-device
-case) runs in-process.
+The checks that need several devices are in ``tests/sharded/``, which runs in a pytest
+process of its own on 8 fake CPU devices (JAX fixes the device count when it starts;
+this process keeps one device for the rest of the suite).
 """
 
-import ast
 import copy
-import os
-import re
-import subprocess
-import sys
-from pathlib import Path
 
 import jax
 import numpy as np
@@ -22,63 +14,6 @@ import pytest
 import scipy.sparse as sp
 
 import jaxdia
-
-SCRIPT = Path(__file__).with_name("shard_checks.py")
-
-
-def _check_names(decorator: str = "check") -> list[str]:
-    """The functions ``shard_checks.py`` registers with its ``@check`` decorator (or
-    ``@full_check``: the full tier's)."""
-    tree = ast.parse(SCRIPT.read_text())
-    return [
-        node.name
-        for node in tree.body
-        if isinstance(node, ast.FunctionDef)
-        and any(isinstance(d, ast.Name) and d.id == decorator for d in node.decorator_list)
-    ]
-
-
-#: The checks run in this many subprocesses, one test each, so that ``make test``'s
-#: pytest-xdist workers share them.
-GROUPS = 2
-
-
-def _run_checks(names: list[str]) -> tuple[dict[str, str], str, int]:
-    """Runs ``names`` in one subprocess on 8 fake CPU devices: each check's status
-    (``PASS``/``FAIL``), the whole output, the return code."""
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu"
-    )
-    run = subprocess.run(
-        [sys.executable, str(SCRIPT), *names], env=env, capture_output=True, text=True, timeout=900
-    )
-    status = {m.group(2): m.group(1) for m in re.finditer(r"^(PASS|FAIL) (\w+)", run.stdout, re.M)}
-    return status, run.stdout + run.stderr, run.returncode
-
-
-@pytest.mark.parametrize("group", range(GROUPS))
-def test_checks_on_8_devices(group):
-    names = _check_names()[group::GROUPS]
-    assert names, f"no @check functions found in {SCRIPT.name}"
-    status, output, returncode = _run_checks(names)
-    failed = [name for name in names if status.get(name) != "PASS"]
-    assert not failed and returncode == 0, (
-        f"failed or did not run: {failed} (exit {returncode})\n{output[-8000:]}"
-    )
-
-
-@pytest.mark.full
-@pytest.mark.parametrize("name", _check_names("full_check"))
-def test_full_size_checks_on_8_devices(name):
-    """The full tier's checks (``make test-full``): sharded multigrid at the sizes of
-    benchmarks/README.md, minutes each."""
-    status, output, returncode = _run_checks([name])
-    assert status.get(name) == "PASS" and returncode == 0, (
-        f"{name} failed or did not run (exit {returncode})\n{output[-8000:]}"
-    )
-
-
-# -- in-process: one device --------------------------------------------------------------
 
 
 @pytest.fixture
