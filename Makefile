@@ -25,7 +25,8 @@ NEWEST_SHARDED ?= tests/sharded
 .PHONY: demo test test-full venv dev check lint typecheck format test-newest venv-newest wheel-test \
 	api-docs clean
 
-$(STAMP): pyproject.toml
+# The editable install compiles the C extension in place (a C compiler is needed).
+$(STAMP): pyproject.toml setup.py jaxdia/_kernels/_lapack_ffi.c
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet -e '.[test]'
@@ -70,7 +71,7 @@ test-full: $(STAMP)
 
 # -- development tools: ruff, pyright, build (the `dev` extra) -------------------------------
 
-$(DEV_STAMP): $(STAMP) pyproject.toml
+$(DEV_STAMP): $(STAMP) pyproject.toml setup.py
 	$(VPY) -m pip install --quiet -e '.[dev]'
 	@touch $(DEV_STAMP)
 
@@ -99,7 +100,7 @@ format: $(DEV_STAMP)
 
 # -- the newest JAX that pyproject.toml allows, on Python 3.12 ------------------------------
 
-$(NEWEST_STAMP): pyproject.toml
+$(NEWEST_STAMP): pyproject.toml setup.py jaxdia/_kernels/_lapack_ffi.c
 	@test -n "$(PYTHON_NEWEST)" || { echo "make test-newest needs Python 3.12:" \
 		"none found on PATH or in /root/.pyenv; set PYTHON_NEWEST=/path/to/python3.12"; exit 1; }
 	@test -x $(NPY) || $(PYTHON_NEWEST) -m venv $(VENV_NEWEST)
@@ -133,4 +134,5 @@ api-docs: $(DEV_STAMP)
 	$(VPY) scripts/api_md.py
 
 clean:
-	rm -rf $(VENV) $(VENV_NEWEST) .pytest_cache .hypothesis build dist .ruff_cache
+	rm -rf $(VENV) $(VENV_NEWEST) .pytest_cache .hypothesis build dist .ruff_cache *.egg-info
+	rm -f jaxdia/_kernels/_lapack_ffi*.so

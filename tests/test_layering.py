@@ -39,7 +39,6 @@ LAYERS = {
     "_typing": 1,
     "_kernels": 2,
     "_kernels.pallas_common": 2,
-    "_kernels.ffi": 2,
     "_kernels.xla": 2.1,
     "_kernels.xla_runs": 2.1,
     "_kernels.pallas_triton": 2.1,

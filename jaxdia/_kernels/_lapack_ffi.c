@@ -1,0 +1,893 @@
+/* jaxdia._kernels._lapack_ffi: XLA FFI handlers that call LAPACK's banded routines.
+
+   The handlers of jaxdia's LAPACK custom calls (jaxdia/_kernels/lapack.py documents the
+   operations, layouts and attributes): ?gbtrf/?gbtrs (with ?tbsv for a factor computed
+   without row interchanges), ?pbtrf/?pbtrs, ?gttrf/?gttrs, ?pttrf/?pttrs. XLA calls them on
+   its own threads with pointers to its buffers; they never touch Python or the GIL, and
+   keep no state but the LAPACK function pointers set once by `targets` (so they are
+   thread safe: LAPACK's routines are reentrant).
+
+   LAPACK and BLAS are SciPy's: `targets` takes the capsules of
+   `scipy.linalg.cython_lapack.__pyx_capi__` and `cython_blas.__pyx_capi__` (Fortran calling
+   convention, every argument a pointer, LAPACK's `int` is C's `int`), so the extension
+   links against nothing but Python.
+
+   XLA's FFI: the structures below are the part of XLA's C API (xla/ffi/api/c_api.h) that
+   the handlers use, declared here rather than included from jaxlib, so that building
+   jaxdia needs a C compiler and Python's headers only (no jaxlib at build time). The C API
+   is ABI-stable and versioned: a handler states the version it was written against (0.1)
+   when XLA asks (the metadata extension), and XLA keeps serving that version.
+
+   Errors: an unsupported dtype, a missing or ill-typed attribute, inconsistent shapes or
+   an argument LAPACK rejects (info < 0: a bug, not bad input) become XLA errors (an
+   XlaRuntimeError in Python). LAPACK's info > 0 (a zero pivot, a non-positive leading
+   minor) is a result: the factorizations return it. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
+/* -- XLA's FFI C API, version 0.1 (the subset used) ------------------------------------- */
+
+typedef struct XLA_FFI_Extension_Base {
+    size_t struct_size;
+    int type;
+    struct XLA_FFI_Extension_Base *next;
+} XLA_FFI_Extension_Base;
+
+typedef struct {
+    size_t struct_size;
+    XLA_FFI_Extension_Base *extension_start;
+    int major_version;
+    int minor_version;
+} XLA_FFI_Api_Version;
+
+typedef struct XLA_FFI_Error XLA_FFI_Error; /* opaque */
+
+typedef struct {
+    size_t struct_size;
+    XLA_FFI_Extension_Base *extension_start;
+    const char *message;
+    int errc;
+} XLA_FFI_Error_Create_Args;
+
+typedef struct {
+    size_t struct_size;
+    XLA_FFI_Extension_Base *extension_start;
+    XLA_FFI_Api_Version api_version;
+    const void *internal_api;
+    XLA_FFI_Error *(*XLA_FFI_Error_Create)(XLA_FFI_Error_Create_Args *args);
+    /* ... further functions, not used */
+} XLA_FFI_Api;
+
+typedef struct {
+    size_t struct_size;
+    XLA_FFI_Api_Version api_version;
+    uint32_t traits;
+    /* ... fields of later versions, left as XLA set them */
+} XLA_FFI_Metadata;
+
+typedef struct {
+    XLA_FFI_Extension_Base extension_base;
+    XLA_FFI_Metadata *metadata;
+} XLA_FFI_Metadata_Extension;
+
+typedef struct {
+    size_t struct_size;
+    XLA_FFI_Extension_Base *extension_start;
+    int dtype;
+    void *data;
+    int64_t rank;
+    int64_t *dims;
+} XLA_FFI_Buffer;
+
+typedef struct { /* XLA_FFI_Args and XLA_FFI_Rets */
+    size_t struct_size;
+    XLA_FFI_Extension_Base *extension_start;
+    int64_t size;
+    int *types;
+    void **items;
+} XLA_FFI_List;
+
+typedef struct {
+    const char *ptr;
+    size_t len;
+} XLA_FFI_ByteSpan;
+
+typedef struct {
+    int dtype;
+    void *value;
+} XLA_FFI_Scalar;
+
+typedef struct {
+    size_t struct_size;
+    XLA_FFI_Extension_Base *extension_start;
+    int64_t size;
+    int *types;
+    XLA_FFI_ByteSpan **names;
+    void **attrs;
+} XLA_FFI_Attrs;
+
+typedef struct {
+    size_t struct_size;
+    XLA_FFI_Extension_Base *extension_start;
+    const XLA_FFI_Api *api;
+    void *ctx;
+    int stage;
+    XLA_FFI_List args;
+    XLA_FFI_List rets;
+    XLA_FFI_Attrs attrs;
+    void *future;
+} XLA_FFI_CallFrame;
+
+enum {
+    EXTENSION_METADATA = 1,
+    STAGE_EXECUTE = 3,
+    BUFFER = 1, /* XLA_FFI_ArgType_BUFFER, XLA_FFI_RetType_BUFFER */
+    ATTRIBUTE_SCALAR = 3,
+    ERROR_INVALID_ARGUMENT = 3,
+    ERROR_RESOURCE_EXHAUSTED = 8,
+    ERROR_UNIMPLEMENTED = 12,
+    ERROR_INTERNAL = 13,
+    /* XLA_FFI_DataType */
+    S32 = 4,
+    S64 = 5,
+    F32 = 11,
+    F64 = 12,
+    C64 = 15,
+    C128 = 18,
+};
+
+/* -- LAPACK and BLAS, through SciPy's Cython exports ---------------------------------- */
+
+typedef void gbtrf_t(int *, int *, int *, int *, void *, int *, int *, int *);
+typedef void gbtrs_t(char *, int *, int *, int *, int *, void *, int *, int *, void *, int *,
+                     int *);
+typedef void tbsv_t(char *, char *, char *, int *, int *, void *, int *, void *, int *);
+typedef void pbtrf_t(char *, int *, int *, void *, int *, int *);
+typedef void pbtrs_t(char *, int *, int *, int *, void *, int *, void *, int *, int *);
+typedef void gttrf_t(int *, void *, void *, void *, void *, int *, int *);
+typedef void gttrs_t(char *, int *, int *, void *, void *, void *, void *, int *, void *, int *,
+                     int *);
+typedef void pttrf_t(int *, void *, void *, int *);
+typedef void real_pttrs_t(int *, int *, void *, void *, void *, int *, int *);
+typedef void complex_pttrs_t(char *, int *, int *, void *, void *, void *, int *, int *);
+
+enum { GBTRF, GBTRS, TBSV, PBTRF, PBTRS, GTTRF, GTTRS, PTTRF, PTTRS, ROUTINES };
+static const char *const ROUTINE_NAMES[ROUTINES] = {
+    "gbtrf", "gbtrs", "tbsv", "pbtrf", "pbtrs", "gttrf", "gttrs", "pttrf", "pttrs",
+};
+static const char PREFIXES[4] = {'s', 'd', 'c', 'z'};
+/* routines[precision][routine]: set once by `targets`, read-only after. */
+static void *routines[4][ROUTINES];
+
+/* The precision of an XLA dtype (0 to 3: s, d, c, z), or -1. */
+static int precision(int dtype) {
+    switch (dtype) {
+    case F32: return 0;
+    case F64: return 1;
+    case C64: return 2;
+    case C128: return 3;
+    default: return -1;
+    }
+}
+
+static const size_t ITEMSIZE[4] = {4, 8, 8, 16};
+static const int REAL_DTYPE[4] = {F32, F64, F32, F64};
+
+/* -- the call frame --------------------------------------------------------------------- */
+
+static XLA_FFI_Error *fail(const XLA_FFI_CallFrame *frame, int code, const char *format, ...) {
+    char message[256];
+    va_list arguments;
+    va_start(arguments, format);
+    vsnprintf(message, sizeof message, format, arguments);
+    va_end(arguments);
+    XLA_FFI_Error_Create_Args args = {sizeof args, NULL, message, code};
+    return frame->api->XLA_FFI_Error_Create(&args);
+}
+
+/* The metadata query: XLA asks which API version the handler was written against. */
+static int answered_metadata(XLA_FFI_CallFrame *frame) {
+    XLA_FFI_Extension_Base *extension = frame->extension_start;
+    if (extension == NULL || extension->type != EXTENSION_METADATA) return 0;
+    XLA_FFI_Metadata *metadata = ((XLA_FFI_Metadata_Extension *)extension)->metadata;
+    XLA_FFI_Api_Version version = {sizeof version, NULL, 0, 1};
+    metadata->api_version = version;
+    metadata->traits = 0;
+    return 1;
+}
+
+typedef struct {
+    char *data;
+    int dtype;
+    int64_t rank;
+    const int64_t *dims;
+} Buffer;
+
+static XLA_FFI_Error *buffers(const XLA_FFI_CallFrame *frame, const XLA_FFI_List *list,
+                              const char *what, int64_t count, Buffer *out) {
+    if (list->size != count)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "expected %lld %s, got %lld",
+                    (long long)count, what, (long long)list->size);
+    for (int64_t i = 0; i < count; i++) {
+        if (list->types[i] != BUFFER)
+            return fail(frame, ERROR_INVALID_ARGUMENT, "%s %lld is not a buffer", what,
+                        (long long)i);
+        const XLA_FFI_Buffer *buffer = list->items[i];
+        out[i].data = buffer->data;
+        out[i].dtype = buffer->dtype;
+        out[i].rank = buffer->rank;
+        out[i].dims = buffer->dims;
+    }
+    return NULL;
+}
+
+/* Integer attribute `name` (an int64 or int32 scalar). */
+static XLA_FFI_Error *attribute(const XLA_FFI_CallFrame *frame, const char *name,
+                                int64_t *value) {
+    const XLA_FFI_Attrs *attrs = &frame->attrs;
+    size_t length = strlen(name);
+    for (int64_t i = 0; i < attrs->size; i++) {
+        const XLA_FFI_ByteSpan *key = attrs->names[i];
+        if (key->len != length || memcmp(key->ptr, name, length) != 0) continue;
+        const XLA_FFI_Scalar *scalar = attrs->attrs[i];
+        if (attrs->types[i] != ATTRIBUTE_SCALAR || (scalar->dtype != S64 && scalar->dtype != S32))
+            return fail(frame, ERROR_INVALID_ARGUMENT,
+                        "attribute %s: jaxdia's LAPACK handlers take integer scalars only", name);
+        *value = scalar->dtype == S64 ? *(const int64_t *)scalar->value
+                                      : *(const int32_t *)scalar->value;
+        return NULL;
+    }
+    return fail(frame, ERROR_INVALID_ARGUMENT, "missing attribute %s", name);
+}
+
+/* The product of dims[start:stop]. */
+static int64_t product(const Buffer *buffer, int64_t start, int64_t stop) {
+    int64_t result = 1;
+    for (int64_t axis = start; axis < stop; axis++) result *= buffer->dims[axis];
+    return result;
+}
+
+static int64_t size_of(const Buffer *buffer) { return product(buffer, 0, buffer->rank); }
+
+/* The number of systems in the leading dims of `buffer` (all but the last `core`). */
+static int64_t systems_of(const Buffer *buffer, int core) {
+    return product(buffer, 0, buffer->rank - core);
+}
+
+/* Checks a buffer's dtype and that it has at least `core` dims. */
+static XLA_FFI_Error *expect(const XLA_FFI_CallFrame *frame, const char *routine,
+                             const char *name, const Buffer *buffer, int dtype, int core) {
+    if (buffer->dtype != dtype)
+        return fail(frame, ERROR_UNIMPLEMENTED, "%s: %s has XLA dtype %d, expected %d", routine,
+                    name, buffer->dtype, dtype);
+    if (buffer->rank < core)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "%s: %s has rank %lld, expected >= %d",
+                    routine, name, (long long)buffer->rank, core);
+    return NULL;
+}
+
+/* The precision of a floating-point buffer, or an error. */
+static XLA_FFI_Error *floating(const XLA_FFI_CallFrame *frame, const char *routine,
+                               const Buffer *buffer, int core, int *p) {
+    *p = precision(buffer->dtype);
+    if (*p < 0)
+        return fail(frame, ERROR_UNIMPLEMENTED,
+                    "%s: XLA dtype %d is not float32, float64, complex64 or complex128", routine,
+                    buffer->dtype);
+    return expect(frame, routine, "the factor", buffer, buffer->dtype, core);
+}
+
+/* A LAPACK integer argument, or an error if `value` does not fit in C's int. */
+static XLA_FFI_Error *lapack_int(const XLA_FFI_CallFrame *frame, const char *routine,
+                                 int64_t value, int *out) {
+    if (value < 0 || value > INT32_MAX)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "%s: %lld does not fit LAPACK's int",
+                    routine, (long long)value);
+    *out = (int)value;
+    return NULL;
+}
+
+static XLA_FFI_Error *check_info(const XLA_FFI_CallFrame *frame, const char *routine,
+                                 int info) {
+    if (info < 0)
+        return fail(frame, ERROR_INTERNAL, "%s: argument %d had an illegal value", routine,
+                    -info);
+    return NULL;
+}
+
+/* Copies `source` into `target` unless XLA already aliased them. */
+static void copy_into(const Buffer *source, const Buffer *target, size_t itemsize) {
+    size_t bytes = (size_t)size_of(target) * itemsize;
+    if (source->data != target->data && bytes) memcpy(target->data, source->data, bytes);
+}
+
+#define TRY(call)                                                                              \
+    do {                                                                                       \
+        XLA_FFI_Error *error_ = (call);                                                        \
+        if (error_ != NULL) return error_;                                                     \
+    } while (0)
+
+/* -- filling LAPACK's band array from DIA data ------------------------------------------ */
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* Asks the kernel to back a fresh buffer with transparent huge pages before its first
+   write: XLA's buffers sit on 4 KiB pages, and the first write of a factor's band then
+   spends most of its time in page faults (NumPy asks the same for its large arrays). A
+   hint: where it is unavailable or refused, nothing changes. */
+static void huge_pages(void *data, size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (bytes < 2 * HUGE_PAGE) return;
+    uintptr_t address = (uintptr_t)data;
+    uintptr_t start = (address + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+    uintptr_t stop = (address + bytes) / HUGE_PAGE * HUGE_PAGE;
+    if (stop > start) madvise((void *)start, stop - start, MADV_HUGEPAGE);
+#else
+    (void)data;
+    (void)bytes;
+#endif
+}
+
+typedef struct {
+    uint64_t half[2];
+} Complex128;
+
+#define FILL_BANDS(TYPE)                                                                       \
+    for (int64_t system = 0; system < systems; system++) {                                    \
+        TYPE *target = (TYPE *)bands->data + system * n * ldab;                                \
+        const TYPE *source = (const TYPE *)data->data + system * diagonals * n;                \
+        for (int64_t k = 0; k < diagonals; k++) {                                              \
+            int64_t offset = placement[2 * k], column = placement[2 * k + 1];                  \
+            if (column < 0) continue;                                                          \
+            int64_t start = offset > 0 ? offset : 0, stop = offset < 0 ? n + offset : n;       \
+            for (int64_t j = start; j < stop; j++) target[j * ldab + column] = source[k * n + j]; \
+        }                                                                                      \
+    }
+
+/* Each system's LAPACK band array in `bands` (..., n, ldab) from DIA `data`
+   (..., diagonals, n): diagonal k of offset placement[k][0] fills column placement[k][1]
+   (none if negative) over the rows inside the matrix; the rest is 0. */
+static XLA_FFI_Error *fill_bands(const XLA_FFI_CallFrame *frame, const char *routine,
+                                 const Buffer *data, const Buffer *layout, const Buffer *bands,
+                                 int p) {
+    TRY(expect(frame, routine, "the DIA data", data, bands->dtype, 2));
+    TRY(expect(frame, routine, "the placement", layout, S64, 0));
+    int64_t n = bands->dims[bands->rank - 2], ldab = bands->dims[bands->rank - 1];
+    int64_t diagonals = data->dims[data->rank - 2], systems = systems_of(bands, 2);
+    if (data->dims[data->rank - 1] != n || systems_of(data, 2) != systems ||
+        size_of(layout) != 2 * diagonals)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "%s: the DIA data does not match the band",
+                    routine);
+    const int64_t *placement = (const int64_t *)layout->data;
+    for (int64_t k = 0; k < diagonals; k++)
+        if (placement[2 * k + 1] >= ldab)
+            return fail(frame, ERROR_INVALID_ARGUMENT, "%s: band column %lld out of range",
+                        routine, (long long)placement[2 * k + 1]);
+    size_t bytes = (size_t)(systems * n * ldab) * ITEMSIZE[p];
+    if (bytes == 0) return NULL;
+    huge_pages(bands->data, bytes);
+    memset(bands->data, 0, bytes);
+    switch (ITEMSIZE[p]) {
+    case 4: FILL_BANDS(uint32_t) break;
+    case 8: FILL_BANDS(uint64_t) break;
+    default: FILL_BANDS(Complex128) break;
+    }
+    return NULL;
+}
+
+/* -- the solve plan --------------------------------------------------------------------- */
+
+typedef struct {
+    int64_t systems;   /* LAPACK calls */
+    int64_t columns;   /* right-hand sides per call */
+    int shared;        /* one factor for every call */
+} Plan;
+
+/* A solve of right-hand sides `x` (..., k, n) with a factor whose last `core` dims are one
+   system's: a shared factor (no batch dims, or size 1) solves the whole batch as the columns
+   of one system (they lie one after the other). */
+static XLA_FFI_Error *plan_solve(const XLA_FFI_CallFrame *frame, const char *routine,
+                                 const Buffer *factor, int core, const Buffer *x, int64_t n,
+                                 Plan *plan) {
+    if (x->rank < 2 || x->dims[x->rank - 1] != n)
+        return fail(frame, ERROR_INVALID_ARGUMENT,
+                    "%s: the right-hand sides do not match the factor", routine);
+    int64_t k = x->dims[x->rank - 2], factors = systems_of(factor, core);
+    plan->shared = factors <= 1;
+    plan->systems = plan->shared ? 1 : systems_of(x, 2);
+    plan->columns = plan->shared ? k * systems_of(x, 2) : k;
+    if (!plan->shared && factors != plan->systems)
+        return fail(frame, ERROR_INVALID_ARGUMENT,
+                    "%s: %lld factors for %lld batches of right-hand sides", routine,
+                    (long long)factors, (long long)plan->systems);
+    return NULL;
+}
+
+/* -- banded LU -------------------------------------------------------------------------- */
+
+static XLA_FFI_Error *gbtrf_handler(XLA_FFI_CallFrame *frame) {
+    if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
+    Buffer args[2], rets[3];
+    int64_t kl, ku;
+    int p;
+    TRY(buffers(frame, &frame->args, "operands", 2, args));
+    TRY(buffers(frame, &frame->rets, "results", 3, rets));
+    TRY(attribute(frame, "kl", &kl));
+    TRY(attribute(frame, "ku", &ku));
+    const Buffer *lu = &rets[0], *pivots = &rets[1], *info = &rets[2];
+    TRY(floating(frame, "gbtrf", lu, 2, &p));
+    TRY(expect(frame, "gbtrf", "the pivots", pivots, S32, 1));
+    TRY(expect(frame, "gbtrf", "info", info, S32, 0));
+    TRY(fill_bands(frame, "gbtrf", &args[0], &args[1], lu, p));
+    int64_t n = lu->dims[lu->rank - 2], ldab = lu->dims[lu->rank - 1];
+    int64_t systems = systems_of(lu, 2);
+    if (size_of(pivots) != systems * n || size_of(info) != systems)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "gbtrf: pivots or info of the wrong size");
+    int32_t *infos = (int32_t *)info->data, *pivot = (int32_t *)pivots->data;
+    if (n == 0) {
+        for (int64_t system = 0; system < systems; system++) infos[system] = 0;
+        return NULL;
+    }
+    int n_, kl_, ku_, ldab_;
+    TRY(lapack_int(frame, "gbtrf", n, &n_));
+    TRY(lapack_int(frame, "gbtrf", kl, &kl_));
+    TRY(lapack_int(frame, "gbtrf", ku, &ku_));
+    TRY(lapack_int(frame, "gbtrf", ldab, &ldab_));
+    if (ldab < 2 * kl + ku + 1)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "gbtrf: the band has too few columns");
+    gbtrf_t *routine = (gbtrf_t *)routines[p][GBTRF];
+    size_t step = (size_t)(n * ldab) * ITEMSIZE[p];
+    for (int64_t system = 0; system < systems; system++) {
+        int status = 0;
+        int32_t *row = pivot + system * n;
+        routine(&n_, &n_, &kl_, &ku_, lu->data + system * step, &ldab_, row, &status);
+        TRY(check_info(frame, "gbtrf", status));
+        infos[system] = status;
+        for (int64_t i = 0; i < n; i++) row[i] -= 1; /* SciPy's 0-based pivots */
+    }
+    return NULL;
+}
+
+/* From this many rows on, an LU factor computed without row interchanges is solved by two
+   ?tbsv over the bands L and U really have (see gbtrs_handler); for fewer, the calls per
+   right-hand side cost more than ?gbtrs saves. */
+#define NARROW_FROM 256
+
+/* A x = b (or the transposed systems) for an LU factor without interchanges: L is unit
+   lower with kl subdiagonals (rows kl + ku on), U upper with ku superdiagonals (rows kl to
+   kl + ku). */
+static void tbsv_lu(int p, char trans, int n, int kl, int ku, int ldab, char *lu, char *x,
+                    int64_t columns) {
+    tbsv_t *tbsv = (tbsv_t *)routines[p][TBSV];
+    size_t itemsize = ITEMSIZE[p];
+    int one = 1;
+    char lower = 'L', upper = 'U', unit = 'U', non_unit = 'N';
+    for (int64_t column = 0; column < columns; column++) {
+        char *address = x + (size_t)column * (size_t)n * itemsize;
+        char *l_band = lu + (size_t)(kl + ku) * itemsize, *u_band = lu + (size_t)kl * itemsize;
+        int kl_ = kl, ku_ = ku, n_ = n, ldab_ = ldab;
+        if (trans == 'N') {
+            tbsv(&lower, &trans, &unit, &n_, &kl_, l_band, &ldab_, address, &one);
+            tbsv(&upper, &trans, &non_unit, &n_, &ku_, u_band, &ldab_, address, &one);
+        } else { /* A^T = U^T L^T: U^T first */
+            tbsv(&upper, &trans, &non_unit, &n_, &ku_, u_band, &ldab_, address, &one);
+            tbsv(&lower, &trans, &unit, &n_, &kl_, l_band, &ldab_, address, &one);
+        }
+    }
+}
+
+static XLA_FFI_Error *transpose_letter(const XLA_FFI_CallFrame *frame, const char *routine,
+                                       char *letter) {
+    int64_t trans;
+    TRY(attribute(frame, "trans", &trans));
+    if (trans < 0 || trans > 2)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "%s: trans must be 0, 1 or 2, not %lld",
+                    routine, (long long)trans);
+    *letter = "NTC"[trans];
+    return NULL;
+}
+
+/* ?gbtrs. A factor computed without row interchanges (a diagonally dominant matrix, say)
+   has a U of bandwidth ku, not the kl + ku that ?gbtrs sweeps: then ?tbsv over L's and U's
+   own bands does the work instead. */
+static XLA_FFI_Error *gbtrs_handler(XLA_FFI_CallFrame *frame) {
+    if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
+    Buffer args[3], rets[1];
+    int64_t kl, ku;
+    char trans;
+    int p;
+    TRY(buffers(frame, &frame->args, "operands", 3, args));
+    TRY(buffers(frame, &frame->rets, "results", 1, rets));
+    TRY(attribute(frame, "kl", &kl));
+    TRY(attribute(frame, "ku", &ku));
+    TRY(transpose_letter(frame, "gbtrs", &trans));
+    const Buffer *lu = &args[0], *pivots = &args[1], *b = &args[2], *x = &rets[0];
+    TRY(floating(frame, "gbtrs", lu, 2, &p));
+    TRY(expect(frame, "gbtrs", "the pivots", pivots, S32, 1));
+    TRY(expect(frame, "gbtrs", "the right-hand sides", b, lu->dtype, 2));
+    TRY(expect(frame, "gbtrs", "the solution", x, lu->dtype, 2));
+    if (size_of(b) != size_of(x))
+        return fail(frame, ERROR_INVALID_ARGUMENT, "gbtrs: b and x differ in size");
+    copy_into(b, x, ITEMSIZE[p]);
+    int64_t n = lu->dims[lu->rank - 2], ldab = lu->dims[lu->rank - 1];
+    Plan plan;
+    TRY(plan_solve(frame, "gbtrs", lu, 2, x, n, &plan));
+    if (size_of(pivots) != systems_of(lu, 2) * n)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "gbtrs: pivots of the wrong size");
+    if (n == 0 || plan.columns == 0) return NULL;
+    int n_, kl_, ku_, ldab_, columns_;
+    TRY(lapack_int(frame, "gbtrs", n, &n_));
+    TRY(lapack_int(frame, "gbtrs", kl, &kl_));
+    TRY(lapack_int(frame, "gbtrs", ku, &ku_));
+    TRY(lapack_int(frame, "gbtrs", ldab, &ldab_));
+    TRY(lapack_int(frame, "gbtrs", plan.columns, &columns_));
+    if (ldab < 2 * kl + ku + 1)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "gbtrs: the band has too few columns");
+    int *one_based = malloc((size_t)n * sizeof(int));
+    if (one_based == NULL)
+        return fail(frame, ERROR_RESOURCE_EXHAUSTED, "gbtrs: no memory for %lld pivots",
+                    (long long)n);
+    gbtrs_t *routine = (gbtrs_t *)routines[p][GBTRS];
+    size_t lu_step = plan.shared ? 0 : (size_t)(n * ldab) * ITEMSIZE[p];
+    size_t x_step = (size_t)(plan.columns * n) * ITEMSIZE[p];
+    XLA_FFI_Error *error = NULL;
+    for (int64_t system = 0; system < plan.systems && error == NULL; system++) {
+        char *factor = lu->data + system * lu_step, *solution = x->data + system * x_step;
+        const int32_t *row = (const int32_t *)pivots->data + (plan.shared ? 0 : system * n);
+        int interchanges = 0;
+        for (int64_t i = 0; i < n; i++) {
+            one_based[i] = row[i] + 1;
+            interchanges |= row[i] != i;
+        }
+        if (!interchanges && n >= NARROW_FROM) {
+            tbsv_lu(p, trans, n_, kl_, ku_, ldab_, factor, solution, plan.columns);
+            continue;
+        }
+        int status = 0;
+        routine(&trans, &n_, &kl_, &ku_, &columns_, factor, &ldab_, one_based, solution, &n_,
+                &status);
+        error = check_info(frame, "gbtrs", status);
+    }
+    free(one_based);
+    return error;
+}
+
+/* -- banded Cholesky -------------------------------------------------------------------- */
+
+static XLA_FFI_Error *pbtrf_handler(XLA_FFI_CallFrame *frame) {
+    if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
+    Buffer args[2], rets[2];
+    int64_t kd, lower;
+    int p;
+    TRY(buffers(frame, &frame->args, "operands", 2, args));
+    TRY(buffers(frame, &frame->rets, "results", 2, rets));
+    TRY(attribute(frame, "kd", &kd));
+    TRY(attribute(frame, "lower", &lower));
+    const Buffer *c = &rets[0], *info = &rets[1];
+    TRY(floating(frame, "pbtrf", c, 2, &p));
+    TRY(expect(frame, "pbtrf", "info", info, S32, 0));
+    TRY(fill_bands(frame, "pbtrf", &args[0], &args[1], c, p));
+    int64_t n = c->dims[c->rank - 2], ldab = c->dims[c->rank - 1], systems = systems_of(c, 2);
+    if (size_of(info) != systems)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "pbtrf: info of the wrong size");
+    int32_t *infos = (int32_t *)info->data;
+    if (n == 0) {
+        for (int64_t system = 0; system < systems; system++) infos[system] = 0;
+        return NULL;
+    }
+    int n_, kd_, ldab_;
+    TRY(lapack_int(frame, "pbtrf", n, &n_));
+    TRY(lapack_int(frame, "pbtrf", kd, &kd_));
+    TRY(lapack_int(frame, "pbtrf", ldab, &ldab_));
+    char uplo = lower ? 'L' : 'U';
+    pbtrf_t *routine = (pbtrf_t *)routines[p][PBTRF];
+    size_t step = (size_t)(n * ldab) * ITEMSIZE[p];
+    for (int64_t system = 0; system < systems; system++) {
+        int status = 0;
+        routine(&uplo, &n_, &kd_, c->data + system * step, &ldab_, &status);
+        TRY(check_info(frame, "pbtrf", status));
+        infos[system] = status;
+    }
+    return NULL;
+}
+
+static XLA_FFI_Error *pbtrs_handler(XLA_FFI_CallFrame *frame) {
+    if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
+    Buffer args[2], rets[1];
+    int64_t kd, lower;
+    int p;
+    TRY(buffers(frame, &frame->args, "operands", 2, args));
+    TRY(buffers(frame, &frame->rets, "results", 1, rets));
+    TRY(attribute(frame, "kd", &kd));
+    TRY(attribute(frame, "lower", &lower));
+    const Buffer *c = &args[0], *b = &args[1], *x = &rets[0];
+    TRY(floating(frame, "pbtrs", c, 2, &p));
+    TRY(expect(frame, "pbtrs", "the right-hand sides", b, c->dtype, 2));
+    TRY(expect(frame, "pbtrs", "the solution", x, c->dtype, 2));
+    if (size_of(b) != size_of(x))
+        return fail(frame, ERROR_INVALID_ARGUMENT, "pbtrs: b and x differ in size");
+    copy_into(b, x, ITEMSIZE[p]);
+    int64_t n = c->dims[c->rank - 2], ldab = c->dims[c->rank - 1];
+    Plan plan;
+    TRY(plan_solve(frame, "pbtrs", c, 2, x, n, &plan));
+    if (n == 0 || plan.columns == 0) return NULL;
+    int n_, kd_, ldab_, columns_;
+    TRY(lapack_int(frame, "pbtrs", n, &n_));
+    TRY(lapack_int(frame, "pbtrs", kd, &kd_));
+    TRY(lapack_int(frame, "pbtrs", ldab, &ldab_));
+    TRY(lapack_int(frame, "pbtrs", plan.columns, &columns_));
+    char uplo = lower ? 'L' : 'U';
+    pbtrs_t *routine = (pbtrs_t *)routines[p][PBTRS];
+    size_t c_step = plan.shared ? 0 : (size_t)(n * ldab) * ITEMSIZE[p];
+    size_t x_step = (size_t)(plan.columns * n) * ITEMSIZE[p];
+    for (int64_t system = 0; system < plan.systems; system++) {
+        int status = 0;
+        routine(&uplo, &n_, &kd_, &columns_, c->data + system * c_step, &ldab_,
+                x->data + system * x_step, &n_, &status);
+        TRY(check_info(frame, "pbtrs", status));
+    }
+    return NULL;
+}
+
+/* -- tridiagonal LU: rows dl, d, du, du2 of a (..., 4, n) array ------------------------- */
+
+static XLA_FFI_Error *gttrf_handler(XLA_FFI_CallFrame *frame) {
+    if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
+    Buffer args[1], rets[3];
+    int p;
+    TRY(buffers(frame, &frame->args, "operands", 1, args));
+    TRY(buffers(frame, &frame->rets, "results", 3, rets));
+    const Buffer *bands = &args[0], *lu = &rets[0], *pivots = &rets[1], *info = &rets[2];
+    TRY(floating(frame, "gttrf", lu, 2, &p));
+    TRY(expect(frame, "gttrf", "the bands", bands, lu->dtype, 2));
+    TRY(expect(frame, "gttrf", "the pivots", pivots, S32, 1));
+    TRY(expect(frame, "gttrf", "info", info, S32, 0));
+    int64_t n = lu->dims[lu->rank - 1], systems = systems_of(lu, 2);
+    if (lu->dims[lu->rank - 2] != 4 || size_of(bands) != size_of(lu) ||
+        size_of(pivots) != systems * n || size_of(info) != systems)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "gttrf: operands of inconsistent shapes");
+    copy_into(bands, lu, ITEMSIZE[p]);
+    int32_t *infos = (int32_t *)info->data;
+    if (n == 0) {
+        for (int64_t system = 0; system < systems; system++) infos[system] = 0;
+        return NULL;
+    }
+    int n_;
+    TRY(lapack_int(frame, "gttrf", n, &n_));
+    gttrf_t *routine = (gttrf_t *)routines[p][GTTRF];
+    size_t row = (size_t)n * ITEMSIZE[p];
+    for (int64_t system = 0; system < systems; system++) {
+        char *base = lu->data + system * 4 * row;
+        int32_t *pivot = (int32_t *)pivots->data + system * n;
+        int status = 0;
+        routine(&n_, base, base + row, base + 2 * row, base + 3 * row, pivot, &status);
+        TRY(check_info(frame, "gttrf", status));
+        infos[system] = status;
+        for (int64_t i = 0; i < n; i++) pivot[i] -= 1;
+    }
+    return NULL;
+}
+
+static XLA_FFI_Error *gttrs_handler(XLA_FFI_CallFrame *frame) {
+    if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
+    Buffer args[3], rets[1];
+    char trans;
+    int p;
+    TRY(buffers(frame, &frame->args, "operands", 3, args));
+    TRY(buffers(frame, &frame->rets, "results", 1, rets));
+    TRY(transpose_letter(frame, "gttrs", &trans));
+    const Buffer *lu = &args[0], *pivots = &args[1], *b = &args[2], *x = &rets[0];
+    TRY(floating(frame, "gttrs", lu, 2, &p));
+    TRY(expect(frame, "gttrs", "the pivots", pivots, S32, 1));
+    TRY(expect(frame, "gttrs", "the right-hand sides", b, lu->dtype, 2));
+    TRY(expect(frame, "gttrs", "the solution", x, lu->dtype, 2));
+    if (size_of(b) != size_of(x))
+        return fail(frame, ERROR_INVALID_ARGUMENT, "gttrs: b and x differ in size");
+    copy_into(b, x, ITEMSIZE[p]);
+    int64_t n = lu->dims[lu->rank - 1];
+    Plan plan;
+    TRY(plan_solve(frame, "gttrs", lu, 2, x, n, &plan));
+    if (lu->dims[lu->rank - 2] != 4 || size_of(pivots) != systems_of(lu, 2) * n)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "gttrs: operands of inconsistent shapes");
+    if (n == 0 || plan.columns == 0) return NULL;
+    int n_, columns_;
+    TRY(lapack_int(frame, "gttrs", n, &n_));
+    TRY(lapack_int(frame, "gttrs", plan.columns, &columns_));
+    int *one_based = malloc((size_t)n * sizeof(int));
+    if (one_based == NULL)
+        return fail(frame, ERROR_RESOURCE_EXHAUSTED, "gttrs: no memory for %lld pivots",
+                    (long long)n);
+    gttrs_t *routine = (gttrs_t *)routines[p][GTTRS];
+    size_t row = (size_t)n * ITEMSIZE[p];
+    size_t lu_step = plan.shared ? 0 : 4 * row;
+    size_t x_step = (size_t)(plan.columns * n) * ITEMSIZE[p];
+    XLA_FFI_Error *error = NULL;
+    for (int64_t system = 0; system < plan.systems && error == NULL; system++) {
+        char *base = lu->data + system * lu_step;
+        const int32_t *pivot = (const int32_t *)pivots->data + (plan.shared ? 0 : system * n);
+        for (int64_t i = 0; i < n; i++) one_based[i] = pivot[i] + 1;
+        int status = 0;
+        routine(&trans, &n_, &columns_, base, base + row, base + 2 * row, base + 3 * row,
+                one_based, x->data + system * x_step, &n_, &status);
+        error = check_info(frame, "gttrs", status);
+    }
+    free(one_based);
+    return error;
+}
+
+/* -- tridiagonal L D L^H: d (real) and e ------------------------------------------------ */
+
+static XLA_FFI_Error *pttrf_handler(XLA_FFI_CallFrame *frame) {
+    if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
+    Buffer args[2], rets[3];
+    int p;
+    TRY(buffers(frame, &frame->args, "operands", 2, args));
+    TRY(buffers(frame, &frame->rets, "results", 3, rets));
+    const Buffer *d = &rets[0], *e = &rets[1], *info = &rets[2];
+    TRY(floating(frame, "pttrf", e, 1, &p));
+    TRY(expect(frame, "pttrf", "d", d, REAL_DTYPE[p], 1));
+    TRY(expect(frame, "pttrf", "d", &args[0], REAL_DTYPE[p], 1));
+    TRY(expect(frame, "pttrf", "e", &args[1], e->dtype, 1));
+    TRY(expect(frame, "pttrf", "info", info, S32, 0));
+    int64_t n = d->dims[d->rank - 1], systems = systems_of(d, 1);
+    if (size_of(e) != systems * n || size_of(&args[0]) != size_of(d) ||
+        size_of(&args[1]) != size_of(e) || size_of(info) != systems)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "pttrf: operands of inconsistent shapes");
+    copy_into(&args[0], d, ITEMSIZE[p & 1]); /* d is real */
+    copy_into(&args[1], e, ITEMSIZE[p]);
+    int32_t *infos = (int32_t *)info->data;
+    if (n == 0) {
+        for (int64_t system = 0; system < systems; system++) infos[system] = 0;
+        return NULL;
+    }
+    int n_;
+    TRY(lapack_int(frame, "pttrf", n, &n_));
+    pttrf_t *routine = (pttrf_t *)routines[p][PTTRF];
+    size_t d_row = (size_t)n * ITEMSIZE[p & 1], e_row = (size_t)n * ITEMSIZE[p];
+    for (int64_t system = 0; system < systems; system++) {
+        int status = 0;
+        routine(&n_, d->data + system * d_row, e->data + system * e_row, &status);
+        TRY(check_info(frame, "pttrf", status));
+        infos[system] = status;
+    }
+    return NULL;
+}
+
+static XLA_FFI_Error *pttrs_handler(XLA_FFI_CallFrame *frame) {
+    if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
+    Buffer args[3], rets[1];
+    int p;
+    TRY(buffers(frame, &frame->args, "operands", 3, args));
+    TRY(buffers(frame, &frame->rets, "results", 1, rets));
+    const Buffer *d = &args[0], *e = &args[1], *b = &args[2], *x = &rets[0];
+    TRY(floating(frame, "pttrs", x, 2, &p));
+    TRY(expect(frame, "pttrs", "d", d, REAL_DTYPE[p], 1));
+    TRY(expect(frame, "pttrs", "e", e, x->dtype, 1));
+    TRY(expect(frame, "pttrs", "the right-hand sides", b, x->dtype, 2));
+    if (size_of(b) != size_of(x) || size_of(d) != size_of(e))
+        return fail(frame, ERROR_INVALID_ARGUMENT, "pttrs: operands of inconsistent shapes");
+    copy_into(b, x, ITEMSIZE[p]);
+    int64_t n = d->dims[d->rank - 1];
+    Plan plan;
+    TRY(plan_solve(frame, "pttrs", d, 1, x, n, &plan));
+    if (n == 0 || plan.columns == 0) return NULL;
+    int n_, columns_;
+    TRY(lapack_int(frame, "pttrs", n, &n_));
+    TRY(lapack_int(frame, "pttrs", plan.columns, &columns_));
+    size_t d_row = plan.shared ? 0 : (size_t)n * ITEMSIZE[p & 1];
+    size_t e_row = plan.shared ? 0 : (size_t)n * ITEMSIZE[p];
+    size_t x_step = (size_t)(plan.columns * n) * ITEMSIZE[p];
+    /* e holds the subdiagonal of L (A = L D L^H): uplo "L" for the complex routine. */
+    char uplo = 'L';
+    for (int64_t system = 0; system < plan.systems; system++) {
+        char *d_system = d->data + system * d_row, *e_system = e->data + system * e_row;
+        char *x_system = x->data + system * x_step;
+        int status = 0;
+        if (p >= 2)
+            ((complex_pttrs_t *)routines[p][PTTRS])(&uplo, &n_, &columns_, d_system, e_system,
+                                                   x_system, &n_, &status);
+        else
+            ((real_pttrs_t *)routines[p][PTTRS])(&n_, &columns_, d_system, e_system, x_system,
+                                                &n_, &status);
+        TRY(check_info(frame, "pttrs", status));
+    }
+    return NULL;
+}
+
+/* -- the module ------------------------------------------------------------------------- */
+
+typedef XLA_FFI_Error *Handler(XLA_FFI_CallFrame *);
+
+static const struct {
+    const char *name;
+    Handler *handler;
+} HANDLERS[] = {
+    {"gbtrf", gbtrf_handler}, {"gbtrs", gbtrs_handler}, {"pbtrf", pbtrf_handler},
+    {"pbtrs", pbtrs_handler}, {"gttrf", gttrf_handler}, {"gttrs", gttrs_handler},
+    {"pttrf", pttrf_handler}, {"pttrs", pttrs_handler},
+};
+
+static int routines_set = 0;
+
+/* Reads every routine's function pointer from `capsules` (a mapping of names such as
+   "dgbtrf" to SciPy's capsules) into `routines`. */
+static int read_routines(PyObject *capsules) {
+    void *found[4][ROUTINES];
+    for (int p = 0; p < 4; p++) {
+        for (int r = 0; r < ROUTINES; r++) {
+            char name[16];
+            snprintf(name, sizeof name, "%c%s", PREFIXES[p], ROUTINE_NAMES[r]);
+            PyObject *capsule = PyMapping_GetItemString(capsules, name);
+            if (capsule == NULL) return -1;
+            found[p][r] = PyCapsule_GetPointer(capsule, PyCapsule_GetName(capsule));
+            Py_DECREF(capsule);
+            if (found[p][r] == NULL) {
+                if (!PyErr_Occurred())
+                    PyErr_Format(PyExc_ValueError, "the capsule of %s holds no pointer", name);
+                return -1;
+            }
+        }
+    }
+    if (routines_set) {
+        /* Handlers registered with XLA may be running: the pointers must stay. */
+        if (memcmp(found, routines, sizeof found) != 0) {
+            PyErr_SetString(PyExc_RuntimeError,
+                            "jaxdia's LAPACK handlers already use other LAPACK routines");
+            return -1;
+        }
+        return 0;
+    }
+    memcpy(routines, found, sizeof found);
+    routines_set = 1;
+    return 0;
+}
+
+static PyObject *targets(PyObject *module, PyObject *capsules) {
+    (void)module;
+    if (read_routines(capsules) < 0) return NULL;
+    PyObject *result = PyDict_New();
+    if (result == NULL) return NULL;
+    for (size_t i = 0; i < sizeof HANDLERS / sizeof HANDLERS[0]; i++) {
+        PyObject *capsule = PyCapsule_New((void *)HANDLERS[i].handler, NULL, NULL);
+        if (capsule == NULL || PyDict_SetItemString(result, HANDLERS[i].name, capsule) < 0) {
+            Py_XDECREF(capsule);
+            Py_DECREF(result);
+            return NULL;
+        }
+        Py_DECREF(capsule);
+    }
+    return result;
+}
+
+PyDoc_STRVAR(targets_doc,
+             "targets(routines, /)\n--\n\n"
+             "XLA FFI handlers of jaxdia's LAPACK custom calls, as ``{name: capsule}``\n"
+             "(``gbtrf``, ``gbtrs``, ``pbtrf``, ``pbtrs``, ``gttrf``, ``gttrs``, ``pttrf``,\n"
+             "``pttrs``), calling the routines of ``routines``: a mapping of LAPACK/BLAS names\n"
+             "(``dgbtrf``, ``ztbsv``, ...) to SciPy's ``__pyx_capi__`` capsules.");
+
+static PyMethodDef METHODS[] = {
+    {"targets", targets, METH_O, targets_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef MODULE = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "jaxdia._kernels._lapack_ffi",
+    .m_doc = "XLA FFI handlers that call SciPy's LAPACK (jaxdia/_kernels/_lapack_ffi.c).",
+    .m_size = 0,
+    .m_methods = METHODS,
+};
+
+PyMODINIT_FUNC PyInit__lapack_ffi(void) { return PyModuleDef_Init(&MODULE); }

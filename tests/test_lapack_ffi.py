@@ -1,0 +1,279 @@
+"""The compiled XLA FFI handlers of the LAPACK custom calls (jaxdia/_kernels/_lapack_ffi.c).
+
+Their results are tested against SciPy in test_factor.py and test_solve.py; here: that
+they are compiled and registered, that what they cannot handle comes back as an XLA
+error rather than a crash, and that they are thread safe: factors solved at once from
+several Python threads, by independent calls of one program and under ``vmap`` with large
+batches agree with the same solves made one after the other.
+"""
+
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from numpy.typing import DTypeLike
+
+import jaxdia
+from jaxdia import _kernels
+from jaxdia._kernels import lapack
+from jaxdia._linalg import banded
+
+THREADS = 8
+
+
+@pytest.fixture
+def host(monkeypatch):
+    """LAPACK on the host whatever the size (the small systems here would take the scan)."""
+    jax.clear_caches()
+    monkeypatch.setattr(banded, "METHOD", "host")
+    yield
+    jax.clear_caches()
+
+
+def band(n, lower, upper, *, batch=(), dtype: DTypeLike = np.float64, seed=0, dominant=False):
+    """A random banded DiaMatrix: not diagonally dominant unless told, so that LU pivots."""
+    rng = np.random.default_rng(seed)
+    offsets = tuple(range(-lower, upper + 1))
+    data = rng.standard_normal((*batch, len(offsets), n))
+    if np.dtype(dtype).kind == "c":
+        data = data + 1j * rng.standard_normal(data.shape)
+    if dominant:
+        data[..., lower, :] += 2.0 * len(offsets)
+    return jaxdia.DiaMatrix(jnp.asarray(data.astype(dtype)), offsets, (n, n))
+
+
+def hermitian(n, kd, *, batch=(), dtype: DTypeLike = np.float64, seed=0):
+    """A Hermitian positive definite band (diagonally dominant) with ``kd`` off-diagonals."""
+    rng = np.random.default_rng(seed)
+    offsets = tuple(range(-kd, kd + 1))
+    data = np.empty((*batch, len(offsets), n), dtype)
+    for k in range(1, kd + 1):
+        values = rng.standard_normal((*batch, n))
+        if np.dtype(dtype).kind == "c":
+            values = values + 1j * rng.standard_normal((*batch, n))
+        data[..., kd - k, :] = values  # A[j + k, j]
+        data[..., kd + k, :] = np.roll(values.conj(), k, axis=-1)  # A[j, j + k]
+    data[..., kd, :] = 4.0 * kd + 1.0
+    return jaxdia.DiaMatrix(jnp.asarray(data), offsets, (n, n))
+
+
+def factors():
+    """One factor of each kind the handlers make: banded LU (with pivoting, and without
+    interchanges at 300 rows: the ?tbsv path), banded Cholesky, tridiagonal LU and
+    L D L^H, in real and complex precision."""
+    return {
+        "gb": jaxdia.lu_factor(band(60, 2, 3, seed=1)),
+        "gb without interchanges": jaxdia.lu_factor(band(300, 2, 1, seed=2, dominant=True)),
+        "gb complex": jaxdia.lu_factor(band(40, 1, 2, dtype=np.complex64, seed=3)),
+        "pb": jaxdia.cho_factor(hermitian(50, 3, seed=4)),
+        "pb complex": jaxdia.cho_factor(hermitian(50, 2, dtype=np.complex128, seed=5)),
+        "gt": jaxdia.lu_factor(band(70, 1, 1, seed=6)),
+        "gt complex": jaxdia.lu_factor(band(70, 1, 1, dtype=np.complex128, seed=7)),
+        "pt": jaxdia.cho_factor(hermitian(80, 1, seed=8)),
+        "pt complex": jaxdia.cho_factor(hermitian(80, 1, dtype=np.complex64, seed=9)),
+    }
+
+
+def right_hand_sides(factor, count, seed):
+    n = factor.shape[0]
+    rng = np.random.default_rng(seed)
+    b = rng.standard_normal((count, n, 3))
+    if np.dtype(factor.dtype).kind == "c":
+        b = b + 1j * rng.standard_normal(b.shape)
+    return b.astype(factor.dtype)
+
+
+def test_the_handlers_are_compiled():
+    from jaxdia._kernels import _lapack_ffi
+
+    assert _lapack_ffi.__file__.endswith(".so") or _lapack_ffi.__file__.endswith(".pyd")
+    capsules = {
+        **__import__("scipy.linalg.cython_blas", fromlist=["_"]).__pyx_capi__,
+        **__import__("scipy.linalg.cython_lapack", fromlist=["_"]).__pyx_capi__,
+    }
+    targets = _lapack_ffi.targets(capsules)  # again: the same routines, accepted
+    assert sorted(targets) == sorted(
+        ["gbtrf", "gbtrs", "pbtrf", "pbtrs", "gttrf", "gttrs", "pttrf", "pttrs"]
+    )
+    del capsules["ztbsv"]
+    with pytest.raises(KeyError, match="ztbsv"):
+        _lapack_ffi.targets(capsules)
+
+
+def test_a_missing_extension_says_how_to_build_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "jaxdia._kernels._lapack_ffi", None)
+    monkeypatch.delattr(_kernels, "_lapack_ffi")
+    with pytest.raises(ImportError, match=r"pip install -e \."):
+        lapack._register.__wrapped__()
+
+
+def _call(target, results, *operands, **attributes):
+    lapack._register()
+    return jax.ffi.ffi_call(f"jaxdia_lapack_{target}", results)(*operands, **attributes)
+
+
+def test_what_the_handlers_cannot_handle_is_an_xla_error():
+    """An unsupported dtype, a missing or ill-typed attribute, inconsistent shapes: an
+    XLA error with a message, and the process goes on."""
+    n = 6
+    half = jnp.ones((n, 4), jnp.float16)
+    pivots = jnp.zeros((n,), jnp.int32)
+    b = jnp.ones((1, n), jnp.float16)
+    result = jax.ShapeDtypeStruct(b.shape, b.dtype)
+    attributes = {"kl": np.int64(1), "ku": np.int64(1), "trans": np.int64(0)}
+    with pytest.raises(Exception, match="gbtrs: XLA dtype .* is not float32"):
+        jax.block_until_ready(_call("gbtrs", result, half, pivots, b, **attributes))
+    lu, b = half.astype(np.float64), b.astype(np.float64)
+    result = jax.ShapeDtypeStruct(b.shape, b.dtype)
+    with pytest.raises(Exception, match="missing attribute trans"):
+        jax.block_until_ready(_call("gbtrs", result, lu, pivots, b, kl=np.int64(1), ku=np.int64(1)))
+    with pytest.raises(Exception, match="trans must be 0, 1 or 2, not 7"):
+        jax.block_until_ready(
+            _call("gbtrs", result, lu, pivots, b, **{**attributes, "trans": np.int64(7)})
+        )
+    with pytest.raises(Exception, match="attribute kl: .* integer scalars only"):
+        jax.block_until_ready(_call("gbtrs", result, lu, pivots, b, **{**attributes, "kl": 1.5}))
+    with pytest.raises(Exception, match="gbtrs: the band has too few columns"):
+        jax.block_until_ready(
+            _call("gbtrs", result, lu, pivots, b, **{**attributes, "kl": np.int64(2)})
+        )
+    wrong = jax.ShapeDtypeStruct((1, n + 1), b.dtype)
+    with pytest.raises(Exception, match="do not match the factor|differ in size"):
+        jax.block_until_ready(_call("gbtrs", wrong, lu, pivots, jnp.ones((1, n + 1)), **attributes))
+    with pytest.raises(Exception, match="expected 3 operands, got 2"):
+        jax.block_until_ready(_call("gbtrs", result, lu, pivots, **attributes))
+    # and the handlers still work
+    A = band(n, 1, 1, dominant=True)
+    np.testing.assert_allclose(A @ jaxdia.solve_banded(A, np.ones(n)), 1.0, rtol=1e-12)
+
+
+def test_a_zero_pivot_is_a_result_not_an_error():
+    singular = jaxdia.diags([[1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 0.0]], [-1, 0, 1])
+    data = jnp.asarray(singular.data, jnp.float64)
+    _, _, info = lapack.gbtrf(data, placement=[(-1, 3), (0, 2), (1, 1)], kl=1, ku=1)
+    assert int(info) == 3
+
+
+@pytest.mark.usefixtures("host")
+def test_solves_from_several_threads_agree_with_sequential_ones():
+    """Each factor solved for many right-hand sides, one after the other, then all at once
+    from ``THREADS`` Python threads (the handlers run on XLA's threads without the GIL,
+    so several run at the same time): the same results, bit for bit."""
+    with jax.enable_x64():
+        made = factors()
+        solve = jax.jit(lambda factor, b: factor.solve(b))
+        work = [
+            (name, index, factor, b)
+            for name, factor in made.items()
+            for index, b in enumerate(right_hand_sides(factor, 6, seed=len(name)))
+        ]
+        expected = {(name, i): np.asarray(solve(factor, b)) for name, i, factor, b in work}
+        for name, i, factor, b in work[:: len(work) // 9]:
+            dense = np.asarray(factor.matrix.todense())
+            tolerance = 1e4 * np.finfo(factor.dtype).eps
+            np.testing.assert_allclose(dense @ expected[name, i], b, rtol=tolerance, atol=tolerance)
+
+        def run(item):
+            name, i, factor, b = item
+            return (name, i), np.asarray(solve(factor, b))
+
+        with ThreadPoolExecutor(THREADS) as pool:
+            for _ in range(3):
+                for key, got in pool.map(run, work * 2):
+                    np.testing.assert_array_equal(got, expected[key], err_msg=str(key))
+
+
+@pytest.mark.usefixtures("host")
+def test_factorizations_from_several_threads_agree_with_sequential_ones():
+    with jax.enable_x64():
+        matrices = [band(50, 2, 2, seed=s) for s in range(6)] + [
+            hermitian(40, 2, seed=s) for s in range(6)
+        ]
+        lu = jax.jit(jaxdia.lu_factor)
+        cho = jax.jit(jaxdia.cho_factor)
+        make = [lu] * 6 + [cho] * 6
+
+        def run(index):
+            return index, [
+                np.asarray(leaf) for leaf in jax.tree.leaves(make[index](matrices[index]))
+            ]
+
+        expected = dict(map(run, range(len(matrices))))
+        with ThreadPoolExecutor(THREADS) as pool:
+            for index, got in pool.map(run, list(range(len(matrices))) * 4):
+                for leaf, want in zip(got, expected[index], strict=True):
+                    np.testing.assert_array_equal(leaf, want)
+
+
+@pytest.mark.usefixtures("host")
+def test_independent_calls_of_one_program_agree_with_sequential_ones():
+    """One jitted program with a solve per factor: XLA's CPU runtime may run the
+    independent custom calls at the same time, on its own thread pool."""
+    with jax.enable_x64():
+        made = list(factors().values())
+        bs = [right_hand_sides(factor, 1, seed=i)[0] for i, factor in enumerate(made)]
+        together = jax.jit(lambda fs, bs: [f.solve(b) for f, b in zip(fs, bs)])(made, bs)
+        for factor, b, got in zip(made, bs, together):
+            np.testing.assert_array_equal(got, jax.jit(lambda f, b: f.solve(b))(factor, b))
+
+
+@pytest.mark.usefixtures("host")
+@pytest.mark.parametrize("kind", ["gb", "pb", "gt", "pt"])
+def test_vmap_over_large_batches_agrees_with_sequential_solves(kind):
+    """``vmap`` of factor and solve over 512 systems (one handler call looping over the
+    batch) and of a solve with one factor over 512 right-hand sides (one call with 512
+    columns): each system's result is its own sequential solve's."""
+    batch, n = 512, 24
+    with jax.enable_x64():
+        if kind in ("gb", "gt"):
+            A = band(n, 2 if kind == "gb" else 1, 1, batch=(batch,), seed=11)
+            factor = jaxdia.lu_factor
+        else:
+            A = hermitian(n, 2 if kind == "pb" else 1, batch=(batch,), seed=12)
+            factor = jaxdia.cho_factor
+        b = np.random.default_rng(13).standard_normal((batch, n))
+        factor_and_solve = jax.jit(jax.vmap(lambda A, b: factor(A).solve(b)))
+        got = np.asarray(factor_and_solve(A, b))
+        one = jax.jit(lambda A, b: factor(A).solve(b))
+        for i in range(0, batch, 37):
+            A_i = jaxdia.DiaMatrix(A.data[i], A.offsets, A.shape)
+            np.testing.assert_array_equal(got[i], one(A_i, b[i]))
+        single = factor(jaxdia.DiaMatrix(A.data[0], A.offsets, A.shape))
+        shared = np.asarray(jax.jit(jax.vmap(single.solve))(b))
+        sequential = jax.jit(single.solve)
+        for i in range(0, batch, 37):
+            np.testing.assert_allclose(shared[i], sequential(b[i]), rtol=1e-13, atol=1e-13)
+
+
+def test_the_handlers_keep_working_in_a_subprocess_holding_a_factor_at_exit():
+    """The exit test of test_solve.py holds a solution; this one a stored factor of each
+    kind (their handlers ran on XLA's threads), with no keep-alive of XLA's client."""
+    import subprocess
+    from pathlib import Path
+
+    script = """
+import jax, numpy as np, scipy.sparse as sp
+jax.config.update("jax_enable_x64", True)
+import jaxdia
+from jaxdia._linalg import banded
+from numpy.typing import DTypeLike
+banded.METHOD = "host"
+T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(30, 30))
+A = jaxdia.DiaMatrix.from_scipy(sp.kronsum(T, T).todia())
+lu, c = jaxdia.lu_factor(A), jaxdia.cho_factor(A)
+t = jaxdia.lu_factor(jaxdia.DiaMatrix.from_scipy(T.todia()))
+x = [lu.solve(np.ones(900)), c.solve(np.ones(900)), t.solve(np.ones(30))]
+print("solved")
+"""
+    for _ in range(2):
+        result = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        assert result.returncode == 0 and "solved" in result.stdout, result.stderr
