@@ -459,7 +459,7 @@ def _sum_diagonals(data: Array, dtype: np.dtype | None = None) -> Array:
     """``jnp.sum(data, axis=-2, dtype=dtype)`` as adds of the rows, pairwise.
 
     XLA CPU reduces over the leading axis of an ``(n_diags, n)`` array one strided
-    element at a time, where adding rows streams them (tens of times faster). 16-bit
+    element at a time, where adding rows streams them (contiguous loads). 16-bit
     floats are added in float32, as ``jnp.sum`` accumulates them.
     """
     spec = jax.ShapeDtypeStruct(data.shape, data.dtype)
