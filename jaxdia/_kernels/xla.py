@@ -281,7 +281,7 @@ def spmm_xla(
             pieces.append(edge(hi, out_rows))
         return lax.concatenate(pieces, axis)
     # One column: a concatenation would run every piece's loop over the interior's length
-    # with masked loads and stores (many times slower than the interior alone), so the
+    # with masked loads and stores (where the interior alone needs none), so the
     # interior is padded to the output and the edges are written into it in place.
     out = _pad_axis(interior, axis, lo, out_rows - hi)
     for start, stop in ((0, lo), (hi, out_rows)):
