@@ -4,6 +4,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from ._construct import diags as diags, eye as eye, kron as kron
+from ._functions import align as align, matmul as matmul, traces as traces
 from ._io import load_npz as load_npz, save_npz as save_npz
 from ._jacobian import jacobian as jacobian, value_and_jacobian as value_and_jacobian
 from ._linalg.expm import expm_multiply as expm_multiply
@@ -35,7 +36,7 @@ from ._linalg.precond import (
     multigrid as multigrid,
 )
 from ._linalg.sharded_multigrid import ShardedMultigrid as ShardedMultigrid
-from ._matrix import DiaMatrix as DiaMatrix, align as align, matmul as matmul, traces as traces
+from ._matrix import DiaMatrix as DiaMatrix
 from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard
 
 try:

@@ -69,9 +69,10 @@ def check_dtype(dtype: Any, what: str = "data") -> np.dtype:
     return dtype
 
 
-def narrow(values: Any, function: str) -> Any:
+def narrow(values: Any, function: str, stacklevel: int = 3) -> Any:
     """``values`` (a NumPy array) converted on the host to the precision JAX has, with a
     warning if that narrows float64 or complex128 (x64 off); anything else as it is.
+    ``stacklevel`` is the warning's, counted from here (3: the caller's caller).
 
     JAX would narrow such input silently, and a float32 result may be far less accurate
     than the float64 program being ported. Python scalars and lists are not warned about:
@@ -88,7 +89,7 @@ def narrow(values: Any, function: str) -> Any:
         'jax.config.update("jax_enable_x64", True) or JAX_ENABLE_X64=1; to silence this '
         f"warning, convert the input to {available.name} yourself.",
         UserWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
     return values.astype(available)
 

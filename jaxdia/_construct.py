@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import numbers
-from typing import Any
+from collections.abc import Sequence
+from typing import TypeGuard, cast
 
 import jax
 import jax.core
@@ -12,7 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 from jax import Array
-from jax.typing import ArrayLike, DTypeLike
 
 from . import _host, _ops
 from ._checks import (
@@ -26,6 +26,7 @@ from ._checks import (
     warn_if_unavailable,
 )
 from ._matrix import DiaMatrix, as_matrix
+from ._typing import ArrayLike, DTypeLike, Offsets, Shape
 
 
 def _default_dtype(dtype: DTypeLike) -> np.dtype:
@@ -37,12 +38,12 @@ def _default_dtype(dtype: DTypeLike) -> np.dtype:
 
 
 def diags(
-    diagonals: Any,
-    offsets: Any = 0,
-    shape: Any = None,
+    diagonals: Sequence[ArrayLike] | ArrayLike,
+    offsets: Offsets = 0,
+    shape: Shape | None = None,
     dtype: DTypeLike | None = None,
     *,
-    format: Any = None,
+    format: str | None = None,
 ) -> DiaMatrix:
     """A DiaMatrix from unpadded diagonals, like ``scipy.sparse.diags_array``.
 
@@ -78,18 +79,19 @@ def diags(
     """
     _check_format(format, "diags")
     scalar_offset = not isinstance(offsets, (list, tuple)) and np.ndim(offsets) == 0
-    if scalar_offset:
-        if len(diagonals) == 0 or np.ndim(diagonals[0]) == 0:
-            diagonals = [diagonals]
+    listed = cast(Sequence[ArrayLike], diagonals)
+    if scalar_offset:  # one diagonal, or a sequence holding one
+        if len(listed) == 0 or np.ndim(listed[0]) == 0:
+            listed = [cast(ArrayLike, diagonals)]
         else:
             raise ValueError("Different number of diagonals and offsets.")
     offsets = as_offsets(offsets)
     # Python scalars are weakly typed, as in JAX: [2.0] next to a float16 diagonal stays
     # float16.
-    weak = [d if isinstance(d, (int, float, complex)) else None for d in diagonals]
+    weak = [d if isinstance(d, (int, float, complex)) else None for d in listed]
     # NumPy input keeps its precision as far as JAX allows (Python values take JAX's default)
-    given_arrays = [d for d in diagonals if isinstance(d, (np.ndarray, np.generic))]
-    diagonals = [_as_diagonal(d, i) for i, d in enumerate(diagonals)]
+    given_arrays = [d for d in listed if isinstance(d, (np.ndarray, np.generic))]
+    diagonals = [_as_diagonal(d, i) for i, d in enumerate(listed)]
     if len(diagonals) != len(offsets):
         raise ValueError("Different number of diagonals and offsets.")
     check_distinct(offsets)
@@ -146,7 +148,7 @@ def _as_diagonal(diagonal: ArrayLike, index: int) -> Array | np.ndarray:
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _device_data(
-    diagonals: list[Any], places: tuple[tuple[int, int, int], ...], n: int, dtype: np.dtype
+    diagonals: list[Array], places: tuple[tuple[int, int, int], ...], n: int, dtype: np.dtype
 ) -> Array:
     """``data`` from JAX diagonals, one compiled program: ``places`` lists ``(index,
     start, length)`` of each stored diagonal in offset order."""
@@ -157,7 +159,7 @@ def _device_data(
     return jnp.stack(rows) if rows else jnp.zeros((0, n), dtype)
 
 
-def _check_format(format: Any, function: str) -> None:
+def _check_format(format: str | None, function: str) -> None:
     if format not in (None, "dia"):
         raise ValueError(
             f"{function}: format={format!r}, but jaxdia builds DIA matrices only; drop "
@@ -166,7 +168,12 @@ def _check_format(format: Any, function: str) -> None:
 
 
 def eye(
-    m: int, n: int | None = None, k: int = 0, dtype: DTypeLike | None = None, *, format: Any = None
+    m: int,
+    n: int | None = None,
+    k: int = 0,
+    dtype: DTypeLike | None = None,
+    *,
+    format: str | None = None,
 ) -> DiaMatrix:
     """The ``(m, n)`` matrix with ones on diagonal ``k``, like ``scipy.sparse.eye_array``.
 
@@ -192,7 +199,10 @@ def eye(
     return diags([ones], [k], (m, m if n is None else n))
 
 
-def kron(A: Any, B: Any) -> DiaMatrix:
+def kron(
+    A: DiaMatrix | ArrayLike | sp.sparray | sp.spmatrix,
+    B: DiaMatrix | ArrayLike | sp.sparray | sp.spmatrix,
+) -> DiaMatrix:
     """The Kronecker product ``A ⊗ B`` as a DiaMatrix, like ``scipy.sparse.kron``.
 
     Entry ``A[i1, j1] * B[i2, j2]`` sits at row ``i1 * mB + i2`` and column
@@ -238,23 +248,23 @@ def kron(A: Any, B: Any) -> DiaMatrix:
         return _kron_factor(A, "kron: A") * B
     left, right = _kron_factor(A, "kron: A")._parts, _kron_factor(B, "kron: B")._parts
     if _host.concrete(left, right):
-        return DiaMatrix._wrap(_host.kron(left, right))
+        return DiaMatrix._wrap(_host.host_kron(left, right))
     return DiaMatrix._wrap(_ops.kronecker(left, right))
 
 
-def _is_scalar(value: Any) -> bool:
+def _is_scalar(value: object) -> TypeGuard[ArrayLike]:
     if isinstance(value, (numbers.Number, np.generic)):
         return True
     return isinstance(value, (np.ndarray, jax.Array)) and value.ndim == 0
 
 
-def _kron_factor(value: Any, name: str) -> DiaMatrix:
+def _kron_factor(value: DiaMatrix | ArrayLike | sp.sparray | sp.spmatrix, name: str) -> DiaMatrix:
     """A factor of :func:`kron` as a DiaMatrix: as it is, from SciPy, or from a dense 2-D
     array (a scalar is a 1 x 1 matrix)."""
     if isinstance(value, DiaMatrix):
         return as_matrix(value, name)
     if sp.issparse(value):
-        return DiaMatrix.from_scipy(value)
+        return DiaMatrix.from_scipy(cast("sp.sparray | sp.spmatrix", value))
     array = as_array(value, name, expected="a DiaMatrix, a scalar or a 2-D array")
     if array.ndim > 2:
         raise TypeError(

@@ -1,6 +1,8 @@
-"""Array-level conversions between DIA ``data`` and canonical, dense, COO or BCOO form.
+"""Array-level conversions between DIA ``data`` and canonical, dense, COO, BCOO or SciPy
+form: the bodies of :class:`jaxdia.DiaMatrix`'s constructor and its ``from_*``/``to_*``
+methods, which never see the class (they return :class:`jaxdia._parts.DiaParts`).
 
-These functions work on ``(data, offsets, shape)`` (see :mod:`jaxdia._parts`) with static
+The compiled ones work on ``(data, offsets, shape)`` (see :mod:`jaxdia._parts`) with static
 slices and indices computed in the program from an iota: index tables built on the host
 would be program constants of the size of the matrix, and one gather or scatter over the
 whole ``(n_diags, n)`` grid of slots compiles faster than one piece per diagonal. They
@@ -10,16 +12,64 @@ trace under ``jit`` and ``vmap`` and are differentiable.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING, Any
 
 import jax
+import jax.core
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
+import scipy.sparse as sp
 from jax import Array, lax
 
-from ._checks import check_array_size
+from . import _host
+from ._checks import (
+    as_array,
+    as_offsets,
+    as_shape,
+    check_array_size,
+    check_distinct,
+    check_dtype,
+    narrow,
+)
 from ._geometry import diagonal_bounds, holds_entries, in_bounds, index_dtype, slot_indices
 from ._parts import DiaParts
 from ._sharding import on_auto_axes
+from ._typing import Offsets, Shape
+
+if TYPE_CHECKING:
+    from jax.experimental import sparse as jsparse
+
+
+def checked_data(data: npt.ArrayLike, function: str) -> Array | np.ndarray:
+    """``data`` checked: a JAX array as given, anything else as a NumPy array (which
+    :func:`canonical` canonicalizes on the host and transfers once) in the precision JAX
+    has (see :func:`jaxdia._checks.narrow`)."""
+    array = as_array(
+        narrow(data, function, stacklevel=5),  # 5: the caller of DiaMatrix(...)
+        "data",
+        expected="a numeric array of shape (..., n_diags, width)",
+    )
+    check_dtype(array.dtype)
+    if array.ndim < 2:
+        raise ValueError(
+            f"data must have shape (..., n_diags, width) (rank >= 2), got shape {array.shape}"
+        )
+    return array
+
+
+def checked(data: npt.ArrayLike, offsets: Offsets, shape: Shape, function: str) -> DiaParts:
+    """The canonical parts of the constructor's arguments, checked (``function`` names
+    the constructor in the warning about narrowed input)."""
+    shape = as_shape(shape)
+    offsets = as_offsets(offsets)
+    array = checked_data(data, function)
+    if array.shape[-2] != len(offsets):
+        raise ValueError(
+            f"data has {array.shape[-2]} diagonals (shape {array.shape}) but "
+            f"{len(offsets)} offsets were given: {offsets}"
+        )
+    return canonical(array, check_distinct(offsets), shape)
 
 
 def canonical(
@@ -78,8 +128,19 @@ def dia_to_coo(
     return values, jnp.broadcast_to(indices, (*data.shape[:-2], *indices.shape))
 
 
-def to_dense(A: DiaParts) -> Array:
-    """The dense ``(..., m, n)`` array of ``A``, or a ValueError if it cannot exist."""
+def to_dense(A: DiaParts, order: str | None = None, out: None = None) -> Array:
+    """The dense ``(..., m, n)`` array of ``A``, or a ValueError if it cannot exist.
+
+    ``order`` and ``out`` are SciPy's arguments: ``order`` may be None or ``"C"`` and
+    ``out`` only None.
+    """
+    if order not in (None, "C"):
+        raise ValueError(f"order must be None or 'C' (JAX arrays are row-major), got {order!r}")
+    if out is not None:
+        raise ValueError(
+            "out must be None (JAX arrays are immutable; use the returned array), "
+            f"got {type(out).__name__}"
+        )
     check_array_size((*A.batch_shape, *A.shape), A.dtype, "A.todense()")
     return dia_to_dense(A.data, A.offsets, A.shape)
 
@@ -113,8 +174,9 @@ def dense_to_dia(dense: Array, offsets: tuple[int, ...], shape: tuple[int, int])
     return jnp.where(inside, values, 0)
 
 
-def to_host(A: DiaParts) -> tuple[np.ndarray, np.ndarray]:
-    """``(data, offsets)`` of a concrete, unbatched matrix as NumPy arrays for SciPy.
+def to_host(A: DiaParts, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(data, offsets)`` of a concrete, unbatched matrix as NumPy arrays for SciPy;
+    ``what`` names the caller in the ValueError for a batched or traced matrix.
 
     ``data`` is a writable copy (SciPy's conversions return writable arrays; NumPy views
     of JAX arrays are read-only) with its padding slots zeroed: SciPy's ``dia_array``
@@ -122,6 +184,17 @@ def to_host(A: DiaParts) -> tuple[np.ndarray, np.ndarray]:
     16-bit float types, so those become float32. ``offsets`` are int32 where they fit,
     else int64 (a tall matrix may hold an offset below ``-2**31``).
     """
+    if A.batch_shape:
+        raise ValueError(
+            f"{what} takes one matrix; this one has batch shape {A.batch_shape}. Take each "
+            "matrix, e.g. DiaMatrix(A.data[i], A.offsets, A.shape)."
+        )
+    if isinstance(A.data, jax.core.Tracer):
+        raise ValueError(
+            f"{what} needs concrete data (it works on the host); under jit, vmap or grad "
+            f"the data is traced: return the DiaMatrix from the transformation and call "
+            f"{what} outside"
+        )
     dtype = np.dtype(A.data.dtype)
     wide = np.float32 if dtype.itemsize == 2 and dtype.kind != "c" else dtype
     data = np.asarray(A.data).astype(wide)
@@ -165,3 +238,109 @@ def coo_to_dia(
     values = jnp.where(on_diagonal, values, 0)
     data = jnp.zeros((len(offsets), n), values.dtype)
     return data.at[jnp.where(on_diagonal, slot, 0), jnp.where(on_diagonal, cols, 0)].add(values)
+
+
+def from_scipy(matrix: sp.sparray | sp.spmatrix) -> DiaParts:
+    """The parts of any ``scipy.sparse`` matrix or array (``DiaMatrix.from_scipy``)."""
+    if not sp.issparse(matrix):
+        raise TypeError(
+            f"from_scipy expects a scipy.sparse matrix or array, got {type(matrix).__name__}"
+        )
+    S: Any = matrix  # SciPy's stubs give sparray and spmatrix none of these attributes
+    if S.ndim != 2:
+        raise ValueError(f"from_scipy expects a 2-D sparse matrix, got shape {S.shape}")
+    check_dtype(S.dtype, "the scipy matrix")
+    dia = S if S.format == "dia" else S.todia()
+    return checked(
+        narrow(dia.data, "from_scipy", stacklevel=4), dia.offsets, dia.shape, "DiaMatrix"
+    )
+
+
+def to_scipy(A: DiaParts) -> sp.dia_array:
+    """A ``scipy.sparse.dia_array`` of a concrete, unbatched matrix (see :func:`to_host`)."""
+    return sp.dia_array(to_host(A, "to_scipy"), shape=A.shape)
+
+
+def from_dense(dense: npt.ArrayLike, offsets: Offsets | None) -> DiaParts:
+    """The parts holding the diagonals ``offsets`` of a dense ``(..., m, n)`` array, or
+    (``offsets=None``) every diagonal holding a nonzero (``DiaMatrix.from_dense``)."""
+    if sp.issparse(dense):
+        raise TypeError(
+            f"from_dense expects a dense array, got scipy.sparse.{type(dense).__name__}; "
+            "convert it with DiaMatrix.from_scipy"
+        )
+    if offsets is None:
+        if isinstance(dense, jax.core.Tracer):
+            raise ValueError(
+                "from_dense(M) finds the nonzero diagonals of a concrete M; under jit/vmap "
+                "M is traced, so pass the offsets explicitly: from_dense(M, offsets=...)."
+            )
+        host = np.asarray(dense)
+        if host.ndim < 2:
+            raise ValueError(f"dense must have shape (..., m, n), got shape {host.shape}")
+        offsets = nonzero_offsets(host)
+    else:
+        offsets = as_offsets(offsets)
+    array = as_array(
+        narrow(dense, "from_dense", stacklevel=4),
+        "dense",
+        expected="a numeric array of shape (..., m, n)",
+    )
+    if array.ndim < 2:
+        raise ValueError(f"dense must have shape (..., m, n), got shape {array.shape}")
+    if array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer):
+        array = array.astype(jax.dtypes.canonicalize_dtype(float))  # as diags does
+    check_dtype(array.dtype, "dense")
+    m, n = array.shape[-2:]
+    offsets = tuple(sorted(k for k in check_distinct(offsets) if holds_entries(k, (m, n))))
+    if array.ndim == 2 and _host.concrete(array) and array.dtype in _host.HOST_DTYPES:
+        data = _host.host_dense_to_dia(np.asarray(array), offsets, (m, n))
+    else:
+        data = dense_to_dia(array, offsets, (m, n))
+    return checked(data, offsets, (m, n), "DiaMatrix")
+
+
+def to_bcoo(A: DiaParts) -> jsparse.BCOO:
+    """A ``BCOO`` holding every in-bounds slot of ``A`` (``n_batch = len(batch_shape)``)."""
+    from jax.experimental import sparse as jsparse  # on first use: it slows the import
+
+    values, indices = dia_to_coo(A.data, A.offsets, A.shape)
+    return jsparse.BCOO((values, indices), shape=(*A.batch_shape, *A.shape))
+
+
+def from_bcoo(matrix: jsparse.BCOO, offsets: Offsets | None) -> DiaParts:
+    """The parts of an unbatched 2-D ``BCOO`` on ``offsets``, or (``offsets=None``) on the
+    diagonals its concrete indices hold (``DiaMatrix.from_bcoo``)."""
+    from jax.experimental import sparse as jsparse
+
+    if not isinstance(matrix, jsparse.BCOO):
+        raise TypeError(f"from_bcoo expects a BCOO, got {type(matrix).__name__}")
+    if matrix.n_batch or matrix.n_dense or matrix.ndim != 2:
+        raise ValueError(
+            "from_bcoo supports unbatched 2-D BCOO matrices (n_batch == n_dense == 0), "
+            f"got shape {matrix.shape}, n_batch={matrix.n_batch}, n_dense={matrix.n_dense}"
+        )
+    m, n = matrix.shape
+    # Signed indices: with BCOO's unsigned index dtypes, cols - rows would wrap around.
+    indices = matrix.indices.astype(index_dtype(max(m, n) + 1))
+    concrete = not isinstance(indices, jax.core.Tracer)
+    found: set[int] = set()
+    if concrete:
+        found = coo_offsets(np.asarray(indices), (m, n))
+    if offsets is None:
+        if not concrete:
+            raise ValueError(
+                "from_bcoo needs concrete indices to find the offsets; under jit pass "
+                "offsets=... explicitly."
+            )
+        offsets = tuple(sorted(found))
+    else:
+        offsets = tuple(sorted(as_offsets(offsets)))
+        if concrete and not found <= set(offsets):
+            raise ValueError(
+                f"the BCOO matrix has entries on diagonals {sorted(found - set(offsets))} "
+                f"that are not among offsets={offsets}"
+            )
+    offsets = tuple(k for k in offsets if holds_entries(k, (m, n)))
+    data = coo_to_dia(matrix.data, indices, offsets, (m, n))
+    return checked(data, offsets, (m, n), "DiaMatrix")

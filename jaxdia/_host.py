@@ -18,8 +18,6 @@ to zero in arithmetic and NumPy keeps (``tests/test_host.py``).
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.core
 import jax.numpy as jnp
@@ -27,13 +25,14 @@ import numpy as np
 
 from ._geometry import diagonal_bounds, in_bounds, slot_indices
 from ._parts import DiaParts
+from ._typing import ArrayLike
 
 #: The dtypes computed on the host (16-bit floats compile: XLA's rounding of their
 #: arithmetic need not be NumPy's).
 HOST_DTYPES = frozenset(map(np.dtype, (np.float32, np.float64, np.complex64, np.complex128)))
 
 
-def _on_host(value: Any) -> bool:
+def _on_host(value: object) -> bool:
     """Whether ``value`` (an operand's data, a scalar or a dense array) can be read on the
     host as it is: NumPy values and Python numbers, or a concrete JAX array on one CPU
     device."""
@@ -46,7 +45,7 @@ def _on_host(value: Any) -> bool:
     return next(iter(value.devices())).platform == "cpu"
 
 
-def concrete(*operands: Any) -> bool:
+def concrete(*operands: object) -> bool:
     """Whether an operation on ``operands`` (``DiaParts``, scalars, dense arrays) runs
     here: every one on the host (see the module's docstring), matrices unbatched and of a
     dtype in ``HOST_DTYPES``."""
@@ -97,7 +96,7 @@ def _promoted(A: DiaParts, B: DiaParts) -> np.dtype:
     return np.result_type(A.dtype, B.dtype)
 
 
-def add(A: DiaParts, B: DiaParts, sign_a: int, sign_b: int) -> DiaParts:
+def host_add(A: DiaParts, B: DiaParts, sign_a: int, sign_b: int) -> DiaParts:
     """``sign_a * A + sign_b * B`` (``_ops._add_dia``)."""
     offsets = tuple(sorted(set(A.offsets) | set(B.offsets)))
     dtype = _promoted(A, B)
@@ -108,11 +107,11 @@ def add(A: DiaParts, B: DiaParts, sign_a: int, sign_b: int) -> DiaParts:
     return _result((A, B), data, offsets, A.shape)
 
 
-def negative(A: DiaParts) -> DiaParts:
+def host_negative(A: DiaParts) -> DiaParts:
     return _result((A,), -np.asarray(A.data), A.offsets, A.shape)
 
 
-def scaled(A: DiaParts, s: Any) -> DiaParts:
+def host_scaled(A: DiaParts, s: ArrayLike) -> DiaParts:
     """``s * A`` for a scalar ``s`` (``_ops._with_scalar``; division is left to XLA, whose
     quotients need not be NumPy's correctly rounded ones)."""
     dtype = jnp.result_type(A.dtype, s)
@@ -121,7 +120,7 @@ def scaled(A: DiaParts, s: Any) -> DiaParts:
     return _result((A,), data, A.offsets, A.shape)
 
 
-def multiply(A: DiaParts, B: DiaParts) -> DiaParts:
+def host_multiply(A: DiaParts, B: DiaParts) -> DiaParts:
     """The elementwise product on the diagonals both store (``_ops._multiply_dia``)."""
     offsets = tuple(k for k in A.offsets if k in set(B.offsets))
     dtype = _promoted(A, B)
@@ -132,12 +131,7 @@ def multiply(A: DiaParts, B: DiaParts) -> DiaParts:
     return _result((A, B), data, offsets, A.shape)
 
 
-def select(A: DiaParts, offsets: tuple[int, ...]) -> DiaParts:
-    """A stored with exactly ``offsets`` (``_ops.select``)."""
-    return _result((A,), _rows_on(np.asarray(A.data), A.offsets, offsets), offsets, A.shape)
-
-
-def transpose(A: DiaParts) -> DiaParts:
+def host_transpose(A: DiaParts) -> DiaParts:
     """``A.T`` (``_ops.transpose``): offsets negate, each diagonal's slots shift."""
     m, n = A.shape
     offsets = tuple(-k for k in reversed(A.offsets))
@@ -164,7 +158,7 @@ def kron_offsets(A: DiaParts, B: DiaParts) -> np.ndarray:
     return np.unique(np.concatenate(parts))
 
 
-def kron(A: DiaParts, B: DiaParts) -> DiaParts:
+def host_kron(A: DiaParts, B: DiaParts) -> DiaParts:
     """``A ⊗ B`` (``_ops.kronecker``)."""
     (ma, na), (mb, nb) = A.shape, B.shape
     shape = (ma * mb, na * nb)
@@ -202,7 +196,7 @@ def kron(A: DiaParts, B: DiaParts) -> DiaParts:
     return _result((A, B), data, offsets, shape)
 
 
-def matmul(A: DiaParts, B: DiaParts) -> DiaParts:
+def host_matmul(A: DiaParts, B: DiaParts) -> DiaParts:
     """``A @ B`` of two DIA matrices (``_products.dia_dia_product``): diagonal ``a`` of A
     times diagonal ``b`` of B lands on ``c = a + b``, each diagonal's terms added in
     the compiled path's order."""
@@ -225,7 +219,9 @@ def matmul(A: DiaParts, B: DiaParts) -> DiaParts:
     return _result((A, B), data, offsets, (m, p))
 
 
-def dense_to_dia(dense: np.ndarray, offsets: tuple[int, ...], shape: tuple[int, int]) -> np.ndarray:
+def host_dense_to_dia(
+    dense: np.ndarray, offsets: tuple[int, ...], shape: tuple[int, int]
+) -> np.ndarray:
     """DIA ``data`` holding the diagonals ``offsets`` of a dense ``(m, n)`` array
     (``_convert.dense_to_dia``), on the host."""
     rows, cols, inside = slot_indices(offsets, shape, host=True)

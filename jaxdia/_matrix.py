@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import json
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, overload
 
 import jax
 import jax.core
@@ -13,110 +12,32 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 from jax import Array, export
-from jax.typing import ArrayLike, DTypeLike
 
-from . import _host, _ops
-from ._checks import (
-    as_array,
-    as_offsets,
-    as_shape,
-    check_distinct,
-    check_dtype,
-    check_square,
-    narrow,
-)
-from ._convert import (
-    canonical,
-    coo_offsets,
-    coo_to_dia,
-    dense_to_dia,
-    dia_to_coo,
-    nonzero_offsets,
-    to_dense,
-    to_host,
-)
-from ._geometry import diagonal_bounds, holds_entries, index_dtype
-from ._parts import DiaParts
+from . import _convert, _ops
+from ._checks import check_square
+from ._geometry import diagonal_bounds
+from ._parts import DiaParts, check_layout, data_shape, data_tail, reads_data
 from ._products import dense_dia_product, dia_dense_product, matrix_product, operator_product
 from ._pytree import Immutable
 from ._scipy_names import SCIPY_EQUIVALENTS
 from ._scipy_operator import ScipyOperator, host_precision
-from ._traces import dense_traces, dia_diagonal, dia_trace, dia_traces
+from ._traces import dia_diagonal, dia_trace, dia_traces
+from ._typing import ArrayLike, DTypeLike, Offsets, Shape
 
 if TYPE_CHECKING:
     from jax.experimental import sparse as jsparse
-
-
-def _as_data(data: npt.ArrayLike, function: str) -> Array | np.ndarray:
-    """``data`` checked: a JAX array as given, anything else as a NumPy array (which the
-    constructor canonicalizes on the host and transfers once) in the precision JAX has
-    (see :func:`jaxdia._checks.narrow`)."""
-    array = as_array(
-        narrow(data, function), "data", expected="a numeric array of shape (..., n_diags, width)"
-    )
-    check_dtype(array.dtype)
-    if array.ndim < 2:
-        raise ValueError(
-            f"data must have shape (..., n_diags, width) (rank >= 2), got shape {array.shape}"
-        )
-    return array
-
-
-def _data_shape(A: DiaMatrix) -> tuple[int, ...] | None:
-    """The shape of ``A.data``, or None when it is not an array (nor an abstract one)."""
-    shape = getattr(A.data, "shape", None)  # every array type's shape is a tuple
-    return shape if isinstance(shape, tuple) and not isinstance(A.data, DiaMatrix) else None
-
-
-def _data_tail(A: DiaMatrix) -> tuple[int, int]:
-    """The trailing dims ``(n_diags, n)`` that ``A.data`` must have."""
-    return len(A.offsets), A.shape[1]
-
-
-def check_layout(A: DiaMatrix, what: str) -> None:
-    """Raises a ValueError unless ``A.data`` is laid out as ``(..., n_diags, n)``.
-
-    The constructor guarantees that layout, but ``tree_unflatten`` cannot check it (JAX
-    calls it with whatever leaves a transformation made, scalars and placeholders
-    included), and two common ``vmap`` mistakes break it: mapping over a matrix without
-    batch dims hands each call ``data`` of shape ``(n,)`` (one diagonal), and
-    ``in_axes``/``out_axes`` other than 0 put a batch axis behind the diagonals. Reading
-    such ``data`` would take the wrong slots silently, so every operation that reads it
-    checks first. Non-array leaves are left to fail on their own.
-    """
-    shape = _data_shape(A)
-    expected = _data_tail(A)
-    if shape is None or shape[-2:] == expected:
-        return
-    raise ValueError(
-        f"{what}: the DiaMatrix's data has shape {shape}, but its shape {A.shape} and "
-        f"offsets {A.offsets} need data of shape (..., {expected[0]}, {expected[1]}). Under "
-        "jax.vmap this comes from mapping over a matrix without batch dims (give it "
-        "in_axes=None) or from in_axes/out_axes other than 0 for a DiaMatrix (its batch "
-        "dims lead data)."
-    )
 
 
 def host_arrays(A: DiaMatrix, what: str) -> tuple[np.ndarray, np.ndarray]:
     """``(data, offsets)`` of one concrete matrix on the host, as SciPy stores them (see
     :func:`jaxdia._convert.to_host`); ``what`` names the caller in the ValueError for a
     batched or traced matrix."""
-    if A.batch_shape:
-        raise ValueError(
-            f"{what} takes one matrix; this one has batch shape {A.batch_shape}. Take each "
-            "matrix, e.g. DiaMatrix(A.data[i], A.offsets, A.shape)."
-        )
-    if isinstance(A.data, jax.core.Tracer):
-        raise ValueError(
-            f"{what} needs concrete data (it works on the host); under jit, vmap or grad "
-            f"the data is traced: return the DiaMatrix from the transformation and call "
-            f"{what} outside"
-        )
-    return to_host(A._parts)
+    return _convert.to_host(A._parts, what)
 
 
-def as_matrix(value: Any, name: str) -> DiaMatrix:
-    """``value``, checked to be a DiaMatrix with the layout :func:`check_layout` wants.
+def as_matrix(value: object, name: str) -> DiaMatrix:
+    """``value``, checked to be a DiaMatrix laid out as :func:`jaxdia._parts.check_layout`
+    wants.
 
     ``name`` says where it was passed (e.g. ``"kron: B"``) in the TypeError/ValueError.
     """
@@ -126,30 +47,9 @@ def as_matrix(value: Any, name: str) -> DiaMatrix:
     return value
 
 
-def as_square_matrix(value: Any, function: str) -> DiaMatrix:
+def as_square_matrix(value: object, function: str) -> DiaMatrix:
     """``value``, checked to be a square DiaMatrix (``function`` names the caller)."""
     return check_square(as_matrix(value, f"{function}: A"), function)
-
-
-_Method = TypeVar("_Method", bound=Callable[..., Any])
-
-
-def _reads_data(what: str) -> Callable[[_Method], _Method]:
-    """Marks a method that reads ``data``: it checks the layout of the matrices it gets
-    (``self`` and DiaMatrix arguments) first, see :func:`check_layout`."""
-
-    def decorate(method: _Method) -> _Method:
-        @functools.wraps(method)
-        def checked(self: DiaMatrix, *args: Any, **kwargs: Any) -> Any:
-            check_layout(self, what)
-            for arg in args:
-                if isinstance(arg, DiaMatrix):
-                    check_layout(arg, what)
-            return method(self, *args, **kwargs)
-
-        return cast(_Method, checked)
-
-    return decorate
 
 
 @jax.tree_util.register_pytree_with_keys_class
@@ -212,7 +112,7 @@ class DiaMatrix(Immutable, ScipyOperator):
     # ``np.ndarray @ A`` must defer to ``A.__rmatmul__`` instead of densifying A.
     __array_ufunc__ = None
 
-    def __array__(self, dtype: DTypeLike | None = None, copy: Any = None) -> np.ndarray:
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         # Without this, ``np.asarray(A)`` is a 0-d object array (as for scipy.sparse) and
         # ``jnp.asarray(A)`` fails inside NumPy with "float() argument must be ...".
         # SciPy's spsolve, splu, factorized and spilu call np.asarray(A) when A is no
@@ -237,16 +137,8 @@ class DiaMatrix(Immutable, ScipyOperator):
             )
         return bool(self.todense()[0, 0])
 
-    def __init__(self, data: npt.ArrayLike, offsets: Any, shape: Any):
-        shape = as_shape(shape)
-        offsets = as_offsets(offsets)
-        data = _as_data(data, type(self).__name__)
-        if data.shape[-2] != len(offsets):
-            raise ValueError(
-                f"data has {data.shape[-2]} diagonals (shape {data.shape}) but "
-                f"{len(offsets)} offsets were given: {offsets}"
-            )
-        self._assign(*canonical(data, check_distinct(offsets), shape))
+    def __init__(self, data: npt.ArrayLike, offsets: Offsets, shape: Shape):
+        self._assign(*_convert.checked(data, offsets, shape, type(self).__name__))
 
     @classmethod
     def _wrap(cls, parts: DiaParts) -> DiaMatrix:
@@ -257,7 +149,7 @@ class DiaMatrix(Immutable, ScipyOperator):
     def _parts(self) -> DiaParts:
         return DiaParts(self.data, self.offsets, self.shape)
 
-    def _result(self, parts: DiaParts, value: Any) -> Any:
+    def _result(self, parts: DiaParts, value: object) -> Any:
         """What an array-level operation on ``parts`` (this matrix's) returned, as a
         DiaMatrix where it is a matrix: this one where it is ``parts`` unchanged."""
         if value is parts:
@@ -334,19 +226,17 @@ class DiaMatrix(Immutable, ScipyOperator):
           >>> jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(4, 4)).nnz  # 3 + 4 + 3
           10
         """
-        return int(sum(max(0, stop - start) for start, stop in self._bounds()))
-
-    def _bounds(self):
-        return [diagonal_bounds(k, self.shape) for k in self.offsets]
+        bounds = (diagonal_bounds(k, self.shape) for k in self.offsets)
+        return int(sum(max(0, stop - start) for start, stop in bounds))
 
     def __repr__(self) -> str:
-        shape = _data_shape(self)
+        shape = data_shape(self)
         if shape is None:
             # a pytree with other leaves, e.g. from jax.tree.map, a vmap in_axes spec, or
             # the nested matrices of jax.hessian with respect to a DiaMatrix
             return f"DiaMatrix(shape={self.shape}, offsets={self.offsets}, data={self.data!r})"
-        if shape[-2:] != _data_tail(self):
-            k, n = _data_tail(self)
+        if shape[-2:] != data_tail(self):
+            k, n = data_tail(self)
             return (
                 f"DiaMatrix(shape={self.shape}, offsets={self.offsets}, data of shape {shape}: "
                 f"not (..., {k}, {n}))"
@@ -359,7 +249,7 @@ class DiaMatrix(Immutable, ScipyOperator):
     # -- conversions -----------------------------------------------------------------------
 
     @classmethod
-    def from_scipy(cls, matrix: Any) -> DiaMatrix:
+    def from_scipy(cls, matrix: sp.sparray | sp.spmatrix) -> DiaMatrix:
         """Converts any ``scipy.sparse`` matrix or array, losslessly.
 
         A ``dia_array``/``dia_matrix`` keeps its offsets and data (explicit zeros too);
@@ -385,18 +275,9 @@ class DiaMatrix(Immutable, ScipyOperator):
           'from_scipy: float64 input becomes float32'
           >>> A = DiaMatrix.from_scipy(S.astype("float32"))  # no warning
         """
-        if not sp.issparse(matrix):
-            raise TypeError(
-                f"from_scipy expects a scipy.sparse matrix or array, got {type(matrix).__name__}"
-            )
-        if matrix.ndim != 2:
-            raise ValueError(f"from_scipy expects a 2-D sparse matrix, got shape {matrix.shape}")
-        check_dtype(matrix.dtype, "the scipy matrix")
-        if matrix.format != "dia":
-            matrix = matrix.todia()
-        return cls(narrow(matrix.data, "from_scipy"), matrix.offsets, matrix.shape)
+        return cls._wrap(_convert.from_scipy(matrix))
 
-    @_reads_data("A.to_scipy()")
+    @reads_data("A.to_scipy()")
     def to_scipy(self) -> sp.dia_array:
         """Returns a ``scipy.sparse.dia_array`` with the same offsets and data.
 
@@ -414,10 +295,10 @@ class DiaMatrix(Immutable, ScipyOperator):
                  [0., 1., 0.],
                  [0., 0., 1.]], dtype=float32)
         """
-        return sp.dia_array(host_arrays(self, "to_scipy"), shape=self.shape)
+        return _convert.to_scipy(self._parts)
 
     @classmethod
-    def from_dense(cls, dense: npt.ArrayLike, offsets: Any = None) -> DiaMatrix:
+    def from_dense(cls, dense: npt.ArrayLike, offsets: Offsets | None = None) -> DiaMatrix:
         """Builds a DiaMatrix from a dense ``(..., m, n)`` array.
 
         Args:
@@ -434,39 +315,10 @@ class DiaMatrix(Immutable, ScipyOperator):
           >>> A.offsets
           (0, 1)
         """
-        if sp.issparse(dense):
-            raise TypeError(
-                f"from_dense expects a dense array, got scipy.sparse.{type(dense).__name__}; "
-                "convert it with DiaMatrix.from_scipy"
-            )
-        if offsets is None:
-            if isinstance(dense, jax.core.Tracer):
-                raise ValueError(
-                    "from_dense(M) finds the nonzero diagonals of a concrete M; under jit/vmap "
-                    "M is traced, so pass the offsets explicitly: from_dense(M, offsets=...)."
-                )
-            host = np.asarray(dense)
-            if host.ndim < 2:
-                raise ValueError(f"dense must have shape (..., m, n), got shape {host.shape}")
-            offsets = nonzero_offsets(host)
-        else:
-            offsets = as_offsets(offsets)
-        array = as_array(
-            narrow(dense, "from_dense"), "dense", expected="a numeric array of shape (..., m, n)"
-        )
-        if array.ndim < 2:
-            raise ValueError(f"dense must have shape (..., m, n), got shape {array.shape}")
-        if array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer):
-            array = array.astype(jax.dtypes.canonicalize_dtype(float))  # as diags does
-        check_dtype(array.dtype, "dense")
-        m, n = array.shape[-2:]
-        offsets = tuple(sorted(k for k in check_distinct(offsets) if holds_entries(k, (m, n))))
-        if array.ndim == 2 and _host.concrete(array) and array.dtype in _host.HOST_DTYPES:
-            return cls(_host.dense_to_dia(np.asarray(array), offsets, (m, n)), offsets, (m, n))
-        return cls(dense_to_dia(array, offsets, (m, n)), offsets, (m, n))
+        return cls._wrap(_convert.from_dense(dense, offsets))
 
-    @_reads_data("A.todense()")
-    def todense(self, order: Any = None, out: None = None) -> Array:
+    @reads_data("A.todense()")
+    def todense(self, order: str | None = None, out: None = None) -> Array:
         """The dense ``(..., m, n)`` JAX array (batch dims kept).
 
         ``order`` and ``out`` are accepted for SciPy compatibility: ``order`` may be None
@@ -479,18 +331,11 @@ class DiaMatrix(Immutable, ScipyOperator):
           Array([[0., 1., 0.],
                  [0., 0., 1.]], dtype=float32)
         """
-        if order not in (None, "C"):
-            raise ValueError(f"order must be None or 'C' (JAX arrays are row-major), got {order!r}")
-        if out is not None:
-            raise ValueError(
-                "out must be None (JAX arrays are immutable; use the returned array), "
-                f"got {type(out).__name__}"
-            )
-        return to_dense(self._parts)
+        return _convert.to_dense(self._parts, order, out)
 
     toarray = todense
 
-    @_reads_data("A.to_bcoo()")
+    @reads_data("A.to_bcoo()")
     def to_bcoo(self) -> jsparse.BCOO:
         """A ``jax.experimental.sparse.BCOO`` holding every in-bounds slot (zeros too).
 
@@ -504,13 +349,10 @@ class DiaMatrix(Immutable, ScipyOperator):
                  [0., 1., 2.],
                  [0., 0., 1.]], dtype=float32))
         """
-        from jax.experimental import sparse as jsparse  # on first use: it slows the import
-
-        values, indices = dia_to_coo(self.data, self.offsets, self.shape)
-        return jsparse.BCOO((values, indices), shape=(*self.batch_shape, *self.shape))
+        return _convert.to_bcoo(self._parts)
 
     @classmethod
-    def from_bcoo(cls, matrix: jsparse.BCOO, offsets: Any = None) -> DiaMatrix:
+    def from_bcoo(cls, matrix: jsparse.BCOO, offsets: Offsets | None = None) -> DiaMatrix:
         """Converts an unbatched 2-D ``BCOO`` (duplicate entries are summed).
 
         Args:
@@ -530,54 +372,27 @@ class DiaMatrix(Immutable, ScipyOperator):
           Array([[1., 2.],
                  [0., 3.]], dtype=float32)
         """
-        from jax.experimental import sparse as jsparse
-
-        if not isinstance(matrix, jsparse.BCOO):
-            raise TypeError(f"from_bcoo expects a BCOO, got {type(matrix).__name__}")
-        if matrix.n_batch or matrix.n_dense or matrix.ndim != 2:
-            raise ValueError(
-                "from_bcoo supports unbatched 2-D BCOO matrices (n_batch == n_dense == 0), "
-                f"got shape {matrix.shape}, n_batch={matrix.n_batch}, n_dense={matrix.n_dense}"
-            )
-        m, n = matrix.shape
-        # Signed indices: with BCOO's unsigned index dtypes, cols - rows would wrap around.
-        indices = matrix.indices.astype(index_dtype(max(m, n) + 1))
-        concrete = not isinstance(indices, jax.core.Tracer)
-        found: set[int] = set()
-        if concrete:
-            found = coo_offsets(np.asarray(indices), (m, n))
-        if offsets is None:
-            if not concrete:
-                raise ValueError(
-                    "from_bcoo needs concrete indices to find the offsets; under jit pass "
-                    "offsets=... explicitly."
-                )
-            offsets = tuple(sorted(found))
-        else:
-            offsets = tuple(sorted(as_offsets(offsets)))
-            if concrete and not found <= set(offsets):
-                raise ValueError(
-                    f"the BCOO matrix has entries on diagonals {sorted(found - set(offsets))} "
-                    f"that are not among offsets={offsets}"
-                )
-        offsets = tuple(k for k in offsets if holds_entries(k, (m, n)))
-        return cls(coo_to_dia(matrix.data, indices, offsets, (m, n)), offsets, (m, n))
+        return cls._wrap(_convert.from_bcoo(matrix, offsets))
 
     # -- products --------------------------------------------------------------------------
 
-    @_reads_data("A @ X")
-    def __matmul__(self, other: Any) -> Array | DiaMatrix:
+    @overload
+    def __matmul__(self, other: DiaMatrix) -> DiaMatrix: ...
+    @overload
+    def __matmul__(self, other: ArrayLike) -> Array: ...
+    @reads_data("A @ X")
+    def __matmul__(self, other: DiaMatrix | ArrayLike) -> Array | DiaMatrix:
         if isinstance(other, DiaMatrix):
             return self._wrap(matrix_product(self._parts, other._parts))
         return dia_dense_product(self._parts, other)
 
-    @_reads_data("X @ A")
-    def __rmatmul__(self, other: Any) -> Array:
+    @reads_data("X @ A")
+    def __rmatmul__(self, other: ArrayLike) -> Array:
         return dense_dia_product(self._parts, other)
 
     # -- SciPy's LinearOperator protocol (scipy.sparse.linalg.aslinearoperator) -----------
 
-    def _columns(self, x: Any, adjoint: bool) -> Any:
+    def _columns(self, x: Array | np.ndarray, adjoint: bool) -> Array | np.ndarray:
         if host_precision(x):
             # x64 off: JAX would round a float64 x to float32, and SciPy's float64 solvers
             # would then see float32 products and report convergence they never reached.
@@ -586,7 +401,7 @@ class DiaMatrix(Immutable, ScipyOperator):
             return (S.conj().T if adjoint else S) @ x
         return operator_product(self._parts, x, adjoint=adjoint)
 
-    @_reads_data("A.matvec(x)")
+    @reads_data("A.matvec(x)")
     def matvec(self, x: ArrayLike) -> np.ndarray:
         """``A @ x`` as SciPy's ``LinearOperator.matvec``: NumPy in, NumPy out.
 
@@ -631,10 +446,10 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         if isinstance(x, np.ndarray) and x.ndim in (1, 2):
             return self.matvec(x)
-        y: Any = self @ x
+        y = self @ x
         return y if isinstance(x, jax.Array) else np.array(y)
 
-    @_reads_data("A.rmatvec(x)")
+    @reads_data("A.rmatvec(x)")
     def rmatvec(self, x: ArrayLike) -> np.ndarray:
         """``A^H @ x`` (the conjugate transpose) as SciPy's ``LinearOperator.rmatvec``.
 
@@ -647,7 +462,7 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return self._protocol(x, adjoint=True, matrix=False)
 
-    @_reads_data("A.matmat(X)")
+    @reads_data("A.matmat(X)")
     def matmat(self, X: ArrayLike) -> np.ndarray:
         """``A @ X`` for a 2-D ``X``, as SciPy's ``LinearOperator.matmat``.
 
@@ -660,7 +475,7 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return self._protocol(X, adjoint=False, matrix=True)
 
-    @_reads_data("A.rmatmat(X)")
+    @reads_data("A.rmatmat(X)")
     def rmatmat(self, X: ArrayLike) -> np.ndarray:
         """``A^H @ X`` for a 2-D ``X``, as SciPy's ``LinearOperator.rmatmat``.
 
@@ -673,7 +488,7 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return self._protocol(X, adjoint=True, matrix=True)
 
-    def dot(self, other: Any) -> Array | DiaMatrix:
+    def dot(self, other: DiaMatrix | ArrayLike) -> Array | DiaMatrix:
         """``A @ other`` (SciPy's spelling): a dense array, or a DiaMatrix for a DiaMatrix.
 
         Example:
@@ -690,8 +505,8 @@ class DiaMatrix(Immutable, ScipyOperator):
 
     # -- diagonals and traces --------------------------------------------------------------
 
-    @_reads_data("A.traces(q)")
-    def traces(self, q: Any) -> Array:
+    @reads_data("A.traces(q)")
+    def traces(self, q: int | Sequence[int]) -> Array:
         """Offset traces ``[trace(A, offset=k) for k in range(q)]``, batch dims first.
 
         ``q`` is an int or a sequence of offsets (negative ones too). Only the requested
@@ -706,7 +521,7 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return dia_traces(self.data, self.offsets, self.shape, q)
 
-    @_reads_data("A.trace(offset)")
+    @reads_data("A.trace(offset)")
     def trace(self, offset: int = 0) -> Array:
         """The sum of diagonal ``offset``, as ``scipy.sparse.dia_array.trace``.
 
@@ -718,7 +533,7 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return dia_trace(self.data, self.offsets, self.shape, offset)
 
-    @_reads_data("A.diagonal(k)")
+    @reads_data("A.diagonal(k)")
     def diagonal(self, k: int = 0) -> Array:
         """Diagonal ``k``, as ``scipy.sparse.dia_array.diagonal(k)``.
 
@@ -740,7 +555,7 @@ class DiaMatrix(Immutable, ScipyOperator):
     # compare the aligned ``data`` on in-bounds slots.
 
     @property
-    @_reads_data("A.T")
+    @reads_data("A.T")
     def T(self) -> DiaMatrix:
         """The transpose, a DiaMatrix of shape ``(n, m)`` with offsets negated.
 
@@ -755,7 +570,7 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return self._wrap(_ops.transposed(self._parts))
 
-    def transpose(self, axes: Any = None) -> DiaMatrix:
+    def transpose(self, axes: Sequence[int] | None = None) -> DiaMatrix:
         """``A.T``; ``axes`` may only be None or ``(1, 0)`` (as in SciPy).
 
         Example:
@@ -771,7 +586,7 @@ class DiaMatrix(Immutable, ScipyOperator):
             )
         return self.T
 
-    @_reads_data("A.conj()")
+    @reads_data("A.conj()")
     def conj(self) -> DiaMatrix:
         """The elementwise complex conjugate (the matrix itself for real dtypes).
 
@@ -800,7 +615,7 @@ class DiaMatrix(Immutable, ScipyOperator):
         return self.conj().T
 
     @property
-    @_reads_data("A.real")
+    @reads_data("A.real")
     def real(self) -> DiaMatrix:
         """The real part, with the same offsets.
 
@@ -815,7 +630,7 @@ class DiaMatrix(Immutable, ScipyOperator):
         return self._wrap(_ops.real(self._parts))
 
     @property
-    @_reads_data("A.imag")
+    @reads_data("A.imag")
     def imag(self) -> DiaMatrix:
         """The imaginary part, with the same offsets (zeros for a real matrix).
 
@@ -827,7 +642,7 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return self._wrap(_ops.imag(self._parts))
 
-    @_reads_data("A.astype(dtype)")
+    @reads_data("A.astype(dtype)")
     def astype(self, dtype: DTypeLike, copy: bool = True) -> DiaMatrix:
         """The matrix converted to ``dtype`` (a floating or complex dtype).
 
@@ -846,16 +661,20 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return self._wrap(_ops.astype(self._parts, dtype))
 
-    @_reads_data("-A")
+    @reads_data("-A")
     def __neg__(self) -> DiaMatrix:
         return self._wrap(_ops.neg(self._parts))
 
-    @_reads_data("abs(A)")
+    @reads_data("abs(A)")
     def __abs__(self) -> DiaMatrix:
         return self._wrap(_ops.absolute(self._parts))
 
-    @_reads_data("A + B")
-    def __add__(self, other: Any) -> Any:
+    @overload
+    def __add__(self, other: DiaMatrix | complex) -> DiaMatrix: ...
+    @overload
+    def __add__(self, other: Array | np.ndarray) -> Array: ...
+    @reads_data("A + B")
+    def __add__(self, other: DiaMatrix | ArrayLike) -> DiaMatrix | Array:
         """``A + B``: a DiaMatrix with the union of the offsets (shapes must match).
 
         ``A + 0`` is ``A``; a nonzero scalar raises NotImplementedError (as in SciPy); a
@@ -866,26 +685,34 @@ class DiaMatrix(Immutable, ScipyOperator):
 
     __radd__ = __add__
 
-    @_reads_data("A - B")
-    def __sub__(self, other: Any) -> Any:
+    @overload
+    def __sub__(self, other: DiaMatrix | complex) -> DiaMatrix: ...
+    @overload
+    def __sub__(self, other: Array | np.ndarray) -> Array: ...
+    @reads_data("A - B")
+    def __sub__(self, other: DiaMatrix | ArrayLike) -> DiaMatrix | Array:
         parts = self._parts
         return self._result(parts, _ops.add(parts, _operand(other), subtract=True))
 
-    @_reads_data("B - A")
-    def __rsub__(self, other: Any) -> Any:
+    @overload
+    def __rsub__(self, other: complex) -> DiaMatrix: ...
+    @overload
+    def __rsub__(self, other: Array | np.ndarray) -> Array: ...
+    @reads_data("B - A")
+    def __rsub__(self, other: ArrayLike) -> DiaMatrix | Array:
         parts = self._parts
         return self._result(parts, _ops.add(parts, _operand(other), subtract=True, reverse=True))
 
-    @_reads_data("A * B")
-    def __mul__(self, other: Any) -> Any:
+    @reads_data("A * B")
+    def __mul__(self, other: DiaMatrix | ArrayLike) -> DiaMatrix:
         """Elementwise ``A * other``, as ``A.multiply(other)`` (``dia_array`` semantics)."""
         parts = self._parts
         return self._result(parts, _ops.multiply(parts, _operand(other), strict=False))
 
     __rmul__ = __mul__
 
-    @_reads_data("A / B")
-    def __truediv__(self, other: Any) -> Any:
+    @reads_data("A / B")
+    def __truediv__(self, other: ArrayLike) -> DiaMatrix:
         """``A / s`` for a scalar, or ``A / X`` for a dense ``X``: A's stored entries
         divided by X's (A's offsets, as SciPy's ``dia_array / ndarray``)."""
         parts = self._parts
@@ -895,8 +722,8 @@ class DiaMatrix(Immutable, ScipyOperator):
         """Elementwise ``A ** p``, as ``A.power(p)`` (``dia_array`` semantics)."""
         return self.power(p)
 
-    @_reads_data("A.multiply(B)")
-    def multiply(self, other: Any) -> DiaMatrix:
+    @reads_data("A.multiply(B)")
+    def multiply(self, other: DiaMatrix | ArrayLike) -> DiaMatrix:
         """The elementwise product, staying in DIA.
 
         Args:
@@ -919,7 +746,7 @@ class DiaMatrix(Immutable, ScipyOperator):
         parts = self._parts
         return self._result(parts, _ops.multiply(parts, _operand(other)))
 
-    @_reads_data("A.power(p)")
+    @reads_data("A.power(p)")
     def power(self, p: ArrayLike, dtype: DTypeLike | None = None) -> DiaMatrix:
         """Elementwise power of the stored entries, like ``dia_array.power``.
 
@@ -941,8 +768,10 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return self._wrap(_ops.power(self._parts, p, dtype))
 
-    @_reads_data("A.sum()")
-    def sum(self, axis: Any = None, dtype: DTypeLike | None = None, out: None = None) -> Array:
+    @reads_data("A.sum()")
+    def sum(
+        self, axis: int | None = None, dtype: DTypeLike | None = None, out: None = None
+    ) -> Array:
         """The sum of all entries (axis None), column sums (0) or row sums (1).
 
         Returns dense JAX arrays with ``dia_array``'s shapes: ``batch_shape``,
@@ -957,8 +786,10 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return _ops.reduce_sum(self._parts, axis, dtype, out)
 
-    @_reads_data("A.mean()")
-    def mean(self, axis: Any = None, dtype: DTypeLike | None = None, out: None = None) -> Array:
+    @reads_data("A.mean()")
+    def mean(
+        self, axis: int | None = None, dtype: DTypeLike | None = None, out: None = None
+    ) -> Array:
         """The mean of all ``m * n`` entries, or of each column (0) or row (1).
 
         ``out`` must be None, as in :meth:`sum` (``np.mean(A)`` works).
@@ -973,8 +804,8 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return _ops.reduce_mean(self._parts, axis, dtype, out)
 
-    @_reads_data("A.count_nonzero()")
-    def count_nonzero(self, axis: Any = None) -> Any:
+    @reads_data("A.count_nonzero()")
+    def count_nonzero(self, axis: int | None = None) -> int | Array:
         """The number of nonzero in-bounds entries (explicit zeros and padding excluded).
 
         With ``axis=None``: a Python int for a concrete unbatched matrix; otherwise
@@ -990,8 +821,8 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return _ops.count_nonzero(self._parts, axis)
 
-    @_reads_data("A.with_offsets(offsets)")
-    def with_offsets(self, offsets: Any, *, check: bool = True) -> DiaMatrix:
+    @reads_data("A.with_offsets(offsets)")
+    def with_offsets(self, offsets: Offsets, *, check: bool = True) -> DiaMatrix:
         """The same matrix stored with exactly the diagonals ``offsets``.
 
         New diagonals are zero. Offsets outside the matrix are ignored (a DiaMatrix holds
@@ -1014,7 +845,7 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return self._wrap(_ops.with_offsets(self._parts, offsets, check=check))
 
-    @_reads_data("A.eliminate_zeros()")
+    @reads_data("A.eliminate_zeros()")
     def eliminate_zeros(self) -> DiaMatrix:
         """The matrix without the diagonals that are zero in bounds (in every batch member).
 
@@ -1030,7 +861,7 @@ class DiaMatrix(Immutable, ScipyOperator):
         """
         return self._wrap(_ops.eliminate_zeros(self._parts))
 
-    @_reads_data("A.with_diagonal(values, k)")
+    @reads_data("A.with_diagonal(values, k)")
     def with_diagonal(self, values: ArrayLike, k: int = 0) -> DiaMatrix:
         """SciPy's ``setdiag(values, k)`` as a pure function: a new matrix.
 
@@ -1054,129 +885,15 @@ class DiaMatrix(Immutable, ScipyOperator):
         return self._result(parts, _ops.with_diagonal(parts, values, k))
 
 
-# -- the functional forms of the methods ----------------------------------------------------
-
-
-def matmul(A: DiaMatrix, X: ArrayLike, *, implementation: str | None = None) -> Array:
-    """``A @ X`` with a choice of implementation.
-
-    Follows ``jnp.matmul``'s rules with ``A`` as an array of shape
-    ``A.batch_shape + A.shape``: a 1-D ``X`` of length ``n`` is a vector, an N-D ``X`` is
-    a stack of ``(n, c)`` matrices whose batch dims broadcast with ``A.batch_shape``.
-    dtypes promote with JAX's rules; bfloat16/float16 products accumulate in float32.
-
-    Args:
-      A: the sparse matrix.
-      X: the dense right-hand side.
-      implementation: None picks the best for the platform (Pallas kernels on GPU/TPU,
-        XLA on CPU; README's "What runs where"); ``"xla"`` forces XLA, ``"pallas"`` the
-        platform's best Pallas kernel, ``"mosaic"`` or ``"triton"`` that GPU kernel
-        family. A forced choice that cannot run raises when the computation is
-        lowered.
-
-    Example:
-      >>> import numpy as np, jaxdia
-      >>> A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(3, 3))
-      >>> jaxdia.matmul(A, np.ones(3), implementation="xla")
-      Array([-1.,  0., -1.], dtype=float32)
-    """
-    return dia_dense_product(as_matrix(A, "matmul: A")._parts, X, implementation=implementation)
-
-
-def traces(M: Any, q: Any) -> Array:
-    """Offset traces ``[trace(M, offset=k) for k in offsets]``, batched over leading dims.
-
-    Equals ``np.stack([np.trace(M, offset=k, axis1=-2, axis2=-1) for k in offsets], -1)``
-    for any shape, reading only the requested diagonals: O(q * min(m, n)) work, where
-    ``jnp.trace`` masks all m * n entries. Works under ``jit`` (with ``q`` static),
-    ``vmap`` and ``grad``. A :class:`jaxdia.DiaMatrix` is accepted too (as
-    ``A.traces(q)``).
-
-    Args:
-      M: a dense array of shape ``(..., m, n)`` (leading dims are a batch), or a
-        ``DiaMatrix``.
-      q: an int (the offsets ``0, 1, ..., q - 1``) or a sequence of ints (any order,
-        negative for diagonals below the main one). Offsets outside the matrix give 0,
-        as in ``np.trace``. Must be static.
-
-    Returns:
-      An array of shape ``M.shape[:-2] + (len(offsets),)``. Its dtype follows
-      ``np.trace``: bool and narrow integers sum in the default integer type, 16-bit
-      floats keep their dtype (accumulated in float32), other dtypes are kept.
-
-    Raises:
-      TypeError: if ``q`` is not an int or a sequence of ints (floats, bools, traced
-        arrays), or ``M`` is not numeric.
-      ValueError: if ``q`` is a negative int or ``M`` has rank < 2.
-
-    Example:
-      >>> import numpy as np, jaxdia
-      >>> M = np.arange(12.0).reshape(3, 4)
-      >>> jaxdia.traces(M, 3)
-      Array([15., 18.,  9.], dtype=float32)
-      >>> jaxdia.traces(M, [-2, -1, 3])
-      Array([ 8., 13.,  3.], dtype=float32)
-    """
-    if isinstance(M, DiaMatrix):
-        A = as_matrix(M, "traces: M")
-        return dia_traces(A.data, A.offsets, A.shape, q)
-    return dense_traces(M, q)
-
-
-def align(*matrices: DiaMatrix) -> tuple[DiaMatrix, ...]:
-    """The same matrices, each stored with the union of their offsets.
-
-    Matrices with equal offsets, shape, dtype and batch shape have equal pytree
-    structure, which ``lax.cond`` branches, ``lax.scan`` carries and ``lax.while_loop``
-    states require. The added diagonals are zero; dtypes and batch shapes are kept.
-
-    Args:
-      *matrices: DiaMatrix instances of one shape.
-
-    Returns:
-      A tuple of DiaMatrix, one per argument, in order.
-
-    Raises:
-      TypeError: if an argument is not a DiaMatrix.
-      ValueError: if the shapes differ.
-
-    Example:
-      >>> import jax, jaxdia
-      >>> A = jaxdia.eye(3)
-      >>> B = jaxdia.eye(3, k=1)
-      >>> A2, B2 = jaxdia.align(A, B)
-      >>> A2.offsets, B2.offsets
-      ((0, 1), (0, 1))
-      >>> C = jax.lax.cond(True, lambda: A2, lambda: B2)
-      >>> C.todense()[0]
-      Array([1., 0., 0.], dtype=float32)
-    """
-    parts = [as_matrix(M, f"align: argument {i}")._parts for i, M in enumerate(matrices)]
-    shapes = {M.shape for M in parts}
-    if len(shapes) > 1:
-        raise ValueError(f"align: the matrices must have one shape, got {[M.shape for M in parts]}")
-    union = tuple(sorted(set().union(*(M.offsets for M in parts))))
-    return tuple(DiaMatrix._wrap(_ops.select(M, union)) for M in parts)
-
-
-def _serialize_aux_data(aux_data: tuple[tuple[int, ...], tuple[int, int]]) -> bytes:
-    return json.dumps(aux_data).encode()
-
-
-def _deserialize_aux_data(serialized: bytes) -> tuple[tuple[int, ...], tuple[int, int]]:
-    offsets, (m, n) = json.loads(serialized)
-    return tuple(offsets), (m, n)
-
-
 # ``jax.export``: a serialized Exported that takes or returns a DiaMatrix names it so.
 export.register_pytree_node_serialization(
     DiaMatrix,
     serialized_name="jaxdia.DiaMatrix",
-    serialize_auxdata=_serialize_aux_data,
-    deserialize_auxdata=_deserialize_aux_data,
+    serialize_auxdata=lambda aux: json.dumps(aux).encode(),  # (offsets, shape)
+    deserialize_auxdata=lambda serialized: tuple(map(tuple, json.loads(serialized))),
 )
 
 
-def _operand(value: Any) -> Any:
+def _operand(value: object) -> object:
     """An operand of an operation with a DiaMatrix, for the array-level layer."""
     return value._parts if isinstance(value, DiaMatrix) else value

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import numbers
 import operator
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -167,7 +168,7 @@ def transpose(A: DiaParts) -> DiaParts:
 def transposed(A: DiaParts) -> DiaParts:
     """``A.T``: :func:`transpose`, on the host for a concrete matrix (see
     :mod:`jaxdia._host`)."""
-    return _host.transpose(A) if _host.concrete(A) else transpose(A)
+    return _host.host_transpose(A) if _host.concrete(A) else transpose(A)
 
 
 def conj(A: DiaParts) -> DiaParts:
@@ -208,7 +209,7 @@ def add(A: DiaParts, other: Any, *, subtract: bool = False, reverse: bool = Fals
     if isinstance(other, DiaParts):
         _same_shape(what, A, other)
         broadcast_batch(what, A.batch_shape, other.batch_shape)
-        return (_host.add if _host.concrete(A, other) else _add_dia)(A, other, sign_a, sign_b)
+        return (_host.host_add if _host.concrete(A, other) else _add_dia)(A, other, sign_a, sign_b)
     if not _is_array_like(other):
         return NotImplemented
     if np.ndim(other) == 0:
@@ -268,7 +269,7 @@ def _data_on(data: Array, offsets: tuple[int, ...], wanted: tuple[int, ...]) -> 
 
 
 def neg(A: DiaParts) -> DiaParts:
-    return _host.negative(A) if _host.concrete(A) else A.with_data(-A.data)
+    return _host.host_negative(A) if _host.concrete(A) else A.with_data(-A.data)
 
 
 def multiply(A: DiaParts, other: Any, *, strict: bool = True) -> Any:
@@ -286,10 +287,10 @@ def multiply(A: DiaParts, other: Any, *, strict: bool = True) -> Any:
         return NotImplemented
     if isinstance(other, DiaParts):
         _same_shape("A.multiply(B)", A, other)
-        return (_host.multiply if _host.concrete(A, other) else _multiply_dia)(A, other)
+        return (_host.host_multiply if _host.concrete(A, other) else _multiply_dia)(A, other)
     if np.ndim(other) == 0:
         if _host.concrete(A, other):
-            return _host.scaled(A, other)
+            return _host.host_scaled(A, other)
         return _with_scalar(A, other, op=operator.mul)
     return _with_dense(A, other, op=operator.mul)
 
@@ -444,7 +445,7 @@ def _sum(A: DiaParts, axis: int | None, dtype: np.dtype | None) -> Array:
             return _sum_diagonals(_filled(A), dtype)
         return jnp.sum(_filled(A), axis=(-2, -1), dtype=dtype)
     # Products with ones: the product's loop reads each diagonal once without temporaries
-    # and runs on every core, where XLA CPU reduces the masked data several times slower
+    # and runs on every core, where XLA CPU's reduction of the masked data does neither
     # (benchmarks/README.md).
     A = A if dtype is None else astype(A, dtype)
     m, n = A.shape
@@ -458,7 +459,7 @@ def _sum_diagonals(data: Array, dtype: np.dtype | None = None) -> Array:
     """``jnp.sum(data, axis=-2, dtype=dtype)`` as adds of the rows, pairwise.
 
     XLA CPU reduces over the leading axis of an ``(n_diags, n)`` array one strided
-    element at a time, where adding rows streams them (tens of times faster). 16-bit
+    element at a time, where adding rows streams them (contiguous loads). 16-bit
     floats are added in float32, as ``jnp.sum`` accumulates them.
     """
     spec = jax.ShapeDtypeStruct(data.shape, data.dtype)
@@ -540,6 +541,17 @@ def with_offsets(A: DiaParts, offsets: Any, *, check: bool = True) -> DiaParts:
 def select(A: DiaParts, offsets: tuple[int, ...]) -> DiaParts:
     """A stored with exactly ``offsets`` (canonical): missing ones zero, others dropped."""
     return DiaParts(_data_on(A.data, A.offsets, offsets), offsets, A.shape)
+
+
+def aligned(matrices: Sequence[DiaParts]) -> list[DiaParts]:
+    """The matrices (of one shape), each stored with the union of their offsets."""
+    shapes = {M.shape for M in matrices}
+    if len(shapes) > 1:
+        raise ValueError(
+            f"align: the matrices must have one shape, got {[M.shape for M in matrices]}"
+        )
+    union = tuple(sorted(set().union(*(M.offsets for M in matrices))))
+    return [select(M, union) for M in matrices]
 
 
 def shifted(A: DiaParts, mu: Array | float) -> DiaParts:

@@ -239,5 +239,5 @@ def matrix_product(A: DiaParts, B: DiaParts) -> DiaParts:
     """``A @ B`` of two DIA matrices: :func:`dia_dia_product`, on the host when both are
     concrete (see :mod:`jaxdia._host`)."""
     if A.shape[1] == B.shape[0] and _host.concrete(A, B):
-        return _host.matmul(A, B)
+        return _host.host_matmul(A, B)
     return dia_dia_product(A, B)

@@ -60,6 +60,7 @@ LAYERS = {
     "_colouring": 3,
     "_ops": 3.1,
     "_matrix": 4,
+    "_functions": 4.05,
     "_construct": 4.1,
     "_shard": 4.2,
     "_jacobian": 4.3,

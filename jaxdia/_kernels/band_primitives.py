@@ -437,10 +437,9 @@ def oneshot_implementation(
       LAPACK's 32-bit indices, and ``method == "parallel"`` (tests force it).
 
     Cyclic reduction is not chosen on CPU: where it was the fastest (systems of a few
-    dozen rows, alone or in small batches) it saved a fraction of a millisecond per
-    solve, while it compiles for seconds longer and each of its programs keeps hundreds
-    of memory mappings alive, which a process that compiles many shapes runs out of
-    (benchmarks/README.md)."""
+    dozen rows, alone or in small batches) it saved little per solve next to its much
+    longer compilation, and each of its programs keeps hundreds of memory mappings
+    alive, which a process that compiles many shapes runs out of (benchmarks/README.md)."""
     if method == "parallel" or platform not in ("cpu", "gpu"):
         return "parallel"
     tridiagonal = max(widths, default=0) <= 1

@@ -12,8 +12,8 @@
 * ``jaxdia_ilu_solve(coefficients, [inverse_diagonal], b)``: ``op(T) x = b`` for a
   triangular ``T`` (see :func:`jaxdia._kernels.ilu.scan_solve`) and ``b`` ``(..., n)``.
   ``method``: ``"scan"`` (row by row), ``"wavefront"`` (by hyperplanes of ``grid``) or
-  ``"auto"``: the scan on CPU (its steps cost a few nanoseconds there, less than a
-  hyperplane's gathers per point) and without a grid, the wavefront elsewhere.
+  ``"auto"``: the scan on CPU (a step there costs less than a hyperplane's gathers per
+  point) and without a grid, the wavefront elsewhere.
 
 A factor's leading (batch) dims are absent (one factor for every right-hand side) or equal
 to ``b``'s. The batching rules move ``vmap``'s axis to the front; on CPU a batch runs one

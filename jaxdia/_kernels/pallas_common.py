@@ -1,5 +1,5 @@
-"""What the Pallas kernels share: a batch grid axis over broadcast operands, and output
-types inside ``shard_map``."""
+"""What the Pallas kernels share: their wrappers' operands, a batch grid axis over
+broadcast operands, and output types inside ``shard_map``."""
 
 from __future__ import annotations
 
@@ -7,8 +7,26 @@ import math
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.typing import ArrayLike
+
+
+def product_operands(
+    a: ArrayLike, x: ArrayLike
+) -> tuple[Array, Array, np.dtype, tuple[int, ...], int]:
+    """The operands of a product wrapper (``spmm(data, x)``, ``sddmm(g, x)``): ``a`` and
+    ``x`` as JAX arrays, their result dtype, their broadcast batch shape, and the number
+    of columns of ``x``."""
+    a, x = jnp.asarray(a), jnp.asarray(x)
+    batch = tuple(np.broadcast_shapes(a.shape[:-2], x.shape[:-2]))
+    return a, x, np.dtype(jnp.result_type(a, x)), batch, x.shape[-1]
+
+
+def round_up(value: int, multiple: int) -> int:
+    """The least multiple of ``multiple`` that is at least ``value``."""
+    return -(-value // multiple) * multiple
 
 
 def broadcast_batch_index(

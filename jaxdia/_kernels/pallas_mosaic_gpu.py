@@ -56,7 +56,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import mosaic_gpu as plgpu
 
 from .._geometry import Term, accumulation_dtype, live_terms
-from .pallas_common import broadcast_batch_index, kernel_out_shape
+from .pallas_common import broadcast_batch_index, kernel_out_shape, product_operands, round_up
 
 # Elements per TMA copy: TMA's limit on a box dimension. A copy of fewer (the 128-row
 # tiles) must still be a multiple of 128 bytes, which 128 elements of 2 bytes are.
@@ -226,10 +226,6 @@ def _chunk(rows: int) -> int:
     return _CHUNK if rows % _CHUNK == 0 else 128
 
 
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
 def _group_windows(shifts: Sequence[int], rows: int) -> _Windows:
     """Windows for terms reading ``rows`` rows from ``r0 + shift`` each: shifts less than
     a tile apart share one window (the tile plus the halo between them)."""
@@ -244,7 +240,7 @@ def _group_windows(shifts: Sequence[int], rows: int) -> _Windows:
     for group in groups:
         starts.append(group[0])
         offsets.append(sum(lengths))
-        lengths.append(_round_up(rows + group[-1] - group[0], chunk))
+        lengths.append(round_up(rows + group[-1] - group[0], chunk))
     reads = []
     for shift in shifts:
         w = max(i for i, start in enumerate(starts) if start <= shift)
@@ -426,12 +422,18 @@ def _barriers(plan: _Plan, n_cols: int) -> list:
     return [plgpu.Barrier(num_arrivals=max(a, 1)) for a in arrivals]
 
 
-def _grid_position(tiles: int, rows: int, out_rows: int):
-    """(flat batch index, first row) of this program's tile."""
+def _grid_position(rows: int, extent: int, batch: tuple[tuple[int, ...], ...]):
+    """(flat batch index, first row, the two inputs' batch indices) of this program's
+    tile of ``rows`` of the output's ``extent``; ``batch`` holds the broadcast batch and
+    the inputs' batch shapes."""
+    tiles = -(-extent // rows)
     program = lax.axis_index("programs")
     flat_batch = lax.div(program, np.int32(tiles))
     tile = lax.rem(program, np.int32(tiles))
-    return flat_batch, jnp.minimum(tile * rows, out_rows - rows)
+    start = jnp.minimum(tile * rows, extent - rows)
+    a_b = broadcast_batch_index(flat_batch, batch[0], batch[1])
+    x_b = broadcast_batch_index(flat_batch, batch[0], batch[2])
+    return flat_batch, start, a_b, x_b
 
 
 # ---------------------------------------------------------------------------------------
@@ -450,14 +452,11 @@ def _spmm_body(
     views: tuple[_View, _View, _View],
     batch: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]],
     n_cols: int,
-    out_rows: int,
+    extent: int,
 ):
     plan = k.plan
     data_view, x_view, y_view = views
-    tiles = -(-out_rows // plan.rows)
-    flat_batch, r0 = _grid_position(tiles, plan.rows, out_rows)
-    data_b = broadcast_batch_index(flat_batch, batch[0], batch[1])
-    x_b = broadcast_batch_index(flat_batch, batch[0], batch[2])
+    flat_batch, r0, data_b, x_b = _grid_position(plan.rows, extent, batch)
     rows = r0 + k.iota()
     data_at = []
     for i, term in enumerate(plan.terms):
@@ -614,16 +613,8 @@ def feasible(
     dtype = np.dtype(dtype)
     if not supports(dtype):
         return f"dtype {dtype.name} is not one the Mosaic GPU kernels take"
-    n_cols = b_shape[-1]
-    sizes = BlockSizes.default(shape, offsets, n_cols, dtype, op=op, transpose=transpose)
-    if sizes is None:
-        return _no_tile(op, offsets)
-    terms = live_terms(offsets, shape, transpose if op == "spmm" else True)
-    plan = _plan(op, terms, len(offsets), sizes)
-    itemsize = _storage_dtype(dtype).itemsize
-    if _views(plan, _operand_lines(op, a_shape, b_shape, shape, transpose, plan), itemsize):
-        return None
-    return "an operand is too large for TMA's 32-bit coordinates"
+    setup = _setup(op, a_shape, b_shape, dtype, offsets, shape, transpose)
+    return setup if isinstance(setup, str) else None
 
 
 def _operand_lines(op, a_shape, b_shape, shape, transpose, plan):
@@ -643,6 +634,83 @@ def _operand_lines(op, a_shape, b_shape, shape, transpose, plan):
         (math.prod(b_shape[:-2]) * n_cols, n),
         (batch * plan.n_diags, max(n, plan.rows)),
     )
+
+
+def _setup(
+    op: str,
+    a_shape: tuple[int, ...],
+    x_shape: tuple[int, ...],
+    dtype: np.dtype,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    transpose: bool,
+    block_sizes: BlockSizes | None = None,
+) -> tuple[_Plan, np.dtype, tuple[_View, _View, _View]] | str:
+    """The plan, the dtype TMA moves and the operands' views of a product, or why the
+    kernel cannot compute it (no tile fits, or an operand is too large)."""
+    if block_sizes is None:
+        n_cols = x_shape[-1]
+        block_sizes = BlockSizes.default(shape, offsets, n_cols, dtype, op=op, transpose=transpose)
+    if block_sizes is None:
+        return _no_tile(op, offsets)
+    terms = live_terms(offsets, shape, transpose if op == "spmm" else True)
+    plan = _plan(op, terms, len(offsets), block_sizes)
+    storage = _storage_dtype(dtype)
+    lines = _operand_lines(op, a_shape, x_shape, shape, transpose, plan)
+    views = _views(plan, lines, storage.itemsize)
+    if views is None:
+        return "an operand is too large for TMA's 32-bit coordinates"
+    return plan, storage, views
+
+
+def _run(
+    op: str,
+    a: Array,
+    x: Array,
+    dtype: np.dtype,
+    batch: tuple[int, ...],
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    transpose: bool,
+    block_sizes: BlockSizes | None,
+    interpret: bool,
+) -> Array:
+    """The kernel of ``op`` on ``a`` (``data`` for ``"spmm"``, ``g`` for ``"sddmm"``) and
+    ``x`` of the broadcast ``batch``: one program per tile of ``plan.rows`` of the
+    output's extent (its rows, or ``data``'s columns) per batch entry; the output
+    ``(prod(batch), lines, extent)`` in ``dtype``. Raises the ValueError of
+    :func:`feasible` when no tile fits or an operand is too large."""
+    setup = _setup(op, a.shape, x.shape, dtype, offsets, shape, transpose, block_sizes)
+    if isinstance(setup, str):
+        raise ValueError(f"{op}: {setup}")
+    plan, storage, views = setup
+    spmm = op == "spmm"
+    extent = (shape[1] if transpose else shape[0]) if spmm else shape[1]
+    n_cols, alloc = x.shape[-1], max(extent, plan.rows)
+    operands = (
+        (_lines if spmm else _column_major)(a.astype(dtype), storage).reshape(views[0].shape()),
+        _column_major(x.astype(dtype), storage).reshape(views[1].shape()),
+    )
+    k = _Kernel(plan, dtype, cast_layouts=not interpret or _interpreter_casts_layouts())
+    batches = (batch, tuple(a.shape[:-2]), tuple(x.shape[:-2]))
+    kernel = _spmm_body if spmm else _sddmm_body
+    body = functools.partial(kernel, k=k, views=views, batch=batches, n_cols=n_cols, extent=alloc)
+    out = plgpu.kernel(
+        body,
+        out_type=kernel_out_shape(views[2].shape(), storage, x),
+        scratch_types=[
+            plgpu.SMEM((plan.direct_size,), storage),
+            plgpu.SMEM((plan.grouped_size,), storage),
+            plgpu.SMEM((plan.out_size,), storage),
+            *_barriers(plan, n_cols),
+        ],
+        grid=(math.prod(batch) * -(-alloc // plan.rows),),
+        grid_names=("programs",),
+        compiler_params=plgpu.CompilerParams(lowering_semantics=_LANE),
+        interpret=_interpret_params(interpret),
+        kernel_name=f"jaxdia_{op}_t" if spmm and transpose else f"jaxdia_{op}",
+    )(*operands)
+    return _from_storage(out.reshape(math.prod(batch), -1, alloc)[..., :extent], dtype)
 
 
 def spmm(
@@ -683,55 +751,15 @@ def spmm(
         >>> y[:, 0].tolist()  # [1 + 5, 2 + 6, 3]
         [6.0, 8.0, 3.0]
     """
-    data, x = jnp.asarray(data), jnp.asarray(x)
+    data, x, dtype, batch, n_cols = product_operands(data, x)
+    dtype = _check_dtype(dtype, "spmm")
     m, n = shape
     out_rows = n if transpose else m
-    dtype = _check_dtype(jnp.result_type(data, x), "spmm")
-    batch = tuple(np.broadcast_shapes(data.shape[:-2], x.shape[:-2]))
-    n_cols = x.shape[-1]
     out_shape = (*batch, out_rows, n_cols)
     terms = live_terms(offsets, shape, transpose)
     if not terms or math.prod(out_shape) == 0:
         return jnp.zeros(out_shape, dtype)
-    if block_sizes is None:
-        block_sizes = BlockSizes.default(shape, offsets, n_cols, dtype, transpose=transpose)
-    if block_sizes is None:
-        raise ValueError("spmm: " + _no_tile("spmm", offsets))
-    plan = _plan("spmm", terms, len(offsets), block_sizes)
-    storage = _storage_dtype(dtype)
-    alloc_rows = max(out_rows, plan.rows)
-    n_batch = math.prod(batch)
-    lines = _operand_lines("spmm", data.shape, x.shape, shape, transpose, plan)
-    views = _views(plan, lines, storage.itemsize)
-    if views is None:
-        raise ValueError("spmm: an operand is too large for TMA's 32-bit coordinates")
-    data_lines = _lines(data.astype(dtype), storage).reshape(views[0].shape())
-    x_lines = _column_major(x.astype(dtype), storage).reshape(views[1].shape())
-    k = _Kernel(plan, dtype, cast_layouts=not interpret or _interpreter_casts_layouts())
-    body = functools.partial(
-        _spmm_body,
-        k=k,
-        views=views,
-        batch=(batch, tuple(data.shape[:-2]), tuple(x.shape[:-2])),
-        n_cols=n_cols,
-        out_rows=alloc_rows,
-    )
-    out = plgpu.kernel(
-        body,
-        out_type=kernel_out_shape(views[2].shape(), storage, x),
-        scratch_types=[
-            plgpu.SMEM((plan.direct_size,), storage),
-            plgpu.SMEM((plan.grouped_size,), storage),
-            plgpu.SMEM((plan.out_size,), storage),
-            *_barriers(plan, n_cols),
-        ],
-        grid=(n_batch * -(-alloc_rows // plan.rows),),
-        grid_names=("programs",),
-        compiler_params=plgpu.CompilerParams(lowering_semantics=_LANE),
-        interpret=_interpret_params(interpret),
-        kernel_name="jaxdia_spmm_t" if transpose else "jaxdia_spmm",
-    )(data_lines, x_lines)
-    y = _from_storage(out.reshape(n_batch, n_cols, alloc_rows)[..., :out_rows], dtype)
+    y = _run("spmm", data, x, dtype, batch, offsets, shape, transpose, block_sizes, interpret)
     return jnp.swapaxes(y, -1, -2).reshape(out_shape)
 
 
@@ -751,14 +779,11 @@ def _sddmm_body(
     views: tuple[_View, _View, _View],
     batch: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]],
     n_cols: int,
-    out_cols: int,
+    extent: int,
 ):
     plan = k.plan
     g_view, x_view, d_view = views
-    tiles = -(-out_cols // plan.rows)
-    flat_batch, j0 = _grid_position(tiles, plan.rows, out_cols)
-    g_b = broadcast_batch_index(flat_batch, batch[0], batch[1])
-    x_b = broadcast_batch_index(flat_batch, batch[0], batch[2])
+    flat_batch, j0, g_b, x_b = _grid_position(plan.rows, extent, batch)
     windows = plan.windows
 
     def block(col0, width, barrier, sums):
@@ -860,53 +885,12 @@ def sddmm(
         >>> sddmm(g, x, offsets=(-1, 0), shape=(2, 2), interpret=True).tolist()
         [[6.0, 0.0], [3.0, 8.0]]
     """
-    g, x = jnp.asarray(g), jnp.asarray(x)
+    g, x, dtype, batch, n_cols = product_operands(g, x)
+    dtype = _check_dtype(dtype, "sddmm")
     m, n = shape
-    dtype = _check_dtype(jnp.result_type(g, x), "sddmm")
-    batch = tuple(np.broadcast_shapes(g.shape[:-2], x.shape[:-2]))
-    n_cols = x.shape[-1]
     out_shape = (*batch, len(offsets), n)
     terms = live_terms(offsets, shape, True)
     if math.prod(out_shape) == 0 or not terms or n_cols == 0:
         return jnp.zeros(out_shape, dtype)
-    if block_sizes is None:
-        block_sizes = BlockSizes.default(shape, offsets, n_cols, dtype, op="sddmm")
-    if block_sizes is None:
-        raise ValueError("sddmm: " + _no_tile("sddmm", offsets))
-    plan = _plan("sddmm", terms, len(offsets), block_sizes)
-    storage = _storage_dtype(dtype)
-    alloc_cols = max(n, plan.rows)
-    n_batch = math.prod(batch)
-    views = _views(
-        plan, _operand_lines("sddmm", g.shape, x.shape, shape, False, plan), storage.itemsize
-    )
-    if views is None:
-        raise ValueError("sddmm: an operand is too large for TMA's 32-bit coordinates")
-    g_lines = _column_major(g.astype(dtype), storage).reshape(views[0].shape())
-    x_lines = _column_major(x.astype(dtype), storage).reshape(views[1].shape())
-    k = _Kernel(plan, dtype, cast_layouts=not interpret or _interpreter_casts_layouts())
-    body = functools.partial(
-        _sddmm_body,
-        k=k,
-        views=views,
-        batch=(batch, tuple(g.shape[:-2]), tuple(x.shape[:-2])),
-        n_cols=n_cols,
-        out_cols=alloc_cols,
-    )
-    out = plgpu.kernel(
-        body,
-        out_type=kernel_out_shape(views[2].shape(), storage, x),
-        scratch_types=[
-            plgpu.SMEM((plan.direct_size,), storage),
-            plgpu.SMEM((plan.grouped_size,), storage),
-            plgpu.SMEM((plan.out_size,), storage),
-            *_barriers(plan, n_cols),
-        ],
-        grid=(n_batch * -(-alloc_cols // plan.rows),),
-        grid_names=("programs",),
-        compiler_params=plgpu.CompilerParams(lowering_semantics=_LANE),
-        interpret=_interpret_params(interpret),
-        kernel_name="jaxdia_sddmm",
-    )(g_lines, x_lines)
-    d = _from_storage(out.reshape(n_batch, len(offsets), alloc_cols)[..., :n], dtype)
+    d = _run("sddmm", g, x, dtype, batch, offsets, shape, False, block_sizes, interpret)
     return d.reshape(out_shape)

@@ -44,7 +44,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from .._geometry import diagonal_bounds, holds_entries
-from .pallas_common import broadcast_batch_index, kernel_out_shape
+from .pallas_common import broadcast_batch_index, kernel_out_shape, product_operands, round_up
 
 _SUPPORTED = frozenset(np.dtype(d) for d in (jnp.float32, jnp.bfloat16))
 _LANES = 128
@@ -109,8 +109,8 @@ class BlockSizes:
         starting point to tune.
         """
         del dtype  # bfloat16 blocks occupy as many bytes as float32 ones (16-row tiles).
-        cols = min(_round_up(max(n_cols, 1), 8), 64)
-        limit = _round_up(max(shape[0], shape[1], 1), _LANES)
+        cols = min(round_up(max(n_cols, 1), 8), 64)
+        limit = round_up(max(shape[0], shape[1], 1), _LANES)
         rows = _LANES
         for candidate in (256, 512, 1024, 2048):
             if candidate > limit or _vmem_words(op, offsets, shape, candidate, cols) * 4 > 2**23:
@@ -127,13 +127,13 @@ def _vmem_words(op: str, offsets, shape, block: int, cols: int) -> int:
     """
     transposed = op != "spmm"
     x_shifts, data_ops = _operand_plan(offsets, shape, block, transposed)
-    sublanes = _round_up(cols, 8) * len(x_shifts)  # X (spmm) or G (sddmm) windows
+    sublanes = round_up(cols, 8) * len(x_shifts)  # X (spmm) or G (sddmm) windows
     if op == "spmm":
-        sublanes += 8 * len(data_ops) + _round_up(cols, 8)  # data blocks, output
+        sublanes += 8 * len(data_ops) + round_up(cols, 8)  # data blocks, output
     elif op == "spmm_t":
-        sublanes += 8 * len(offsets) + _round_up(cols, 8)  # aligned data, output
+        sublanes += 8 * len(offsets) + round_up(cols, 8)  # aligned data, output
     else:
-        sublanes += _round_up(cols, 8) + 16 * len(offsets)  # X, out and sums (n_diags, 1, T)
+        sublanes += round_up(cols, 8) + 16 * len(offsets)  # X, out and sums (n_diags, 1, T)
     return 2 * block * sublanes
 
 
@@ -146,10 +146,6 @@ def _block_spec(block_shape: tuple, index_map: Callable[..., tuple]) -> pl.Block
         return tuple(jnp.asarray(i, jnp.int32) for i in index_map(*grid_indices))
 
     return pl.BlockSpec(block_shape, int32_indices)
-
-
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
 
 
 def _shift_split(shift: int, block: int) -> tuple[int, int]:
@@ -287,14 +283,11 @@ def spmm(
         >>> y[:, 0].tolist()  # [1 + 5, 2 + 6, 3]
         [6.0, 8.0, 3.0]
     """
-    data, x = jnp.asarray(data), jnp.asarray(x)
-    dtype = jnp.result_type(data, x)
+    data, x, dtype, batch, n_cols = product_operands(data, x)
     if not supports(dtype):
         raise TypeError(f"the TPU kernel handles float32 and bfloat16, not {dtype}")
     m, n = shape
     x_rows, out_rows = (m, n) if transpose else (n, m)
-    batch = tuple(np.broadcast_shapes(data.shape[:-2], x.shape[:-2]))
-    n_cols = x.shape[-1]
     out_shape = (*batch, out_rows, n_cols)
     offsets = tuple(offsets)
     if math.prod(out_shape) == 0 or not any(holds_entries(o, shape) for o in offsets):
@@ -460,13 +453,10 @@ def sddmm(
         >>> sddmm(g, x, offsets=(-1, 0), shape=(2, 2), interpret=True).tolist()
         [[6.0, 0.0], [3.0, 8.0]]
     """
-    g, x = jnp.asarray(g), jnp.asarray(x)
-    dtype = jnp.result_type(g, x)
+    g, x, dtype, batch, n_cols = product_operands(g, x)
     if not supports(dtype):
         raise TypeError(f"the TPU kernel handles float32 and bfloat16, not {dtype}")
     m, n = shape
-    batch = tuple(np.broadcast_shapes(g.shape[:-2], x.shape[:-2]))
-    n_cols = x.shape[-1]
     offsets = tuple(offsets)
     out_shape = (*batch, len(offsets), n)
     if (

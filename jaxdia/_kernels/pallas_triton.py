@@ -35,7 +35,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 from .._geometry import accumulation_dtype, diagonal_bounds
-from .pallas_common import broadcast_batch_index, kernel_out_shape
+from .pallas_common import broadcast_batch_index, kernel_out_shape, product_operands
 
 _SUPPORTED = frozenset(
     np.dtype(d)
@@ -260,12 +260,9 @@ def spmm(
         >>> y[:, 0].tolist()  # [1 + 5, 2 + 6, 3]
         [6.0, 8.0, 3.0]
     """
-    data, x = jnp.asarray(data), jnp.asarray(x)
+    data, x, dtype, batch, n_cols = product_operands(data, x)
     m, n = shape
     out_rows = n if transpose else m
-    dtype = jnp.result_type(data, x)
-    batch = tuple(np.broadcast_shapes(data.shape[:-2], x.shape[:-2]))
-    n_cols = x.shape[-1]
     out_shape = (*batch, out_rows, n_cols)
     if not offsets or math.prod(out_shape) == 0 or m == 0 or n == 0:
         return jnp.zeros(out_shape, dtype)
@@ -407,11 +404,8 @@ def sddmm(
         >>> sddmm(g, x, offsets=(-1, 0), shape=(2, 2), interpret=True).tolist()
         [[6.0, 0.0], [3.0, 8.0]]
     """
-    g, x = jnp.asarray(g), jnp.asarray(x)
+    g, x, dtype, batch, n_cols = product_operands(g, x)
     m, n = shape
-    dtype = jnp.result_type(g, x)
-    batch = tuple(np.broadcast_shapes(g.shape[:-2], x.shape[:-2]))
-    n_cols = x.shape[-1]
     out_shape = (*batch, len(offsets), n)
     if math.prod(out_shape) == 0 or m == 0 or n_cols == 0:
         return jnp.zeros(out_shape, dtype)

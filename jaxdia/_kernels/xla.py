@@ -58,10 +58,10 @@ _MIN_INTERIOR_FRACTION = 0.5
 
 # Products with more terms (diagonals holding entries) than this run as one loop over the
 # diagonals (see ``_looped``): the unrolled formulations compile one piece per term, so
-# their compile time grows past seconds, where the loop's stays constant. For one column
-# the loop is as fast beyond this; for several it stays a few times slower than the
-# unrolled loops (it revisits the output window once per diagonal), so those unroll up
-# to the point where compile time reaches about a second (benchmarks/README.md).
+# their compile time grows with the terms, where the loop's stays constant. For one column
+# the loop is as fast beyond this; for several it stays slower than the unrolled loops
+# (it revisits the output window once per diagonal), so those unroll further, up to where
+# compile time starts to outweigh that (benchmarks/README.md).
 _MAX_UNROLLED_TERMS = 64
 _MAX_UNROLLED_TERMS_SEVERAL_COLUMNS = 200
 
@@ -204,7 +204,8 @@ def looped_matvec(data: Array, x: Array, offsets: tuple[int, ...], shape: tuple[
     """``A @ x`` for one matrix ``data`` ``(n_diags, n)`` and a vector ``x``, as the loop
     over the diagonals of :func:`spmm_xla`'s many-diagonal case: one piece of code to
     compile whatever the number of diagonals (for the small levels of a multigrid
-    cycle, where the loop's per-diagonal overhead is microseconds)."""
+    cycle, where the loop's per-diagonal overhead is small next to compiling one piece
+    per diagonal)."""
     acc = accumulation_dtype(jnp.result_type(data, x))
     out = _looped(data, x[:, None], offsets, shape, False, (), acc)[:, 0]
     return out.astype(jnp.result_type(data, x))
@@ -280,7 +281,7 @@ def spmm_xla(
             pieces.append(edge(hi, out_rows))
         return lax.concatenate(pieces, axis)
     # One column: a concatenation would run every piece's loop over the interior's length
-    # with masked loads and stores (many times slower than the interior alone), so the
+    # with masked loads and stores (where the interior alone needs none), so the
     # interior is padded to the output and the edges are written into it in place.
     out = _pad_axis(interior, axis, lo, out_rows - hi)
     for start, stop in ((0, lo), (hi, out_rows)):

@@ -173,7 +173,7 @@ def _blockwise_sums(flat: Array, runs: tuple[Run, ...], acc) -> Array:
     def block_sums(first):
         window = _gather(lax.dynamic_slice_in_dim(flat, first, block, axis=0), index)
         # The barrier keeps XLA from fusing the gather into the sum, which recomputes
-        # gather indices inside the reduction loop (several times slower).
+        # gather indices inside the reduction loop.
         return _masked(lax.optimization_barrier(window), valid, acc).sum(-1)
 
     n_blocks = -(-count // block)
