@@ -685,7 +685,7 @@ static band_solve_t *const BAND_SOLVE_ROUTINES[4] = {s_band_solve, d_band_solve,
 
 /* Bands with kl + ku up to this are factored and solved by the loops above, wider ones by
    LAPACK (whose blocked ?gbtrf and BLAS kernels pay off there). */
-#define NARROW 8
+#define WRITTEN_OUT_UP_TO 8
 
 /* -- banded LU -------------------------------------------------------------------------- */
 
@@ -721,7 +721,7 @@ static XLA_FFI_Error *gbtrf_handler(XLA_FFI_CallFrame *frame) {
         return fail(frame, ERROR_INVALID_ARGUMENT, "gbtrf: the band has too few columns");
     gbtrf_t *routine = (gbtrf_t *)routines[p][GBTRF];
     size_t step = (size_t)(n * ldab) * ITEMSIZE[p];
-    if (kl + ku <= NARROW) { /* each band factored as soon as it is filled, in cache */
+    if (kl + ku <= WRITTEN_OUT_UP_TO) { /* each band factored as soon as it is filled, in cache */
         for (int64_t first = 0; first < systems; first += LANES) {
             int64_t count = systems - first < LANES ? systems - first : LANES;
             fill_systems(&args[0], &args[1], lu, p, first, count);
@@ -819,7 +819,7 @@ static XLA_FFI_Error *gbtrs_handler(XLA_FFI_CallFrame *frame) {
         return fail(frame, ERROR_INVALID_ARGUMENT, "gbtrs: the band has too few columns");
     size_t lu_step = plan.shared ? 0 : (size_t)(n * ldab) * ITEMSIZE[p];
     size_t x_step = (size_t)(plan.columns * n) * ITEMSIZE[p];
-    if (kl + ku <= NARROW) {
+    if (kl + ku <= WRITTEN_OUT_UP_TO) {
         BAND_SOLVE_ROUTINES[p](trans, n, kl, ku, ldab, lu->data, plan.shared ? 0 : n * ldab,
                                (const int32_t *)pivots->data, plan.shared ? 0 : n, x->data,
                                plan.systems, plan.columns);
