@@ -2,9 +2,10 @@
 
    The handlers of jaxdia's LAPACK custom calls (jaxdia/_kernels/lapack.py documents the
    operations, layouts and attributes): ?gbtrf/?gbtrs (with ?tbsv for a factor computed
-   without row interchanges), ?pbtrf/?pbtrs, ?gttrf/?gttrs, ?pttrf/?pttrs. XLA calls them on
-   its own threads with pointers to its buffers; they never touch Python or the GIL, and
-   keep no state but the LAPACK function pointers set once by `targets` (so they are
+   without row interchanges; for a band with few subdiagonals, their algorithms written out
+   here instead, without BLAS calls), ?pbtrf/?pbtrs, ?gttrf/?gttrs, ?pttrf/?pttrs. XLA calls
+   them on its own threads with pointers to its buffers; they never touch Python or the GIL,
+   and keep no state but the LAPACK function pointers set once by `targets` (so they are
    thread safe: LAPACK's routines are reentrant).
 
    LAPACK and BLAS are SciPy's: `targets` takes the capsules of
@@ -472,7 +473,9 @@ typedef struct {
 
 /* |re| + |im| is i?amax's measure (LAPACK's ?cabs1); division is Smith's, as Fortran's. */
 #define COMPLEX_ARITHMETIC(P, T, R)                                                            \
-    static inline R P##_abs1(T a) { return (a.re < 0 ? -a.re : a.re) + (a.im < 0 ? -a.im : a.im); } \
+    static inline R P##_abs1(T a) {                                                             \
+        return (a.re < 0 ? -a.re : a.re) + (a.im < 0 ? -a.im : a.im);                        \
+    }                                                                                        \
     static inline int P##_nonzero(T a) { return a.re != 0 || a.im != 0; }                     \
     static inline T P##_zero(void) { T z = {0, 0}; return z; }                                 \
     static inline T P##_mul(T a, T b) {                                                        \
@@ -683,9 +686,11 @@ static band_lu_t *const BAND_LU_ROUTINES[4] = {s_band_lu, d_band_lu, c_band_lu, 
 static band_solve_t *const BAND_SOLVE_ROUTINES[4] = {s_band_solve, d_band_solve, c_band_solve,
                                                      z_band_solve};
 
-/* Bands with kl + ku up to this are factored and solved by the loops above, wider ones by
-   LAPACK (whose blocked ?gbtrf and BLAS kernels pay off there). */
-#define WRITTEN_OUT_UP_TO 8
+/* Bands with at most this many subdiagonals are factored and solved by the loops above,
+   whatever ku (LAPACK's ?gbtrf factors them with ?gbtf2 too: it blocks only bands with kl at
+   least its block size, 32); wider ones by LAPACK, whose BLAS kernels, vectorized over the
+   kl + 1 rows of a column, take about as long from kl = 6 on and less from kl = 24. */
+#define WRITTEN_OUT_KL 4
 
 /* -- banded LU -------------------------------------------------------------------------- */
 
@@ -721,7 +726,7 @@ static XLA_FFI_Error *gbtrf_handler(XLA_FFI_CallFrame *frame) {
         return fail(frame, ERROR_INVALID_ARGUMENT, "gbtrf: the band has too few columns");
     gbtrf_t *routine = (gbtrf_t *)routines[p][GBTRF];
     size_t step = (size_t)(n * ldab) * ITEMSIZE[p];
-    if (kl + ku <= WRITTEN_OUT_UP_TO) { /* each band factored as soon as it is filled, in cache */
+    if (kl <= WRITTEN_OUT_KL) { /* each band factored as soon as it is filled, in cache */
         for (int64_t first = 0; first < systems; first += LANES) {
             int64_t count = systems - first < LANES ? systems - first : LANES;
             fill_systems(&args[0], &args[1], lu, p, first, count);
@@ -783,7 +788,8 @@ static XLA_FFI_Error *transpose_letter(const XLA_FFI_CallFrame *frame, const cha
 
 /* ?gbtrs. A factor computed without row interchanges (a diagonally dominant matrix, say)
    has a U of bandwidth ku, not the kl + ku that ?gbtrs sweeps: then ?tbsv over L's and U's
-   own bands does the work instead. */
+   own bands does the work instead. A band of at most WRITTEN_OUT_KL subdiagonals takes the
+   written-out solve, which sweeps U's ku superdiagonals only in that case itself. */
 static XLA_FFI_Error *gbtrs_handler(XLA_FFI_CallFrame *frame) {
     if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
     Buffer args[3], rets[1];
@@ -819,7 +825,7 @@ static XLA_FFI_Error *gbtrs_handler(XLA_FFI_CallFrame *frame) {
         return fail(frame, ERROR_INVALID_ARGUMENT, "gbtrs: the band has too few columns");
     size_t lu_step = plan.shared ? 0 : (size_t)(n * ldab) * ITEMSIZE[p];
     size_t x_step = (size_t)(plan.columns * n) * ITEMSIZE[p];
-    if (kl + ku <= WRITTEN_OUT_UP_TO) {
+    if (kl <= WRITTEN_OUT_KL) {
         BAND_SOLVE_ROUTINES[p](trans, n, kl, ku, ldab, lu->data, plan.shared ? 0 : n * ldab,
                                (const int32_t *)pivots->data, plan.shared ? 0 : n, x->data,
                                plan.systems, plan.columns);
