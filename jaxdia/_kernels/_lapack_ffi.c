@@ -435,16 +435,19 @@ static XLA_FFI_Error *plan_solve(const XLA_FFI_CallFrame *frame, const char *rou
 
 /* -- banded LU of a narrow band, without BLAS ------------------------------------------- */
 
-/* LAPACK factors a band whose ku is at most 64 with the unblocked ?gbtf2 (ILAENV's block
-   size for ?gbtrf is 1 then), which calls BLAS (i?amax, ?swap, ?scal, ?ger) once per column
-   on vectors of kl + 1 elements or fewer, and ?gbtrs calls ?ger or ?gemv, ?swap once per
-   column and ?tbsv. For a narrow band each call costs more than its arithmetic. The loops
-   below are those routines' algorithms written out: the same band storage, the same pivots
-   (i?amax's: the first largest |re| + |im|), the same `info`, the same order of operations
-   (a multiplier is the product with the pivot's reciprocal, as ?gbtf2's ?scal makes it;
-   the solve divides by U's diagonal, as ?tbsv does); only the rounding of BLAS kernels
-   that fuse or reorder differs. Each is written once, for the four precisions, by a macro
-   over the element type and its arithmetic (`s_`, `d_`, `c_`, `z_` functions). */
+/* LAPACK's ?gbtrf factors a band of fewer than 32 subdiagonals with the unblocked ?gbtf2
+   (its block size, 1 or 32, is then 1 or more than kl), which calls BLAS (i?amax, ?swap,
+   ?scal, ?ger) once per column on vectors of kl + 1 elements or fewer; ?gbtrs calls ?ger or
+   ?gemv and ?swap once per column, and ?tbsv. For a narrow band each call costs more than
+   its arithmetic. The loops below are those routines' algorithms written out: the same band
+   storage, the same pivots (i?amax's: the first largest |re| + |im|), the same `info`, the
+   same operations (a multiplier is the product with the pivot's reciprocal, as ?gbtf2's
+   ?scal makes it; the solve divides by U's diagonal, as ?tbsv does; a zero skips its
+   updates, as in the reference BLAS). Results differ from LAPACK's by rounding only: BLAS
+   kernels may fuse or reorder, the transposed solve subtracts L's terms one by one where
+   ?gemv sums them first, complex division is Smith's. Each is written once, for the four
+   precisions, by a macro over the element type and its arithmetic (the `s_`, `d_`, `c_`,
+   `z_` functions). */
 
 /* Their loops run 1 to kl + ku times: GCC's vectorized versions of them, with their checks
    of trip count and overlap, cost more than they save. */
