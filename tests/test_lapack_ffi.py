@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.linalg
 from numpy.typing import DTypeLike
 
 import jaxdia
@@ -277,3 +278,167 @@ print("solved")
             cwd=Path(__file__).resolve().parents[1],
         )
         assert result.returncode == 0 and "solved" in result.stdout, result.stderr
+
+
+# -- narrow bands: the handlers' own ?gbtf2 and ?gbtrs against SciPy's LAPACK -------------
+
+PREFIXES = {np.float32: "s", np.float64: "d", np.complex64: "c", np.complex128: "z"}
+EPS = {dtype: np.finfo(dtype).eps for dtype in PREFIXES}
+
+# (n, kl, ku): kl <= 4, the bands the handlers factor and solve without LAPACK; one row or
+# two, a bidiagonal band either way, bands wider than the matrix, a wide U.
+NARROW_SHAPES = [
+    (1, 0, 0),
+    (1, 2, 1),
+    (2, 1, 1),
+    (2, 3, 2),
+    (3, 0, 2),
+    (5, 3, 0),
+    (6, 4, 4),
+    (40, 2, 2),
+    (40, 3, 1),
+    (40, 1, 4),
+    (40, 4, 3),
+    (40, 2, 12),
+    (40, 4, 0),
+    (40, 0, 5),
+]
+
+
+def lapack_band(A: np.ndarray, kl: int, ku: int):
+    """SciPy's ``ab`` for ?gbtrf (``2 kl + ku + 1`` rows, ``ab[kl + ku + i - j, j] = A[i, j]``)
+    and the DIA data and placement of jaxdia's ``gbtrf`` for the same matrix."""
+    n, kv = A.shape[0], kl + ku
+    offsets = range(-kl, ku + 1)
+    ab = np.zeros((2 * kl + ku + 1, n), A.dtype)
+    data = np.zeros((len(offsets), n), A.dtype)
+    for k, offset in enumerate(offsets):
+        for j in range(max(0, offset), min(n, n + offset)):
+            ab[kv - offset, j] = data[k, j] = A[j - offset, j]
+    return ab, data, [(offset, kv - offset) for offset in offsets]
+
+
+def random_band(n, kl, ku, dtype, seed):
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((n, n))
+    if np.dtype(dtype).kind == "c":
+        A = A + 1j * rng.standard_normal((n, n))
+    i, j = np.indices((n, n))
+    A[(j - i > ku) | (i - j > kl)] = 0
+    return A.astype(dtype)
+
+
+def compare_factors(A, kl, ku):
+    """jaxdia's ``gbtrf`` and SciPy's ``?gbtrf`` of ``A``: the same pivots and info, factors
+    equal to rounding; returns SciPy's factor and pivots."""
+    dtype = A.dtype.type
+    ab, data, placement = lapack_band(A, kl, ku)
+    want, want_pivots, want_info = getattr(scipy.linalg.lapack, PREFIXES[dtype] + "gbtrf")(
+        ab, kl, ku
+    )
+    lu, pivots, info = lapack.gbtrf(jnp.asarray(data), placement=placement, kl=kl, ku=ku)
+    assert int(info) == want_info
+    np.testing.assert_array_equal(pivots, want_pivots)
+    scale = max(np.abs(want).max(), 1.0)
+    np.testing.assert_allclose(np.asarray(lu).T, want, rtol=0, atol=200 * EPS[dtype] * scale)
+    return want, want_pivots
+
+
+@pytest.mark.parametrize("dtype", list(PREFIXES))
+@pytest.mark.parametrize("n, kl, ku", NARROW_SHAPES)
+def test_narrow_band_factors_and_solves_are_lapacks(n, kl, ku, dtype):
+    """The same pivots and info as ?gbtrf, the factor and the solutions of ?gbtrs (with
+    SciPy's factor, for ``trans`` 0, 1 and 2: ``A x = b``, ``A^T x = b``, ``A^H x = b``)
+    to rounding, random bands that pivot."""
+    with jax.enable_x64():
+        for seed in range(3):
+            A = random_band(n, kl, ku, dtype, seed)
+            factor, pivots = compare_factors(A, kl, ku)
+            b = random_band(n, n, n, dtype, seed + 10)[:, :3]
+            gbtrs = getattr(scipy.linalg.lapack, PREFIXES[dtype] + "gbtrs")
+            for trans in (0, 1, 2):
+                want, info = gbtrs(factor, kl, ku, b, pivots, trans=trans)
+                assert info == 0
+                got = lapack.gbtrs(
+                    jnp.asarray(factor.T),
+                    jnp.asarray(pivots, jnp.int32),
+                    jnp.asarray(b.T),
+                    kl=kl,
+                    ku=ku,
+                    trans=trans,
+                )
+                scale = max(np.abs(want).max(), 1.0)
+                np.testing.assert_allclose(
+                    np.asarray(got).T,
+                    want,
+                    rtol=0,
+                    atol=200 * EPS[dtype] * scale,
+                    err_msg=f"trans={trans}",
+                )
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_narrow_band_zero_pivots_are_lapacks(dtype):
+    """info is the first zero pivot, 1-based, as LAPACK's: in the last column, in a column
+    of zeros in the middle (the elimination goes on after it), in every column."""
+    with jax.enable_x64():
+        n, kl, ku = 7, 2, 1
+        last = random_band(n, kl, ku, dtype, 0)
+        last[-1, -1] = 0
+        last[-1, -3:] = 0  # a last row of zeros: U[-1, -1] is 0 whatever the pivots
+        middle = random_band(n, kl, ku, dtype, 1)
+        middle[:, 3] = 0
+        for A, info in ((last, n), (middle, 4), (np.zeros((n, n), dtype), 1)):
+            ab, data, placement = lapack_band(A, kl, ku)
+            _, _, want = getattr(scipy.linalg.lapack, PREFIXES[dtype] + "gbtrf")(ab, kl, ku)
+            assert want == info
+            compare_factors(A, kl, ku)
+
+
+def test_wide_bands_still_match_lapack():
+    """kl > 4: LAPACK's own ?gbtrf, the same comparison."""
+    with jax.enable_x64():
+        for kl, ku in ((5, 4), (9, 0), (6, 12)):
+            compare_factors(random_band(60, kl, ku, np.float64, kl), kl, ku)
+
+
+@pytest.mark.usefixtures("host")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
+@pytest.mark.parametrize("lower, upper", [(2, 2), (3, 1), (0, 2), (4, 4)])
+def test_narrow_band_public_solves_agree_with_scipy(lower, upper, dtype):
+    """``solve_banded``, ``lu_factor(A).solve`` (``trans`` 0, 1, 2) and a batch under
+    ``vmap`` against SciPy: diagonally dominant bands (no row interchanges) and bands with
+    a diagonal of the size of the rest (row interchanges, a moderate condition number)."""
+    n, count, tolerance = 50, 3, 1e3 * EPS[dtype]
+    with jax.enable_x64():
+        for dominant in (False, True):
+            A = band(n, lower, upper, batch=(count,), dtype=dtype, seed=lower + upper)
+            data = np.array(A.data)
+            data[..., lower, :] += 2.0 * (lower + upper + 1) if dominant else 2.0
+            A = jaxdia.DiaMatrix(jnp.asarray(data), A.offsets, A.shape)
+            b = right_hand_sides(A, count, seed=5)[:, :, 0]
+            systems = [jaxdia.DiaMatrix(A.data[i], A.offsets, A.shape) for i in range(count)]
+            batched = jax.jit(
+                jax.vmap(
+                    lambda data, b: jaxdia.solve_banded(
+                        jaxdia.DiaMatrix(data, A.offsets, A.shape), b
+                    )
+                )
+            )
+            together = batched(A.data, b)
+            for i, A_i in enumerate(systems):
+                dense = np.asarray(A_i.todense())
+                ab = np.stack(
+                    [np.pad(np.diagonal(dense, k), (max(k, 0), 0)) for k in range(upper, -1, -1)]
+                    + [np.pad(np.diagonal(dense, k), (0, -k)) for k in range(-1, -lower - 1, -1)]
+                )
+                want = scipy.linalg.solve_banded((lower, upper), ab, b[i])
+                atol = tolerance * np.abs(want).max()
+                np.testing.assert_allclose(jaxdia.solve_banded(A_i, b[i]), want, atol=atol)
+                np.testing.assert_allclose(together[i], want, atol=atol)
+                factor = jaxdia.lu_factor(A_i)
+                for trans, op in ((1, dense.T), (2, dense.conj().T)):
+                    want = np.linalg.solve(op, b[i])
+                    np.testing.assert_allclose(
+                        factor.solve(b[i], trans=trans), want, atol=tolerance * np.abs(want).max()
+                    )

@@ -2,9 +2,10 @@
 
    The handlers of jaxdia's LAPACK custom calls (jaxdia/_kernels/lapack.py documents the
    operations, layouts and attributes): ?gbtrf/?gbtrs (with ?tbsv for a factor computed
-   without row interchanges), ?pbtrf/?pbtrs, ?gttrf/?gttrs, ?pttrf/?pttrs. XLA calls them on
-   its own threads with pointers to its buffers; they never touch Python or the GIL, and
-   keep no state but the LAPACK function pointers set once by `targets` (so they are
+   without row interchanges; for a band with few subdiagonals, their algorithms written out
+   here instead, without BLAS calls), ?pbtrf/?pbtrs, ?gttrf/?gttrs, ?pttrf/?pttrs. XLA calls
+   them on its own threads with pointers to its buffers; they never touch Python or the GIL,
+   and keep no state but the LAPACK function pointers set once by `targets` (so they are
    thread safe: LAPACK's routines are reentrant).
 
    LAPACK and BLAS are SciPy's: `targets` takes the capsules of
@@ -344,7 +345,7 @@ typedef struct {
 } Complex128;
 
 #define FILL_BANDS(TYPE)                                                                       \
-    for (int64_t system = 0; system < systems; system++) {                                    \
+    for (int64_t system = first; system < first + count; system++) {                          \
         TYPE *target = (TYPE *)bands->data + system * n * ldab;                                \
         const TYPE *source = (const TYPE *)data->data + system * diagonals * n;                \
         for (int64_t k = 0; k < diagonals; k++) {                                              \
@@ -355,12 +356,11 @@ typedef struct {
         }                                                                                      \
     }
 
-/* Each system's LAPACK band array in `bands` (..., n, ldab) from DIA `data`
-   (..., diagonals, n): diagonal k of offset placement[k][0] fills column placement[k][1]
-   (none if negative) over the rows inside the matrix; the rest is 0. */
-static XLA_FFI_Error *fill_bands(const XLA_FFI_CallFrame *frame, const char *routine,
-                                 const Buffer *data, const Buffer *layout, const Buffer *bands,
-                                 int p) {
+/* Checks that DIA `data` (..., diagonals, n) and its `layout` fit the bands (..., n, ldab),
+   and asks for huge pages for the bands (see huge_pages). */
+static XLA_FFI_Error *prepare_bands(const XLA_FFI_CallFrame *frame, const char *routine,
+                                    const Buffer *data, const Buffer *layout,
+                                    const Buffer *bands, int p) {
     TRY(expect(frame, routine, "the DIA data", data, bands->dtype, 2));
     TRY(expect(frame, routine, "the placement", layout, S64, 0));
     int64_t n = bands->dims[bands->rank - 2], ldab = bands->dims[bands->rank - 1];
@@ -374,15 +374,34 @@ static XLA_FFI_Error *fill_bands(const XLA_FFI_CallFrame *frame, const char *rou
         if (placement[2 * k + 1] >= ldab)
             return fail(frame, ERROR_INVALID_ARGUMENT, "%s: band column %lld out of range",
                         routine, (long long)placement[2 * k + 1]);
-    size_t bytes = (size_t)(systems * n * ldab) * ITEMSIZE[p];
-    if (bytes == 0) return NULL;
-    huge_pages(bands->data, bytes);
-    memset(bands->data, 0, bytes);
+    huge_pages(bands->data, (size_t)(systems * n * ldab) * ITEMSIZE[p]);
+    return NULL;
+}
+
+/* The LAPACK band arrays of systems first to first + count - 1 in `bands` from the DIA
+   data checked by prepare_bands: diagonal k of offset placement[k][0] fills column
+   placement[k][1] (none if negative) over the rows inside the matrix; the rest is 0. */
+static void fill_systems(const Buffer *data, const Buffer *layout, const Buffer *bands, int p,
+                         int64_t first, int64_t count) {
+    int64_t n = bands->dims[bands->rank - 2], ldab = bands->dims[bands->rank - 1];
+    int64_t diagonals = data->dims[data->rank - 2];
+    const int64_t *placement = (const int64_t *)layout->data;
+    size_t bytes = (size_t)(count * n * ldab) * ITEMSIZE[p];
+    if (bytes == 0) return;
+    memset(bands->data + (size_t)(first * n * ldab) * ITEMSIZE[p], 0, bytes);
     switch (ITEMSIZE[p]) {
     case 4: FILL_BANDS(uint32_t) break;
     case 8: FILL_BANDS(uint64_t) break;
     default: FILL_BANDS(Complex128) break;
     }
+}
+
+/* Every system's LAPACK band array in `bands` from DIA `data` (see fill_systems). */
+static XLA_FFI_Error *fill_bands(const XLA_FFI_CallFrame *frame, const char *routine,
+                                 const Buffer *data, const Buffer *layout, const Buffer *bands,
+                                 int p) {
+    TRY(prepare_bands(frame, routine, data, layout, bands, p));
+    fill_systems(data, layout, bands, p, 0, systems_of(bands, 2));
     return NULL;
 }
 
@@ -414,6 +433,268 @@ static XLA_FFI_Error *plan_solve(const XLA_FFI_CallFrame *frame, const char *rou
     return NULL;
 }
 
+/* -- banded LU of a narrow band, without BLAS ------------------------------------------- */
+
+/* LAPACK's ?gbtrf factors a band of fewer than 32 subdiagonals with the unblocked ?gbtf2
+   (its block size, 1 or 32, is then 1 or more than kl), which calls BLAS (i?amax, ?swap,
+   ?scal, ?ger) once per column on vectors of kl + 1 elements or fewer; ?gbtrs calls ?ger or
+   ?gemv and ?swap once per column, and ?tbsv. For a narrow band each call costs more than
+   its arithmetic. The loops below are those routines' algorithms written out: the same band
+   storage, the same pivots (i?amax's: the first largest |re| + |im|), the same `info`, the
+   same operations (a multiplier is the product with the pivot's reciprocal, as ?gbtf2's
+   ?scal makes it; the solve divides by U's diagonal, as ?tbsv does; a zero skips its
+   updates, as in the reference BLAS). Results differ from LAPACK's by rounding only: BLAS
+   kernels may fuse or reorder, the transposed solve subtracts L's terms one by one where
+   ?gemv sums them first, complex division is Smith's. Each is written once, for the four
+   precisions, by a macro over the element type and its arithmetic (the `s_`, `d_`, `c_`,
+   `z_` functions). */
+
+/* Their loops run 1 to kl + ku times: GCC's vectorized versions of them, with their checks
+   of trip count and overlap, cost more than they save. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("no-tree-loop-vectorize")
+#endif
+
+typedef struct {
+    float re, im;
+} ComplexFloat;
+
+typedef struct {
+    double re, im;
+} ComplexDouble;
+
+#define REAL_ARITHMETIC(P, T)                                                                  \
+    static inline T P##_abs1(T a) { return a < 0 ? -a : a; }                                  \
+    static inline int P##_nonzero(T a) { return a != 0; }                                     \
+    static inline T P##_zero(void) { return 0; }                                               \
+    static inline T P##_mul(T a, T b) { return a * b; }                                       \
+    static inline T P##_minus_product(T a, T b, T c) { return a - b * c; }                    \
+    static inline T P##_div(T a, T b) { return a / b; }                                       \
+    static inline T P##_reciprocal(T a) { return 1 / a; }                                     \
+    static inline T P##_conj(T a) { return a; }
+
+/* |re| + |im| is i?amax's measure (LAPACK's ?cabs1); division is Smith's, as Fortran's. */
+#define COMPLEX_ARITHMETIC(P, T, R)                                                            \
+    static inline R P##_abs1(T a) {                                                             \
+        return (a.re < 0 ? -a.re : a.re) + (a.im < 0 ? -a.im : a.im);                        \
+    }                                                                                        \
+    static inline int P##_nonzero(T a) { return a.re != 0 || a.im != 0; }                     \
+    static inline T P##_zero(void) { T z = {0, 0}; return z; }                                 \
+    static inline T P##_mul(T a, T b) {                                                        \
+        T z = {a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re};                          \
+        return z;                                                                              \
+    }                                                                                          \
+    static inline T P##_minus_product(T a, T b, T c) {                                         \
+        T z = {a.re - (b.re * c.re - b.im * c.im), a.im - (b.re * c.im + b.im * c.re)};        \
+        return z;                                                                              \
+    }                                                                                          \
+    static inline T P##_div(T a, T b) {                                                        \
+        R br = b.re < 0 ? -b.re : b.re, bi = b.im < 0 ? -b.im : b.im;                          \
+        T z;                                                                                   \
+        if (br >= bi) {                                                                        \
+            R ratio = b.im / b.re, d = b.re + b.im * ratio;                                    \
+            z.re = (a.re + a.im * ratio) / d;                                                  \
+            z.im = (a.im - a.re * ratio) / d;                                                  \
+        } else {                                                                               \
+            R ratio = b.re / b.im, d = b.im + b.re * ratio;                                    \
+            z.re = (a.re * ratio + a.im) / d;                                                  \
+            z.im = (a.im * ratio - a.re) / d;                                                  \
+        }                                                                                      \
+        return z;                                                                              \
+    }                                                                                          \
+    static inline T P##_reciprocal(T a) {                                                      \
+        T one = {1, 0};                                                                        \
+        return P##_div(one, a);                                                                \
+    }                                                                                          \
+    static inline T P##_conj(T a) {                                                            \
+        T z = {a.re, -a.im};                                                                   \
+        return z;                                                                              \
+    }
+
+REAL_ARITHMETIC(s, float)
+REAL_ARITHMETIC(d, double)
+COMPLEX_ARITHMETIC(c, ComplexFloat, float)
+COMPLEX_ARITHMETIC(z, ComplexDouble, double)
+
+/* Right-hand sides or factors worked on at once: their steps are independent, so the
+   processor overlaps them (one system's steps wait on each other). */
+#define LANES 4
+
+#define BAND_LU(P, T, R)                                                                        \
+    /* Column j of ?gbtf2 on one system's band `ab` (n columns of `ldab` elements, the matrix in   \
+       rows kl to 2 kl + ku, the rows above it room for U's fill-in), in place: its 0-based        \
+       pivot into pivots[j], the last column its updates reached so far in `last`, the first       \
+       zero pivot (1-based, LAPACK's info) in `info`. Column j's diagonal is ab[j ldab + kv];      \
+       one column right and one row up in the matrix is ldab - 1 elements on in the band. */       \
+    static inline void P##_lu_column(int64_t n, int64_t kl, int64_t ku, int64_t ldab, T *ab,       \
+                                     int32_t *pivots, int64_t j, int64_t *last, int *info) {       \
+        int64_t kv = kl + ku, step = ldab - 1;                                                     \
+        T *column = ab + j * ldab + kv;                                                            \
+        if (j + kv < n)                                                                            \
+            for (int64_t i = 0; i < kl; i++) ab[(j + kv) * ldab + i] = P##_zero();                 \
+        int64_t below = n - 1 - j < kl ? n - 1 - j : kl, pivot = 0;                                \
+        R largest = P##_abs1(column[0]);                                                           \
+        for (int64_t i = 1; i <= below; i++)                                                       \
+            if (P##_abs1(column[i]) > largest) {                                                   \
+                largest = P##_abs1(column[i]);                                                     \
+                pivot = i;                                                                         \
+            }                                                                                      \
+        pivots[j] = (int32_t)(j + pivot);                                                          \
+        if (!P##_nonzero(column[pivot])) {                                                         \
+            if (*info == 0) *info = (int)(j + 1);                                                  \
+            return;                                                                                \
+        }                                                                                          \
+        int64_t reach = j + ku + pivot < n - 1 ? j + ku + pivot : n - 1;                           \
+        if (reach > *last) *last = reach;                                                          \
+        if (pivot != 0)                                                                            \
+            for (int64_t c = 0; c <= *last - j; c++) {                                             \
+                T swapped = column[c * step];                                                      \
+                column[c * step] = column[c * step + pivot];                                       \
+                column[c * step + pivot] = swapped;                                                \
+            }                                                                                      \
+        if (below == 0) return;                                                                    \
+        T reciprocal = P##_reciprocal(column[0]);                                                  \
+        for (int64_t i = 1; i <= below; i++) column[i] = P##_mul(column[i], reciprocal);           \
+        for (int64_t c = 1; c <= *last - j; c++) {                                                 \
+            T *target = column + c * step, factor = target[0];                                     \
+            if (!P##_nonzero(factor)) continue;                                                    \
+            for (int64_t i = 1; i <= below; i++)                                                   \
+                target[i] = P##_minus_product(target[i], column[i], factor);                       \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    /* ?gbtf2 on `systems` bands one after the other in `bands`, LANES at a time. */               \
+    static void P##_band_lu(int64_t systems, int64_t n, int64_t kl, int64_t ku, int64_t ldab,      \
+                            void *bands, int32_t *pivots, int32_t *infos) {                        \
+        int64_t kv = kl + ku;                                                                      \
+        for (int64_t first = 0; first < systems; first += LANES) {                                 \
+            int64_t lanes = systems - first < LANES ? systems - first : LANES, last[LANES];        \
+            T *ab[LANES];                                                                          \
+            int info[LANES];                                                                       \
+            for (int64_t lane = 0; lane < lanes; lane++) {                                         \
+                ab[lane] = (T *)bands + (first + lane) * n * ldab;                                 \
+                last[lane] = 0;                                                                    \
+                info[lane] = 0;                                                                    \
+                for (int64_t j = ku + 1; j < (kv < n ? kv : n); j++)                               \
+                    for (int64_t i = kv - j; i < kl; i++) ab[lane][j * ldab + i] = P##_zero();     \
+            }                                                                                      \
+            for (int64_t j = 0; j < n; j++)                                                        \
+                for (int64_t lane = 0; lane < lanes; lane++)                                       \
+                    P##_lu_column(n, kl, ku, ldab, ab[lane], pivots + (first + lane) * n, j,       \
+                                  &last[lane], &info[lane]);                                       \
+            for (int64_t lane = 0; lane < lanes; lane++) infos[first + lane] = info[lane];         \
+        }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    static inline void P##_swap(T *x, int64_t i, int64_t j) {                                      \
+        T swapped = x[i];                                                                          \
+        x[i] = x[j];                                                                               \
+        x[j] = swapped;                                                                            \
+    }                                                                                              \
+                                                                                                   \
+    /* The steps of ?gbtrs for one right-hand side x and row j: L's (row interchange, then         \
+       the multipliers below the diagonal) and U's (`upper` superdiagonals), and those of the      \
+       transposed (conjugated) systems. */                                                         \
+    static inline void P##_solve_l(int64_t n, int64_t kl, const T *l, int64_t row, T *x,           \
+                                   int64_t j) {                                                    \
+        int64_t below = n - 1 - j < kl ? n - 1 - j : kl;                                           \
+        if (row != j) P##_swap(x, row, j);                                                         \
+        T t = x[j];                                                                                \
+        if (!P##_nonzero(t)) return;                                                               \
+        for (int64_t i = 1; i <= below; i++) x[j + i] = P##_minus_product(x[j + i], l[i], t);      \
+    }                                                                                              \
+                                                                                                   \
+    static inline void P##_solve_u(int64_t upper, const T *u, T *x, int64_t j) {                   \
+        if (!P##_nonzero(x[j])) return;                                                            \
+        T t = x[j] = P##_div(x[j], u[0]); /* U[i, j] is u[i - j] */                                \
+        for (int64_t i = j - 1; i >= 0 && i >= j - upper; i--)                                     \
+            x[i] = P##_minus_product(x[i], t, u[i - j]);                                           \
+    }                                                                                              \
+                                                                                                   \
+    static inline void P##_solve_ut(int64_t upper, int conjugate, const T *u, T *x, int64_t j) {   \
+        T t = x[j];                                                                                \
+        for (int64_t i = j - upper > 0 ? j - upper : 0; i < j; i++)                                \
+            t = P##_minus_product(t, conjugate ? P##_conj(u[i - j]) : u[i - j], x[i]);             \
+        x[j] = P##_div(t, conjugate ? P##_conj(u[0]) : u[0]);                                      \
+    }                                                                                              \
+                                                                                                   \
+    static inline void P##_solve_lt(int64_t n, int64_t kl, int conjugate, const T *l, int64_t row, \
+                                    T *x, int64_t j) {                                             \
+        int64_t below = n - 1 - j < kl ? n - 1 - j : kl;                                           \
+        T t = x[j];                                                                                \
+        for (int64_t i = 1; i <= below; i++)                                                       \
+            t = P##_minus_product(t, x[j + i], conjugate ? P##_conj(l[i]) : l[i]);                 \
+        x[j] = t;                                                                                  \
+        if (row != j) P##_swap(x, row, j);                                                         \
+    }                                                                                              \
+                                                                                                   \
+    /* ?gbtrs for `systems` factors (`factor_step` elements apart, their pivots `pivot_step`       \
+       apart; 0 for one shared factor) with `columns` right-hand sides of n elements each, one     \
+       after the other in `solution`, in place, LANES right-hand sides at a time. U has            \
+       kl + ku superdiagonals, or ku when no row was interchanged (the rows above are zero). */    \
+    static void P##_band_solve(char trans, int64_t n, int64_t kl, int64_t ku, int64_t ldab,        \
+                               const void *factors, int64_t factor_step, const int32_t *pivots,    \
+                               int64_t pivot_step, void *solution, int64_t systems,                \
+                               int64_t columns) {                                                  \
+        int64_t kv = kl + ku, total = systems * columns;                                           \
+        int conjugate = trans == 'C';                                                              \
+        for (int64_t first = 0; first < total; first += LANES) {                                   \
+            int64_t lanes = total - first < LANES ? total - first : LANES, upper[LANES];           \
+            const T *ab[LANES];                                                                    \
+            const int32_t *row[LANES];                                                             \
+            T *x[LANES];                                                                           \
+            for (int64_t lane = 0; lane < lanes; lane++) {                                         \
+                int64_t system = (first + lane) / columns;                                         \
+                ab[lane] = (const T *)factors + system * factor_step + kv;                         \
+                row[lane] = pivots + system * pivot_step;                                          \
+                x[lane] = (T *)solution + (first + lane) * n;                                      \
+                upper[lane] = ku;                                                                  \
+                for (int64_t j = 0; j < n; j++)                                                    \
+                    if (row[lane][j] != j) upper[lane] = kv;                                       \
+            }                                                                                      \
+            if (trans == 'N') {                                                                    \
+                for (int64_t j = 0; kl > 0 && j < n - 1; j++)                                      \
+                    for (int64_t lane = 0; lane < lanes; lane++)                                   \
+                        P##_solve_l(n, kl, ab[lane] + j * ldab, row[lane][j], x[lane], j);         \
+                for (int64_t j = n - 1; j >= 0; j--)                                               \
+                    for (int64_t lane = 0; lane < lanes; lane++)                                   \
+                        P##_solve_u(upper[lane], ab[lane] + j * ldab, x[lane], j);                 \
+            } else {                                                                               \
+                for (int64_t j = 0; j < n; j++)                                                    \
+                    for (int64_t lane = 0; lane < lanes; lane++)                                   \
+                        P##_solve_ut(upper[lane], conjugate, ab[lane] + j * ldab, x[lane], j);     \
+                for (int64_t j = n - 2; kl > 0 && j >= 0; j--)                                     \
+                    for (int64_t lane = 0; lane < lanes; lane++)                                   \
+                        P##_solve_lt(n, kl, conjugate, ab[lane] + j * ldab, row[lane][j], x[lane], \
+                                     j);                                                           \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+BAND_LU(s, float, float)
+BAND_LU(d, double, double)
+BAND_LU(c, ComplexFloat, float)
+BAND_LU(z, ComplexDouble, double)
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
+/* The narrow routines, by precision. */
+typedef void band_lu_t(int64_t, int64_t, int64_t, int64_t, int64_t, void *, int32_t *, int32_t *);
+typedef void band_solve_t(char, int64_t, int64_t, int64_t, int64_t, const void *, int64_t,
+                          const int32_t *, int64_t, void *, int64_t, int64_t);
+static band_lu_t *const BAND_LU_ROUTINES[4] = {s_band_lu, d_band_lu, c_band_lu, z_band_lu};
+static band_solve_t *const BAND_SOLVE_ROUTINES[4] = {s_band_solve, d_band_solve, c_band_solve,
+                                                     z_band_solve};
+
+/* Bands with at most this many subdiagonals are factored and solved by the loops above,
+   whatever ku (LAPACK's ?gbtrf factors them with ?gbtf2 too: it blocks only bands with kl at
+   least its block size, 32); wider ones by LAPACK, whose BLAS kernels, vectorized over the
+   kl + 1 rows of a column, take about as long from kl = 6 on and less from kl = 24. */
+#define WRITTEN_OUT_KL 4
+
 /* -- banded LU -------------------------------------------------------------------------- */
 
 static XLA_FFI_Error *gbtrf_handler(XLA_FFI_CallFrame *frame) {
@@ -429,7 +710,7 @@ static XLA_FFI_Error *gbtrf_handler(XLA_FFI_CallFrame *frame) {
     TRY(floating(frame, "gbtrf", lu, 2, &p));
     TRY(expect(frame, "gbtrf", "the pivots", pivots, S32, 1));
     TRY(expect(frame, "gbtrf", "info", info, S32, 0));
-    TRY(fill_bands(frame, "gbtrf", &args[0], &args[1], lu, p));
+    TRY(prepare_bands(frame, "gbtrf", &args[0], &args[1], lu, p));
     int64_t n = lu->dims[lu->rank - 2], ldab = lu->dims[lu->rank - 1];
     int64_t systems = systems_of(lu, 2);
     if (size_of(pivots) != systems * n || size_of(info) != systems)
@@ -448,6 +729,16 @@ static XLA_FFI_Error *gbtrf_handler(XLA_FFI_CallFrame *frame) {
         return fail(frame, ERROR_INVALID_ARGUMENT, "gbtrf: the band has too few columns");
     gbtrf_t *routine = (gbtrf_t *)routines[p][GBTRF];
     size_t step = (size_t)(n * ldab) * ITEMSIZE[p];
+    if (kl <= WRITTEN_OUT_KL) { /* each band factored as soon as it is filled, in cache */
+        for (int64_t first = 0; first < systems; first += LANES) {
+            int64_t count = systems - first < LANES ? systems - first : LANES;
+            fill_systems(&args[0], &args[1], lu, p, first, count);
+            BAND_LU_ROUTINES[p](count, n, kl, ku, ldab, lu->data + first * step, pivot + first * n,
+                                infos + first);
+        }
+        return NULL;
+    }
+    fill_systems(&args[0], &args[1], lu, p, 0, systems);
     for (int64_t system = 0; system < systems; system++) {
         int status = 0;
         int32_t *row = pivot + system * n;
@@ -500,7 +791,8 @@ static XLA_FFI_Error *transpose_letter(const XLA_FFI_CallFrame *frame, const cha
 
 /* ?gbtrs. A factor computed without row interchanges (a diagonally dominant matrix, say)
    has a U of bandwidth ku, not the kl + ku that ?gbtrs sweeps: then ?tbsv over L's and U's
-   own bands does the work instead. */
+   own bands does the work instead. A band of at most WRITTEN_OUT_KL subdiagonals takes the
+   written-out solve, which sweeps U's ku superdiagonals only in that case itself. */
 static XLA_FFI_Error *gbtrs_handler(XLA_FFI_CallFrame *frame) {
     if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
     Buffer args[3], rets[1];
@@ -534,13 +826,19 @@ static XLA_FFI_Error *gbtrs_handler(XLA_FFI_CallFrame *frame) {
     TRY(lapack_int(frame, "gbtrs", plan.columns, &columns_));
     if (ldab < 2 * kl + ku + 1)
         return fail(frame, ERROR_INVALID_ARGUMENT, "gbtrs: the band has too few columns");
+    size_t lu_step = plan.shared ? 0 : (size_t)(n * ldab) * ITEMSIZE[p];
+    size_t x_step = (size_t)(plan.columns * n) * ITEMSIZE[p];
+    if (kl <= WRITTEN_OUT_KL) {
+        BAND_SOLVE_ROUTINES[p](trans, n, kl, ku, ldab, lu->data, plan.shared ? 0 : n * ldab,
+                               (const int32_t *)pivots->data, plan.shared ? 0 : n, x->data,
+                               plan.systems, plan.columns);
+        return NULL;
+    }
     int *one_based = malloc((size_t)n * sizeof(int));
     if (one_based == NULL)
         return fail(frame, ERROR_RESOURCE_EXHAUSTED, "gbtrs: no memory for %lld pivots",
                     (long long)n);
     gbtrs_t *routine = (gbtrs_t *)routines[p][GBTRS];
-    size_t lu_step = plan.shared ? 0 : (size_t)(n * ldab) * ITEMSIZE[p];
-    size_t x_step = (size_t)(plan.columns * n) * ITEMSIZE[p];
     XLA_FFI_Error *error = NULL;
     for (int64_t system = 0; system < plan.systems && error == NULL; system++) {
         char *factor = lu->data + system * lu_step, *solution = x->data + system * x_step;

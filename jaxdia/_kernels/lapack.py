@@ -38,7 +38,12 @@ or absent (size 1) for the factor of a solve: one factor for a batch of right-ha
 system's ``n * ldab`` elements once (assembled by XLA from ``ldab`` column pieces, one pass
 each, it took longer than LAPACK then takes to factor it); ``gbtrs`` solves a factor
 computed without row interchanges, of at least 256 rows, by two ``?tbsv`` over the bands
-``L`` and ``U`` really have rather than ``?gbtrs``'s ``kl + ku`` (see the C source).
+``L`` and ``U`` really have rather than ``?gbtrs``'s ``kl + ku`` (see the C source). A band
+of at most 4 subdiagonals is factored and solved without LAPACK, by ``?gbtf2``'s (the
+unblocked ``?gbtrf``, which LAPACK uses for such a band) and ``?gbtrs``'s algorithms written
+out in the C source: the same band layout, pivots and ``info``, the factors and solutions to
+rounding, without the BLAS calls on vectors of a few elements made per column that take
+most of LAPACK's time there.
 """
 
 from __future__ import annotations
