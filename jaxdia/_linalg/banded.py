@@ -106,7 +106,7 @@ jax.tree_util.register_pytree_node(
         (factor.arrays, factor.correction, factor.info),
         (factor.layout, factor.widths),
     ),
-    lambda static, leaves: Factor(*static, leaves[0], leaves[2], leaves[1]),
+    lambda static, leaves: Factor(static[0], static[1], leaves[0], leaves[2], leaves[1]),
 )
 
 
@@ -520,7 +520,7 @@ def _solve(
         return jnp.swapaxes(x, -1, -2)
 
     def product(x, t):
-        if hermitian:
+        if lower is not None:  # hermitian
             return _hermitian_matvec(matrix, x, offsets, shape, lower)
         if t == 2:
             return spmm(matrix.conj(), x, offsets=offsets, shape=shape, transpose=True)
