@@ -24,7 +24,7 @@ import pytest
 import scipy.sparse as sp
 
 import jaxdia
-from jaxdia._kernels import band_parallel, band_primitives, band_refine
+from jaxdia._kernels import band_layouts, band_parallel, band_primitives, band_refine
 from jaxdia._linalg import banded as _banded
 from jaxdia._linalg.lanczos import DENSE_UP_TO
 
@@ -391,7 +391,7 @@ def test_unsolvable_systems_are_nan_on_accelerators(platform):
     b = jnp.asarray(rhs((2, 1, n), seed=17))
     solve = jax.jit(
         functools.partial(
-            band_primitives._solve_parallel, kind="os", widths=(1, 1), trans=0,
+            band_primitives._solve_parallel, layout=band_layouts.ONESHOT, widths=(1, 1), trans=0,
             offsets=good.offsets, method="parallel", platform=platform,
         )
     )  # fmt: skip

@@ -45,6 +45,7 @@ LAYERS = {
     "_kernels.pallas_mosaic_gpu": 2.1,
     "_kernels.pallas_tpu": 2.1,
     "_kernels.lapack": 2.1,
+    "_kernels.band_layouts": 2.05,
     "_kernels.band_scan": 2.1,
     "_kernels.band_parallel": 2.1,
     "_kernels.band_refine": 2.15,

@@ -1,46 +1,48 @@
 """The JAX primitives of the banded factorizations: ``jaxdia_band_factor`` and
 ``jaxdia_band_solve``.
 
-Four kinds of factor in LAPACK's layout (see :mod:`jaxdia._kernels.lapack`), two computed by block
-cyclic reduction (see :mod:`jaxdia._kernels.band_parallel`), and a one-shot solve:
+The factor's static ``layout`` (see :mod:`jaxdia._kernels.band_layouts`): four in LAPACK's
+layout (see :mod:`jaxdia._kernels.lapack`), two computed by block cyclic reduction (see
+:mod:`jaxdia._kernels.band_parallel`), and a one-shot solve:
 
-===========  ===============================  ==========================================
-``kind``     factor operands                  factor results
-===========  ===============================  ==========================================
-``"gb"``     DIA ``data`` ``(..., nd, n)``    ``lu`` ``(..., n, 2kl+ku+1)``, ``pivots``,
-                                              ``info``
-``"pb"``     DIA ``data`` ``(..., nd, n)``    ``c`` ``(..., n, kd+1)``, ``info``
-``"gt"``     rows ``(..., 4, n)``             ``lu`` (rows ``dl, d, du, du2``),
-                                              ``pivots``, ``info``
-``"pt"``     ``d`` (real), ``e`` ``(..., n)``  ``d``, ``e``, ``info``
-``"cr"``     DIA ``data`` ``(..., nd, n)``    the cyclic reduction's arrays, ``info``
-``"ch"``     DIA ``data`` ``(..., nd, n)``    the same, of the Hermitian matrix one
-                                              triangle defines, ``info``
-``"os"``     (no factor)                      (none: the solve factors)
-===========  ===============================  ==========================================
+==============  ===============================  ==========================================
+``layout``      factor operands                  factor results
+==============  ===============================  ==========================================
+``GB``          DIA ``data`` ``(..., nd, n)``    ``lu`` ``(..., n, 2kl+ku+1)``, ``pivots``,
+                                                 ``info``
+``PB``          DIA ``data`` ``(..., nd, n)``    ``c`` ``(..., n, kd+1)``, ``info``
+``GT``          rows ``(..., 4, n)``             ``lu`` (rows ``dl, d, du, du2``),
+                                                 ``pivots``, ``info``
+``PT``          ``d`` (real), ``e`` ``(..., n)``  ``d``, ``e``, ``info``
+``CR``          DIA ``data`` ``(..., nd, n)``    the cyclic reduction's arrays, ``info``
+``CH``          DIA ``data`` ``(..., nd, n)``    the same, of the Hermitian matrix one
+                                                 triangle defines, ``info``
+``ONESHOT``     (no factor)                      (none: the solve factors)
+==============  ===============================  ==========================================
 
-For ``"gb"`` and ``"pb"`` the static ``placement`` says where each diagonal of ``data``
-goes: ``(offset, column)`` pairs, the column of LAPACK's band array, or -1 for a diagonal
-the factorization does not read (the other triangle, for a Cholesky factor). The
-parallel kinds and the one-shot solve take the static ``offsets`` of ``data`` instead.
-Only the slots of ``data`` inside the matrix are read. ``widths``: ``(kl, ku)`` for
-``"gb"``, ``"cr"`` and ``"os"``, ``(kd, lower)`` for ``"pb"`` and ``"ch"``, ``()`` else.
+For the band-array layouts (``GB`` and ``PB``) the static ``placement`` says where each
+diagonal of ``data`` goes: ``(offset, column)`` pairs, the column of LAPACK's band array,
+or -1 for a diagonal the factorization does not read (the other triangle, for a Cholesky
+factor). The parallel layouts and the one-shot solve take the static ``offsets`` of
+``data`` instead. Only the slots of ``data`` inside the matrix are read. ``widths``:
+``(kl, ku)`` for ``GB``, ``CR`` and ``ONESHOT``, ``(kd, lower)`` for ``PB`` and ``CH``,
+``()`` else.
 
-``jaxdia_band_solve`` takes a factor's arrays (without ``info``; for ``"cr"`` followed by
-the matrix's ``data``, for ``"os"`` only ``data``) and right-hand sides ``b`` ``(..., k,
+``jaxdia_band_solve`` takes a factor's arrays (without ``info``; for ``CR`` followed by
+the matrix's ``data``, for ``ONESHOT`` only ``data``) and right-hand sides ``b`` ``(..., k,
 n)`` (the columns one after the other) and returns ``x`` of ``b``'s shape. The factor's
 leading (batch) dims equal ``b``'s, or are absent: one factor for all.
 
 Lowering is chosen per platform from the full (batched) shapes:
 
-* LAPACK's kinds: on CPU, LAPACK through :mod:`jaxdia._kernels.lapack` unless the systems are
+* LAPACK's layouts: on CPU, LAPACK through :mod:`jaxdia._kernels.lapack` unless the systems are
   small enough that a scan is cheaper than the host call (see :func:`host_is_faster`);
   everywhere else the ``lax.scan`` kernels of :mod:`jaxdia._kernels.band_scan`, a batch as one
   scan with the systems side by side (``n`` sequential steps).
-* The parallel kinds: cyclic reduction everywhere (``log2(n / m)`` levels, no loop over
+* The parallel layouts: cyclic reduction everywhere (``log2(n / m)`` levels, no loop over
   the rows). The LU's solves check their backward error and refine
   (:mod:`jaxdia._kernels.band_refine`); a system that still fails is solved by LAPACK on CPU
-  and is NaN elsewhere. On CPU ``info`` of a failed ``"cr"`` factor is LAPACK's.
+  and is NaN elsewhere. On CPU ``info`` of a failed ``CR`` factor is LAPACK's.
 * The one-shot solve (:func:`oneshot_implementation` chooses): on CPU LAPACK, a batch in
   one call (``gtsv`` through ``lax.linalg.tridiagonal_solve`` for a tridiagonal matrix,
   ``?gbtrf`` + ``?gbtrs`` else), or the scan for small systems of the other bands and
@@ -71,75 +73,62 @@ from jax.interpreters import batching, mlir
 
 from .._geometry import diagonal_bounds, in_bounds
 from . import band_parallel, band_refine, band_scan, lapack
+from .band_layouts import CR, GB, GT, ONESHOT, PB, PT, Layout
 
 factor_p = Primitive("jaxdia_band_factor")
 factor_p.multiple_results = True
 solve_p = Primitive("jaxdia_band_solve")
 
-#: Dims per system of each factor operand, and of each factor result, by kind (LAPACK's).
-_FACTOR_IN_CORE = {"gb": (2,), "pb": (2,), "gt": (2,), "pt": (1, 1)}
-_FACTOR_OUT_CORE = {"gb": (2, 1, 0), "pb": (2, 0), "gt": (2, 1, 0), "pt": (1, 1, 0)}
-#: Dims per system of the factor arrays a solve takes (the results less ``info``).
-SOLVE_CORE = {kind: core[:-1] for kind, core in _FACTOR_OUT_CORE.items()}
-#: The kinds computed by cyclic reduction, and the dims per system of their solve's
-#: first operand (a factor array, or ``data`` for the one-shot solve).
-PARALLEL = ("cr", "ch")
-_FIRST_CORE = {**{kind: core[0] for kind, core in SOLVE_CORE.items()}, "cr": 3, "ch": 3, "os": 2}
 
-
-def block_size(kind: str, widths: tuple[int, ...]) -> int:
-    """``m``, the blocks' size of a parallel kind (or of the one-shot solve)."""
-    if kind == "ch":
+def block_size(layout: Layout, widths: tuple[int, ...]) -> int:
+    """``m``, the blocks' size of a parallel layout (or of the one-shot solve)."""
+    if layout.hermitian:
         return max(widths[0], 1)
     return band_parallel.block_size(*widths)
 
 
-def parallel_shapes(kind: str, widths: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
+def parallel_shapes(layout: Layout, widths: tuple[int, ...], n: int) -> list[tuple[int, ...]]:
     """The core shape of each array of a parallel factor of ``n`` rows."""
-    m = block_size(kind, widths)
+    m = block_size(layout, widths)
     return band_parallel.factor_shapes(-(-n // m), m)
 
 
 def factor(
-    *operands,
-    kind: str,
+    *operands: Array,
+    layout: Layout,
     widths: tuple[int, ...],
     placement: tuple[tuple[int, int], ...] = (),
     offsets: tuple[int, ...] = (),
     method: str = "auto",
-):
-    """The factor arrays and ``info`` of a kind (see the module docstring).
+) -> list[Array]:
+    """The factor arrays and ``info`` of a layout (see the module docstring).
 
-    ``method`` (LAPACK's kinds): "auto" (by platform and size), or "host"/"scan" (CPU;
+    ``method`` (LAPACK's layouts): "auto" (by platform and size), or "host"/"scan" (CPU;
     for tests).
     """
     return factor_p.bind(
-        *operands, kind=kind, widths=widths, placement=placement, offsets=offsets, method=method
-    )
-
-
-def band_columns(kind: str, widths: tuple[int, ...]) -> int:
-    """``ldab``: the columns of LAPACK's band array for a ``"gb"`` or ``"pb"`` factor."""
-    return 2 * widths[0] + widths[1] + 1 if kind == "gb" else widths[0] + 1
+        *operands, layout=layout, widths=widths, placement=placement, offsets=offsets,
+        method=method,
+    )  # fmt: skip
 
 
 def solve(
-    *operands,
-    kind: str,
+    *operands: Array,
+    layout: Layout,
     widths: tuple[int, ...],
     trans: int = 0,
     offsets: tuple[int, ...] = (),
     method: str = "auto",
-):
+) -> Array:
     """``x`` ``(..., k, n)`` for the factor arrays and right-hand sides ``operands[-1]``.
 
-    ``trans``: 0 solves ``A x = b``, 1 ``A^T x = b``, 2 ``A^H x = b`` (the LU kinds and
-    the one-shot solve; the Cholesky kinds take 0 only, their ``A`` being Hermitian).
+    ``trans``: 0 solves ``A x = b``, 1 ``A^T x = b``, 2 ``A^H x = b`` (the LU layouts and
+    the one-shot solve; the Cholesky layouts take 0 only, their ``A`` being Hermitian).
     ``method``: "auto", or for the one-shot solve "parallel" (cyclic reduction
     everywhere; for tests).
     """
     return solve_p.bind(
-        *operands, kind=kind, widths=widths, trans=trans, offsets=offsets, method=method
+        *operands, layout=layout, widths=widths, trans=trans, offsets=offsets, method=method
     )
 
 
@@ -150,16 +139,16 @@ def _batch(aval, core: int) -> tuple[int, ...]:
     return tuple(aval.shape[: aval.ndim - core])
 
 
-def _factor_abstract(*avals, kind, widths, placement, offsets, method):
+def _factor_abstract(*avals, layout, widths, placement, offsets, method):
     del placement, offsets, method
-    if kind in PARALLEL:
+    if layout.parallel:
         (data,) = avals
         batch = _batch(data, 2)
-        shapes = parallel_shapes(kind, widths, data.shape[-1])
+        shapes = parallel_shapes(layout, widths, data.shape[-1])
         arrays = [ShapedArray((*batch, *shape), data.dtype) for shape in shapes]
         return [*arrays, ShapedArray(batch, np.int32)]
-    batch = _batch(avals[0], _FACTOR_IN_CORE[kind][0])
-    if kind == "pt":
+    batch = _batch(avals[0], layout.operand_core[0])
+    if layout is PT:
         d, e = avals
         return [
             ShapedArray(d.shape, d.dtype),
@@ -168,18 +157,18 @@ def _factor_abstract(*avals, kind, widths, placement, offsets, method):
         ]
     (operand,) = avals
     n = operand.shape[-1]
-    if kind == "gt":
+    if layout is GT:
         results = [ShapedArray(operand.shape, operand.dtype)]
     else:
-        shape = (*batch, n, band_columns(kind, widths))
+        shape = (*batch, n, layout.band_columns(widths))
         results = [ShapedArray(shape, operand.dtype)]
-    if kind in ("gb", "gt"):
+    if layout.pivots:
         results.append(ShapedArray((*batch, n), np.int32))
     return [*results, ShapedArray(batch, np.int32)]
 
 
-def _solve_abstract(*avals, kind, widths, trans, offsets, method):
-    del kind, widths, trans, offsets, method
+def _solve_abstract(*avals, layout, widths, trans, offsets, method):
+    del layout, widths, trans, offsets, method
     b = avals[-1]
     return ShapedArray(b.shape, b.dtype)
 
@@ -204,10 +193,10 @@ def _factor_batch(args, dims, **params):
     return results, [0] * len(results)
 
 
-def _solve_batch(args, dims, *, kind, widths, trans, offsets, method):
+def _solve_batch(args, dims, *, layout, widths, trans, offsets, method):
     *factors, b = args
     *factor_dims, b_dim = dims
-    params = dict(kind=kind, widths=widths, trans=trans, offsets=offsets, method=method)
+    params = dict(layout=layout, widths=widths, trans=trans, offsets=offsets, method=method)
     if all(d is None for d in factor_dims):
         # A batch of right-hand sides for one factor: fold it into the columns.
         b = jnp.moveaxis(b, b_dim, -3)  # (..., V, k, n)
@@ -217,7 +206,7 @@ def _solve_batch(args, dims, *, kind, widths, trans, offsets, method):
     size = next(a.shape[d] for a, d in zip(factors, factor_dims) if d is not None)
     factors = [_to_front(a, d, size) for a, d in zip(factors, factor_dims)]
     b = _to_front(b, b_dim, size)
-    factor_batch = factors[0].ndim - _FIRST_CORE[kind]
+    factor_batch = factors[0].ndim - layout.solve_core
     if b.ndim - 2 != factor_batch:  # the factor had no batch dims before: b's must go too
         b = jnp.broadcast_to(b, (*factors[0].shape[:factor_batch], *b.shape[-2:]))
     return solve_p.bind(*factors, b, **params), 0
@@ -267,32 +256,30 @@ def _bands(data, placement, ldab: int):
     return jnp.stack(columns, axis=-1)
 
 
-def _factor_scan(*operands, kind, widths, placement):
-    if kind in ("gb", "pb"):
-        operands = (_bands(operands[0], placement, band_columns(kind, widths)),)
-    flat = [_flatten(o, c)[0] for o, c in zip(operands, _FACTOR_IN_CORE[kind])]
-    batch = _flatten(operands[0], _FACTOR_IN_CORE[kind][0])[1]
+def _factor_scan(*operands, layout, widths, placement):
+    if layout.band_array:
+        operands = (_bands(operands[0], placement, layout.band_columns(widths)),)
+    flat = [_flatten(o, c)[0] for o, c in zip(operands, layout.operand_core)]
+    batch = _flatten(operands[0], layout.operand_core[0])[1]
     kernel = {
-        "gb": lambda ab: band_scan.gbtrf(ab, kl=widths[0], ku=widths[1]),
-        "pb": lambda ab: band_scan.pbtrf(ab, kd=widths[0], lower=bool(widths[1])),
-        "gt": band_scan.gttrf,
-        "pt": band_scan.pttrf,
-    }[kind]
+        GB: lambda ab: band_scan.gbtrf(ab, kl=widths[0], ku=widths[1]),
+        PB: lambda ab: band_scan.pbtrf(ab, kd=widths[0], lower=bool(widths[1])),
+        GT: band_scan.gttrf,
+        PT: band_scan.pttrf,
+    }[layout]
     results = jax.vmap(kernel)(*flat)
     return [r.reshape(*batch, *r.shape[1:]) for r in results]
 
 
-def _solve_scan(*operands, kind, widths, trans):
+def _solve_scan(*operands, layout, widths, trans):
     *factors, b = operands
-    core = SOLVE_CORE[kind]
+    core = layout.array_core
     kernel = {
-        "gb": lambda lu, p, rhs: band_scan.gbtrs(
-            lu, p, rhs, kl=widths[0], ku=widths[1], trans=trans
-        ),
-        "pb": lambda c, rhs: band_scan.pbtrs(c, rhs, kd=widths[0], lower=bool(widths[1])),
-        "gt": lambda lu, p, rhs: band_scan.gttrs(lu, p, rhs, trans=trans),
-        "pt": band_scan.pttrs,
-    }[kind]
+        GB: lambda lu, p, rhs: band_scan.gbtrs(lu, p, rhs, kl=widths[0], ku=widths[1], trans=trans),
+        PB: lambda c, rhs: band_scan.pbtrs(c, rhs, kd=widths[0], lower=bool(widths[1])),
+        GT: lambda lu, p, rhs: band_scan.gttrs(lu, p, rhs, trans=trans),
+        PT: band_scan.pttrs,
+    }[layout]
     if factors[0].ndim == core[0]:  # one factor: all right-hand sides as columns
         return kernel(*factors, b.reshape(-1, b.shape[-1])).reshape(b.shape)
     flat_factors = [_flatten(f, c)[0] for f, c in zip(factors, core)]
@@ -300,20 +287,20 @@ def _solve_scan(*operands, kind, widths, trans):
     return jax.vmap(kernel)(*flat_factors, flat_b).reshape(b.shape)
 
 
-def _factor_host(*operands, kind, widths, placement):
-    if kind == "gb":
+def _factor_host(*operands, layout, widths, placement):
+    if layout is GB:
         return lapack.gbtrf(*operands, placement=placement, kl=widths[0], ku=widths[1])
-    if kind == "pb":
+    if layout is PB:
         return lapack.pbtrf(*operands, placement=placement, kd=widths[0], lower=bool(widths[1]))
-    return (lapack.gttrf if kind == "gt" else lapack.pttrf)(*operands)
+    return (lapack.gttrf if layout is GT else lapack.pttrf)(*operands)
 
 
-def _solve_host(*operands, kind, widths, trans):
-    if kind == "gb":
+def _solve_host(*operands, layout, widths, trans):
+    if layout is GB:
         return lapack.gbtrs(*operands, kl=widths[0], ku=widths[1], trans=trans)
-    if kind == "pb":
+    if layout is PB:
         return lapack.pbtrs(*operands, kd=widths[0], lower=bool(widths[1]))
-    if kind == "gt":
+    if layout is GT:
         return lapack.gttrs(*operands, trans=trans)
     return lapack.pttrs(*operands)
 
@@ -326,57 +313,57 @@ def _use_host(method: str, n: int, systems: int, size: int) -> bool:
     return host_is_faster(n, systems, size)
 
 
-def _factor_cpu(*operands, kind, widths, placement, offsets, method):
-    if kind in PARALLEL:
-        return _factor_parallel(*operands, kind=kind, widths=widths, offsets=offsets, cpu=True)
+def _factor_cpu(*operands, layout, widths, placement, offsets, method):
+    if layout.parallel:
+        return _factor_parallel(*operands, layout=layout, widths=widths, offsets=offsets, cpu=True)
     first = operands[0]
-    core = _FACTOR_IN_CORE[kind][0]
+    core = layout.operand_core[0]
     n = first.shape[-1]
-    size = n * (band_columns(kind, widths) if kind in ("gb", "pb") else 4)
+    size = n * (layout.band_columns(widths) if layout.band_array else 4)
     if _use_host(method, n, math.prod(first.shape[: first.ndim - core]), size):
-        return _factor_host(*operands, kind=kind, widths=widths, placement=placement)
-    return _factor_scan(*operands, kind=kind, widths=widths, placement=placement)
+        return _factor_host(*operands, layout=layout, widths=widths, placement=placement)
+    return _factor_scan(*operands, layout=layout, widths=widths, placement=placement)
 
 
-def _solve_cpu(*operands, kind, widths, trans, offsets, method):
-    if kind in (*PARALLEL, "os"):
+def _solve_cpu(*operands, layout, widths, trans, offsets, method):
+    if not layout.lapack:
         return _solve_parallel(
-            *operands, kind=kind, widths=widths, trans=trans, offsets=offsets, method=method,
-            platform="cpu",
+            *operands, layout=layout, widths=widths, trans=trans, offsets=offsets,
+            method=method, platform="cpu",
         )  # fmt: skip
     first = operands[0]
-    core = SOLVE_CORE[kind][0]
-    n = first.shape[-2] if kind in ("gb", "pb") else first.shape[-1]
+    core = layout.array_core[0]
+    n = first.shape[-2] if layout.band_array else first.shape[-1]
     systems = math.prod(first.shape[: first.ndim - core])
     if _use_host(method, n, systems, math.prod(first.shape[first.ndim - core :])):
-        return _solve_host(*operands, kind=kind, widths=widths, trans=trans)
-    return _solve_scan(*operands, kind=kind, widths=widths, trans=trans)
+        return _solve_host(*operands, layout=layout, widths=widths, trans=trans)
+    return _solve_scan(*operands, layout=layout, widths=widths, trans=trans)
 
 
-def _factor_default(*operands, kind, widths, placement, offsets, method):
+def _factor_default(*operands, layout, widths, placement, offsets, method):
     del method
-    if kind in PARALLEL:
-        return _factor_parallel(*operands, kind=kind, widths=widths, offsets=offsets, cpu=False)
-    return _factor_scan(*operands, kind=kind, widths=widths, placement=placement)
+    if layout.parallel:
+        return _factor_parallel(*operands, layout=layout, widths=widths, offsets=offsets, cpu=False)
+    return _factor_scan(*operands, layout=layout, widths=widths, placement=placement)
 
 
 def _solve_on(platform: str):
-    def lowering(*operands, kind, widths, trans, offsets, method):
-        if kind in (*PARALLEL, "os"):
+    def lowering(*operands, layout, widths, trans, offsets, method):
+        if not layout.lapack:
             return _solve_parallel(
-                *operands, kind=kind, widths=widths, trans=trans, offsets=offsets,
+                *operands, layout=layout, widths=widths, trans=trans, offsets=offsets,
                 method=method, platform=platform,
             )  # fmt: skip
-        return _solve_scan(*operands, kind=kind, widths=widths, trans=trans)
+        return _solve_scan(*operands, layout=layout, widths=widths, trans=trans)
 
     return lowering
 
 
-# -- the parallel kinds and the one-shot solve ------------------------------------------------
+# -- the parallel layouts and the one-shot solve ----------------------------------------------
 
 
 def _gb_placement(offsets: tuple[int, ...], widths: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
-    """``"gb"``'s placement of diagonals of these offsets (see the module docstring)."""
+    """``GB``'s placement of diagonals of these offsets (see the module docstring)."""
     kl, ku = widths
     return tuple((offset, kl + ku - offset) for offset in offsets)
 
@@ -388,23 +375,23 @@ def _systems(data: Array, offsets: tuple[int, ...]) -> Array:
     return jnp.where(in_bounds(offsets, (n, n)), flat, 0)
 
 
-def _triangle(kind: str, widths: tuple[int, ...]) -> str | None:
-    if kind != "ch":
+def _triangle(layout: Layout, widths: tuple[int, ...]) -> str | None:
+    if not layout.hermitian:
         return None
     return "lower" if widths[1] else "upper"
 
 
-def _factor_parallel(data, *, kind, widths, offsets, cpu: bool):
+def _factor_parallel(data, *, layout, widths, offsets, cpu: bool):
     batch = data.shape[:-2]
     if data.shape[-1] == 0:
-        shapes = parallel_shapes(kind, widths, 0)
+        shapes = parallel_shapes(layout, widths, 0)
         empty = [jnp.zeros((*batch, *shape), data.dtype) for shape in shapes]
         return [*empty, jnp.zeros(batch, np.int32)]
     flat = _systems(data, offsets)
-    m = block_size(kind, widths)
-    arrays, failed = band_parallel.factor_systems(flat, offsets, m, _triangle(kind, widths))
+    m = block_size(layout, widths)
+    arrays, failed = band_parallel.factor_systems(flat, offsets, m, _triangle(layout, widths))
     info = jnp.where(failed >= 0, failed + 1, 0).astype(np.int32)
-    if cpu and kind == "cr" and offsets:
+    if cpu and layout is CR and offsets:
         # LAPACK says whether the matrix is singular (the reduction fails on more).
         def lapack_info():
             placement = _gb_placement(offsets, widths)
@@ -418,7 +405,7 @@ def _factor_parallel(data, *, kind, widths, offsets, cpu: bool):
 def oneshot_implementation(
     platform: str, method: str, n: int, widths: tuple[int, ...], systems: int
 ) -> str:
-    """Which implementation runs a one-shot solve (kind ``"os"``) of ``systems`` matrices
+    """Which implementation runs a one-shot solve (layout ``ONESHOT``) of ``systems`` matrices
     of ``n`` rows with band ``widths`` ``(kl, ku)``, lowered for ``platform`` (``"cpu"``,
     ``"gpu"`` or ``"tpu"``); the one place that chooses it:
 
@@ -445,11 +432,11 @@ def oneshot_implementation(
     tridiagonal = max(widths, default=0) <= 1
     if platform == "gpu":
         return "gtsv" if tridiagonal else "parallel"
-    if n * band_columns("gb", widths) > _INT32:
+    if n * GB.band_columns(widths) > _INT32:
         return "parallel"
     if tridiagonal:
         return "gtsv"
-    return "lapack" if host_is_faster(n, systems, n * band_columns("gb", widths)) else "scan"
+    return "lapack" if host_is_faster(n, systems, n * GB.band_columns(widths)) else "scan"
 
 
 def _lapack_solve(data, b, *, offsets, widths, trans):
@@ -464,14 +451,14 @@ def _lapack_solve(data, b, *, offsets, widths, trans):
 
 
 def _scan_solve(data, b, *, offsets, widths, trans):
-    """The ``lax.scan`` LU (``"gb"``'s kernels of :mod:`jaxdia._kernels.band_scan`) of
+    """The ``lax.scan`` LU (``GB``'s kernels of :mod:`jaxdia._kernels.band_scan`) of
     ``data`` ``(S or 1, nd, n)``, the systems side by side; NaN where a matrix is
     singular."""
     placement = _gb_placement(offsets, widths)
-    lu, pivots, info = _factor_scan(data, kind="gb", widths=widths, placement=placement)
+    lu, pivots, info = _factor_scan(data, layout=GB, widths=widths, placement=placement)
     if data.shape[0] == 1:  # one factor for every right-hand side
         lu, pivots, info = lu[0], pivots[0], jnp.broadcast_to(info, (b.shape[0],))
-    x = _solve_scan(lu, pivots, b, kind="gb", widths=widths, trans=trans)
+    x = _solve_scan(lu, pivots, b, layout=GB, widths=widths, trans=trans)
     return jnp.where((info != 0)[:, None, None], jnp.nan, x)
 
 
@@ -529,17 +516,17 @@ def _shift(values: Array, by: int) -> Array:
     return jnp.pad(values[..., :by], [(0, 0)] * (values.ndim - 1) + [(-by, 0)])
 
 
-def _solve_parallel(*operands, kind, widths, trans, offsets, method, platform: str):
+def _solve_parallel(*operands, layout, widths, trans, offsets, method, platform: str):
     *arrays, b = operands
     lead = b.shape[:-2]
     b = b.reshape(math.prod(lead), *b.shape[-2:])
     n = b.shape[-1]
-    if kind == "ch":
+    if layout.hermitian:
         flat = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
         return band_parallel.solve_systems(flat, b, trans=0).reshape(*lead, *b.shape[-2:])
     data = _systems(arrays.pop(), offsets)
     implementation = "parallel"
-    if kind == "os":
+    if layout is ONESHOT:
         implementation = oneshot_implementation(platform, method, n, widths, data.shape[0])
     if implementation == "gtsv":
         x = _tridiagonal_library(data, b, offsets=offsets, trans=trans)
@@ -548,8 +535,8 @@ def _solve_parallel(*operands, kind, widths, trans, offsets, method, platform: s
         factor_and_solve = _lapack_solve if implementation == "lapack" else _scan_solve
         x = factor_and_solve(data, b, offsets=offsets, widths=widths, trans=trans)
         return x.reshape(*lead, *b.shape[-2:])
-    m = block_size(kind, widths)
-    if kind == "os":
+    m = block_size(layout, widths)
+    if layout is ONESHOT:
         arrays, failed = band_parallel.factor_systems(data, offsets, m)
     else:
         arrays = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]

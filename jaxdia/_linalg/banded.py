@@ -1,21 +1,22 @@
 """Banded factorizations at the array level: factor a square ``DiaParts`` once, solve many.
 
-A factor is a :class:`Factor`: the arrays of one of the kinds of
-:mod:`jaxdia._kernels.band_primitives`, chosen from the offsets and the platform:
+A factor is a :class:`Factor`: the arrays of one of the layouts of
+:mod:`jaxdia._kernels.band_layouts`, chosen from the offsets and the platform:
 
-* LU (:func:`factor_lu`): on CPU LAPACK's, with partial pivoting: ``"gt"`` (``?gttrf``'s
-  rows) when the band is within one diagonal of the main one, else ``"gb"``
-  (``?gbtrf``'s bands); on GPU and TPU ``"cr"``, block cyclic reduction (no loop over the
+* LU (:func:`factor_lu`): on CPU LAPACK's, with partial pivoting: ``GT`` (``?gttrf``'s
+  rows) when the band is within one diagonal of the main one, else ``GB``
+  (``?gbtrf``'s bands); on GPU and TPU ``CR``, block cyclic reduction (no loop over the
   rows; see :mod:`jaxdia._kernels.band_parallel` for what it is exact for, and
-  :mod:`jaxdia._kernels.band_refine` for what its solves do otherwise);
+  :mod:`jaxdia._kernels.band_refine` for what its solves do otherwise); a periodic
+  matrix's, the factor of its band and a :class:`jaxdia._linalg.periodic.Correction`;
 * Cholesky (:func:`factor_cholesky`) of a Hermitian positive definite band, from the
-  triangle ``lower`` selects: on CPU ``"pt"`` (``?pttrf``'s ``L D L^H``) for a
-  tridiagonal one, else ``"pb"`` (``?pbtrf``'s bands); on GPU and TPU ``"ch"``, cyclic
+  triangle ``lower`` selects: on CPU ``PT`` (``?pttrf``'s ``L D L^H``) for a
+  tridiagonal one, else ``PB`` (``?pbtrf``'s bands); on GPU and TPU ``CH``, cyclic
   reduction;
-* one-shot (:func:`oneshot`): no arrays; each solve factors (LAPACK or cyclic reduction
-  chosen per platform and size when the program is compiled).
+* one-shot (:func:`oneshot`, ``ONESHOT``): no arrays; each solve factors (LAPACK or
+  cyclic reduction chosen per platform and size when the program is compiled).
 
-The kind is chosen when the factorization is traced, for the platform computations run on
+The layout is chosen when the factorization is traced, for the platform computations run on
 by default (:func:`platform`): unlike a solve, a factor's arrays are a result, and their
 layout must be fixed before the program is lowered.
 
@@ -38,7 +39,7 @@ real factor as its real and imaginary parts side by side.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -49,13 +50,14 @@ from jax.typing import ArrayLike
 from .._checks import check_rhs, is_traced, result_dtype
 from .._geometry import accumulation_dtype, band_widths, in_bounds
 from .._kernels import band_primitives as prims
+from .._kernels.band_layouts import CH, CR, GB, GT, ONESHOT, PB, PT, Layout
 from .._kernels.primitives import spmm
 from .._parts import DiaParts
 from .._sharding import on_auto_axes
 from . import periodic
 
 #: The factorizations' implementation: "auto" (by platform, see the module docstring),
-#: "host" or "scan" (LAPACK's kinds, by LAPACK on CPU or by ``lax.scan``), "parallel"
+#: "host" or "scan" (LAPACK's layouts, by LAPACK on CPU or by ``lax.scan``), "parallel"
 #: (cyclic reduction). Tests force each; read when a factorization or solve is traced.
 METHOD = "auto"
 #: The platforms whose stored factors are computed by cyclic reduction.
@@ -84,21 +86,27 @@ def is_tridiagonal(offsets: tuple[int, ...]) -> bool:
 
 
 class Factor(NamedTuple):
-    """A factorization's arrays: ``arrays`` (LAPACK's, with the matrix's batch dims
-    leading), ``info`` (``(*batch_shape,)`` int32: 0, or the 1-based index of the first
-    zero pivot / non-positive leading minor, or :data:`NON_FINITE`), and its static
-    description (a pytree whose leaves are the arrays and ``info``)."""
+    """A factorization: its ``layout`` and ``widths`` (static), ``arrays`` (with the
+    matrix's batch dims leading), ``info`` (``(*batch_shape,)`` int32: 0, or the 1-based
+    index of the first zero pivot / non-positive leading minor, or :data:`NON_FINITE`),
+    and for a periodic matrix the ``correction`` of its corners (``arrays`` then factor
+    the band without them). A pytree whose leaves are the arrays, the correction's and
+    ``info``."""
 
-    kind: str
+    layout: Layout
     widths: tuple[int, ...]
     arrays: tuple[Array, ...]
     info: Array
+    correction: periodic.Correction | None = None
 
 
 jax.tree_util.register_pytree_node(
     Factor,
-    lambda factor: ((factor.arrays, factor.info), (factor.kind, factor.widths)),
-    lambda static, leaves: Factor(*static, *leaves),
+    lambda factor: (
+        (factor.arrays, factor.correction, factor.info),
+        (factor.layout, factor.widths),
+    ),
+    lambda static, leaves: Factor(static[0], static[1], leaves[0], leaves[2], leaves[1]),
 )
 
 
@@ -106,13 +114,13 @@ def _real(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.finfo(dtype).dtype)
 
 
-def lu_kind(offsets: tuple[int, ...], method: str) -> tuple[str, tuple[int, ...]]:
-    """The LU factor's kind and widths for a square matrix with these offsets."""
+def lu_layout(offsets: tuple[int, ...], method: str) -> tuple[Layout, tuple[int, ...]]:
+    """The LU factor's layout and widths for a square matrix with these offsets."""
     if parallel(method):
-        return "cr", band_widths(offsets)
+        return CR, band_widths(offsets)
     if is_tridiagonal(offsets):
-        return "gt", ()
-    return "gb", band_widths(offsets)
+        return GT, ()
+    return GB, band_widths(offsets)
 
 
 def cholesky_bandwidth(offsets: tuple[int, ...], lower: bool) -> int:
@@ -120,16 +128,16 @@ def cholesky_bandwidth(offsets: tuple[int, ...], lower: bool) -> int:
     return max((abs(k) for k in offsets if (k <= 0 if lower else k >= 0)), default=0)
 
 
-def cholesky_kind(
+def cholesky_layout(
     offsets: tuple[int, ...], lower: bool, method: str
-) -> tuple[str, tuple[int, ...]]:
-    """The Cholesky factor's kind and widths, from the triangle ``lower`` selects."""
+) -> tuple[Layout, tuple[int, ...]]:
+    """The Cholesky factor's layout and widths, from the triangle ``lower`` selects."""
     kd = cholesky_bandwidth(offsets, lower)
     if parallel(method):
-        return "ch", (kd, int(lower))
+        return CH, (kd, int(lower))
     if kd <= 1:
-        return "pt", ()
-    return "pb", (kd, int(lower))
+        return PT, ()
+    return PB, (kd, int(lower))
 
 
 def _clean(data: Array, offsets: tuple[int, ...]) -> Array:
@@ -155,12 +163,19 @@ def _shift_left(row: Array, by: int) -> Array:
     return jnp.pad(row[..., by:], pad)
 
 
-def _lu_operands(data: Array, offsets: tuple[int, ...], kind: str, widths):
+#: A factor primitive's operands and the ``placement`` of DIA ``data``'s diagonals in
+#: LAPACK's band array (see :mod:`jaxdia._kernels.band_primitives`).
+_Operands = tuple[tuple[Array, ...], tuple[tuple[int, int], ...]]
+
+
+def _lu_operands(
+    data: Array, offsets: tuple[int, ...], layout: Layout, widths: tuple[int, ...]
+) -> _Operands:
     """The factor primitive's operands and ``placement`` (see
     ``jaxdia._kernels.band_primitives``)."""
-    if kind == "cr":
+    if layout.parallel:
         return (data,), ()
-    if kind == "gt":
+    if layout is GT:
         data = _clean(data, offsets)
         dl = _diagonal(data, offsets, -1)  # dl[i] = A[i + 1, i], column i
         du = _shift_left(_diagonal(data, offsets, 1), 1)  # du[i] = A[i, i + 1], column i + 1
@@ -171,10 +186,12 @@ def _lu_operands(data: Array, offsets: tuple[int, ...], kind: str, widths):
     return (data,), tuple((offset, kl + ku - offset) for offset in offsets)
 
 
-def _cholesky_operands(data, offsets, kind, widths, lower: bool):
-    if kind == "ch":
+def _cholesky_operands(
+    data: Array, offsets: tuple[int, ...], layout: Layout, widths: tuple[int, ...], lower: bool
+) -> _Operands:
+    if layout.parallel:
         return (data,), ()
-    if kind == "pt":
+    if layout is PT:
         data = _clean(data, offsets)
         d = _diagonal(data, offsets, 0).real.astype(_real(data.dtype))
         if lower:
@@ -194,19 +211,28 @@ def _cholesky_operands(data, offsets, kind, widths, lower: bool):
     return (data,), placement
 
 
-@partial(jax.jit, static_argnames=("offsets", "kind", "widths", "lower", "method"))
+@partial(jax.jit, static_argnames=("offsets", "layout", "widths", "lower", "method"))
 @on_auto_axes(last=False)
-def _factor(data, *, offsets, kind, widths, lower, method) -> tuple[tuple, Array]:
+def _factor(
+    data: Array,
+    *,
+    offsets: tuple[int, ...],
+    layout: Layout,
+    widths: tuple[int, ...],
+    lower: bool | None,
+    method: str,
+) -> tuple[tuple[Array, ...], Array]:
     data = jax.lax.stop_gradient(data)  # derivatives come from the solves
     # 16-bit floats factor in float32: LAPACK has no 16-bit routines.
     data = data.astype(accumulation_dtype(data.dtype))
     if lower is None:
-        operands, placement = _lu_operands(data, offsets, kind, widths)
+        operands, placement = _lu_operands(data, offsets, layout, widths)
     else:
-        operands, placement = _cholesky_operands(data, offsets, kind, widths, lower)
+        operands, placement = _cholesky_operands(data, offsets, layout, widths, lower)
     *arrays, info = prims.factor(
-        *operands, kind=kind, widths=widths, placement=placement, offsets=offsets, method=method
-    )
+        *operands, layout=layout, widths=widths, placement=placement, offsets=offsets,
+        method=method,
+    )  # fmt: skip
     # LAPACK factors NaN and inf without complaint (a NaN pivot is no zero pivot): say so
     # in info, where SciPy's check_finite would have refused the matrix.
     return tuple(arrays), jnp.where(finite(data, offsets, lower), info, NON_FINITE)
@@ -217,7 +243,9 @@ def _factor(data, *, offsets, kind, widths, lower, method) -> tuple[tuple, Array
 NON_FINITE = -1
 
 
-def read_slots(offsets: tuple[int, ...], n: int, lower: bool | None, host: bool = False):
+def read_slots(
+    offsets: tuple[int, ...], n: int, lower: bool | None, host: bool = False
+) -> np.ndarray | Array:
     """The slots of an ``n x n`` matrix's DIA ``data`` that a factorization reads: every
     in-bounds one for an LU (``lower`` None), the triangle ``lower`` selects for a
     Cholesky factor."""
@@ -236,24 +264,25 @@ def finite(data: Array, offsets: tuple[int, ...], lower: bool | None) -> Array:
 
 
 def factor_lu(A: DiaParts, method: str | None = None) -> Factor:
-    """The banded LU factor of a square ``A`` (``"gt"``, ``"gb"`` or ``"cr"``), or, when
-    ``A`` is a band plus corner diagonals that are cheaper as a low-rank correction
-    (periodic boundaries, see :mod:`jaxdia._linalg.periodic`), the periodic factor: kind
-    ``"w"`` and the band's kind, widths ``(p, q)`` and the band's widths, arrays the
-    band's followed by ``Z``, ``S``'s LU and its pivots. Outside ``jit``, a periodic
+    """The banded LU factor of a square ``A`` (``GT``, ``GB`` or ``CR``), or, when ``A``
+    is a band plus corner diagonals that are cheaper as a low-rank correction (periodic
+    boundaries, see :mod:`jaxdia._linalg.periodic`), the periodic factor: the band's
+    layout, widths and arrays, and the corners' :class:`periodic.Correction` (``Z``,
+    ``S``'s LU and its pivots). Outside ``jit``, a periodic
     factor that failed (the band without its corners is singular, or too ill-conditioned
     for the correction to be accurate, or ``A`` is singular) is replaced by the factor of
     the whole band; under ``jit`` its ``info`` says so."""
     method = method or METHOD
     where = periodic.split(A.offsets, A.shape[0])
     if where is not None:
-        kind, widths = lu_kind(where.band_offsets(A.offsets), method)
-        arrays, info = _periodic_factor(
-            A.data, offsets=A.offsets, p=where.p, q=where.q, kind=kind, widths=widths, method=method
-        )
+        layout, widths = lu_layout(where.band_offsets(A.offsets), method)
+        arrays, correction, info = _periodic_factor(
+            A.data, offsets=A.offsets, p=where.p, q=where.q, layout=layout, widths=widths,
+            method=method,
+        )  # fmt: skip
         if is_traced(info) or not np.any(np.asarray(info)):
-            return Factor("w" + kind, (where.p, where.q, *widths), arrays, info)
-    return _factor_of(A, *lu_kind(A.offsets, method), None, method)
+            return Factor(layout, widths, arrays, info, correction)
+    return _factor_of(A, *lu_layout(A.offsets, method), None, method)
 
 
 #: ``info`` of a periodic factor whose band factored but whose correction ``S`` is
@@ -266,20 +295,29 @@ SINGULAR_CORRECTION = -2
 UNSTABLE_CORRECTION = -3
 
 
-@partial(jax.jit, static_argnames=("offsets", "p", "q", "kind", "widths", "method"))
-def _periodic_factor(data, *, offsets, p, q, kind, widths, method):
+@partial(jax.jit, static_argnames=("offsets", "p", "q", "layout", "widths", "method"))
+def _periodic_factor(
+    data: Array,
+    *,
+    offsets: tuple[int, ...],
+    p: int,
+    q: int,
+    layout: Layout,
+    widths: tuple[int, ...],
+    method: str,
+) -> tuple[tuple[Array, ...], periodic.Correction, Array]:
     """:func:`factor_lu`'s periodic factor, as one compiled call: the band's factor of
-    ``kind``, then ``Z = B^-1 U``, the LU of ``S = I + V^T Z`` and the check of ``Z``'s
-    growth."""
+    ``layout``, then ``Z = B^-1 U``, the LU of ``S = I + V^T Z`` and the check of
+    ``Z``'s growth."""
     n = data.shape[-1]
     where = periodic.Split.of(offsets, n, p, q)
     data = lax.stop_gradient(data).astype(accumulation_dtype(data.dtype))
     band = DiaParts(data[..., list(where.band), :], where.band_offsets(offsets), (n, n))
     arrays, info = _factor(
-        band.data, offsets=band.offsets, kind=kind, widths=widths, lower=None, method=method
+        band.data, offsets=band.offsets, layout=layout, widths=widths, lower=None, method=method
     )
     U = periodic.corners(data, offsets, where)
-    Z = solve(band, Factor(kind, widths, arrays, info), U, method=method)
+    Z = solve(band, Factor(layout, widths, arrays, info), U, method=method)
     lu, pivots = periodic.capacitance(Z, n, where)
     bad = jnp.any(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0, axis=-1)
     bad = bad | ~jnp.all(jnp.isfinite(lu), axis=(-2, -1))
@@ -288,30 +326,31 @@ def _periodic_factor(data, *, offsets, p, q, kind, widths, method):
     stable = periodic.growth(Z) <= periodic.MAX_GROWTH
     info = jnp.where(info != 0, info, jnp.where(stable, 0, UNSTABLE_CORRECTION))
     info = jnp.where(finite(data, offsets, None), info, NON_FINITE)
-    return (*arrays, Z, lu, pivots), info
+    return arrays, periodic.Correction(Z, lu, pivots, p, q), info
 
 
 def factor_cholesky(A: DiaParts, lower: bool, method: str | None = None) -> Factor:
     """The banded Cholesky factor of a square ``A`` from its upper (or ``lower``)
-    triangle (``"pt"``, ``"pb"`` or ``"ch"``)."""
+    triangle (``PT``, ``PB`` or ``CH``)."""
     method = method or METHOD
-    return _factor_of(A, *cholesky_kind(A.offsets, lower, method), lower, method)
+    return _factor_of(A, *cholesky_layout(A.offsets, lower, method), lower, method)
 
 
 def oneshot(A: DiaParts) -> Factor:
-    """A factor of ``A`` without arrays, whose solves factor as they go (``"os"``): LAPACK
-    or cyclic reduction, chosen per platform and size when the program is lowered."""
+    """A factor of ``A`` without arrays, whose solves factor as they go (``ONESHOT``):
+    LAPACK or cyclic reduction, chosen per platform and size when the program is
+    lowered."""
     info = jnp.zeros(A.batch_shape, np.int32)
-    return Factor("os", band_widths(A.offsets), (), info)
+    return Factor(ONESHOT, band_widths(A.offsets), (), info)
 
 
 def _factor_of(
-    A: DiaParts, kind: str, widths: tuple[int, ...], lower: bool | None, method: str
+    A: DiaParts, layout: Layout, widths: tuple[int, ...], lower: bool | None, method: str
 ) -> Factor:
     arrays, info = _factor(
-        A.data, offsets=A.offsets, kind=kind, widths=widths, lower=lower, method=method
+        A.data, offsets=A.offsets, layout=layout, widths=widths, lower=lower, method=method
     )
-    return Factor(kind, widths, arrays, info)
+    return Factor(layout, widths, arrays, info)
 
 
 # -- solves --------------------------------------------------------------------------------
@@ -337,11 +376,12 @@ def solve(
     return _solve(
         A.data,
         factor.arrays,
+        factor.correction,
         factor.info,
         b,
         offsets=A.offsets,
         shape=A.shape,
-        kind=factor.kind,
+        layout=factor.layout,
         widths=factor.widths,
         trans=trans,
         lower=lower,
@@ -369,7 +409,7 @@ def _hermitian_matvec(data, x, offsets, shape, lower: bool):
     static_argnames=(
         "offsets",
         "shape",
-        "kind",
+        "layout",
         "widths",
         "trans",
         "lower",
@@ -380,8 +420,22 @@ def _hermitian_matvec(data, x, offsets, shape, lower: bool):
 )
 @on_auto_axes(last=False)
 def _solve(
-    data, arrays, info, b, *, offsets, shape, kind, widths, trans, lower, batch, dtype, method
-):
+    data: Array,
+    arrays: tuple[Array, ...],
+    correction: periodic.Correction | None,
+    info: Array,
+    b: Array,
+    *,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    layout: Layout,
+    widths: tuple[int, ...],
+    trans: int,
+    lower: bool | None,
+    batch: tuple[int, ...],
+    dtype: np.dtype,
+    method: str,
+) -> Array:
     """:func:`solve` for checked operands, as one compiled call (eagerly, the reshapes
     around the solve would run op by op and ``custom_linear_solve`` be traced again)."""
     n = shape[0]
@@ -392,24 +446,24 @@ def _solve(
     factor_batch = data.shape[:-2]
     if factor_batch and factor_batch != batch:
         # The factor's batch dims must be the solution's (or absent): broadcast them.
-        arrays = tuple(jnp.broadcast_to(a, (*batch, *a.shape[len(factor_batch) :])) for a in arrays)
+        def widen(a: Array) -> Array:
+            return jnp.broadcast_to(a, (*batch, *a.shape[len(factor_batch) :]))
+
+        arrays = tuple(widen(a) for a in arrays)
+        correction = jax.tree.map(widen, correction)
         info = jnp.broadcast_to(info, batch)
         data = jnp.broadcast_to(data, (*batch, *data.shape[-2:]))
     matrix = jnp.reshape(data, (1,) * (len(batch) - data.ndim + 2) + data.shape).astype(work)
     corners = None
-    correction: list[Array] = []  # Z, S's LU and pivots
     band_offsets = offsets
-    if kind[0] == "w":  # periodic: a factor of the band, and the corners' correction
-        corners = periodic.Split.of(offsets, n, *widths[:2])
-        kind, widths = kind[1:], widths[2:]
-        *arrays, Z, S_lu, S_pivots = arrays
-        correction = [Z, S_lu, S_pivots]
+    if correction is not None:  # periodic: a factor of the band, and the corners'
+        corners = correction.split(offsets)
         band_offsets = corners.band_offsets(offsets)
         data = data[..., list(corners.band), :]
-    if kind == "os":  # no arrays: the solve factors the matrix
+    if layout is ONESHOT:  # no arrays: the solve factors the matrix
         factor_dtype = accumulation_dtype(data.dtype)
     else:
-        factor_dtype = arrays[1 if kind == "pt" else 0].dtype  # pt: d is real, e is not
+        factor_dtype = arrays[layout.typed_array].dtype  # PT: d is real, e is not
     split = jnp.issubdtype(work, jnp.complexfloating) and not jnp.issubdtype(
         factor_dtype, jnp.complexfloating
     )
@@ -419,16 +473,16 @@ def _solve(
     def cast(index: int, array: Array) -> Array:
         if array.dtype == np.int32:  # pivots
             return array
-        if kind == "cr" and not split:
+        if layout.refined and not split:
             # Kept: its solves refine to the factor's own precision (see
             # jaxdia._kernels.band_refine).
             return array
-        if kind == "pt" and index == 0:  # the real diagonal of L D L^H
+        if index in layout.real_arrays:  # the real diagonal of L D L^H
             return array.astype(_real(precision))
         return array.astype(precision)
 
     arrays = tuple(cast(index, array) for index, array in enumerate(arrays))
-    if kind in ("cr", "os"):  # the solve's residuals (and the one-shot's factorization)
+    if layout.refined:  # the solve's residuals (and the one-shot's factorization)
         arrays = (*arrays, lax.stop_gradient(data).astype(precision))
     failed = (info != 0)[..., None, None]
     hermitian = lower is not None
@@ -438,10 +492,10 @@ def _solve(
         if hermitian and t:
             # A^T = conj(A) for a Hermitian A (and A^H = A).
             return raw(rhs.conj(), 0).conj() if t == 1 else raw(rhs, 0)
-        if corners is not None:
-            Z, S_lu, S_pivots = correction
-            Z, S_lu = Z.astype(precision), S_lu.astype(precision)
-            return periodic.solve(band_raw, Z, S_lu, S_pivots, rhs, t, corners)
+        if correction is not None and corners is not None:
+            Z = correction.corrections.astype(precision)
+            S_lu = correction.capacitance_lu.astype(precision)
+            return periodic.solve(band_raw, Z, S_lu, correction.capacitance_pivots, rhs, t, corners)
         return band_raw(rhs, t)
 
     def band_raw(rhs, t):
@@ -454,10 +508,10 @@ def _solve(
         x = prims.solve(
             *arrays,
             columns.astype(precision),
-            kind=kind,
+            layout=layout,
             widths=widths,
             trans=min(t, 1) if split else t,
-            offsets=band_offsets if kind in ("cr", "os") else (),
+            offsets=band_offsets if layout.refined else (),
             method=method,
         )
         if split:
@@ -466,7 +520,7 @@ def _solve(
         return jnp.swapaxes(x, -1, -2)
 
     def product(x, t):
-        if hermitian:
+        if lower is not None:  # hermitian
             return _hermitian_matvec(matrix, x, offsets, shape, lower)
         if t == 2:
             return spmm(matrix.conj(), x, offsets=offsets, shape=shape, transpose=True)
@@ -497,7 +551,7 @@ def _solve(
     return x[..., 0] if vector else x
 
 
-def info_errors(info: Any) -> list[tuple[tuple[int, ...], int]]:
+def info_errors(info: ArrayLike) -> list[tuple[tuple[int, ...], int]]:
     """``(batch index, info)`` of the failed systems of a concrete ``info``."""
     host = np.asarray(info)
     return [(index, int(host[index])) for index in np.ndindex(host.shape) if host[index]]
@@ -519,7 +573,7 @@ def solve_once(A: DiaParts, b: ArrayLike) -> Array:
     precision = np.dtype(jnp.result_type(A.dtype, jnp.finfo(dtype).dtype))
     if precision != A.dtype:
         A = A.with_data(A.data.astype(precision))
-    # A periodic band's factor, LAPACK's kinds forced (tests), else a factor whose solve
+    # A periodic band's factor, LAPACK's layouts forced (tests), else a factor whose solve
     # factors.
     stored = METHOD in ("host", "scan") or periodic.split(A.offsets, n) is not None
     factor = factor_lu(A, METHOD) if stored else oneshot(A)

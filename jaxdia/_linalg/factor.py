@@ -10,7 +10,7 @@ stored factor: the time loop of an implicit scheme factors once, outside its
 ``factorized``).
 
 A factor is a pytree: its arrays (the matrix's ``data`` and LAPACK's factor arrays) are
-leaves, its kind, band widths, shape and offsets static aux data. It can be returned
+leaves, its layout, band widths, shape and offsets static aux data. It can be returned
 from ``jit``, closed over or carried by ``lax.scan``/``fori_loop``, and ``vmap``\\ ped
 over. Solves are differentiable with respect to ``b`` and to ``A.data`` (the factor keeps
 ``A`` for that): ``lax.custom_linear_solve`` differentiates them implicitly, with the
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from collections.abc import Callable, Sequence
+from typing import NoReturn, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -32,21 +32,12 @@ from jax.typing import ArrayLike
 
 from .._checks import is_traced
 from .._geometry import band_widths
+from .._kernels.band_layouts import Layout
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable
 from .._scipy_operator import ScipyOperator
-from . import banded
-
-_KIND_NAMES = {
-    "gb": "band",
-    "gt": "tridiagonal",
-    "pb": "band",
-    "pt": "tridiagonal",
-    "cr": "parallel",
-    "ch": "parallel",
-    **{"w" + kind: "periodic" for kind in ("gb", "gt", "cr")},
-}
+from . import banded, periodic
 
 
 def _parallel_leaf_names(count: int) -> tuple[str, ...]:
@@ -62,7 +53,14 @@ _FactorClass = TypeVar("_FactorClass", bound=type)
 _Factor = TypeVar("_Factor", bound="_BandedFactor")
 
 
-def _leaf_shape(value: Any) -> tuple[int, ...] | None:
+#: A factor's static aux data: the matrix's offsets and shape, the factor's layout,
+#: widths and ``lower``, and a periodic factor's corners ``(p, q)`` (else None).
+_Aux = tuple[
+    tuple[int, ...], tuple[int, int], Layout, tuple[int, ...], bool | None, tuple[int, int] | None
+]
+
+
+def _leaf_shape(value: object) -> tuple[int, ...] | None:
     shape = getattr(value, "shape", None)
     return tuple(shape) if isinstance(shape, tuple) else None
 
@@ -84,15 +82,19 @@ class _BandedFactor(Immutable, ScipyOperator):
     SciPy's ``LinearOperator`` protocol for ``A^-1`` (``matvec`` solves), so that a
     factor is SciPy's ``M=`` or ``OPinv=``."""
 
-    __slots__ = ("_data", "_factors", "_info", "_offsets", "_shape", "_kind", "_widths", "_lower")
-    _leaves = ("_data", "_factors", "_info")
-    _static = ("_offsets", "_shape", "_kind", "_widths", "_lower")
+    __slots__ = (
+        "_data", "_factors", "_correction", "_info", "_offsets", "_shape", "_layout", "_widths",
+        "_lower",
+    )  # fmt: skip
+    _leaves = ("_data", "_factors", "_correction", "_info")
+    _static = ("_offsets", "_shape", "_layout", "_widths", "_lower")
     _data: Array
-    _factors: tuple[Array, ...]
+    _factors: tuple[Array, ...]  # a periodic factor's: its band's
+    _correction: periodic.Correction | None  # a periodic factor's corners
     _info: Array
     _offsets: tuple[int, ...]
     _shape: tuple[int, int]
-    _kind: str
+    _layout: Layout
     _widths: tuple[int, ...]
     _lower: bool | None  # the triangle a Cholesky factor read; None for an LU factor
 
@@ -104,32 +106,41 @@ class _BandedFactor(Immutable, ScipyOperator):
         return cls._make(
             A.data,
             tuple(factor.arrays),
+            factor.correction,
             factor.info,
             A.offsets,
             A.shape,
-            factor.kind,
+            factor.layout,
             factor.widths,
             lower,
         )
 
-    # -- pytree: the factor arrays are leaves of their own, named by kind ----------------
+    # -- pytree: the factor arrays are leaves of their own, named by layout --------------
 
-    def tree_flatten(self) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        _, aux = super().tree_flatten()
-        return (self._data, *self._factors, self._info), aux
+    def tree_flatten(self) -> tuple[tuple[Array, ...], _Aux]:
+        correction = self._correction
+        corners = None if correction is None else (correction.p, correction.q)
+        arrays = () if correction is None else correction.arrays
+        aux = (self._offsets, self._shape, self._layout, self._widths, self._lower, corners)
+        return (self._data, *self._factors, *arrays, self._info), aux
 
     def _leaf_keys(self) -> tuple[str, ...]:
-        return ("data", *self._leaf_names(), "info")
-
-    def _leaf_names(self) -> tuple[str, ...]:
-        """The names of the factor arrays, for key paths."""
-        raise NotImplementedError
+        layout = self._layout
+        names = _parallel_leaf_names(len(self._factors)) if layout.parallel else layout.leaves
+        if self._correction is not None:  # the band's arrays, then the corners' correction
+            names = (*names, *periodic.CORRECTION_ARRAYS)
+        return ("data", *names, "info")
 
     @classmethod
-    def tree_unflatten(cls: type[_Factor], aux: tuple[Any, ...], children: Any) -> _Factor:
+    def tree_unflatten(cls: type[_Factor], aux: _Aux, children: Sequence[Array]) -> _Factor:
         # JAX unflattens with tracers, None or placeholder objects: do not validate here.
+        *static, corners = aux
         data, *factors, info = children
-        return cls._make(data, tuple(factors), info, *aux)
+        correction = None
+        if corners is not None:
+            *factors, Z, lu, pivots = factors
+            correction = periodic.Correction(Z, lu, pivots, *corners)
+        return cls._make(data, tuple(factors), correction, info, *static)
 
     # -- properties ----------------------------------------------------------------------
 
@@ -144,7 +155,9 @@ class _BandedFactor(Immutable, ScipyOperator):
 
     @property
     def _factor(self) -> banded.Factor:
-        return banded.Factor(self._kind, self._widths, self._factors, self._info)
+        return banded.Factor(
+            self._layout, self._widths, self._factors, self._info, self._correction
+        )
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -159,7 +172,7 @@ class _BandedFactor(Immutable, ScipyOperator):
     @property
     def dtype(self) -> np.dtype:
         """The dtype the factor is stored and solved in (float32 for 16-bit matrices)."""
-        return np.dtype(self._factors[1 if self._kind == "pt" else 0].dtype)
+        return np.dtype(self._factors[self._layout.typed_array].dtype)
 
     @property
     def kind(self) -> str:
@@ -167,7 +180,7 @@ class _BandedFactor(Immutable, ScipyOperator):
         ``?gbtrf``/``?pbtrf``), ``"parallel"`` (block cyclic reduction, the factor on
         GPU and TPU) or ``"periodic"`` (a band's factor and a low-rank correction for
         corner diagonals; LU only)."""
-        return _KIND_NAMES[self._kind]
+        return "periodic" if self._correction is not None else self._layout.name
 
     @property
     def info(self) -> Array:
@@ -253,33 +266,24 @@ class BandedLU(_BandedFactor):
 
     __slots__ = ()
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: object, **kwargs: object):
         _no_constructor("BandedLU", "lu_factor")
 
     _name = "BandedLU"
 
-    def _leaf_names(self) -> tuple[str, ...]:
-        if self._kind[0] == "w":  # the band's arrays, then the corners' correction
-            band = self._factors[:-3]
-            names = _parallel_leaf_names(len(band)) if self._kind == "wcr" else ("lu", "pivots")
-            return (*names, "corrections", "capacitance_lu", "capacitance_pivots")
-        if self._kind == "cr":
-            return _parallel_leaf_names(len(self._factors))
-        return ("lu", "pivots")
-
     def _lapack_only(self, name: str) -> None:
-        if self._kind == "cr":
-            raise AttributeError(
-                f"BandedLU.{name}: a parallel (cyclic reduction) factor has no LAPACK "
-                "layout; its arrays are BandedLU.factors"
-            )
-        if self._kind[0] == "w":
+        if self._correction is not None:
             raise AttributeError(
                 f"BandedLU.{name}: a periodic factor (a band plus corner diagonals) has no "
                 "LAPACK layout of A; its arrays are BandedLU.factors"
             )
+        if self._layout.parallel:
+            raise AttributeError(
+                f"BandedLU.{name}: a parallel (cyclic reduction) factor has no LAPACK "
+                "layout; its arrays are BandedLU.factors"
+            )
 
-    def _columns(self, x: Any, adjoint: bool) -> Array:
+    def _columns(self, x: ArrayLike, adjoint: bool) -> Array:
         return lu_solve(self, x, trans=2 if adjoint else 0)
 
     @property
@@ -304,8 +308,11 @@ class BandedLU(_BandedFactor):
 
     @property
     def factors(self) -> tuple[Array, ...]:
-        """The factor's arrays: ``(lu, pivots)``, or a parallel factor's (see above)."""
-        return self._factors
+        """The factor's arrays: ``(lu, pivots)``, or a parallel or periodic factor's (see
+        above)."""
+        if self._correction is None:
+            return self._factors
+        return (*self._factors, *self._correction.arrays)
 
     @property
     def lower(self) -> int:
@@ -382,17 +389,12 @@ class BandedCholesky(_BandedFactor):
 
     __slots__ = ()
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, *args: object, **kwargs: object):
         _no_constructor("BandedCholesky", "cho_factor")
 
     _name = "BandedCholesky"
 
-    def _leaf_names(self) -> tuple[str, ...]:
-        if self._kind == "ch":
-            return _parallel_leaf_names(len(self._factors))
-        return ("d", "e") if self._kind == "pt" else ("c",)
-
-    def _columns(self, x: Any, adjoint: bool) -> Array:
+    def _columns(self, x: ArrayLike, adjoint: bool) -> Array:
         return cho_solve(self, x)  # the factored matrix is Hermitian
 
     @property
@@ -561,7 +563,7 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
     lu = lu_unchecked(as_square_matrix(A, "lu_factor"))
 
     def what(i: int) -> str:
-        if lu._kind == "cr":
+        if lu._layout.parallel:
             return (
                 f"A is singular, or needs row interchanges across blocks, which the parallel "
                 f"LU does not make: the diagonal block from row {i - 1} was singular when "
@@ -660,7 +662,7 @@ def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
     c = cholesky_unchecked(A, bool(lower))
 
     def what(i: int) -> str:
-        if c._kind == "ch":
+        if c._layout.parallel:
             return (
                 "A is not Hermitian positive definite: cyclic reduction met a diagonal "
                 f"block from row {i - 1} that is not positive definite (info = {i})"

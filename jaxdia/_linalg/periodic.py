@@ -54,8 +54,12 @@ rounding errors of the ``n``-term sums ``Z^T b`` all align).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
@@ -129,6 +133,44 @@ def split(offsets: tuple[int, ...], n: int) -> Split | None:
     return best
 
 
+#: The names of a :class:`Correction`'s arrays, in order (its pytree leaves, and the key
+#: paths of a periodic ``jaxdia.BandedLU``'s last factor arrays).
+CORRECTION_ARRAYS = ("corrections", "capacitance_lu", "capacitance_pivots")
+
+
+@partial(jax.tree_util.register_dataclass, data_fields=CORRECTION_ARRAYS, meta_fields=("p", "q"))
+@dataclass(frozen=True)
+class Correction:
+    """What a periodic factor holds besides its band's factor: the corner correction of
+    ``A = B + U V^T`` (see the module docstring). A pytree: the arrays are its leaves,
+    ``p`` and ``q`` (the corners' columns, as :class:`Split`'s) static.
+
+    Attributes:
+      corrections: ``Z = B^-1 U``, ``(..., n, r)``.
+      capacitance_lu: ``jax.scipy.linalg.lu_factor``'s ``lu`` of ``S = I + V^T Z``,
+        ``(..., r, r)``.
+      capacitance_pivots: its pivots, ``(..., r)``.
+      p: the number of last columns the upper-right corner touches.
+      q: the number of first columns the lower-left corner touches.
+    """
+
+    corrections: Array
+    capacitance_lu: Array
+    capacitance_pivots: Array
+    p: int
+    q: int
+
+    @property
+    def arrays(self) -> tuple[Array, Array, Array]:
+        """``(corrections, capacitance_lu, capacitance_pivots)``."""
+        return self.corrections, self.capacitance_lu, self.capacitance_pivots
+
+    def split(self, offsets: tuple[int, ...]) -> Split:
+        """The :class:`Split` of the ``offsets`` of the matrix this factor corrects."""
+        n = self.corrections.shape[-2]
+        return Split.of(offsets, n, self.p, self.q)
+
+
 def columns(n: int, where: Split) -> np.ndarray:
     """The ``r`` columns the corners touch: the last ``p``, then the first ``q``."""
     return np.concatenate([np.arange(n - where.p, n), np.arange(where.q)]).astype(np.int32)
@@ -181,7 +223,15 @@ def _dense_solve(lu: Array, pivots: Array, rhs: Array, trans: int) -> Array:
     return dense_lu_solve((lu, pivots), rhs.astype(jnp.result_type(lu, rhs)), trans=trans)
 
 
-def solve(band_solve, Z: Array, lu: Array, pivots: Array, rhs: Array, trans: int, where: Split):
+def solve(
+    band_solve: Callable[[Array, int], Array],
+    Z: Array,
+    lu: Array,
+    pivots: Array,
+    rhs: Array,
+    trans: int,
+    where: Split,
+) -> Array:
     """``op(A)^-1 rhs`` for ``rhs`` ``(..., n, k)``, given ``band_solve(rhs, t)``
     (``op_t(B)^-1 rhs``) and the stored ``Z``, ``S``'s LU: ``trans`` 0 ``A``, 1 ``A^T``, 2
     ``A^H``."""
