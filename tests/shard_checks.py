@@ -1342,7 +1342,7 @@ def sharded_multigrid_like_one_device(matrix, grid, devices, kind, smoother, **o
 
 def _looped(level) -> bool:
     """Whether a level's products are the loop over its diagonals on CPU."""
-    from jaxdia._linalg import multigrid as one_device
+    from jaxdia._linalg import multigrid_hierarchy as one_device
 
     return (
         len(level.offsets) > one_device.LOOPED_DIAGONALS

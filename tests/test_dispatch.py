@@ -18,7 +18,7 @@ import pytest
 
 import jaxdia
 from jaxdia._kernels import band_primitives, band_refine
-from jaxdia._linalg import banded as banded_module, multigrid
+from jaxdia._linalg import banded as banded_module, multigrid_hierarchy as multigrid
 
 from .test_lowering import lowered_text, while_loops
 

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import jaxdia
-from jaxdia._linalg import multigrid
+from jaxdia._linalg import multigrid_hierarchy as multigrid
 
 from .helpers import dense_f64
 

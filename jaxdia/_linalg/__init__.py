@@ -4,7 +4,7 @@
   pytrees): banded LU and Cholesky, one-shot or factor once and solve many;
 * :mod:`.krylov`: the CG and BiCGStab loops and the public solvers that report;
 * :mod:`.precond` (the public preconditioners: Jacobi, Chebyshev, multigrid's face),
-  :mod:`.smoothers` (polynomials in ``D^-1 A``) and :mod:`.multigrid` (hierarchies and
+  :mod:`.smoothers` (polynomials in ``D^-1 A``) and :mod:`.multigrid_hierarchy` (hierarchies and
   V-cycles on structured grids);
 * :mod:`.lanczos` (``eigsh``) and :mod:`.expm` (``expm_multiply``).
 """

@@ -24,7 +24,7 @@ from .._checks import as_array, broadcast_batch, is_int, is_traced, static_int
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable
-from . import ilu as _ilu, multigrid as _multigrid
+from . import ilu as _ilu, multigrid_hierarchy as _multigrid
 from .precond import _as_grid, _check_stencil
 
 METHODS = {"auto": "auto", "exact": "exact", "chow-patel": "sweeps"}

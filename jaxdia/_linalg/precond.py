@@ -7,7 +7,7 @@
   grid (:class:`Multigrid`).
 
 The array-level work is in :mod:`jaxdia._linalg.smoothers` and
-:mod:`jaxdia._linalg.multigrid`.
+:mod:`jaxdia._linalg.multigrid_hierarchy`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from .._scipy_operator import ScipyOperator
 from .._shard import ShardedDiaMatrix
 from . import (
     deep_halo as _deep_halo,
-    multigrid as _multigrid,
+    multigrid_hierarchy as _multigrid,
     sharded_multigrid as _sharded_multigrid,
 )
 from .deep_halo import DeepHaloMatrix
@@ -567,7 +567,7 @@ def _host_hierarchy(
 ) -> _multigrid.Hierarchy:
     """:func:`_setup`'s hierarchy of a concrete flat batch ``host`` ``(B, n_diags, n)``
     (NumPy) for the polynomial smoothers, its leaves shaped by ``batch``, built with NumPy
-    (:func:`jaxdia._linalg.multigrid.host_setup`): the compiled setup's program grows
+    (:func:`jaxdia._linalg.multigrid_hierarchy.host_setup`): the compiled setup's program grows
     with the levels (seconds of compilation for a large grid), the host's work is a few
     dozen array operations per level. Only the coarsest level's factorization is
     compiled (a small program); the arrays go to the device in one transfer."""
@@ -599,7 +599,7 @@ def _host_hierarchy(
 
 @functools.partial(jax.jit, static_argnames=("offsets", "batch"))
 def _coarse_factors(data: Array, *, offsets: tuple[int, ...], batch: tuple[int, ...]) -> Any:
-    """The coarsest level's solvers (:func:`jaxdia._linalg.multigrid.coarse_factor`) of
+    """The coarsest level's solvers (:func:`jaxdia._linalg.multigrid_hierarchy.coarse_factor`) of
     a batch ``(*batch, n_diags, n)``, as one compiled call."""
     n = data.shape[-1]
     flat = data.reshape(-1, *data.shape[-2:])

@@ -4,7 +4,7 @@ the small ones gathered once and solved on every device.
 A :class:`jaxdia.ShardedDiaMatrix` on ``P`` devices splits its rows, the grid's points in
 C order, into ``P`` equal blocks: with ``grid[0]`` a multiple of ``P`` each device holds
 ``m = grid[0] / P`` whole planes of the grid (slowest axis, axis 0). The hierarchy of
-:mod:`jaxdia._linalg.multigrid` keeps that layout while it can:
+:mod:`jaxdia._linalg.multigrid_hierarchy` keeps that layout while it can:
 
 * Coarsening axis 0 keeps coarse plane ``I`` at fine plane ``2 I + 1``. When ``m`` is
   even, the coarse planes of device ``p``'s fine planes are ``[p m / 2, (p + 1) m / 2)``:
@@ -14,7 +14,7 @@ C order, into ``P`` equal blocks: with ``grid[0]`` a multiple of ``P`` each devi
   other axes is local.
 * Smoothing is the level's sharded product (halo rows from both neighbours) and
   elementwise updates; the Galerkin operator ``R A P`` is probed as on one device
-  (:func:`jaxdia._linalg.multigrid.probe`), through the sharded transfers and a sharded
+  (:func:`jaxdia._linalg.multigrid_hierarchy.probe`), through the sharded transfers and a sharded
   product with ``3^dim`` columns, and turned into DIA diagonals with one plane of rows
   from each neighbour (:func:`coarse_data`).
 
@@ -58,7 +58,7 @@ from .._pytree import Immutable
 from .._shard import ShardedDiaMatrix, _in_context, _place, shard
 from .._sharded_products import halos
 from .._sharding import explicit_spec, mesh_of
-from . import multigrid as _multigrid
+from . import multigrid_hierarchy as _multigrid
 from .deep_halo import DeepHaloMatrix, apply, widen
 from .smoothers import smooth, smoothing_data
 
@@ -171,7 +171,7 @@ def interpolate(c: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Any
 
 
 def probe(A: ShardedDiaMatrix, grid: Grid, axes: Sequence[int]) -> Array:
-    """:func:`jaxdia._linalg.multigrid.probe` on a sharded level: the rows ``(N_c,
+    """:func:`jaxdia._linalg.multigrid_hierarchy.probe` on a sharded level: the rows ``(N_c,
     3^dim)`` of ``R A P`` by colour, sharded over ``A.axis``."""
     mesh, axis = A.mesh, A.axis
     shards = A.shards
@@ -259,7 +259,7 @@ def scatter_interpolate(
 
 
 def gather_probe(A: ShardedDiaMatrix, grid: Grid, axes: Sequence[int]) -> Array:
-    """:func:`jaxdia._linalg.multigrid.probe` across a transfer onto a gathered level
+    """:func:`jaxdia._linalg.multigrid_hierarchy.probe` across a transfer onto a gathered level
     (:func:`restrict_chunk`): the rows ``(N_c, 3^dim)`` of ``R A P`` by colour,
     replicated."""
     mesh, axis, shards = A.mesh, A.axis, A.shards
@@ -281,7 +281,7 @@ def gather_probe(A: ShardedDiaMatrix, grid: Grid, axes: Sequence[int]) -> Array:
 
 
 def coarse_data(rows: Array, coarse: Grid, mesh: Mesh, axis: Any) -> tuple[Array, tuple]:
-    """:func:`jaxdia._linalg.multigrid.dia_from_rows` (by colour) for rows sharded over
+    """:func:`jaxdia._linalg.multigrid_hierarchy.dia_from_rows` (by colour) for rows sharded over
     ``axis``: ``(data, offsets)``, ``data`` ``(n_diags, N_c)`` with its columns sharded
     like the rows. Each device reads one plane of rows from each neighbour."""
     shards = int(mesh.shape[axis])
@@ -308,7 +308,7 @@ class ShardedHierarchy(Immutable):
 
     Leaves: ``operators`` (a :class:`jaxdia.ShardedDiaMatrix` per sharded level),
     their ``inverse_diagonals`` (sharded like the vectors) and Gershgorin ``bounds``, and
-    ``local``, the :class:`jaxdia._linalg.multigrid.Hierarchy` of the gathered levels
+    ``local``, the :class:`jaxdia._linalg.multigrid_hierarchy.Hierarchy` of the gathered levels
     (replicated); ``deep``, empty or each sharded level widened to ``sweeps`` halos
     (smoothing after one exchange, :mod:`jaxdia._linalg.deep_halo`). Static: every
     level's ``grids`` and the ``plan``.
