@@ -70,6 +70,7 @@ LAYERS = {
     "_linalg.krylov": 5.1,
     "_linalg.smoothers": 5.1,
     "_linalg.ilu": 5.1,
+    "_linalg.stencil": 5.1,
     "_linalg.multigrid_hierarchy": 5.2,
     "_linalg.deep_halo": 5.22,
     "_linalg.sharded_multigrid": 5.25,
@@ -205,5 +206,7 @@ def test_the_layering_test_sees_imports():
     assert {"_kernels.band_scan", "_kernels.lapack", "_geometry"} <= modules[
         "_kernels.band_primitives"
     ]
-    assert {"_linalg.banded", "_linalg.smoothers", "_parts"} <= modules["_linalg.multigrid_hierarchy"]
+    assert {"_linalg.banded", "_linalg.smoothers", "_parts"} <= modules[
+        "_linalg.multigrid_hierarchy"
+    ]
     assert {"_linalg.factor", "_linalg.precond", "_matrix"} <= modules["__init__"]

@@ -32,7 +32,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from .._kernels.primitives import spmm
 from .._pytree import Immutable
-from .._shard import ShardedDiaMatrix, _in_context
+from .._shard import ShardedDiaMatrix, in_context
 from .._sharded_products import halos
 from .smoothers import chebyshev_steps
 
@@ -86,7 +86,7 @@ def _widen(S: ShardedDiaMatrix, *, depth: int) -> Array:
         return jnp.concatenate([*before, own, *after], axis=1)[None]
 
     spec = PartitionSpec(S.axis)
-    mesh = _in_context(S.mesh)
+    mesh = in_context(S.mesh)
     return jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=spec, axis_names={S.axis})(
         S.windows
     )
@@ -136,7 +136,7 @@ def apply(
     spec = PartitionSpec(S.axis)
     stacked = jnp.stack(vectors)
     scalar_specs = tuple(PartitionSpec() for _ in scalars)
-    mesh: Mesh = _in_context(S.mesh)
+    mesh: Mesh = in_context(S.mesh)
     out = jax.shard_map(
         local,
         mesh=mesh,

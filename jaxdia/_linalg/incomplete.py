@@ -24,8 +24,16 @@ from .._checks import as_array, broadcast_batch, is_int, is_traced, static_int
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable
-from . import ilu as _ilu, multigrid_hierarchy as _multigrid
-from .precond import _as_grid, _check_stencil
+from . import ilu as _ilu
+from .stencil import (
+    as_grid,
+    cells_of,
+    check_stencil,
+    displacements,
+    flat_offset,
+    live,
+    wavefront_weights,
+)
 
 METHODS = {"auto": "auto", "exact": "exact", "chow-patel": "sweeps"}
 SOLVES = ("auto", "scan", "wavefront")
@@ -288,17 +296,15 @@ def _reversed(parts: DiaParts, grid: tuple[int, ...], axes: tuple[int, ...]) -> 
         return tuple(-step if axis in axes else step for axis, step in enumerate(d))
 
     cells = {
-        d
-        for d in _multigrid.displacements(dim)
-        if _multigrid.live(d, grid) and _multigrid.flat_offset(d, grid) in parts.offsets
+        d for d in displacements(dim) if live(d, grid) and flat_offset(d, grid) in parts.offsets
     }
-    offsets = tuple(sorted({_multigrid.flat_offset(flipped(d), grid) for d in cells}))
+    offsets = tuple(sorted({flat_offset(flipped(d), grid) for d in cells}))
 
     def one(data):
-        values = _multigrid.cells_of(DiaParts(data, parts.offsets, parts.shape), grid)
+        values = cells_of(DiaParts(data, parts.offsets, parts.shape), grid)
         rows = {o: jnp.zeros((n,), data.dtype) for o in offsets}
         for d, cell in values.items():
-            o = _multigrid.flat_offset(flipped(d), grid)
+            o = flat_offset(flipped(d), grid)
             rows[o] = rows[o] + jnp.flip(cell, axes).reshape(-1)
         return _ilu.diagonals(jnp.stack([rows[o] for o in offsets]), offsets)
 
@@ -316,7 +322,7 @@ def _downwind(host: np.ndarray, offsets: tuple[int, ...], grid: tuple[int, ...])
     before = np.zeros(len(grid))
     after = np.zeros(len(grid))
     for values in host:
-        cells = _multigrid.cells_of(DiaParts(values, offsets, (n, n)), grid, np)
+        cells = cells_of(DiaParts(values, offsets, (n, n)), grid, np)
         for d, cell in cells.items():
             total = np.abs(cell).astype(np.float64).sum()
             for axis, step in enumerate(d):
@@ -382,7 +388,7 @@ def _setup(data, shift, *, offsets, grid, order, kind, method, sweeps, solves):
     parts = DiaParts(data, offsets, (n, n))
     if order:
         parts = _reversed(parts, grid, order)
-    weights = None if grid is None else _multigrid.wavefront_weights(parts.offsets, grid)
+    weights = None if grid is None else wavefront_weights(parts.offsets, grid)
     return _ilu.factorize(
         parts,
         kind=kind,
@@ -450,7 +456,7 @@ def _build(
         )
     n = A.shape[0]
     if grid is not None:
-        grid = _as_grid(grid, n, function)
+        grid = as_grid(grid, n, function)
     if method not in METHODS:
         raise ValueError(f"{function}: method must be one of {tuple(METHODS)}, got {method!r}")
     sweeps = static_int(sweeps, f"{function}: sweeps")
@@ -478,7 +484,7 @@ def _build(
         work = np.dtype(jnp.promote_types(A.dtype, dtype))
     host = None if is_traced(A.data) else np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
     if grid is not None:
-        _check_stencil(A, grid, host, function, "pass grid=None")
+        check_stencil(A, grid, host, function, "pass grid=None")
     axes = _as_order(function, order, grid, host, A.offsets)
     factor, pivots = _setup(
         A.data.astype(work),

@@ -1,12 +1,7 @@
-"""Geometric multigrid and Chebyshev polynomials for stencil matrices, at the array level.
+"""Geometric multigrid hierarchies and V-cycles for stencil matrices, at the array level.
 
-A square matrix ``A`` of size ``prod(grid)`` is a *stencil on* ``grid`` when every entry
-``A[i, j]`` couples grid points ``i`` and ``j`` (unknowns in C order, as ``np.ravel``
-lays them out) that are neighbours: ``|i_a - j_a| <= 1`` along every axis ``a``. Entry
-``A[i, i + d]`` for the displacement ``d`` in ``{-1, 0, 1}^dim`` is the stencil's *cell*
-``d`` at point ``i``; where ``i + d`` leaves the grid the cell is 0 (Dirichlet boundaries
-are eliminated, as in ``pyamg.gallery.poisson``). A dict of cells holds the stored ones
-(the 5 of a 5-point stencil), each shaped as the grid.
+The matrices are stencils on structured grids (:mod:`jaxdia._linalg.stencil` says what
+that is and holds their geometry: cells, offsets, colours).
 
 Coarsening halves chosen axes: coarse point ``I`` sits on fine point ``2 I + 1``, so an
 axis of ``n`` points keeps ``n // 2``. Interpolation ``P`` is linear along each coarsened
@@ -31,221 +26,58 @@ CPU, its dense inverse on GPU and TPU.
 
 Everything here works on one matrix; batches are ``jax.vmap``-ed over by the callers.
 The cell functions take ``xp`` (``jax.numpy`` or ``numpy``): the ``"auto"`` coarsening
-plan is made on the host from concrete values.
+plan and a concrete matrix's hierarchy (:func:`host_setup`) are made on the host.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import TypeAlias, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import Array, lax
-from jax.typing import DTypeLike
+from jax import Array
 
 from .._convert import dia_to_dense
-from .._geometry import accumulation_dtype, by_rows, diagonal_bounds
-from .._kernels.ilu import hyperplane_weights
+from .._geometry import accumulation_dtype, by_rows
 from .._kernels.primitives import spmm
 from .._kernels.xla import looped_matvec
 from .._parts import DiaParts
 from .._products import matvec
 from .._pytree import Immutable
+from .._typing import DTypeLike, Grid
 from . import banded, ilu
 from .banded import Factor, factor_lu, solve
 from .smoothers import gershgorin, jacobi_steps, row_sums, smooth, smoothing_data
+from .stencil import (
+    Cells,
+    StaticGrid,
+    Step,
+    Values,
+    cells_of,
+    color,
+    dia_from_rows,
+    displacements,
+    flat_offset,
+    inside,
+    live,
+    stencil_rows,
+    wavefront_weights,
+)
 
-Grid = tuple[int, ...]
-Plan = tuple[tuple[int, ...], ...]
-
-# -- stencils on grids ---------------------------------------------------------------------
-
-
-def strides(grid: Grid) -> tuple[int, ...]:
-    """C-order strides of ``grid``, in elements."""
-    return tuple(math.prod(grid[axis + 1 :]) for axis in range(len(grid)))
-
-
-def displacements(dim: int) -> list[tuple[int, ...]]:
-    """The ``3^dim`` neighbour displacements, in the order of a stencil array's cells."""
-    return list(itertools.product((-1, 0, 1), repeat=dim))
-
-
-def flat_offset(d: Sequence[int], grid: Grid) -> int:
-    """The DIA offset (column minus row) of displacement ``d`` on ``grid``."""
-    return sum(step * stride for step, stride in zip(d, strides(grid)))
-
-
-def live(d: Sequence[int], grid: Grid) -> bool:
-    """Whether displacement ``d`` couples at least one pair of points of ``grid``."""
-    return all(size > abs(step) for step, size in zip(d, grid))
-
-
-def stencil_offsets(grid: Grid) -> set[int]:
-    """The offsets of the neighbour displacements on ``grid`` (the 3^d-point stencil's)."""
-    return {flat_offset(d, grid) for d in displacements(len(grid)) if live(d, grid)}
-
-
-def stencil_misfits(offsets: Sequence[int], grid: Grid) -> list[int]:
-    """The offsets that are no neighbour displacement on ``grid``."""
-    fitting = stencil_offsets(grid)
-    return [offset for offset in offsets if offset not in fitting]
-
-
-def wavefront_weights(offsets: Sequence[int], grid: Grid) -> tuple[int, ...]:
-    """The hyperplane weights (:func:`jaxdia._kernels.ilu.hyperplane_weights`) under which
-    both triangles of a stencil with ``offsets`` couple each point to earlier or later
-    hyperplanes only: its lower displacements, and its upper ones negated."""
-    steps = []
-    for d in displacements(len(grid)):
-        offset = flat_offset(d, grid)
-        if live(d, grid) and offset in offsets and offset != 0:
-            steps.append(d if offset < 0 else tuple(-step for step in d))
-    return hyperplane_weights(steps, len(grid))
-
-
-def wrapped_entries(data: np.ndarray, offsets: Sequence[int], grid: Grid) -> list[tuple]:
-    """Nonzero entries ``(i, j, value)`` of a concrete matrix (host ``data``, one matrix)
-    on stencil diagonals that couple points which are no neighbours (a diagonal of
-    offset ``n2 - 1`` on an ``(n1, n2)`` grid holds the neighbours ``(a, b) -> (a + 1,
-    b - 1)`` but also ``(a, 0) -> (a, n2 - 1)``, which wraps around a grid line)."""
-    n = math.prod(grid)
-    coordinates: dict[int, np.ndarray] = {}
-
-    def coordinate(axis: int) -> np.ndarray:  # the grid coordinate of every point
-        if axis not in coordinates:
-            index = np.arange(n, dtype=np.int64 if n > 2**31 - 1 else np.int32)
-            coordinates[axis] = (index // strides(grid)[axis]) % grid[axis]
-        return coordinates[axis]
-
-    found: list[tuple] = []
-    for k, offset in enumerate(offsets):
-        if offset == 0:
-            continue
-        start, stop = diagonal_bounds(offset, (n, n))  # the columns j of this diagonal
-        nonzero = data[k, start:stop] != 0
-        if not nonzero.any():
-            continue
-        covered = np.zeros(stop - start, bool)
-        for d in displacements(len(grid)):
-            if not live(d, grid) or flat_offset(d, grid) != offset:
-                continue
-            ok = np.ones(stop - start, bool)
-            for axis, step in enumerate(d):
-                if step:  # rows i = j - offset must have i + d inside the grid
-                    c = coordinate(axis)[start - offset : stop - offset] + step
-                    ok &= (c >= 0) & (c < grid[axis])
-            covered |= ok
-        bad = np.flatnonzero(nonzero & ~covered)[:3] + start
-        found.extend((int(j - offset), int(j), data[k, j].item()) for j in bad)
-        if len(found) >= 3:
-            break
-    return found
-
-
-def _inside(d: Sequence[int], grid: Grid, xp: Any = jnp) -> Any:
-    """Booleans broadcastable to ``grid``: whether ``i + d`` lies in the grid (None:
-    everywhere). With ``jax.numpy`` under ``jit`` they are computed in the program (from
-    iotas), not embedded as constants of the grid's size."""
-    mask = None
-    for axis, (step, size) in enumerate(zip(d, grid)):
-        if step == 0:
-            continue
-        index = xp.arange(size).reshape([size if a == axis else 1 for a in range(len(grid))])
-        ok = (index + step >= 0) & (index + step < size)
-        mask = ok if mask is None else mask & ok
-    return mask
-
-
-Cells = dict  # displacement -> cell values of the grid's shape; absent cells are zero
-
-
-def cells_of(parts: DiaParts, grid: Grid, xp: Any = jnp) -> Cells:
-    """The stored cells of one matrix's stencil, as views of its diagonals."""
-    data, offsets, _ = parts
-    cells = {}
-    for d in displacements(len(grid)):
-        offset = flat_offset(d, grid)
-        if not live(d, grid) or offset not in offsets:
-            continue
-        # data[k, j] == A[j - offset, j], so A[i, i + offset] == data[k, i + offset].
-        values = by_rows(data[offsets.index(offset)], offset, xp).reshape(grid)
-        mask = _inside(d, grid, xp)
-        cells[d] = values if mask is None else xp.where(mask, values, 0)
-    return cells
-
-
-def stencil_rows(cells: Cells, grid: Grid, dtype: DTypeLike, xp: Any = jnp) -> Any:
-    """The cells as rows ``(prod(grid), 3^dim)``: row ``i`` holds ``A[i, i + d]`` in
-    column ``displacements(dim).index(d)``."""
-    zeros = xp.zeros(grid, dtype)
-    rows = xp.stack([cells.get(d, zeros) for d in displacements(len(grid))], axis=-1)
-    return rows.reshape(math.prod(grid), -1)
-
-
-def color(grid: Grid, first: Any = 0) -> Array:
-    """Each point's colour, ``sum_a (i_a mod 3) 3^(dim - 1 - a)``, shaped as the grid:
-    the ``3^dim`` neighbours of a point (itself included) have distinct colours.
-
-    ``first``: the index along axis 0 of ``grid``'s first plane in a larger grid (a
-    device's slab of planes), so that the colours are the larger grid's.
-    """
-    dim = len(grid)
-    total = jnp.zeros(grid, np.int32)
-    for axis in range(dim):
-        index = lax.broadcasted_iota(np.int32, grid, axis)
-        if axis == 0:
-            index = index + first
-        total = total + (index % 3) * 3 ** (dim - 1 - axis)
-    return total
-
-
-def dia_from_rows(rows: Array, grid: Grid, by_color: bool, first: Any = 0) -> DiaParts:
-    """The DIA form of a stencil whose row ``i`` (of ``rows``, ``(prod(grid), 3^dim)``)
-    holds ``A[i, i + d]`` in the column of displacement ``d`` (``by_color`` False, see
-    :func:`stencil_rows`) or of the colour of point ``i + d`` (True, what probing gives,
-    see :func:`probe`; ``first`` as for :func:`color`). One gather for all diagonals:
-    ``data[k, j] = A[j - o_k, j]`` is row ``j - d`` where that point lies in the grid,
-    else 0.
-    """
-    dim = len(grid)
-    n = math.prod(grid)
-    steps = [d for d in displacements(dim) if live(d, grid)]
-    points = [lax.broadcasted_iota(np.int32, (len(steps), *grid), axis + 1) for axis in range(dim)]
-    shift = np.asarray(steps, np.int32).reshape(len(steps), dim, *([1] * dim))
-    source = [points[axis] - shift[:, axis] for axis in range(dim)]  # i = j - d
-    inside = functools.reduce(
-        lambda a, b: a & b, [(i >= 0) & (i < size) for i, size in zip(source, grid)]
-    )
-    flat = sum(i * stride for i, stride in zip(source, strides(grid)))
-    if by_color:
-        column = jnp.broadcast_to(color(grid, first), (len(steps), *grid))
-    else:
-        index = [displacements(dim).index(d) for d in steps]
-        column = np.asarray(index, np.int32).reshape(len(steps), *([1] * dim))
-    width = rows.shape[-1]
-    take = jnp.clip(flat, 0, n - 1) * width + column
-    values = jnp.where(inside, rows.reshape(-1)[take], 0).reshape(len(steps), n)
-    # Equal offsets (only on grids with an axis of 1 or 2 points) hold disjoint entries.
-    by_offset: dict[int, list[int]] = {}
-    for index, d in enumerate(steps):
-        by_offset.setdefault(flat_offset(d, grid), []).append(index)
-    offsets = tuple(sorted(by_offset))
-    if all(len(by_offset[o]) == 1 for o in offsets):
-        data = values[np.asarray([by_offset[o][0] for o in offsets])]
-    else:
-        data = jnp.stack([sum(values[k] for k in by_offset[o]) for o in offsets])
-    return DiaParts(data, offsets, (n, n))
+#: The axes coarsened from each level to the next.
+Plan: TypeAlias = tuple[tuple[int, ...], ...]
+#: Grid-shaped values kept as they came: on the device, on the host, or either (cells).
+_V = TypeVar("_V", Array, np.ndarray, Values)
 
 
 def probe(A: DiaParts, grid: Grid, axes: Sequence[int]) -> Array:
     """``R A P`` read off by probing: the rows ``(n_coarse, 3^dim)`` for
-    :func:`dia_from_rows` (``by_color``).
+    :func:`jaxdia._linalg.stencil.dia_from_rows` (``by_color``).
 
     Column ``c`` is ``R A P e_c``, where ``e_c`` is 1 on the coarse points of colour
     ``c``: since the neighbours of a coarse point have distinct colours, its entry ``i``
@@ -286,15 +118,15 @@ def coarse_size(n: int) -> int:
     return n // 2
 
 
-def coarse_grid(grid: Grid, axes: Sequence[int]) -> Grid:
+def coarse_grid(grid: Grid, axes: Sequence[int]) -> StaticGrid:
     return tuple(coarse_size(n) if axis in axes else n for axis, n in enumerate(grid))
 
 
-def _index(x: Array, axis: int, item: Any) -> Any:
+def _index(x: _V, axis: int, item: int | slice) -> _V:
     return x[(slice(None),) * axis + (item,)]
 
 
-def _pad_to(x: Array, axis: int, size: int, xp: Any = jnp) -> Any:
+def _pad_to(x: _V, axis: int, size: int, xp: ModuleType = jnp) -> _V:
     """``x`` zero-padded at the end of ``axis`` to ``size``."""
     extra = size - x.shape[axis]
     if extra <= 0:
@@ -302,7 +134,7 @@ def _pad_to(x: Array, axis: int, size: int, xp: Any = jnp) -> Any:
     return xp.pad(x, [(0, extra) if a == axis else (0, 0) for a in range(x.ndim)])
 
 
-def _points(x: Array, axis: int, p: int, xp: Any = jnp) -> Any:
+def _points(x: _V, axis: int, p: int, xp: ModuleType = jnp) -> _V:
     """``x[2I + 1 + p]`` along ``axis`` for every coarse ``I`` (0 beyond the end)."""
     nc = coarse_size(x.shape[axis])
     x = _pad_to(x, axis, 2 * nc + 2, xp)
@@ -346,7 +178,7 @@ def _galerkin_terms(step: int) -> list[tuple[int, int, float]]:
     ]
 
 
-def galerkin_cells(cells: Cells, grid: Grid, axis: int, xp: Any = jnp) -> Cells:
+def galerkin_cells(cells: Cells, grid: Grid, axis: int, xp: ModuleType = jnp) -> Cells:
     """The cells of ``R A P`` for linear interpolation along grid ``axis`` only.
 
     ``(R A P)[I, I + D] = sum w(p) w(q) A[i, i + d]`` over the fine points ``i = 2I + 1 +
@@ -355,8 +187,8 @@ def galerkin_cells(cells: Cells, grid: Grid, axis: int, xp: Any = jnp) -> Cells:
     ``w(0) = 1`` and ``w(+-1) = 1/2`` are the interpolation weights. Only the stored cells
     are read, and only the cells they reach are made.
     """
-    out: dict[tuple[int, ...], Any] = {}
-    views: dict[tuple, Any] = {}
+    out: Cells = {}
+    views: dict[tuple[Step, int], Values] = {}
     nc = coarse_size(grid[axis])
     for d, values in cells.items():
         padded = _pad_to(values, axis, 2 * nc + 2, xp)  # once per cell: a copy on the host
@@ -371,7 +203,7 @@ def galerkin_cells(cells: Cells, grid: Grid, axis: int, xp: Any = jnp) -> Cells:
     for D, values in out.items():
         if live(D, coarse):
             # Couplings to coarse points beyond the boundary are not part of the operator.
-            mask = _inside(D, coarse, xp)
+            mask = inside(D, coarse, xp)
             result[D] = values if mask is None else xp.where(mask, values, 0)
     return result
 
@@ -403,12 +235,12 @@ class Hierarchy(Immutable):
     )
     _leaves = ("operators", "inverse_diagonals", "bounds", "coarse_lu", "factors")
     _static = ("grids", "plan", "smoother", "sweeps")
-    operators: tuple[Any, ...]
+    operators: tuple[DiaParts, ...]
     inverse_diagonals: tuple[Array, ...]
     bounds: tuple[Array, ...]
-    coarse_lu: Any
-    factors: tuple[Any, ...]
-    grids: tuple[Grid, ...]
+    coarse_lu: Factor | Array
+    factors: tuple[ilu.Factor, ...]
+    grids: tuple[StaticGrid, ...]
     plan: Plan
     smoother: str
     sweeps: int
@@ -434,7 +266,7 @@ def coarse_solve(A: DiaParts, factor: Factor | Array, b: Array) -> Array:
 
 
 def setup(
-    parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int, by_cells: bool = True
+    parts: DiaParts, grid: StaticGrid, plan: Plan, smoother: str, sweeps: int, by_cells: bool = True
 ) -> Hierarchy:
     """The hierarchy of one stencil matrix ``parts`` on ``grid``, coarsened along
     ``plan[l]`` from level ``l`` to ``l + 1``.
@@ -490,9 +322,10 @@ def setup(
 
 def dia_of_cells(cells: Cells, grid: Grid, dtype: DTypeLike) -> DiaParts:
     """The DIA form of a stencil's host cells (NumPy), with the offsets of
-    :func:`dia_from_rows` (every live displacement's, sorted): ``data[k, j] = A[j - o_k,
-    j]``, the cell of displacement ``d`` at point ``j - o_k``. Equal offsets (on grids
-    with an axis of 1 or 2 points) hold disjoint entries and are summed."""
+    :func:`jaxdia._linalg.stencil.dia_from_rows` (every live displacement's, sorted):
+    ``data[k, j] = A[j - o_k, j]``, the cell of displacement ``d`` at point ``j - o_k``.
+    Equal offsets (on grids with an axis of 1 or 2 points) hold disjoint entries and are
+    summed."""
     n = math.prod(grid)
     rows: dict[int, np.ndarray] = {}
     for d in displacements(len(grid)):
@@ -536,7 +369,7 @@ def host_setup(
     return operators, inverses, bounds
 
 
-def ilu_smoother(A: DiaParts, grid: Grid) -> ilu.Factor:
+def ilu_smoother(A: DiaParts, grid: StaticGrid) -> ilu.Factor:
     """A level's ILU(0) for the ``"ilu"`` smoother: exact on CPU, Chow–Patel's sweeps
     and solves by hyperplanes elsewhere (see :mod:`jaxdia._kernels.ilu_primitives`)."""
     factor, _ = ilu.factorize(
@@ -639,7 +472,7 @@ LOOPED_UP_TO = 2**15
 LOOPED_DIAGONALS = 9
 
 
-def level_product(A: DiaParts) -> Any:
+def level_product(A: DiaParts) -> Callable[[Array], Array]:
     """``v -> A @ v`` for one level's matrix and a vector: the ``dia_spmm`` primitive,
     or on CPU for a small level with many diagonals the loop over them."""
     small = A.shape[0] <= LOOPED_UP_TO and len(A.offsets) > LOOPED_DIAGONALS

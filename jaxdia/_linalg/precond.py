@@ -47,6 +47,7 @@ from .deep_halo import DeepHaloMatrix
 from .krylov import vector_product
 from .sharded_multigrid import ShardedMultigrid
 from .smoothers import SMOOTHERS, chebyshev_steps, fusible_product, gershgorin, smoothing_data
+from .stencil import as_grid, check_stencil
 
 MAX_COARSE = _multigrid.MAX_COARSE
 
@@ -403,75 +404,6 @@ _HIERARCHY_DTYPES = tuple(
 MULTIGRID_SMOOTHERS = (*SMOOTHERS, "ilu")
 
 
-def _as_grid(grid: Any, n: int, function: str = "multigrid") -> tuple[int, ...]:
-    """``grid`` checked: 1 to 3 positive ints whose product is ``n`` (``function`` names
-    the caller in the messages)."""
-    if isinstance(grid, (str, bytes)) or not isinstance(grid, Sequence):
-        if is_int(grid):
-            grid = (grid,)
-        else:
-            raise TypeError(
-                f"{function}: grid must be a tuple of 1 to 3 ints (the grid's points per axis), "
-                f"got {type(grid).__name__}: {grid!r}"
-            )
-    grid = tuple(static_int(size, f"{function}: grid", "a tuple of ints") for size in grid)
-    if not 1 <= len(grid) <= 3 or any(size < 1 for size in grid):
-        raise ValueError(
-            f"{function}: grid must be 1 to 3 positive ints (2-D: (n1, n2), 3-D: (n1, n2, n3)), "
-            f"got {grid}"
-        )
-    if math.prod(grid) != n:
-        raise ValueError(
-            f"{function}: grid {grid} has {math.prod(grid)} points, but A has shape ({n}, {n}): "
-            "the unknowns must be the grid's points, in C order (as np.ravel lays them out)"
-        )
-    return grid
-
-
-def _check_stencil(
-    A: DiaMatrix | ShardedDiaMatrix,
-    grid: tuple[int, ...],
-    host: np.ndarray | None,
-    function: str = "multigrid",
-    alternative: str = "use jaxdia.chebyshev",
-) -> None:
-    """Raises if ``A``'s offsets, or (``host``: its concrete data, flat batch) its
-    entries, are no stencil on ``grid`` (``function`` names the caller, ``alternative``
-    what to do for a matrix that is no stencil)."""
-    misfits = _multigrid.stencil_misfits(A.offsets, grid)
-    if misfits:
-        strides = _multigrid.strides(grid)
-        terms = " + ".join(
-            f"d{axis + 1}" + (f" * {stride}" if stride != 1 else "")
-            for axis, stride in enumerate(strides)
-        )
-        fitting = sorted(_multigrid.stencil_offsets(grid))
-        raise ValueError(
-            f"{function}: A's offset {misfits[0]} does not fit a stencil on grid {grid}"
-            + (f" (nor do {misfits[1:]})" if len(misfits) > 1 else "")
-            + f": the neighbours of a grid point lie at offsets {terms} with each d in "
-            f"{{-1, 0, 1}}, i.e. {fitting}. Check the grid's shape and order (C order, as "
-            f"np.ravel), or {alternative} for matrices that are no stencil"
-        )
-    if host is None:
-        return
-    for member, values in enumerate(host):
-        wrapped = _multigrid.wrapped_entries(values, A.offsets, grid)
-        if wrapped:
-            i, j, value = wrapped[0]
-            where = f" (batch member {member})" if len(host) > 1 else ""
-            raise ValueError(
-                f"{function}: A[{i}, {j}] = {value}{where} couples grid points "
-                f"{_point(i, grid)} and {_point(j, grid)}, which are no "
-                f"neighbours on grid {grid}, so A is no stencil on it (periodic boundaries, "
-                "or the wrong grid shape?)"
-            )
-
-
-def _point(index: int, grid: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.unravel_index(index, grid))
-
-
 def _as_plan(
     coarsening: Any,
     A: DiaMatrix | ShardedDiaMatrix,
@@ -788,7 +720,7 @@ def multigrid(
             f"multigrid: dtype must be a {kind} dtype of 32 or 64 bits for A of dtype "
             f"{A.dtype.name}, got {np.dtype(dtype).name}"
         )
-    grid = _as_grid(grid, A.shape[0])
+    grid = as_grid(grid, A.shape[0])
     if smoother is None:
         smoother = "jacobi" if A.dtype.kind == "c" else "chebyshev"
     if smoother not in MULTIGRID_SMOOTHERS:
@@ -826,7 +758,7 @@ def multigrid(
     host = None
     if isinstance(A, DiaMatrix) and not is_traced(A.data):
         host = np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
-    _check_stencil(A, grid, host)
+    check_stencil(A, grid, host)
     _check_diagonal("multigrid", A, host)
     if sharded is not None and isinstance(coarsening, str) and coarsening == "auto":
         raise TypeError(
