@@ -26,7 +26,7 @@ from ._linalg.incomplete import (
 )
 from ._linalg.krylov import SolveInfo as SolveInfo, bicgstab as bicgstab, cg as cg
 from ._linalg.lanczos import eigsh as eigsh
-from ._linalg.precond import (
+from ._linalg.multigrid import (
     Chebyshev as Chebyshev,
     Jacobi as Jacobi,
     Multigrid as Multigrid,

@@ -77,7 +77,7 @@ LAYERS = {
     "_linalg.lanczos": 5.2,
     "_linalg.expm": 5.2,
     "_linalg.factor": 5.3,
-    "_linalg.precond": 5.3,
+    "_linalg.multigrid": 5.3,
     "_linalg.incomplete": 5.4,
     "_io": 6,
     "_lineax": 6,
@@ -209,4 +209,4 @@ def test_the_layering_test_sees_imports():
     assert {"_linalg.banded", "_linalg.smoothers", "_parts"} <= modules[
         "_linalg.multigrid_hierarchy"
     ]
-    assert {"_linalg.factor", "_linalg.precond", "_matrix"} <= modules["__init__"]
+    assert {"_linalg.factor", "_linalg.multigrid", "_matrix"} <= modules["__init__"]
