@@ -147,7 +147,9 @@ def apply(
     return tuple(out)
 
 
-def chebyshev(D: DeepHaloMatrix, v: Array, lower: Array, upper: Array, degree: int) -> Array:
+def chebyshev_polynomial(
+    D: DeepHaloMatrix, v: Array, lower: Array, upper: Array, degree: int
+) -> Array:
     """The Chebyshev preconditioner's polynomial (:func:`chebyshev_steps` from zero,
     ``degree - 1`` products) on a sharded vector ``v``, after one exchange of depth
     ``degree - 1``."""

@@ -1,13 +1,9 @@
-"""Preconditioners for a DiaMatrix: what the ``M=`` of the Krylov solvers takes.
+"""The multigrid preconditioner: :func:`multigrid` and :class:`Multigrid`.
 
-* :func:`jacobi`: ``v / diag(A)``;
-* :func:`chebyshev`: a Chebyshev polynomial in ``D^-1 A``, products only
-  (:class:`Chebyshev`);
-* :func:`multigrid`: a geometric multigrid V-cycle for a stencil matrix on a structured
-  grid (:class:`Multigrid`).
-
-The array-level work is in :mod:`jaxdia._linalg.smoothers` and
-:mod:`jaxdia._linalg.multigrid_hierarchy`.
+:func:`multigrid` checks its arguments, chooses the coarsening and builds the hierarchy
+(:mod:`jaxdia._linalg.multigrid_hierarchy`: with NumPy on the host for a concrete
+matrix, else as one compiled call) or, for a sharded matrix, the sharded one
+(:mod:`jaxdia._linalg.sharded_multigrid`); :class:`Multigrid` applies its V-cycle.
 """
 
 from __future__ import annotations
@@ -15,226 +11,49 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TypeVar
 
 import jax
-import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
-from jax.typing import ArrayLike, DTypeLike
 
-from .._checks import (
-    as_array,
-    broadcast_batch,
-    check_nonzero_diagonal,
-    check_square,
-    is_int,
-    is_traced,
-    static_int,
-)
+from .._checks import as_array, broadcast_batch, is_int, is_traced, static_int
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable
 from .._scipy_operator import ScipyOperator
 from .._shard import ShardedDiaMatrix
-from . import (
-    deep_halo as _deep_halo,
-    multigrid_hierarchy as _multigrid,
-    sharded_multigrid as _sharded_multigrid,
+from .._typing import ArrayLike, DTypeLike, Grid
+from .banded import PARALLEL_PLATFORMS, Factor, platform
+from .multigrid_hierarchy import (
+    MAX_COARSE,
+    Hierarchy,
+    Plan,
+    auto_plan,
+    coarse_factor,
+    coarse_grid,
+    full_plan,
+    host_setup,
+    setup,
+    vcycle,
 )
-from .deep_halo import DeepHaloMatrix
-from .krylov import vector_product
-from .sharded_multigrid import ShardedMultigrid
-from .smoothers import SMOOTHERS, chebyshev_steps, fusible_product, gershgorin, smoothing_data
-from .stencil import as_grid, check_stencil
-
-MAX_COARSE = _multigrid.MAX_COARSE
+from .sharded_multigrid import GATHER_BELOW, ShardedMultigrid, build, sharded_operand
+from .smoothers import SMOOTHERS, check_diagonal
+from .stencil import StaticGrid, as_grid, check_stencil
 
 #: ``max_coarse=None`` on GPU and TPU: the coarsest level's dense inverse stays small.
 ACCELERATOR_COARSE = 500
 
-
-def _check_diagonal(
-    function: str, A: DiaMatrix | ShardedDiaMatrix, host: np.ndarray | None = None
-) -> None:
-    """A ValueError naming the zeros of a concrete diagonal (the smoothers divide by it;
-    ``host``: A's data on the host, read instead of a slice of ``A.data``)."""
-    if 0 not in A.offsets:
-        raise ValueError(
-            f"{function}: A stores no main diagonal (offsets {A.offsets}); its smoother "
-            "divides by the diagonal, which must be nonzero"
-        )
-    if isinstance(A, ShardedDiaMatrix):  # laid out like its vectors, 1 in padding rows
-        check_nonzero_diagonal(A.diagonal(), function, "")
-        return
-    data = A.data if host is None else host.reshape(A.data.shape)
-    check_nonzero_diagonal(data[..., A.offsets.index(0), :], function, "")
+_Tree = TypeVar("_Tree")
 
 
 def _flat_batch(data: Array) -> Array:
     return data.reshape(-1, *data.shape[-2:])
 
 
-def _unflatten(tree: Any, batch: tuple[int, ...]) -> Any:
+def _unflatten(tree: _Tree, batch: tuple[int, ...]) -> _Tree:
     return jax.tree.map(lambda leaf: leaf.reshape(*batch, *leaf.shape[1:]), tree)
-
-
-# -- Jacobi ----------------------------------------------------------------------------------
-
-
-@jax.tree_util.register_pytree_with_keys_class
-class Jacobi(Immutable, ScipyOperator):
-    """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)``, what
-    :func:`jaxdia.jacobi` returns.
-
-    Callable on vectors laid out like ``inverse_diagonal`` (``(n,)``, or
-    ``(*batch_shape, n)``; leading dims of ``v`` broadcast), a pytree (its leaf is the
-    inverse diagonal), so it can be an argument or a result of a jitted function, and an
-    operator with SciPy's ``LinearOperator`` protocol (``shape``, ``dtype``, ``matvec``,
-    ``rmatvec``, ``matmat``, ``rmatmat``), so it is SciPy's ``M=`` too.
-
-    Attributes:
-      inverse_diagonal: ``1 / diag(A)``, shape ``(*batch_shape, n)``.
-      shape, dtype, batch_shape: ``(n, n)``, the dtype and the batch dims of
-        ``inverse_diagonal``.
-
-    Example:
-      >>> import numpy as np, scipy.sparse.linalg as spla, jaxdia
-      >>> A = jaxdia.diags([-1.0, 4.0, -1.0], offsets=[-1, 0, 1], shape=(50, 50))
-      >>> M = jaxdia.jacobi(A)
-      >>> M.shape, M.inverse_diagonal[:2]
-      ((50, 50), Array([0.25, 0.25], dtype=float32))
-      >>> x, info = spla.cg(A, np.ones(50), M=M)  # SciPy's solvers take it as M
-      >>> info
-      0
-    """
-
-    # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
-    __slots__ = ("inverse_diagonal", "__weakref__")
-    _leaves = ("inverse_diagonal",)
-    _name = "Jacobi"
-    inverse_diagonal: Any
-
-    def __init__(self, inverse_diagonal: ArrayLike):
-        self._assign(inverse_diagonal)
-
-    def __call__(self, v: ArrayLike) -> Array:
-        return self.inverse_diagonal * v
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        n = self.inverse_diagonal.shape[-1]
-        return n, n
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(self.inverse_diagonal.dtype)
-
-    @property
-    def batch_shape(self) -> tuple[int, ...]:
-        return tuple(self.inverse_diagonal.shape[:-1])
-
-    def _columns(self, x: Any, adjoint: bool) -> Array:
-        inverse = jnp.conj(self.inverse_diagonal) if adjoint else self.inverse_diagonal
-        return inverse * x if x.ndim == 1 else inverse[:, None] * x
-
-    def __repr__(self) -> str:
-        batch = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
-        return f"Jacobi(shape={self.shape}, dtype={self.dtype.name}{batch})"
-
-
-def jacobi(A: Any) -> Jacobi:
-    """The Jacobi (diagonal) preconditioner ``M(v) = v / diag(A)`` of a square ``A``.
-
-    Pass it as ``M`` to :func:`jaxdia.cg` or :func:`jaxdia.bicgstab`, to
-    ``jax.scipy.sparse.linalg``'s ``cg``, ``gmres`` or ``bicgstab``, or to SciPy's
-    solvers. The result is a :class:`jaxdia.Jacobi`: callable, a pytree (it can be an
-    argument of a jitted function), and a SciPy ``LinearOperator``. ``M`` applies to
-    vectors of shape ``(n,)`` (or ``(*batch_shape, n)`` for a batched ``A``).
-
-    ``A`` may also be a :class:`jaxdia.ShardedDiaMatrix` (from :func:`jaxdia.shard`), or
-    any linear operator whose ``diagonal()`` returns its main diagonal laid out like the
-    vectors it multiplies: ``M`` then applies to those vectors (for a sharded matrix,
-    padded and sharded; ``M`` is elementwise, so it needs no communication and keeps
-    their sharding and zero padding rows).
-
-    For ``cg`` the preconditioner must be Hermitian positive definite, which the Jacobi
-    preconditioner of a Hermitian positive definite ``A`` is.
-
-    Args:
-      A: a square DiaMatrix, possibly batched; or a ShardedDiaMatrix (or an operator
-        with ``@`` and ``diagonal()``).
-
-    Returns:
-      ``M``, a :class:`jaxdia.Jacobi` with ``M(v) == v / diag(A)``.
-
-    Raises:
-      TypeError: if ``A`` is neither a DiaMatrix nor an operator with ``diagonal()``.
-      ValueError: if ``A`` is not square, or (when ``A.data`` is concrete) its diagonal
-        holds a zero. Under ``jit``/``vmap`` the diagonal cannot be checked and a zero
-        entry gives ``inf`` in ``M(v)``.
-
-    Example:
-      >>> import jax.numpy as jnp
-      >>> import jax.scipy.sparse.linalg as jsl
-      >>> import jaxdia
-      >>> n = 50
-      >>> A = jaxdia.diags([-1.0, 2.5, -1.0], offsets=[-1, 0, 1], shape=(n, n))
-      >>> b = jnp.ones(n)
-      >>> x, _ = jsl.cg(A, b, M=jaxdia.jacobi(A), tol=1e-6)
-      >>> bool(jnp.linalg.norm(A @ x - b) < 1e-4 * jnp.linalg.norm(b))
-      True
-    """
-    if not isinstance(A, DiaMatrix) and is_operator(A):
-        check_square(A, "jacobi")
-        return _inverse_diagonal(A.diagonal())
-    if not isinstance(A, DiaMatrix):
-        raise TypeError(
-            "jacobi: A must be a jaxdia.DiaMatrix, a ShardedDiaMatrix or a linear operator "
-            f"with @, shape and diagonal(), got {type(A).__name__}"
-        )
-    return _jacobi_of(as_square_matrix(A, "jacobi")._parts)
-
-
-def is_operator(A: Any) -> bool:
-    """Whether ``A`` is an operator other than a DiaMatrix with ``@``, ``shape`` and
-    ``diagonal()`` (a :class:`jaxdia.ShardedDiaMatrix`), as :func:`jacobi` and
-    :func:`jaxdia.chebyshev` take."""
-    return (
-        callable(getattr(A, "diagonal", None))
-        and hasattr(A, "__matmul__")
-        and hasattr(A, "shape")
-        and not isinstance(A, (np.ndarray, jax.Array))
-    )
-
-
-def _main_diagonal(A: DiaParts) -> Array:
-    """The main diagonal of a square ``A``, shape ``(*batch_shape, n)`` (zeros if unstored)."""
-    if 0 not in A.offsets:
-        return jnp.zeros((*A.batch_shape, A.shape[1]), A.dtype)
-    return A.data[..., A.offsets.index(0), :]
-
-
-def _jacobi_of(A: DiaParts) -> Jacobi:
-    """``M(v) = v / diag(A)`` for a square ``A`` (see :func:`jaxdia.jacobi`).
-
-    Raises a ValueError naming the zeros of a concrete diagonal.
-    """
-    stored = "" if 0 in A.offsets else " (A stores no main diagonal)"
-    return _inverse_diagonal(_main_diagonal(A), stored)
-
-
-def _inverse_diagonal(diagonal: Array, hint: str = "") -> Jacobi:
-    """``M(v) = v / diagonal``, laid out (and sharded) as ``diagonal`` is.
-
-    Raises a ValueError naming the zeros of a concrete ``diagonal`` (``hint`` follows the
-    message).
-    """
-    check_nonzero_diagonal(
-        diagonal, "jacobi", f"{hint}; the Jacobi preconditioner 1/diag(A) does not exist."
-    )
-    return Jacobi(1 / diagonal)
 
 
 # -- multigrid -------------------------------------------------------------------------------
@@ -279,9 +98,9 @@ class Multigrid(Immutable, ScipyOperator):
     __slots__ = ("_hierarchy", "__weakref__")
     _leaves = ("_hierarchy",)
     _name = "Multigrid"
-    _hierarchy: _multigrid.Hierarchy
+    _hierarchy: Hierarchy
 
-    def __init__(self, hierarchy: _multigrid.Hierarchy):
+    def __init__(self, hierarchy: Hierarchy):
         self._assign(hierarchy)
 
     @property
@@ -330,7 +149,7 @@ class Multigrid(Immutable, ScipyOperator):
             dtype = self.dtype
         return _apply(self._hierarchy, v, batch=batch).astype(dtype)
 
-    def _columns(self, x: Any, adjoint: bool) -> Array:
+    def _columns(self, x: Array, adjoint: bool) -> Array:
         if adjoint:
             raise NotImplementedError(
                 "Multigrid.rmatvec: the adjoint of a V-cycle is not computed (for a "
@@ -364,7 +183,7 @@ class Multigrid(Immutable, ScipyOperator):
 
 
 @functools.partial(jax.jit, static_argnames=("batch",))
-def _apply(hierarchy: _multigrid.Hierarchy, v: Array, *, batch: tuple[int, ...]) -> Array:
+def _apply(hierarchy: Hierarchy, v: Array, *, batch: tuple[int, ...]) -> Array:
     """The V-cycle on ``v`` of shape ``(*vbatch, n)`` with the hierarchy's batch
     broadcast to ``batch``, as one compiled call. A real hierarchy's cycle has real
     coefficients: a complex ``v`` runs as its real and imaginary parts, side by side in
@@ -373,10 +192,10 @@ def _apply(hierarchy: _multigrid.Hierarchy, v: Array, *, batch: tuple[int, ...])
     n = v.shape[-1]
     split_complex = jnp.iscomplexobj(v) and not jnp.issubdtype(dtype, jnp.complexfloating)
     v = jnp.broadcast_to(v, (*batch, n)).reshape(-1, n)
-    cycle: Callable[[Any, Array], Array] = _multigrid.vcycle
+    cycle: Callable[[Hierarchy, Array], Array] = vcycle
     if split_complex:
         v = jnp.stack([v.real, v.imag], axis=1)
-        cycle = jax.vmap(_multigrid.vcycle, in_axes=(None, 0))  # (h, (2, n)) -> (2, n)
+        cycle = jax.vmap(vcycle, in_axes=(None, 0))  # (h, (2, n)) -> (2, n)
     v = v.astype(dtype)
     own = hierarchy.operators[-1].data.shape[:-2]
     if not own:
@@ -405,7 +224,7 @@ MULTIGRID_SMOOTHERS = (*SMOOTHERS, "ilu")
 
 
 def _as_plan(
-    coarsening: Any,
+    coarsening: object,
     A: DiaMatrix | ShardedDiaMatrix,
     host: np.ndarray | None,
     grid: tuple[int, ...],
@@ -414,7 +233,7 @@ def _as_plan(
 ) -> tuple[tuple[int, ...], ...]:
     if isinstance(coarsening, str):
         if coarsening == "full":
-            return _multigrid.full_plan(grid, max_coarse, max_levels)
+            return full_plan(grid, max_coarse, max_levels)
         if coarsening == "auto":
             if host is None:
                 raise TypeError(
@@ -423,7 +242,7 @@ def _as_plan(
                     "preconditioner once outside, M = jaxdia.multigrid(A, grid, "
                     "coarsening='auto'), and pass coarsening=M.coarsening inside."
                 )
-            return _multigrid.auto_plan(host, A.offsets, grid, max_coarse, max_levels)
+            return auto_plan(host, A.offsets, grid, max_coarse, max_levels)
         raise ValueError(
             f"multigrid: coarsening must be 'full', 'auto' or a sequence of axes tuples, got "
             f"{coarsening!r}"
@@ -456,21 +275,19 @@ def _as_plan(
                 "which has fewer than 2 points"
             )
         plan.append(axes)
-        level_grid = _multigrid.coarse_grid(level_grid, axes)
+        level_grid = coarse_grid(level_grid, axes)
     return tuple(plan)
 
 
 @functools.partial(jax.jit, static_argnames=("offsets", "grid", "plan", "smoother", "sweeps"))
-def _setup(data: Array, *, offsets, grid, plan, smoother, sweeps) -> _multigrid.Hierarchy:
+def _setup(data: Array, *, offsets, grid, plan, smoother, sweeps) -> Hierarchy:
     """The hierarchies of a batch ``(B, n_diags, n)`` as one compiled call, without the
     finest operator (``A`` itself, which the caller puts back: returning it from the
     compiled call would copy it)."""
     n = data.shape[-1]
 
     def one(values):
-        hierarchy = _multigrid.setup(
-            DiaParts(values, offsets, (n, n)), grid, plan, smoother, sweeps
-        )
+        hierarchy = setup(DiaParts(values, offsets, (n, n)), grid, plan, smoother, sweeps)
         return hierarchy._replace(operators=(None, *hierarchy.operators[1:]))
 
     return jax.vmap(one)(data)
@@ -485,25 +302,25 @@ def _host_setup_pays(A: DiaMatrix) -> bool:
     """Whether ``multigrid`` builds a concrete ``A``'s hierarchy with NumPy on the host
     (see :func:`_host_hierarchy`): on CPU, or up to :data:`HOST_SETUP_UP_TO` values
     (larger grids set up faster on an accelerator)."""
-    return _multigrid.banded.platform() == "cpu" or A.data.size <= HOST_SETUP_UP_TO
+    return platform() == "cpu" or A.data.size <= HOST_SETUP_UP_TO
 
 
 def _host_hierarchy(
     host: np.ndarray,
     batch: tuple[int, ...],
     offsets: tuple[int, ...],
-    grid: _multigrid.Grid,
-    plan: _multigrid.Plan,
+    grid: StaticGrid,
+    plan: Plan,
     smoother: str,
     sweeps: int,
-) -> _multigrid.Hierarchy:
+) -> Hierarchy:
     """:func:`_setup`'s hierarchy of a concrete flat batch ``host`` ``(B, n_diags, n)``
     (NumPy) for the polynomial smoothers, its leaves shaped by ``batch``, built with NumPy
     (:func:`jaxdia._linalg.multigrid_hierarchy.host_setup`): the compiled setup's program grows
     with the levels (seconds of compilation for a large grid), the host's work is a few
     dozen array operations per level. Only the coarsest level's factorization is
     compiled (a small program); the arrays go to the device in one transfer."""
-    members = [_multigrid.host_setup(values, offsets, grid, plan) for values in host]
+    members = [host_setup(values, offsets, grid, plan) for values in host]
 
     def stacked(arrays: list[np.ndarray]) -> np.ndarray:
         return np.stack(arrays).reshape((*batch, *np.shape(arrays[0])))
@@ -523,35 +340,35 @@ def _host_hierarchy(
     coarse_lu = _coarse_factors(coarsest, offsets=coarsest_offsets, batch=batch)
     grids = [grid]
     for axes in plan:
-        grids.append(_multigrid.coarse_grid(grids[-1], axes))
-    return _multigrid.Hierarchy._make(
+        grids.append(coarse_grid(grids[-1], axes))
+    return Hierarchy._make(
         (None, *operators), inverses, bounds, coarse_lu, (), tuple(grids), plan, smoother, sweeps
     )
 
 
 @functools.partial(jax.jit, static_argnames=("offsets", "batch"))
-def _coarse_factors(data: Array, *, offsets: tuple[int, ...], batch: tuple[int, ...]) -> Any:
+def _coarse_factors(
+    data: Array, *, offsets: tuple[int, ...], batch: tuple[int, ...]
+) -> Factor | Array:
     """The coarsest level's solvers (:func:`jaxdia._linalg.multigrid_hierarchy.coarse_factor`) of
     a batch ``(*batch, n_diags, n)``, as one compiled call."""
     n = data.shape[-1]
     flat = data.reshape(-1, *data.shape[-2:])
-    factors = jax.vmap(lambda values: _multigrid.coarse_factor(DiaParts(values, offsets, (n, n))))(
-        flat
-    )
+    factors = jax.vmap(lambda values: coarse_factor(DiaParts(values, offsets, (n, n))))(flat)
     return _unflatten(factors, batch)
 
 
 def multigrid(
     A: DiaMatrix | ShardedDiaMatrix,
-    grid: Any,
+    grid: int | Grid,
     *,
     smoother: str | None = None,
     sweeps: int = 2,
-    coarsening: Any = "full",
+    coarsening: str | Sequence[int | Sequence[int]] = "full",
     max_coarse: int | None = None,
     max_levels: int | None = None,
     dtype: DTypeLike | None = None,
-    gather_below: int = _sharded_multigrid.GATHER_BELOW,
+    gather_below: int = GATHER_BELOW,
     deep_halo: bool = False,
 ) -> Multigrid | ShardedMultigrid:
     """A geometric multigrid V-cycle preconditioner for a stencil matrix on a grid.
@@ -700,7 +517,7 @@ def multigrid(
       >>> bool(info.converged), int(info.iterations) < 10
       (True, True)
     """
-    sharded = _sharded_multigrid.sharded_operand(A)
+    sharded = sharded_operand(A)
     A = as_square_matrix(A, "multigrid") if sharded is None else sharded
     if sharded is not None and A.dtype.kind == "c":
         raise TypeError(
@@ -740,7 +557,7 @@ def multigrid(
             "complex A), or A.real for a real matrix stored as complex"
         )
     sweeps = static_int(sweeps, "multigrid: sweeps")
-    if max_coarse is None and _multigrid.banded.platform() in _multigrid.banded.PARALLEL_PLATFORMS:
+    if max_coarse is None and platform() in PARALLEL_PLATFORMS:
         max_coarse = ACCELERATOR_COARSE
     if max_coarse is not None:
         max_coarse = static_int(max_coarse, "multigrid: max_coarse")
@@ -759,7 +576,7 @@ def multigrid(
     if isinstance(A, DiaMatrix) and not is_traced(A.data):
         host = np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
     check_stencil(A, grid, host)
-    _check_diagonal("multigrid", A, host)
+    check_diagonal("multigrid", A, host)
     if sharded is not None and isinstance(coarsening, str) and coarsening == "auto":
         raise TypeError(
             "multigrid: coarsening='auto' reads A's values on the host, which a sharded "
@@ -769,7 +586,7 @@ def multigrid(
     plan = _as_plan(coarsening, A, host, grid, max_coarse, levels)
     coarsest = grid
     for axes in plan:
-        coarsest = _multigrid.coarse_grid(coarsest, axes)
+        coarsest = coarse_grid(coarsest, axes)
     if math.prod(coarsest) > MAX_COARSE:
         raise ValueError(
             f"multigrid: the coarsest level would be grid {coarsest} "
@@ -777,9 +594,7 @@ def multigrid(
             f"{MAX_COARSE}: allow more levels (max_levels, coarsening)"
         )
     if sharded is not None:
-        return _sharded_multigrid.build(
-            sharded, grid, plan, smoother, sweeps, dtype, gather_below, deep_halo
-        )
+        return build(sharded, grid, plan, smoother, sweeps, dtype, gather_below, deep_halo)
     if deep_halo:
         raise TypeError(
             "multigrid: deep_halo=True is for a sharded A (a ShardedDiaMatrix, or a DiaMatrix "
@@ -805,287 +620,3 @@ def multigrid(
         hierarchy = _unflatten(hierarchy, batch)
     hierarchy = hierarchy._replace(operators=(A._parts, *hierarchy.operators[1:]))
     return Multigrid(hierarchy)
-
-
-# -- Chebyshev polynomial preconditioner ------------------------------------------------
-
-
-def default_lower(degree: int) -> float:
-    """The lower end of the default interval, as a fraction of the upper bound: about
-    where the Chebyshev polynomial of ``degree`` starts to pay in conjugate gradients
-    (tuned on 2-D Poisson; see benchmarks/README.md)."""
-    return 1.0 / degree**2
-
-
-@jax.tree_util.register_pytree_with_keys_class
-class Chebyshev(Immutable, ScipyOperator):
-    """A Chebyshev polynomial preconditioner, the one :func:`jaxdia.chebyshev` returns.
-
-    ``M(v) = p(D^-1 A) D^-1 v``: ``degree`` steps of Chebyshev iteration for ``A x = v``
-    from ``x = 0``, damping the spectrum of ``D^-1 A`` on ``[lower, upper]``
-    (``degree - 1`` products with ``A``), computed in ``operator``'s dtype and returned in
-    the promoted dtype of ``v`` and the bounds. It uses nothing but ``operator @ v``, the
-    inverse diagonal and the two bounds, so any operator with ``@`` (and a pytree, to
-    pass through transformations) can be wrapped: ``jaxdia.Chebyshev(operator,
-    inverse_diagonal, lower, upper, degree)`` (``inverse_diagonal`` None: no scaling). For
-    a DiaMatrix the product is written so that XLA fuses each step into one loop.
-
-    Attributes:
-      operator: the matrix (or operator) the polynomial is in.
-      inverse_diagonal: ``1 / diag(A)``, shape ``(*batch_shape, n)``, or None.
-      lower, upper: the interval damped, shape ``batch_shape``.
-      degree: the polynomial's degree (static).
-
-    Example:
-      >>> import jax.numpy as jnp, jaxdia
-      >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(50, 50))
-      >>> M = jaxdia.chebyshev(A, degree=4)
-      >>> M.degree, M(jnp.ones(50)).shape
-      (4, (50,))
-    """
-
-    # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
-    __slots__ = ("operator", "inverse_diagonal", "lower", "upper", "degree", "__weakref__")
-    _leaves = ("operator", "inverse_diagonal", "lower", "upper")
-    _static = ("degree",)
-    _name = "Chebyshev"
-    operator: Any
-    inverse_diagonal: Any
-    lower: Any
-    upper: Any
-    degree: int
-
-    def __init__(
-        self, operator: Any, inverse_diagonal: ArrayLike, lower: Any, upper: Any, degree: int
-    ):
-        self._assign(operator, inverse_diagonal, lower, upper, degree)
-
-    def __call__(self, v: ArrayLike) -> Array:
-        # One compiled call (jit's cache: one compile per structure and shape); eagerly,
-        # the polynomial's loop would otherwise be traced and compiled on every call.
-        return _apply_chebyshev(self, as_array(v, "Chebyshev: v"))
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        return tuple(self.operator.shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        return np.dtype(jnp.result_type(self.operator.dtype, jnp.asarray(self.lower).dtype))
-
-    @property
-    def batch_shape(self) -> tuple[int, ...]:
-        return tuple(jnp.shape(self.lower))
-
-    def _columns(self, x: Any, adjoint: bool) -> Array:
-        M = self
-        if adjoint:
-            # M = p(D^-1 A) D^-1 with real coefficients, so M^H = p(D^-H A^H) D^-H: the
-            # same polynomial of A^H.
-            if not isinstance(self.operator, DiaMatrix):
-                raise NotImplementedError(
-                    f"Chebyshev.rmatvec needs the adjoint of A, which a "
-                    f"{type(self.operator).__name__} does not give; SciPy's cg, bicgstab, "
-                    "gmres and minres call only M.matvec"
-                )
-            inverse = self.inverse_diagonal
-            M = self._replace(
-                operator=self.operator.H,
-                inverse_diagonal=None if inverse is None else inverse.conj(),
-            )
-        return M(x) if x.ndim == 1 else M(x.T).T
-
-
-@jax.jit
-def _apply_chebyshev(M: Chebyshev, v: Array) -> Array:
-    """``M(v)`` (see :class:`Chebyshev`)."""
-    inverse = M.inverse_diagonal
-    lower, upper = jnp.asarray(M.lower), jnp.asarray(M.upper)
-    result = jnp.result_type(v.dtype, lower.dtype)
-    if not jnp.issubdtype(result, jnp.inexact):
-        result = jnp.result_type(float)
-    operator = M.operator
-    if isinstance(operator, DiaMatrix):
-        # In the matrix's precision (jaxdia.chebyshev(..., dtype=) may have narrowed it).
-        work = np.dtype(operator.dtype)
-        if jnp.issubdtype(result, jnp.complexfloating):
-            work = np.dtype(jnp.result_type(work, jnp.complex64))
-        matvec = fusible_product(operator._parts)
-    elif isinstance(operator, DeepHaloMatrix):  # the polynomial after one exchange
-        flat = jnp.asarray(v, result).reshape(-1, v.shape[-1])
-
-        def polynomial(u: Array) -> Array:
-            return _deep_halo.chebyshev(operator, u, lower, upper, M.degree)
-
-        return jax.vmap(polynomial)(flat).reshape(v.shape).astype(result)
-    else:
-        work = result
-        matvec = vector_product(operator)
-
-    def scale(r):
-        return r if inverse is None else inverse.astype(work) * r
-
-    x, _ = chebyshev_steps(
-        matvec,
-        scale,
-        jnp.asarray(v, work),
-        None,
-        lower.astype(work)[..., None],
-        upper.astype(work)[..., None],
-        M.degree,
-        residual=False,
-        # Unrolled, XLA would recompute the fused product in each consumer.
-        unroll=False if isinstance(operator, DiaMatrix) else None,
-    )
-    return x.astype(result)
-
-
-def chebyshev(
-    A: DiaMatrix | ShardedDiaMatrix,
-    degree: int = 16,
-    *,
-    bounds: Any = None,
-    dtype: DTypeLike | None = None,
-    deep_halo: bool = False,
-) -> Chebyshev:
-    """A Chebyshev polynomial preconditioner for a Hermitian positive definite ``A``.
-
-    ``M(v)`` is ``degree`` steps of Chebyshev iteration on ``D^-1 A x = D^-1 v`` from
-    zero (``D`` the diagonal): a fixed polynomial in ``A``, so ``M`` is linear, and
-    Hermitian positive definite when the bounds hold (valid for conjugate gradients). It
-    costs ``degree - 1`` products with ``A`` and a few vector updates, fused into one
-    loop per step, and nothing else: no triangular solves and no setup beyond the
-    diagonal, so it runs unchanged wherever ``A @ v`` runs (GPU, TPU, a sharded matrix).
-    Each conjugate-gradient iteration then does the work of about ``degree`` iterations
-    of Jacobi-preconditioned CG (the product count stays about the same) with far fewer
-    inner products and vector passes; for a structured grid, :func:`jaxdia.multigrid`
-    needs far fewer products.
-
-    ``bounds`` default to ``[rho / degree^2, rho]`` with ``rho`` Gershgorin's bound on the
-    spectrum of ``D^-1 A`` (its largest absolute row sum, from the stored diagonals):
-    the polynomial damps the upper part of the spectrum, which dominates for
-    discretized PDEs, and conjugate gradients handles the eigenvalues below.
-
-    ``dtype=jnp.float32`` for a float64 ``A`` applies the polynomial in single precision
-    (the matrix is converted once, here): half the memory traffic, for a preconditioner
-    that is exact to about ``1e-7`` relative, which conjugate gradients tolerates down to
-    tolerances far below that (the same iterations at 1e-8, a few more at 1e-10 in the
-    tests; the solve itself stays in float64). ``M`` is then linear and symmetric only up
-    to that rounding.
-
-    Args:
-      A: a square DiaMatrix (float or complex), possibly batched; or a
-        :class:`jaxdia.ShardedDiaMatrix` (any operator with ``@``, ``shape``,
-        ``diagonal()`` and ``abs()``): ``M`` then works on its sharded vectors, each step
-        one sharded product (its halo exchange) and no inner product.
-      degree: the polynomial's degree, >= 1 (1 is the Jacobi preconditioner scaled by a
-        constant). Higher degrees mean fewer conjugate-gradient iterations at about the
-        same number of products.
-      bounds: ``(lower, upper)`` with ``0 < lower < upper``: the part of the spectrum of
-        ``D^-1 A`` to damp (scalars, or arrays of ``A.batch_shape``). ``upper`` must bound
-        the spectrum, or ``M`` may be indefinite.
-      dtype: the precision the polynomial is applied in (default ``A.dtype``): a float
-        (or complex for complex ``A``) dtype no wider than ``A``'s (a DiaMatrix only).
-      deep_halo: for a ShardedDiaMatrix: exchange ``degree - 1`` halos at once, then run
-        the polynomial's products locally (one collective-permute each way per
-        application instead of ``degree - 1``; each device also computes the ghost rows,
-        ``(L + (degree - 1) (lower + upper)) / L`` times the local work for ``L`` rows
-        per device). The same ``M`` to rounding.
-
-    Returns:
-      A :class:`jaxdia.Chebyshev`, callable on vectors ``(n,)`` (``(*batch_shape, n)``).
-
-    Raises:
-      TypeError: if ``A`` is not a DiaMatrix or an operator, ``dtype`` is not a
-        float/complex type (or is given for an operator), or ``deep_halo`` is set for
-        anything but a ShardedDiaMatrix.
-      ValueError: if ``A`` is not square, stores no main diagonal, ``degree < 1``,
-        concrete ``bounds`` are not ``0 < lower < upper``, or (for a concrete ``A``) its
-        diagonal holds a zero.
-
-    Example:
-      >>> import jax.numpy as jnp, numpy as np, scipy.sparse as sp, jaxdia
-      >>> n = 32
-      >>> T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n))
-      >>> A = jaxdia.DiaMatrix.from_scipy(sp.kronsum(T, T).astype("float32"))
-      >>> b = jnp.ones(n * n)
-      >>> _, plain = jaxdia.cg(A, b, M=jaxdia.jacobi(A), rtol=1e-4)
-      >>> _, poly = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=8), rtol=1e-4)
-      >>> bool(poly.converged), int(poly.iterations) < int(plain.iterations) // 4
-      (True, True)
-    """
-    degree = static_int(degree, "chebyshev: degree")
-    if degree < 1:
-        raise ValueError(f"chebyshev: degree must be >= 1, got {degree}")
-    if deep_halo and not isinstance(A, ShardedDiaMatrix):
-        raise TypeError(
-            f"chebyshev: deep_halo=True is for a ShardedDiaMatrix (jaxdia.shard), got "
-            f"{type(A).__name__}"
-        )
-    if not isinstance(A, DiaMatrix) and is_operator(A):
-        return _operator_chebyshev(A, degree, bounds, dtype, deep_halo)
-    A = as_square_matrix(A, "chebyshev")
-    if dtype is not None:
-        dtype = np.dtype(dtype)
-        if not jnp.issubdtype(dtype, jnp.inexact) or (
-            jnp.issubdtype(A.dtype, jnp.complexfloating)
-            != jnp.issubdtype(dtype, jnp.complexfloating)
-        ):
-            kind = "complex" if jnp.issubdtype(A.dtype, jnp.complexfloating) else "float"
-            raise TypeError(
-                f"chebyshev: dtype must be a {kind} dtype for A of dtype {A.dtype.name}, got "
-                f"{dtype.name}"
-            )
-    _check_diagonal("chebyshev", A)
-    batch = A.batch_shape
-    inverse, rho = _bounds(_flat_batch(A.data), offsets=A.offsets, shape=A.shape)
-    inverse, rho = inverse.reshape(*batch, -1), rho.reshape(batch)
-    lower, upper = _chebyshev_bounds(bounds, rho, degree)
-    operator = A
-    if dtype is not None and dtype != A.dtype:
-        operator, inverse = A.astype(dtype), inverse.astype(dtype)
-    return Chebyshev(operator, inverse, lower, upper, degree)
-
-
-def _chebyshev_bounds(bounds: Any, rho: Array, degree: int) -> tuple[Array, Array]:
-    """``(lower, upper)``: the given ``bounds`` checked, or ``[rho / degree^2, rho]``."""
-    if bounds is None:
-        return rho * default_lower(degree), rho
-    if isinstance(bounds, (str, bytes)) or not isinstance(bounds, Sequence) or len(bounds) != 2:
-        raise TypeError(f"chebyshev: bounds must be a pair (lower, upper), got {bounds!r}")
-    lower, upper = (
-        jnp.broadcast_to(jnp.asarray(as_array(b, "chebyshev: bounds"), rho.dtype), rho.shape)
-        for b in bounds
-    )
-    concrete = not (is_traced(lower) or is_traced(upper))
-    if concrete and not bool(jnp.all((lower > 0) & (lower < upper))):
-        raise ValueError(f"chebyshev: bounds must satisfy 0 < lower < upper, got {tuple(bounds)}")
-    return lower, upper
-
-
-def _operator_chebyshev(
-    A: Any, degree: int, bounds: Any, dtype: DTypeLike | None, deep_halo: bool
-) -> Chebyshev:
-    """:func:`chebyshev` for an operator with ``@``, ``shape``, ``diagonal()`` and
-    ``abs()`` (a :class:`jaxdia.ShardedDiaMatrix`): Gershgorin's bound from
-    ``abs(A) @ ones``, everything in the vectors' layout (``diagonal()``'s)."""
-    check_square(A, "chebyshev")
-    if dtype is not None:
-        raise TypeError(
-            f"chebyshev: dtype= converts a DiaMatrix; {type(A).__name__} is used in its own "
-            "dtype (convert it before sharding)"
-        )
-    diagonal = A.diagonal()
-    inverse, rho = smoothing_data(diagonal, abs(A) @ jnp.ones_like(diagonal))
-    lower, upper = _chebyshev_bounds(bounds, rho, degree)
-    operator = _deep_halo.widen(A, degree - 1) if deep_halo else A
-    return Chebyshev(operator, inverse, lower, upper, degree)
-
-
-@functools.partial(jax.jit, static_argnames=("offsets", "shape"))
-def _bounds(data: Array, *, offsets, shape) -> tuple[Array, Array]:
-    """``(1 / diag, Gershgorin bound of D^-1 A)`` of a batch ``(B, n_diags, n)``."""
-    return jax.vmap(lambda d: gershgorin(DiaParts(d, offsets, shape)))(data)
-
-
-# -- Krylov solvers that report -----------------------------------------------------------
