@@ -22,7 +22,6 @@ own rows.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -63,7 +62,7 @@ class DeepHaloMatrix(Immutable):
     def dtype(self) -> np.dtype:
         return self.matrix.dtype
 
-    def __matmul__(self, x: Any) -> Array:
+    def __matmul__(self, x: Array) -> Array:
         return self.matrix @ x
 
     def diagonal(self) -> Array:
@@ -94,9 +93,9 @@ def _widen(S: ShardedDiaMatrix, *, depth: int) -> Array:
 
 def apply(
     D: DeepHaloMatrix,
-    fn: Callable[..., tuple[Any, ...]],
+    fn: Callable[..., tuple[Array, ...]],
     vectors: tuple[Array, ...],
-    scalars: tuple[Any, ...] = (),
+    scalars: tuple[Array, ...] = (),
 ) -> tuple[Array, ...]:
     """``fn(product, inverse_diagonal, *scalars, *extended)`` on every device, its
     outputs' own rows returned sharded like the ``vectors`` (length ``N`` each).
@@ -117,7 +116,7 @@ def apply(
     offsets = S.offsets
     center = offsets.index(0) if 0 in offsets else None
 
-    def local(window: Array, stacked: Array, *values: Any) -> Array:
+    def local(window: Array, stacked: Array, *values: Array) -> Array:
         window = window[0]
         first, last = halos(stacked, before, after, S.axis, S.shards, dim=1)
         extended = jnp.concatenate([*first, stacked, *last], axis=1)

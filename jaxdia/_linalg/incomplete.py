@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -24,6 +24,7 @@ from .._checks import as_array, broadcast_batch, is_int, is_traced, static_int
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable
+from .._typing import ArrayLike, DTypeLike, Grid
 from . import ilu as _ilu
 from .stencil import (
     as_grid,
@@ -90,10 +91,10 @@ class _Incomplete(Immutable):
     def batch_shape(self) -> tuple[int, ...]:
         return self._factor.batch_shape
 
-    def __call__(self, v: Any) -> Array:
+    def __call__(self, v: ArrayLike) -> Array:
         return self._apply(v, adjoint=False)
 
-    def _apply(self, v: Any, adjoint: bool) -> Array:
+    def _apply(self, v: ArrayLike, adjoint: bool) -> Array:
         v = as_array(v, f"{self._name}: v")
         n = self.shape[0]
         if v.ndim == 0 or v.shape[-1] != n:
@@ -104,7 +105,7 @@ class _Incomplete(Immutable):
         batch = broadcast_batch(f"{self._name}: the factor and v", self.batch_shape, v.shape[:-1])
         return _apply(self._factor, v, order=self._order, batch=batch, adjoint=adjoint)
 
-    def _host(self, x: Any, adjoint: bool, name: str) -> np.ndarray:
+    def _host(self, x: ArrayLike, adjoint: bool, name: str) -> np.ndarray:
         """SciPy's protocol: ``x`` of shape ``(n,)`` or ``(n, k)``, a NumPy result."""
         x = np.asarray(x)
         n = self.shape[0]
@@ -120,7 +121,7 @@ class _Incomplete(Immutable):
         y = self._apply(jnp.asarray(x.T), adjoint)
         return np.array(y).T  # writable, as SciPy's solvers need
 
-    def matvec(self, x: Any) -> np.ndarray:
+    def matvec(self, x: ArrayLike) -> np.ndarray:
         """``M @ x`` as SciPy's ``LinearOperator.matvec``: NumPy in, NumPy out.
 
         With :meth:`rmatvec`, :meth:`matmat`, :meth:`rmatmat`, ``shape`` and ``dtype``
@@ -130,20 +131,20 @@ class _Incomplete(Immutable):
         """
         return self._host(x, False, "matvec")
 
-    def rmatvec(self, x: Any) -> np.ndarray:
+    def rmatvec(self, x: ArrayLike) -> np.ndarray:
         """``M^H @ x`` as SciPy's ``LinearOperator.rmatvec``."""
         return self._host(x, True, "rmatvec")
 
-    def matmat(self, X: Any) -> np.ndarray:
+    def matmat(self, X: ArrayLike) -> np.ndarray:
         """``M @ X`` for a 2-D ``X`` (its columns), as SciPy's ``LinearOperator.matmat``."""
         return self._host(_two_dimensional(X, self._name, "matmat"), False, "matmat")
 
-    def rmatmat(self, X: Any) -> np.ndarray:
+    def rmatmat(self, X: ArrayLike) -> np.ndarray:
         """``M^H @ X`` for a 2-D ``X``, as SciPy's ``LinearOperator.rmatmat``."""
         return self._host(_two_dimensional(X, self._name, "rmatmat"), True, "rmatmat")
 
 
-def _two_dimensional(X: Any, name: str, method: str) -> np.ndarray:
+def _two_dimensional(X: ArrayLike, name: str, method: str) -> np.ndarray:
     X = np.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"{name}.{method}: X must be 2-D, got shape {X.shape}")
@@ -335,7 +336,11 @@ def _downwind(host: np.ndarray, offsets: tuple[int, ...], grid: tuple[int, ...])
 
 
 def _as_order(
-    function: str, order: Any, grid: tuple[int, ...] | None, host: np.ndarray | None, offsets
+    function: str,
+    order: object,
+    grid: tuple[int, ...] | None,
+    host: np.ndarray | None,
+    offsets: tuple[int, ...],
 ) -> tuple[int, ...]:
     if isinstance(order, str):
         if order == "natural":
@@ -434,14 +439,14 @@ def _check_pivots(function, kind, pivots, grid, order) -> None:
 def _build(
     function: str,
     kind: str,
-    A: Any,
-    grid: Any,
-    order: Any,
-    method: Any,
-    sweeps: Any,
-    shift: Any,
-    solves: Any,
-    dtype: Any,
+    A: DiaMatrix,
+    grid: int | Grid | None,
+    order: str | Sequence[int],
+    method: str,
+    sweeps: int,
+    shift: ArrayLike,
+    solves: str,
+    dtype: DTypeLike | None,
 ) -> tuple[_ilu.Factor, tuple[int, ...], str, int]:
     A = as_square_matrix(A, function)
     if A.dtype not in _DTYPES:
@@ -548,14 +553,14 @@ _SHARED_ARGS = """
 
 def ilu0(
     A: DiaMatrix,
-    grid: Any = None,
+    grid: int | Grid | None = None,
     *,
-    order: Any = "natural",
+    order: str | Sequence[int] = "natural",
     method: str = "auto",
     sweeps: int = _ilu.DEFAULT_SWEEPS,
-    shift: Any = 0.0,
+    shift: ArrayLike = 0.0,
     solves: str = "auto",
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
 ) -> IncompleteLU:
     """The incomplete LU factorization ILU(0) of ``A``, as a preconditioner.
 
@@ -611,14 +616,14 @@ def ilu0(
 
 def ic0(
     A: DiaMatrix,
-    grid: Any = None,
+    grid: int | Grid | None = None,
     *,
-    order: Any = "natural",
+    order: str | Sequence[int] = "natural",
     method: str = "auto",
     sweeps: int = _ilu.DEFAULT_SWEEPS,
-    shift: Any = 0.0,
+    shift: ArrayLike = 0.0,
     solves: str = "auto",
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
 ) -> IncompleteCholesky:
     """The incomplete Cholesky factorization IC(0) of a Hermitian positive definite ``A``,
     as a preconditioner.

@@ -42,8 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -58,7 +57,7 @@ from .._pytree import Immutable
 from .._shard import ShardedDiaMatrix, in_context, place, shard
 from .._sharded_products import halos
 from .._sharding import explicit_spec, mesh_of
-from .._typing import Grid
+from .._typing import ArrayLike, DTypeLike, Grid
 from . import multigrid_hierarchy, stencil
 from .deep_halo import DeepHaloMatrix, apply, widen
 from .multigrid_hierarchy import Plan
@@ -106,8 +105,13 @@ def sharded_levels(grids: Sequence[Grid], plan: Plan, shards: int, gather_below:
 
 
 def _manual(
-    local: Any, mesh: Mesh, axis: Any, in_specs: Any, out_specs: Any, check_vma: bool = True
-) -> Any:
+    local: Callable[..., Array],
+    mesh: Mesh,
+    axis: Hashable,
+    in_specs: PartitionSpec | tuple[PartitionSpec, ...],
+    out_specs: PartitionSpec | tuple[PartitionSpec, ...],
+    check_vma: bool = True,
+) -> Callable[..., Array]:
     return jax.shard_map(
         local,
         mesh=in_context(mesh),
@@ -126,7 +130,7 @@ def _manual(
 _REPLICATED = {"check_vma": False}
 
 
-def restrict(r: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Any) -> Array:
+def restrict(r: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Hashable) -> Array:
     """``R r`` for ``r`` ``(N, ...)`` sharded over ``axis`` (whole planes of ``grid`` per
     device): the coarse level sharded the same way. Coarsening axis 0 reads one plane
     from the next device."""
@@ -145,7 +149,7 @@ def restrict(r: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Any) -
     return _manual(local, mesh, axis, spec, spec)(r)
 
 
-def interpolate(c: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Any) -> Array:
+def interpolate(c: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Hashable) -> Array:
     """``P c`` onto ``grid`` for ``c`` sharded over ``axis`` as :func:`restrict` leaves it.
     Coarsening axis 0, the first fine plane of a device (even, ``2 I``) takes the mean of
     the previous device's last coarse plane and its own first."""
@@ -203,7 +207,9 @@ def owned_planes(grid: Grid, shards: int) -> list[range]:
     return [range(p * m // 2, (p + 1) * m // 2) for p in range(shards)]
 
 
-def restrict_chunk(block: Array, grid: Grid, axes: Sequence[int], axis: Any, shards: int) -> Array:
+def restrict_chunk(
+    block: Array, grid: Grid, axes: Sequence[int], axis: Hashable, shards: int
+) -> Array:
     """Inside ``shard_map``: the coarse planes of ``R r`` that this device's ``block`` of
     ``r`` (its planes of ``grid``, any number ``m`` per device; axis 0 coarsened) owns
     (:func:`owned_planes`), padded to ``ceil(m / 2)`` planes; :func:`join_chunks` joins the
@@ -237,7 +243,7 @@ def join_chunks(chunks: Array, grid: Grid, axes: Sequence[int], shards: int) -> 
 
 
 def scatter_interpolate(
-    xc: Array, grid: Grid, axes: Sequence[int], axis: Any, shards: int
+    xc: Array, grid: Grid, axes: Sequence[int], axis: Hashable, shards: int
 ) -> Array:
     """Inside ``shard_map``: this device's planes of ``P xc`` on ``grid`` (its block, as
     the vectors are split) from the whole coarse ``xc`` (the same on every device; axis 0
@@ -281,7 +287,7 @@ def gather_probe(A: ShardedDiaMatrix, grid: Grid, axes: Sequence[int]) -> Array:
     return join_chunks(place(chunks, mesh, PartitionSpec()), grid, axes, shards)
 
 
-def coarse_data(rows: Array, coarse: Grid, mesh: Mesh, axis: Any) -> tuple[Array, tuple]:
+def coarse_data(rows: Array, coarse: Grid, mesh: Mesh, axis: Hashable) -> tuple[Array, tuple]:
     """:func:`jaxdia._linalg.stencil.dia_from_rows` (by colour) for rows sharded over
     ``axis``: ``(data, offsets)``, ``data`` ``(n_diags, N_c)`` with its columns sharded
     like the rows. Each device reads one plane of rows from each neighbour."""
@@ -395,8 +401,10 @@ def _cycle(h: ShardedHierarchy, level: int, b: Array) -> Array:
 
     kind, sweeps = local.smoother, local.sweeps
 
-    def presmooth(product, inverse, rho, b):
-        return smooth(kind, sweeps, dim, product, inverse, rho, b, None, residual=True)
+    def presmooth(product, inverse, rho, b) -> tuple[Array, Array]:
+        x, r = smooth(kind, sweeps, dim, product, inverse, rho, b, None, residual=True)
+        assert r is not None
+        return x, r
 
     def postsmooth(product, inverse, rho, b, x):
         return smooth(kind, sweeps, dim, product, inverse, rho, b, x, residual=False)[:1]
@@ -405,7 +413,6 @@ def _cycle(h: ShardedHierarchy, level: int, b: Array) -> Array:
         x, r = apply(h.deep[level], presmooth, (b,), (rho,))
     else:
         x, r = presmooth(A.__matmul__, inverse, rho, b)
-    assert r is not None
     if level + 1 == h.gathered and not aligned(grid, axes, A.shards):
         x = x + _gathering_cycle(h, r)
     else:
@@ -453,7 +460,7 @@ def _gathering_cycle(h: ShardedHierarchy, r: Array) -> Array:
     return _manual(local, mesh, axis, (spec, PartitionSpec()), spec, **_REPLICATED)(r, h.local)
 
 
-def sharded_operand(A: Any) -> ShardedDiaMatrix | None:
+def sharded_operand(A: object) -> ShardedDiaMatrix | None:
     """``A`` as a :class:`jaxdia.ShardedDiaMatrix` when it is one, or a square unbatched
     DiaMatrix whose ``data`` columns are split over one mesh axis (by its type on
     ``Explicit`` axes, or a concrete array's ``NamedSharding``); else None."""
@@ -570,10 +577,10 @@ class ShardedMultigrid(Immutable):
         return self._hierarchy.operators[0].mesh
 
     @property
-    def axis(self) -> Any:
+    def axis(self) -> Hashable:
         return self._hierarchy.operators[0].axis
 
-    def __call__(self, v: Any) -> Array:
+    def __call__(self, v: ArrayLike) -> Array:
         v = as_array(v, "ShardedMultigrid: v")
         N = self._hierarchy.operators[0].padded_size
         if v.ndim == 0 or v.shape[-1] != N:
@@ -628,7 +635,7 @@ def build(
     plan: Plan,
     smoother: str,
     sweeps: int,
-    dtype: Any,
+    dtype: DTypeLike | None,
     gather_below: int,
     deep_halo: bool,
 ) -> ShardedMultigrid:
