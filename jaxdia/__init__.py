@@ -7,6 +7,7 @@ from ._construct import diags as diags, eye as eye, kron as kron
 from ._functions import align as align, matmul as matmul, traces as traces
 from ._io import load_npz as load_npz, save_npz as save_npz
 from ._jacobian import jacobian as jacobian, value_and_jacobian as value_and_jacobian
+from ._linalg.chebyshev import Chebyshev as Chebyshev, chebyshev as chebyshev
 from ._linalg.expm import expm_multiply as expm_multiply
 from ._linalg.factor import (
     BandedCholesky as BandedCholesky,
@@ -25,16 +26,10 @@ from ._linalg.incomplete import (
     ic0 as ic0,
     ilu0 as ilu0,
 )
+from ._linalg.jacobi import Jacobi as Jacobi, jacobi as jacobi
 from ._linalg.krylov import SolveInfo as SolveInfo, bicgstab as bicgstab, cg as cg
 from ._linalg.lanczos import eigsh as eigsh
-from ._linalg.precond import (
-    Chebyshev as Chebyshev,
-    Jacobi as Jacobi,
-    Multigrid as Multigrid,
-    chebyshev as chebyshev,
-    jacobi as jacobi,
-    multigrid as multigrid,
-)
+from ._linalg.multigrid import Multigrid as Multigrid, multigrid as multigrid
 from ._linalg.sharded_multigrid import ShardedMultigrid as ShardedMultigrid
 from ._matrix import DiaMatrix as DiaMatrix
 from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard

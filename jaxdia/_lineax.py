@@ -32,7 +32,7 @@ from ._geometry import diagonal_bounds
 from ._jacobian import dia_from_linear, pattern
 from ._linalg.factor import BandedCholesky, cholesky_unchecked, lu_unchecked
 from ._linalg.krylov import bicgstab, cg
-from ._linalg.precond import multigrid
+from ._linalg.multigrid import multigrid
 from ._matrix import DiaMatrix, as_matrix
 
 

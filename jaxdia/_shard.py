@@ -69,7 +69,7 @@ def _check_mesh_axis(mesh: Any, axis: Any) -> int:
     return int(mesh.shape[axis])
 
 
-def _in_context(mesh: Mesh) -> Mesh:
+def in_context(mesh: Mesh) -> Mesh:
     """``mesh``, with the axis types of the mesh being traced under when that is the same
     mesh with other types: inside ``jax.sharding.auto_axes``, which makes ``Explicit``
     axes ``Auto`` for a region (the way to run JAX's Krylov solvers on them)."""
@@ -85,7 +85,7 @@ def _in_context(mesh: Mesh) -> Mesh:
     return Mesh(mesh.devices, mesh.axis_names, axis_types=context.axis_types)
 
 
-def _place(x: Array, mesh: Mesh, spec: PartitionSpec) -> Array:
+def place(x: Array, mesh: Mesh, spec: PartitionSpec) -> Array:
     """``x`` laid out as ``spec`` on ``mesh`` says, eagerly or under a transformation.
 
     Eagerly that is a transfer (``device_put``). Traced, ``device_put`` does not constrain
@@ -93,7 +93,7 @@ def _place(x: Array, mesh: Mesh, spec: PartitionSpec) -> Array:
     ``with_sharding_constraint`` there and ``reshard`` on ``Explicit`` axes (where the
     former only asserts).
     """
-    sharding = NamedSharding(_in_context(mesh), spec)
+    sharding = NamedSharding(in_context(mesh), spec)
     if not isinstance(x, jax.core.Tracer):
         return jax.device_put(x, sharding)
     types = dict(zip(sharding.mesh.axis_names, sharding.mesh.axis_types))
@@ -119,7 +119,7 @@ def _column_spec(x: ArrayLike, mesh: Mesh) -> Any:
         if explicit:
             return spec_entry(explicit)
         # UNCONSTRAINED needs an Auto axis; on Explicit ones the type says replicated.
-        auto = AxisType.Auto in _in_context(mesh).axis_types
+        auto = AxisType.Auto in in_context(mesh).axis_types
         return PartitionSpec.UNCONSTRAINED if auto else None
     sharding = getattr(x, "sharding", None)
     if (
@@ -283,7 +283,7 @@ class ShardedDiaMatrix(Immutable):
                 f"shape {x.shape}"
             )
         pad = [(0, self.padded_size - n)] + [(0, 0)] * (x.ndim - 1)
-        return _place(jnp.pad(x, pad), self.mesh, self._rows_spec(x))
+        return place(jnp.pad(x, pad), self.mesh, self._rows_spec(x))
 
     def _rows_spec(self, x: Array) -> PartitionSpec:
         """``vector_sharding``'s spec; an ``(N, c)`` block's columns keep their sharding."""
@@ -348,7 +348,7 @@ class ShardedDiaMatrix(Immutable):
             offsets=self.offsets,
             n=self.shape[0],
             rows=self.rows_per_shard,
-            mesh=_in_context(self.mesh),
+            mesh=in_context(self.mesh),
             axis=self.axis,
         )
 
@@ -384,7 +384,7 @@ class ShardedDiaMatrix(Immutable):
                 f"unshard_vector expects a sharded vector of shape ({self.padded_size},) or "
                 f"({self.padded_size}, c), got shape {y.shape}"
             )
-        replicated = _place(y, self.mesh, PartitionSpec())
+        replicated = place(y, self.mesh, PartitionSpec())
         return replicated[: self.shape[0]]
 
     # -- products --------------------------------------------------------------------------
@@ -407,13 +407,13 @@ class ShardedDiaMatrix(Immutable):
             )
         self._check_vector(x, "S @ x")
         dtype = jnp.result_type(self.windows.dtype, x.dtype)
-        x = _place(x.astype(dtype), self.mesh, self._rows_spec(x))
+        x = place(x.astype(dtype), self.mesh, self._rows_spec(x))
         y = _sharded_product(
             self.windows.astype(dtype),
             x.reshape(N, -1),
             offsets=self.offsets,
             rows=self.rows_per_shard,
-            mesh=_in_context(self.mesh),
+            mesh=in_context(self.mesh),
             axis=self.axis,
             columns=spec_entry(explicit_spec(x)[1]) if x.ndim == 2 else None,
         )
@@ -445,7 +445,7 @@ class ShardedDiaMatrix(Immutable):
         """
         lower = self.halo[0]
         L = self.rows_per_shard
-        windows = _place(self.windows, self.mesh, PartitionSpec())
+        windows = place(self.windows, self.mesh, PartitionSpec())
         own = windows[:, :, lower : lower + L]  # (P, n_diags, L): each device's own columns
         data = jnp.moveaxis(own, 0, 1).reshape(len(self.offsets), self.padded_size)
         return DiaMatrix(data[:, : self.shape[1]], self.offsets, self.shape)
@@ -607,8 +607,8 @@ def shard(A: DiaMatrix, mesh: Mesh, axis: Any) -> ShardedDiaMatrix:
         )
     rows = max(1, -(-n // shards))
     data = jnp.pad(A.data, [(0, 0), (0, rows * shards - n)])
-    data = _place(data, mesh, PartitionSpec(None, axis))
+    data = place(data, mesh, PartitionSpec(None, axis))
     windows = _windows(
-        data, offsets=A.offsets, shape=A.shape, rows=rows, mesh=_in_context(mesh), axis=axis
+        data, offsets=A.offsets, shape=A.shape, rows=rows, mesh=in_context(mesh), axis=axis
     )
     return ShardedDiaMatrix(windows, A.offsets, A.shape, mesh, axis)

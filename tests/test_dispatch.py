@@ -18,7 +18,7 @@ import pytest
 
 import jaxdia
 from jaxdia._kernels import band_primitives, band_refine
-from jaxdia._linalg import banded as banded_module, multigrid
+from jaxdia._linalg import banded as banded_module, multigrid_hierarchy, stencil
 
 from .test_lowering import lowered_text, while_loops
 
@@ -153,19 +153,19 @@ def test_multigrid_level_products(monkeypatch):
     """On CPU a small level with more than 9 diagonals (3-D coarse levels) multiplies as
     one loop over its diagonals; larger or narrower levels, and every level on GPU/TPU,
     use the product primitive (no loop)."""
-    box = multigrid.displacements
-    small = banded(6**3, tuple(multigrid.flat_offset(d, (6, 6, 6)) for d in box(3)))
-    assert small.shape[0] <= multigrid.LOOPED_UP_TO and len(small.offsets) == 27
+    box = stencil.displacements
+    small = banded(6**3, tuple(stencil.flat_offset(d, (6, 6, 6)) for d in box(3)))
+    assert small.shape[0] <= multigrid_hierarchy.LOOPED_UP_TO and len(small.offsets) == 27
     x = jnp.ones(small.shape[0])
 
     def product(A, x):
-        return multigrid.level_product(A._parts)(x)
+        return multigrid_hierarchy.level_product(A._parts)(x)
 
     assert while_loops(product, small, x, platform="cpu") == [(27,)]
-    two_d = banded(30 * 30, tuple(multigrid.flat_offset(d, (30, 30)) for d in box(2)))
+    two_d = banded(30 * 30, tuple(stencil.flat_offset(d, (30, 30)) for d in box(2)))
     assert not while_loops(product, two_d, jnp.ones(900), platform="cpu")
     large = banded(33**3, small.offsets)
-    assert large.shape[0] > multigrid.LOOPED_UP_TO
+    assert large.shape[0] > multigrid_hierarchy.LOOPED_UP_TO
     assert not while_loops(product, large, jnp.ones(large.shape[0]), platform="cpu")
     # The choice is made when the cycle is traced, for the default device's platform.
     monkeypatch.setattr(banded_module, "platform", lambda: "gpu")

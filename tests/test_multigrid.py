@@ -19,7 +19,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import jaxdia
-from jaxdia._linalg import multigrid
+from jaxdia._linalg import multigrid_hierarchy, stencil
 
 from .helpers import dense_f64
 
@@ -74,9 +74,7 @@ def stencil_matrix(grid, coefficients):
 def random_stencil(grid, seed=0):
     """A random (nonsymmetric) 3^dim-point stencil matrix, diagonally dominant."""
     rng = np.random.default_rng(seed)
-    coefficients = {
-        d: rng.uniform(-1, 0, grid) for d in multigrid.displacements(len(grid)) if any(d)
-    }
+    coefficients = {d: rng.uniform(-1, 0, grid) for d in stencil.displacements(len(grid)) if any(d)}
     coefficients[(0,) * len(grid)] = 3.0 ** len(grid) + rng.uniform(0, 1, grid)
     return stencil_matrix(grid, coefficients)
 
@@ -195,32 +193,35 @@ def test_galerkin_paths_agree_with_scipy(grid):
     axes = tuple(range(len(grid)))
     P = interpolation(grid, axes)
     expected = P.T @ S.toarray() @ P
-    coarse = multigrid.coarse_grid(grid, axes)
+    coarse = multigrid_hierarchy.coarse_grid(grid, axes)
     n = math.prod(grid)
 
     def by_cells(data, xp):
-        cells = multigrid.cells_of(jaxdia.DiaMatrix(data, A.offsets, A.shape)._parts, grid, xp)
+        cells = stencil.cells_of(jaxdia.DiaMatrix(data, A.offsets, A.shape)._parts, grid, xp)
         step = grid
         for axis in axes:
-            cells = multigrid.galerkin_cells(cells, step, axis, xp)
-            step = multigrid.coarse_grid(step, (axis,))
-        return multigrid.stencil_rows(cells, coarse, np.float64, xp)
+            cells = multigrid_hierarchy.galerkin_cells(cells, step, axis, xp)
+            step = multigrid_hierarchy.coarse_grid(step, (axis,))
+        return stencil.stencil_rows(cells, coarse, np.float64, xp)
 
     def check(rows, by_color):
-        parts = multigrid.dia_from_rows(jnp.asarray(rows), coarse, by_color=by_color)
+        parts = stencil.dia_from_rows(jnp.asarray(rows), coarse, by_color=by_color)
         np.testing.assert_allclose(dense_f64(jaxdia.DiaMatrix._wrap(parts)), expected, atol=1e-12)
 
     check(by_cells(np.asarray(A.data), np), by_color=False)
     if len(grid) == 1:  # the compiled paths, here on their own (the setup uses them in 2-D, 3-D)
         check(jax.jit(lambda d: by_cells(d, jnp))(A.data), by_color=False)
-        check(jax.jit(lambda A: multigrid.probe(A._parts, grid, axes))(A), by_color=True)
+        check(jax.jit(lambda A: multigrid_hierarchy.probe(A._parts, grid, axes))(A), by_color=True)
     x = rhs(n)
     np.testing.assert_allclose(
-        np.asarray(multigrid.restrict(jnp.asarray(x).reshape(grid), axes)).ravel(), P.T @ x
+        np.asarray(multigrid_hierarchy.restrict(jnp.asarray(x).reshape(grid), axes)).ravel(),
+        P.T @ x,
     )
     xc = rhs(P.shape[1])
     np.testing.assert_allclose(
-        np.asarray(multigrid.interpolate(jnp.asarray(xc).reshape(coarse), axes, grid)).ravel(),
+        np.asarray(
+            multigrid_hierarchy.interpolate(jnp.asarray(xc).reshape(coarse), axes, grid)
+        ).ravel(),
         P @ xc,
     )
 
@@ -276,11 +277,11 @@ def test_default_coarsest_level(grid, coarsest):
     """max_coarse=None on CPU: coarsen a grid of more than 500 points at least once, then
     until a level of at most 4096 unknowns is cheap to factorize; a number keeps the
     count rule."""
-    plan = multigrid.full_plan(grid, None, 100)
+    plan = multigrid_hierarchy.full_plan(grid, None, 100)
     for axes in plan:
-        grid = multigrid.coarse_grid(grid, axes)
+        grid = multigrid_hierarchy.coarse_grid(grid, axes)
     assert grid == coarsest
-    assert multigrid.full_plan((256, 256), 500, 100) == ((0, 1),) * 4  # down to 16 x 16
+    assert multigrid_hierarchy.full_plan((256, 256), 500, 100) == ((0, 1),) * 4  # down to 16 x 16
     S = poisson((40, 40))
     M = jaxdia.multigrid(jaxdia.DiaMatrix.from_scipy(S), (40, 40))
     assert M.grids == ((40, 40), (20, 20))
@@ -392,11 +393,11 @@ def test_auto_coarsening_always_shrinks_the_grid(S, grid, max_coarse):
     # and never returned (max_levels had no bound by default).
     A = jaxdia.DiaMatrix.from_scipy(S)
     data = np.asarray(A.data)[None]
-    plan = multigrid.auto_plan(data, A.offsets, grid, max_coarse, max_levels=40)
+    plan = multigrid_hierarchy.auto_plan(data, A.offsets, grid, max_coarse, max_levels=40)
     sizes = [math.prod(grid)]
     for axes in plan:
         assert axes, plan
-        grid = multigrid.coarse_grid(grid, axes)
+        grid = multigrid_hierarchy.coarse_grid(grid, axes)
         sizes.append(math.prod(grid))
     assert all(a > b for a, b in zip(sizes, sizes[1:], strict=False)), sizes
     assert sizes[-1] <= max_coarse or not any(n >= 2 for n in grid), (plan, grid)

@@ -3,8 +3,10 @@
 * :mod:`.banded` (array level) and :mod:`.factor` (the public functions and factor
   pytrees): banded LU and Cholesky, one-shot or factor once and solve many;
 * :mod:`.krylov`: the CG and BiCGStab loops and the public solvers that report;
-* :mod:`.precond` (the public preconditioners: Jacobi, Chebyshev, multigrid's face),
-  :mod:`.smoothers` (polynomials in ``D^-1 A``) and :mod:`.multigrid` (hierarchies and
-  V-cycles on structured grids);
+* :mod:`.jacobi`, :mod:`.chebyshev` and :mod:`.multigrid`: the public preconditioners,
+  over :mod:`.smoothers` (polynomials in ``D^-1 A``), :mod:`.stencil` (the geometry of
+  stencils on structured grids), :mod:`.multigrid_hierarchy` (hierarchies and V-cycles),
+  :mod:`.sharded_multigrid` and :mod:`.deep_halo` (their sharded forms);
+* :mod:`.ilu` (array level) and :mod:`.incomplete`: ILU(0) and IC(0);
 * :mod:`.lanczos` (``eigsh``) and :mod:`.expm` (``expm_multiply``).
 """

@@ -22,7 +22,6 @@ own rows.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -32,7 +31,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from .._kernels.primitives import spmm
 from .._pytree import Immutable
-from .._shard import ShardedDiaMatrix, _in_context
+from .._shard import ShardedDiaMatrix, in_context
 from .._sharded_products import halos
 from .smoothers import chebyshev_steps
 
@@ -63,7 +62,7 @@ class DeepHaloMatrix(Immutable):
     def dtype(self) -> np.dtype:
         return self.matrix.dtype
 
-    def __matmul__(self, x: Any) -> Array:
+    def __matmul__(self, x: Array) -> Array:
         return self.matrix @ x
 
     def diagonal(self) -> Array:
@@ -86,7 +85,7 @@ def _widen(S: ShardedDiaMatrix, *, depth: int) -> Array:
         return jnp.concatenate([*before, own, *after], axis=1)[None]
 
     spec = PartitionSpec(S.axis)
-    mesh = _in_context(S.mesh)
+    mesh = in_context(S.mesh)
     return jax.shard_map(local, mesh=mesh, in_specs=spec, out_specs=spec, axis_names={S.axis})(
         S.windows
     )
@@ -94,9 +93,9 @@ def _widen(S: ShardedDiaMatrix, *, depth: int) -> Array:
 
 def apply(
     D: DeepHaloMatrix,
-    fn: Callable[..., tuple[Any, ...]],
+    fn: Callable[..., tuple[Array, ...]],
     vectors: tuple[Array, ...],
-    scalars: tuple[Any, ...] = (),
+    scalars: tuple[Array, ...] = (),
 ) -> tuple[Array, ...]:
     """``fn(product, inverse_diagonal, *scalars, *extended)`` on every device, its
     outputs' own rows returned sharded like the ``vectors`` (length ``N`` each).
@@ -117,7 +116,7 @@ def apply(
     offsets = S.offsets
     center = offsets.index(0) if 0 in offsets else None
 
-    def local(window: Array, stacked: Array, *values: Any) -> Array:
+    def local(window: Array, stacked: Array, *values: Array) -> Array:
         window = window[0]
         first, last = halos(stacked, before, after, S.axis, S.shards, dim=1)
         extended = jnp.concatenate([*first, stacked, *last], axis=1)
@@ -136,7 +135,7 @@ def apply(
     spec = PartitionSpec(S.axis)
     stacked = jnp.stack(vectors)
     scalar_specs = tuple(PartitionSpec() for _ in scalars)
-    mesh: Mesh = _in_context(S.mesh)
+    mesh: Mesh = in_context(S.mesh)
     out = jax.shard_map(
         local,
         mesh=mesh,
@@ -147,7 +146,9 @@ def apply(
     return tuple(out)
 
 
-def chebyshev(D: DeepHaloMatrix, v: Array, lower: Array, upper: Array, degree: int) -> Array:
+def chebyshev_polynomial(
+    D: DeepHaloMatrix, v: Array, lower: Array, upper: Array, degree: int
+) -> Array:
     """The Chebyshev preconditioner's polynomial (:func:`chebyshev_steps` from zero,
     ``degree - 1`` products) on a sharded vector ``v``, after one exchange of depth
     ``degree - 1``."""

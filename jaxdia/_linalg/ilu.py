@@ -17,10 +17,10 @@ it runs on the whole diagonals, whose wrapped slots stay zero, and they are mask
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array, lax
 
 from .._geometry import slot_indices
@@ -28,6 +28,7 @@ from .._kernels import ilu_primitives as prims
 from .._kernels.ilu import wrapped_fill
 from .._parts import DiaParts
 from .._pytree import Immutable
+from .._typing import ArrayLike
 
 KINDS = ("ilu", "ic")
 
@@ -79,7 +80,7 @@ class Factor(Immutable):
         return tuple(self.inverse_diagonal.shape[:-1])
 
     @property
-    def dtype(self) -> Any:
+    def dtype(self) -> np.dtype:
         return self.inverse_diagonal.dtype
 
 
@@ -125,7 +126,7 @@ def factorize(
     kind: str,
     method: str,
     sweeps: int,
-    shift_by: Any = 0.0,
+    shift_by: ArrayLike = 0.0,
     grid: tuple[int, ...] | None = None,
     weights: tuple[int, ...] | None = None,
     solves: str = "auto",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -24,8 +24,17 @@ from .._checks import as_array, broadcast_batch, is_int, is_traced, static_int
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable
-from . import ilu as _ilu, multigrid as _multigrid
-from .precond import _as_grid, _check_stencil
+from .._typing import ArrayLike, DTypeLike, Grid
+from . import ilu as _ilu
+from .stencil import (
+    as_grid,
+    cells_of,
+    check_stencil,
+    displacements,
+    flat_offset,
+    live,
+    wavefront_weights,
+)
 
 METHODS = {"auto": "auto", "exact": "exact", "chow-patel": "sweeps"}
 SOLVES = ("auto", "scan", "wavefront")
@@ -82,10 +91,10 @@ class _Incomplete(Immutable):
     def batch_shape(self) -> tuple[int, ...]:
         return self._factor.batch_shape
 
-    def __call__(self, v: Any) -> Array:
+    def __call__(self, v: ArrayLike) -> Array:
         return self._apply(v, adjoint=False)
 
-    def _apply(self, v: Any, adjoint: bool) -> Array:
+    def _apply(self, v: ArrayLike, adjoint: bool) -> Array:
         v = as_array(v, f"{self._name}: v")
         n = self.shape[0]
         if v.ndim == 0 or v.shape[-1] != n:
@@ -96,7 +105,7 @@ class _Incomplete(Immutable):
         batch = broadcast_batch(f"{self._name}: the factor and v", self.batch_shape, v.shape[:-1])
         return _apply(self._factor, v, order=self._order, batch=batch, adjoint=adjoint)
 
-    def _host(self, x: Any, adjoint: bool, name: str) -> np.ndarray:
+    def _host(self, x: ArrayLike, adjoint: bool, name: str) -> np.ndarray:
         """SciPy's protocol: ``x`` of shape ``(n,)`` or ``(n, k)``, a NumPy result."""
         x = np.asarray(x)
         n = self.shape[0]
@@ -112,7 +121,7 @@ class _Incomplete(Immutable):
         y = self._apply(jnp.asarray(x.T), adjoint)
         return np.array(y).T  # writable, as SciPy's solvers need
 
-    def matvec(self, x: Any) -> np.ndarray:
+    def matvec(self, x: ArrayLike) -> np.ndarray:
         """``M @ x`` as SciPy's ``LinearOperator.matvec``: NumPy in, NumPy out.
 
         With :meth:`rmatvec`, :meth:`matmat`, :meth:`rmatmat`, ``shape`` and ``dtype``
@@ -122,20 +131,20 @@ class _Incomplete(Immutable):
         """
         return self._host(x, False, "matvec")
 
-    def rmatvec(self, x: Any) -> np.ndarray:
+    def rmatvec(self, x: ArrayLike) -> np.ndarray:
         """``M^H @ x`` as SciPy's ``LinearOperator.rmatvec``."""
         return self._host(x, True, "rmatvec")
 
-    def matmat(self, X: Any) -> np.ndarray:
+    def matmat(self, X: ArrayLike) -> np.ndarray:
         """``M @ X`` for a 2-D ``X`` (its columns), as SciPy's ``LinearOperator.matmat``."""
         return self._host(_two_dimensional(X, self._name, "matmat"), False, "matmat")
 
-    def rmatmat(self, X: Any) -> np.ndarray:
+    def rmatmat(self, X: ArrayLike) -> np.ndarray:
         """``M^H @ X`` for a 2-D ``X``, as SciPy's ``LinearOperator.rmatmat``."""
         return self._host(_two_dimensional(X, self._name, "rmatmat"), True, "rmatmat")
 
 
-def _two_dimensional(X: Any, name: str, method: str) -> np.ndarray:
+def _two_dimensional(X: ArrayLike, name: str, method: str) -> np.ndarray:
     X = np.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"{name}.{method}: X must be 2-D, got shape {X.shape}")
@@ -288,17 +297,15 @@ def _reversed(parts: DiaParts, grid: tuple[int, ...], axes: tuple[int, ...]) -> 
         return tuple(-step if axis in axes else step for axis, step in enumerate(d))
 
     cells = {
-        d
-        for d in _multigrid.displacements(dim)
-        if _multigrid.live(d, grid) and _multigrid.flat_offset(d, grid) in parts.offsets
+        d for d in displacements(dim) if live(d, grid) and flat_offset(d, grid) in parts.offsets
     }
-    offsets = tuple(sorted({_multigrid.flat_offset(flipped(d), grid) for d in cells}))
+    offsets = tuple(sorted({flat_offset(flipped(d), grid) for d in cells}))
 
     def one(data):
-        values = _multigrid.cells_of(DiaParts(data, parts.offsets, parts.shape), grid)
+        values = cells_of(DiaParts(data, parts.offsets, parts.shape), grid)
         rows = {o: jnp.zeros((n,), data.dtype) for o in offsets}
         for d, cell in values.items():
-            o = _multigrid.flat_offset(flipped(d), grid)
+            o = flat_offset(flipped(d), grid)
             rows[o] = rows[o] + jnp.flip(cell, axes).reshape(-1)
         return _ilu.diagonals(jnp.stack([rows[o] for o in offsets]), offsets)
 
@@ -316,7 +323,7 @@ def _downwind(host: np.ndarray, offsets: tuple[int, ...], grid: tuple[int, ...])
     before = np.zeros(len(grid))
     after = np.zeros(len(grid))
     for values in host:
-        cells = _multigrid.cells_of(DiaParts(values, offsets, (n, n)), grid, np)
+        cells = cells_of(DiaParts(values, offsets, (n, n)), grid, np)
         for d, cell in cells.items():
             total = np.abs(cell).astype(np.float64).sum()
             for axis, step in enumerate(d):
@@ -329,7 +336,11 @@ def _downwind(host: np.ndarray, offsets: tuple[int, ...], grid: tuple[int, ...])
 
 
 def _as_order(
-    function: str, order: Any, grid: tuple[int, ...] | None, host: np.ndarray | None, offsets
+    function: str,
+    order: object,
+    grid: tuple[int, ...] | None,
+    host: np.ndarray | None,
+    offsets: tuple[int, ...],
 ) -> tuple[int, ...]:
     if isinstance(order, str):
         if order == "natural":
@@ -382,7 +393,7 @@ def _setup(data, shift, *, offsets, grid, order, kind, method, sweeps, solves):
     parts = DiaParts(data, offsets, (n, n))
     if order:
         parts = _reversed(parts, grid, order)
-    weights = None if grid is None else _multigrid.wavefront_weights(parts.offsets, grid)
+    weights = None if grid is None else wavefront_weights(parts.offsets, grid)
     return _ilu.factorize(
         parts,
         kind=kind,
@@ -428,14 +439,14 @@ def _check_pivots(function, kind, pivots, grid, order) -> None:
 def _build(
     function: str,
     kind: str,
-    A: Any,
-    grid: Any,
-    order: Any,
-    method: Any,
-    sweeps: Any,
-    shift: Any,
-    solves: Any,
-    dtype: Any,
+    A: DiaMatrix,
+    grid: int | Grid | None,
+    order: str | Sequence[int],
+    method: str,
+    sweeps: int,
+    shift: ArrayLike,
+    solves: str,
+    dtype: DTypeLike | None,
 ) -> tuple[_ilu.Factor, tuple[int, ...], str, int]:
     A = as_square_matrix(A, function)
     if A.dtype not in _DTYPES:
@@ -450,7 +461,7 @@ def _build(
         )
     n = A.shape[0]
     if grid is not None:
-        grid = _as_grid(grid, n, function)
+        grid = as_grid(grid, n, function)
     if method not in METHODS:
         raise ValueError(f"{function}: method must be one of {tuple(METHODS)}, got {method!r}")
     sweeps = static_int(sweeps, f"{function}: sweeps")
@@ -478,7 +489,7 @@ def _build(
         work = np.dtype(jnp.promote_types(A.dtype, dtype))
     host = None if is_traced(A.data) else np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
     if grid is not None:
-        _check_stencil(A, grid, host, function, "pass grid=None")
+        check_stencil(A, grid, host, function, "pass grid=None")
     axes = _as_order(function, order, grid, host, A.offsets)
     factor, pivots = _setup(
         A.data.astype(work),
@@ -542,14 +553,14 @@ _SHARED_ARGS = """
 
 def ilu0(
     A: DiaMatrix,
-    grid: Any = None,
+    grid: int | Grid | None = None,
     *,
-    order: Any = "natural",
+    order: str | Sequence[int] = "natural",
     method: str = "auto",
     sweeps: int = _ilu.DEFAULT_SWEEPS,
-    shift: Any = 0.0,
+    shift: ArrayLike = 0.0,
     solves: str = "auto",
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
 ) -> IncompleteLU:
     """The incomplete LU factorization ILU(0) of ``A``, as a preconditioner.
 
@@ -605,14 +616,14 @@ def ilu0(
 
 def ic0(
     A: DiaMatrix,
-    grid: Any = None,
+    grid: int | Grid | None = None,
     *,
-    order: Any = "natural",
+    order: str | Sequence[int] = "natural",
     method: str = "auto",
     sweeps: int = _ilu.DEFAULT_SWEEPS,
-    shift: Any = 0.0,
+    shift: ArrayLike = 0.0,
     solves: str = "auto",
-    dtype: Any = None,
+    dtype: DTypeLike | None = None,
 ) -> IncompleteCholesky:
     """The incomplete Cholesky factorization IC(0) of a Hermitian positive definite ``A``,
     as a preconditioner.

@@ -1,674 +1,622 @@
-"""Geometric multigrid and Chebyshev polynomials for stencil matrices, at the array level.
+"""The multigrid preconditioner: :func:`multigrid` and :class:`Multigrid`.
 
-A square matrix ``A`` of size ``prod(grid)`` is a *stencil on* ``grid`` when every entry
-``A[i, j]`` couples grid points ``i`` and ``j`` (unknowns in C order, as ``np.ravel``
-lays them out) that are neighbours: ``|i_a - j_a| <= 1`` along every axis ``a``. Entry
-``A[i, i + d]`` for the displacement ``d`` in ``{-1, 0, 1}^dim`` is the stencil's *cell*
-``d`` at point ``i``; where ``i + d`` leaves the grid the cell is 0 (Dirichlet boundaries
-are eliminated, as in ``pyamg.gallery.poisson``). A dict of cells holds the stored ones
-(the 5 of a 5-point stencil), each shaped as the grid.
-
-Coarsening halves chosen axes: coarse point ``I`` sits on fine point ``2 I + 1``, so an
-axis of ``n`` points keeps ``n // 2``. Interpolation ``P`` is linear along each coarsened
-axis (fine ``2 I`` takes the mean of its coarse neighbours, 0 beyond the boundary),
-restriction is ``R = P^T``, and the coarse operator is the Galerkin product ``R A P``,
-again a stencil: at most ``3^dim`` diagonals. The finest level's product is taken on its
-stored cells, one axis at a time (:func:`galerkin_cells`: 13 terms per cell and axis,
-views of the matrix's diagonals, none of its zero cells read); coarser levels' by
-probing (:func:`probe`: one product with ``3^dim`` coloured columns), a few whole-array
-operations per level, so that the compiled program stays small.
-
-Smoothers (:mod:`jaxdia._linalg.smoothers`) are polynomials in ``D^-1 A`` (``D`` the
-diagonal): damped Jacobi, or the
-Chebyshev polynomial smallest on ``[rho / 6, rho]`` (2-D, 3-D; ``[rho / 3, rho]`` in 1-D),
-where ``rho`` is Gershgorin's bound on the spectrum of ``D^-1 A``, read off the stored
-entries (no product is spent on it). The same polynomial before and after the coarse
-correction keeps the cycle symmetric for a symmetric ``A``; ``rho`` bounds the spectrum,
-so the smoother converges in the energy norm and the cycle is positive definite for a
-symmetric positive definite ``A``, as conjugate gradients need. The coarsest level is
-solved directly with what the setup made once (:func:`coarse_factor`): its banded LU on
-CPU, its dense inverse on GPU and TPU.
-
-Everything here works on one matrix; batches are ``jax.vmap``-ed over by the callers.
-The cell functions take ``xp`` (``jax.numpy`` or ``numpy``): the ``"auto"`` coarsening
-plan is made on the host from concrete values.
+:func:`multigrid` checks its arguments, chooses the coarsening and builds the hierarchy
+(:mod:`jaxdia._linalg.multigrid_hierarchy`: with NumPy on the host for a concrete
+matrix, else as one compiled call) or, for a sharded matrix, the sharded one
+(:mod:`jaxdia._linalg.sharded_multigrid`); :class:`Multigrid` applies its V-cycle.
 """
 
 from __future__ import annotations
 
 import functools
-import itertools
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
-from jax.typing import DTypeLike
 
-from .._convert import dia_to_dense
-from .._geometry import accumulation_dtype, by_rows, diagonal_bounds
-from .._kernels.ilu import hyperplane_weights
-from .._kernels.primitives import spmm
-from .._kernels.xla import looped_matvec
+from .._checks import as_array, broadcast_batch, is_int, is_traced, static_int
+from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
-from .._products import matvec
 from .._pytree import Immutable
-from . import banded, ilu
-from .banded import Factor, factor_lu, solve
-from .smoothers import gershgorin, jacobi_steps, row_sums, smooth, smoothing_data
+from .._scipy_operator import ScipyOperator
+from .._shard import ShardedDiaMatrix
+from .._typing import ArrayLike, DTypeLike, Grid
+from .banded import PARALLEL_PLATFORMS, Factor, platform
+from .multigrid_hierarchy import (
+    MAX_COARSE,
+    Hierarchy,
+    Plan,
+    auto_plan,
+    coarse_factor,
+    coarse_grid,
+    full_plan,
+    host_setup,
+    setup,
+    vcycle,
+)
+from .sharded_multigrid import GATHER_BELOW, ShardedMultigrid, build, sharded_operand
+from .smoothers import SMOOTHERS, check_diagonal
+from .stencil import StaticGrid, as_grid, check_stencil
 
-Grid = tuple[int, ...]
-Plan = tuple[tuple[int, ...], ...]
+#: ``max_coarse=None`` on GPU and TPU: the coarsest level's dense inverse stays small.
+ACCELERATOR_COARSE = 500
 
-# -- stencils on grids ---------------------------------------------------------------------
-
-
-def strides(grid: Grid) -> tuple[int, ...]:
-    """C-order strides of ``grid``, in elements."""
-    return tuple(math.prod(grid[axis + 1 :]) for axis in range(len(grid)))
-
-
-def displacements(dim: int) -> list[tuple[int, ...]]:
-    """The ``3^dim`` neighbour displacements, in the order of a stencil array's cells."""
-    return list(itertools.product((-1, 0, 1), repeat=dim))
-
-
-def flat_offset(d: Sequence[int], grid: Grid) -> int:
-    """The DIA offset (column minus row) of displacement ``d`` on ``grid``."""
-    return sum(step * stride for step, stride in zip(d, strides(grid)))
-
-
-def live(d: Sequence[int], grid: Grid) -> bool:
-    """Whether displacement ``d`` couples at least one pair of points of ``grid``."""
-    return all(size > abs(step) for step, size in zip(d, grid))
+_Tree = TypeVar("_Tree")
 
 
-def stencil_offsets(grid: Grid) -> set[int]:
-    """The offsets of the neighbour displacements on ``grid`` (the 3^d-point stencil's)."""
-    return {flat_offset(d, grid) for d in displacements(len(grid)) if live(d, grid)}
+def _flat_batch(data: Array) -> Array:
+    return data.reshape(-1, *data.shape[-2:])
 
 
-def stencil_misfits(offsets: Sequence[int], grid: Grid) -> list[int]:
-    """The offsets that are no neighbour displacement on ``grid``."""
-    fitting = stencil_offsets(grid)
-    return [offset for offset in offsets if offset not in fitting]
+def _unflatten(tree: _Tree, batch: tuple[int, ...]) -> _Tree:
+    return jax.tree.map(lambda leaf: leaf.reshape(*batch, *leaf.shape[1:]), tree)
 
 
-def wavefront_weights(offsets: Sequence[int], grid: Grid) -> tuple[int, ...]:
-    """The hyperplane weights (:func:`jaxdia._kernels.ilu.hyperplane_weights`) under which
-    both triangles of a stencil with ``offsets`` couple each point to earlier or later
-    hyperplanes only: its lower displacements, and its upper ones negated."""
-    steps = []
-    for d in displacements(len(grid)):
-        offset = flat_offset(d, grid)
-        if live(d, grid) and offset in offsets and offset != 0:
-            steps.append(d if offset < 0 else tuple(-step for step in d))
-    return hyperplane_weights(steps, len(grid))
-
-
-def wrapped_entries(data: np.ndarray, offsets: Sequence[int], grid: Grid) -> list[tuple]:
-    """Nonzero entries ``(i, j, value)`` of a concrete matrix (host ``data``, one matrix)
-    on stencil diagonals that couple points which are no neighbours (a diagonal of
-    offset ``n2 - 1`` on an ``(n1, n2)`` grid holds the neighbours ``(a, b) -> (a + 1,
-    b - 1)`` but also ``(a, 0) -> (a, n2 - 1)``, which wraps around a grid line)."""
-    n = math.prod(grid)
-    coordinates: dict[int, np.ndarray] = {}
-
-    def coordinate(axis: int) -> np.ndarray:  # the grid coordinate of every point
-        if axis not in coordinates:
-            index = np.arange(n, dtype=np.int64 if n > 2**31 - 1 else np.int32)
-            coordinates[axis] = (index // strides(grid)[axis]) % grid[axis]
-        return coordinates[axis]
-
-    found: list[tuple] = []
-    for k, offset in enumerate(offsets):
-        if offset == 0:
-            continue
-        start, stop = diagonal_bounds(offset, (n, n))  # the columns j of this diagonal
-        nonzero = data[k, start:stop] != 0
-        if not nonzero.any():
-            continue
-        covered = np.zeros(stop - start, bool)
-        for d in displacements(len(grid)):
-            if not live(d, grid) or flat_offset(d, grid) != offset:
-                continue
-            ok = np.ones(stop - start, bool)
-            for axis, step in enumerate(d):
-                if step:  # rows i = j - offset must have i + d inside the grid
-                    c = coordinate(axis)[start - offset : stop - offset] + step
-                    ok &= (c >= 0) & (c < grid[axis])
-            covered |= ok
-        bad = np.flatnonzero(nonzero & ~covered)[:3] + start
-        found.extend((int(j - offset), int(j), data[k, j].item()) for j in bad)
-        if len(found) >= 3:
-            break
-    return found
-
-
-def _inside(d: Sequence[int], grid: Grid, xp: Any = jnp) -> Any:
-    """Booleans broadcastable to ``grid``: whether ``i + d`` lies in the grid (None:
-    everywhere). With ``jax.numpy`` under ``jit`` they are computed in the program (from
-    iotas), not embedded as constants of the grid's size."""
-    mask = None
-    for axis, (step, size) in enumerate(zip(d, grid)):
-        if step == 0:
-            continue
-        index = xp.arange(size).reshape([size if a == axis else 1 for a in range(len(grid))])
-        ok = (index + step >= 0) & (index + step < size)
-        mask = ok if mask is None else mask & ok
-    return mask
-
-
-Cells = dict  # displacement -> cell values of the grid's shape; absent cells are zero
-
-
-def cells_of(parts: DiaParts, grid: Grid, xp: Any = jnp) -> Cells:
-    """The stored cells of one matrix's stencil, as views of its diagonals."""
-    data, offsets, _ = parts
-    cells = {}
-    for d in displacements(len(grid)):
-        offset = flat_offset(d, grid)
-        if not live(d, grid) or offset not in offsets:
-            continue
-        # data[k, j] == A[j - offset, j], so A[i, i + offset] == data[k, i + offset].
-        values = by_rows(data[offsets.index(offset)], offset, xp).reshape(grid)
-        mask = _inside(d, grid, xp)
-        cells[d] = values if mask is None else xp.where(mask, values, 0)
-    return cells
-
-
-def stencil_rows(cells: Cells, grid: Grid, dtype: DTypeLike, xp: Any = jnp) -> Any:
-    """The cells as rows ``(prod(grid), 3^dim)``: row ``i`` holds ``A[i, i + d]`` in
-    column ``displacements(dim).index(d)``."""
-    zeros = xp.zeros(grid, dtype)
-    rows = xp.stack([cells.get(d, zeros) for d in displacements(len(grid))], axis=-1)
-    return rows.reshape(math.prod(grid), -1)
-
-
-def color(grid: Grid, first: Any = 0) -> Array:
-    """Each point's colour, ``sum_a (i_a mod 3) 3^(dim - 1 - a)``, shaped as the grid:
-    the ``3^dim`` neighbours of a point (itself included) have distinct colours.
-
-    ``first``: the index along axis 0 of ``grid``'s first plane in a larger grid (a
-    device's slab of planes), so that the colours are the larger grid's.
-    """
-    dim = len(grid)
-    total = jnp.zeros(grid, np.int32)
-    for axis in range(dim):
-        index = lax.broadcasted_iota(np.int32, grid, axis)
-        if axis == 0:
-            index = index + first
-        total = total + (index % 3) * 3 ** (dim - 1 - axis)
-    return total
-
-
-def dia_from_rows(rows: Array, grid: Grid, by_color: bool, first: Any = 0) -> DiaParts:
-    """The DIA form of a stencil whose row ``i`` (of ``rows``, ``(prod(grid), 3^dim)``)
-    holds ``A[i, i + d]`` in the column of displacement ``d`` (``by_color`` False, see
-    :func:`stencil_rows`) or of the colour of point ``i + d`` (True, what probing gives,
-    see :func:`probe`; ``first`` as for :func:`color`). One gather for all diagonals:
-    ``data[k, j] = A[j - o_k, j]`` is row ``j - d`` where that point lies in the grid,
-    else 0.
-    """
-    dim = len(grid)
-    n = math.prod(grid)
-    steps = [d for d in displacements(dim) if live(d, grid)]
-    points = [lax.broadcasted_iota(np.int32, (len(steps), *grid), axis + 1) for axis in range(dim)]
-    shift = np.asarray(steps, np.int32).reshape(len(steps), dim, *([1] * dim))
-    source = [points[axis] - shift[:, axis] for axis in range(dim)]  # i = j - d
-    inside = functools.reduce(
-        lambda a, b: a & b, [(i >= 0) & (i < size) for i, size in zip(source, grid)]
-    )
-    flat = sum(i * stride for i, stride in zip(source, strides(grid)))
-    if by_color:
-        column = jnp.broadcast_to(color(grid, first), (len(steps), *grid))
-    else:
-        index = [displacements(dim).index(d) for d in steps]
-        column = np.asarray(index, np.int32).reshape(len(steps), *([1] * dim))
-    width = rows.shape[-1]
-    take = jnp.clip(flat, 0, n - 1) * width + column
-    values = jnp.where(inside, rows.reshape(-1)[take], 0).reshape(len(steps), n)
-    # Equal offsets (only on grids with an axis of 1 or 2 points) hold disjoint entries.
-    by_offset: dict[int, list[int]] = {}
-    for index, d in enumerate(steps):
-        by_offset.setdefault(flat_offset(d, grid), []).append(index)
-    offsets = tuple(sorted(by_offset))
-    if all(len(by_offset[o]) == 1 for o in offsets):
-        data = values[np.asarray([by_offset[o][0] for o in offsets])]
-    else:
-        data = jnp.stack([sum(values[k] for k in by_offset[o]) for o in offsets])
-    return DiaParts(data, offsets, (n, n))
-
-
-def probe(A: DiaParts, grid: Grid, axes: Sequence[int]) -> Array:
-    """``R A P`` read off by probing: the rows ``(n_coarse, 3^dim)`` for
-    :func:`dia_from_rows` (``by_color``).
-
-    Column ``c`` is ``R A P e_c``, where ``e_c`` is 1 on the coarse points of colour
-    ``c``: since the neighbours of a coarse point have distinct colours, its entry ``i``
-    is ``(R A P)[i, j]`` for the one neighbour ``j`` of ``i`` of that colour. All colours
-    go through one product with ``3^dim`` columns.
-    """
-    coarse = coarse_grid(grid, axes)
-    width = 3 ** len(grid)
-    probes = (color(coarse)[..., None] == jnp.arange(width, dtype=np.int32)).astype(A.dtype)
-    fine = interpolate(probes, axes, grid).reshape(-1, width)
-    product = spmm(A.data, fine, offsets=A.offsets, shape=A.shape)
-    return restrict(product.reshape(*grid, width), axes).reshape(-1, width)
-
-
-def axis_strengths(cells: Cells, dim: int) -> list[float]:
-    """``-sum_d cell_d * d_a^2``, summed over the grid, for each axis ``a`` (host cells).
-
-    For a discretized ``-div(K grad u)`` this is ``2 K_aa`` in grid units, whatever the
-    stencil's shape (the anisotropic 9-point stencils of bilinear elements have positive
-    off-diagonal entries along the weak axis, which absolute values would count as
-    coupling), so it compares the couplings along the axes. For complex cells (a
-    complex-shifted or Crank-Nicolson operator, ``I + i dt/2 L``) the modulus of that
-    sum: a complex coefficient has no sign.
-    """
-    totals = {d: complex(values.sum()) for d, values in cells.items() if any(d)}
-    sums = [-sum(total * d[axis] ** 2 for d, total in totals.items()) for axis in range(dim)]
-    complex_cells = any(np.iscomplexobj(values) for values in cells.values())
-    return [abs(total) if complex_cells else total.real for total in sums]
-
-
-# -- linear interpolation along one axis -------------------------------------------------------
-
-_WEIGHT = {-1: 0.5, 0: 1.0, 1: 0.5}
-
-
-def coarse_size(n: int) -> int:
-    """Points kept on an axis of ``n``: the odd ones (0-based), coarse ``I`` at ``2I + 1``."""
-    return n // 2
-
-
-def coarse_grid(grid: Grid, axes: Sequence[int]) -> Grid:
-    return tuple(coarse_size(n) if axis in axes else n for axis, n in enumerate(grid))
-
-
-def _index(x: Array, axis: int, item: Any) -> Any:
-    return x[(slice(None),) * axis + (item,)]
-
-
-def _pad_to(x: Array, axis: int, size: int, xp: Any = jnp) -> Any:
-    """``x`` zero-padded at the end of ``axis`` to ``size``."""
-    extra = size - x.shape[axis]
-    if extra <= 0:
-        return x
-    return xp.pad(x, [(0, extra) if a == axis else (0, 0) for a in range(x.ndim)])
-
-
-def _points(x: Array, axis: int, p: int, xp: Any = jnp) -> Any:
-    """``x[2I + 1 + p]`` along ``axis`` for every coarse ``I`` (0 beyond the end)."""
-    nc = coarse_size(x.shape[axis])
-    x = _pad_to(x, axis, 2 * nc + 2, xp)
-    return _index(x, axis, slice(1 + p, 1 + p + 2 * nc - 1, 2))
-
-
-def restrict(x: Array, axes: Sequence[int]) -> Array:
-    """``R x`` on a grid-shaped ``x``: coarse ``I`` gets ``x[2I + 1] + (x[2I] + x[2I + 2]) / 2``
-    along each axis of ``axes``."""
-    for axis in axes:
-        x = _points(x, axis, 0) + 0.5 * (_points(x, axis, -1) + _points(x, axis, 1))
-    return x
-
-
-def interpolate(xc: Array, axes: Sequence[int], grid: Grid) -> Array:
-    """``P xc`` onto ``grid``: along each axis of ``axes``, fine ``2I + 1`` gets ``xc[I]`` and
-    fine ``2I`` the mean of ``xc[I - 1]`` and ``xc[I]`` (0 beyond the boundary)."""
-    for axis in axes:
-        n, nc = grid[axis], xc.shape[axis]
-        padded = jnp.pad(xc, [(1, 1) if a == axis else (0, 0) for a in range(xc.ndim)])
-        # mean[J] = (xc[J - 1] + xc[J]) / 2 for J = 0 .. nc: the even fine points 2J.
-        mean = 0.5 * (_index(padded, axis, slice(0, nc + 1)) + _index(padded, axis, slice(1, None)))
-        pairs = jnp.stack([_index(mean, axis, slice(0, nc)), xc], axis=axis + 1)
-        shape = list(xc.shape)
-        shape[axis] = 2 * nc
-        fine = pairs.reshape(shape)
-        if n > 2 * nc:  # odd n: the last fine point lies between xc[nc - 1] and the boundary
-            fine = jnp.concatenate([fine, _index(mean, axis, slice(nc, nc + 1))], axis)
-        xc = fine
-    return xc
-
-
-def _galerkin_terms(step: int) -> list[tuple[int, int, float]]:
-    """``(p, D, weight)`` of the terms by which a fine cell of step ``d_a = step`` along a
-    coarsened axis reaches coarse cell ``D_a = D``: ``w(p) w(q)`` for ``q = d + p - 2D``."""
-    return [
-        (p, D, _WEIGHT[p] * _WEIGHT[step + p - 2 * D])
-        for p in (-1, 0, 1)
-        for D in (-1, 0, 1)
-        if abs(step + p - 2 * D) <= 1
-    ]
-
-
-def galerkin_cells(cells: Cells, grid: Grid, axis: int, xp: Any = jnp) -> Cells:
-    """The cells of ``R A P`` for linear interpolation along grid ``axis`` only.
-
-    ``(R A P)[I, I + D] = sum w(p) w(q) A[i, i + d]`` over the fine points ``i = 2I + 1 +
-    p`` (along ``axis``; the other coordinates and steps are unchanged) and steps ``d``
-    with ``q = d + p - 2 D`` in ``{-1, 0, 1}``: 13 of the 27 triples ``(p, d, D)``, where
-    ``w(0) = 1`` and ``w(+-1) = 1/2`` are the interpolation weights. Only the stored cells
-    are read, and only the cells they reach are made.
-    """
-    out: dict[tuple[int, ...], Any] = {}
-    views: dict[tuple, Any] = {}
-    nc = coarse_size(grid[axis])
-    for d, values in cells.items():
-        padded = _pad_to(values, axis, 2 * nc + 2, xp)  # once per cell: a copy on the host
-        for p, D, weight in _galerkin_terms(d[axis]):
-            if (d, p) not in views:
-                views[d, p] = _index(padded, axis, slice(1 + p, 1 + p + 2 * nc - 1, 2))
-            target = d[:axis] + (D,) + d[axis + 1 :]
-            term = weight * views[d, p]
-            out[target] = out[target] + term if target in out else term
-    coarse = coarse_grid(grid, (axis,))
-    result = {}
-    for D, values in out.items():
-        if live(D, coarse):
-            # Couplings to coarse points beyond the boundary are not part of the operator.
-            mask = _inside(D, coarse, xp)
-            result[D] = values if mask is None else xp.where(mask, values, 0)
-    return result
-
-
-# -- the hierarchy ---------------------------------------------------------------------------
+# -- multigrid -------------------------------------------------------------------------------
 
 
 @jax.tree_util.register_pytree_with_keys_class
-class Hierarchy(Immutable):
-    """A multigrid hierarchy of one matrix (or a batch, as leading dims of every leaf).
+class Multigrid(Immutable, ScipyOperator):
+    """A geometric multigrid V-cycle, the preconditioner :func:`jaxdia.multigrid` returns.
 
-    Leaves: ``operators`` (``DiaParts`` of every level, finest first), and for every level
-    but the coarsest its ``inverse_diagonals`` and Gershgorin ``bounds`` (and, for the
-    ``"ilu"`` smoother, its ILU(0) ``factors``; else none); ``coarse_lu`` the coarsest
-    level's solver (:func:`coarse_factor`). Static: ``grids`` (one per level), ``plan``
-    (the axes coarsened from each level to the next), ``smoother`` and ``sweeps``.
+    ``M(v)`` applies one V-cycle for ``A x = v`` from ``x = 0``: an approximation of
+    ``A^-1 v``, linear in ``v`` (and symmetric positive definite for a symmetric positive
+    definite ``A``). ``v`` has shape ``(n,)``, or ``(..., n)`` (a stack of vectors, or
+    one per matrix of a batch: leading dims broadcast with ``batch_shape``). ``M`` is a
+    pytree (its arrays are leaves; grids, coarsening and smoother are static), so it can
+    be an argument of a jitted function, a ``lax`` loop carry, or mapped over by
+    ``jax.vmap``.
+
+    Attributes (read-only):
+      levels: the operator of each level as a DiaMatrix, finest (``A`` itself, or its
+        copy in the hierarchy's ``dtype``) first.
+      grids: the grid of each level.
+      coarsening: the axes coarsened from each level to the next; pass it as
+        ``coarsening=`` to build the same hierarchy again (e.g. under ``jit``, after
+        ``coarsening="auto"`` chose it).
+      smoother, sweeps: the smoother and its number of products per smoothing.
+      batch_shape: the leading batch dims of the matrices it was built for.
+      shape, dtype: the finest level's shape and the hierarchy's dtype.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxdia
+      >>> T = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(31, 31))
+      >>> M = jaxdia.multigrid(T, (31,), max_coarse=3)
+      >>> M.grids, M.coarsening
+      (((31,), (15,), (7,), (3,)), ((0,), (0,), (0,)))
+      >>> [level.offsets for level in M.levels][-1]
+      (-1, 0, 1)
+      >>> M(jnp.ones(31)).shape  # one V-cycle for T x = 1
+      (31,)
     """
 
-    __slots__ = (
-        "operators",
-        "inverse_diagonals",
-        "bounds",
-        "coarse_lu",
-        "factors",
-        "grids",
-        "plan",
-        "smoother",
-        "sweeps",
-    )
-    _leaves = ("operators", "inverse_diagonals", "bounds", "coarse_lu", "factors")
-    _static = ("grids", "plan", "smoother", "sweeps")
-    operators: tuple[Any, ...]
-    inverse_diagonals: tuple[Array, ...]
-    bounds: tuple[Array, ...]
-    coarse_lu: Any
-    factors: tuple[Any, ...]
-    grids: tuple[Grid, ...]
-    plan: Plan
-    smoother: str
-    sweeps: int
+    # __weakref__: a preconditioner is a function, which jax.jit(M) refers to weakly.
+    __slots__ = ("_hierarchy", "__weakref__")
+    _leaves = ("_hierarchy",)
+    _name = "Multigrid"
+    _hierarchy: Hierarchy
 
+    def __init__(self, hierarchy: Hierarchy):
+        self._assign(hierarchy)
 
-def coarse_factor(A: DiaParts) -> Factor | Array:
-    """The coarsest level's solver, made once in the setup and used by every cycle
-    through :func:`coarse_solve`: on CPU its banded LU (LAPACK's); on GPU and TPU (see
-    ``banded.platform``) its inverse, dense, so that each cycle's coarse solve is one
-    matrix-vector product where a banded solve is a sequence of small kernels, about
-    ``2 log2(n / m)`` of them for cyclic reduction (at most ``MAX_COARSE`` = 4096
-    unknowns: at most 128 MiB in float64)."""
-    if banded.platform() in banded.PARALLEL_PLATFORMS:
-        dense = dia_to_dense(A.data.astype(accumulation_dtype(A.dtype)), A.offsets, A.shape)
-        return jnp.linalg.inv(dense)
-    return factor_lu(A)
+    @property
+    def levels(self) -> tuple[DiaMatrix, ...]:
+        return tuple(DiaMatrix._wrap(parts) for parts in self._hierarchy.operators)
 
+    @property
+    def grids(self) -> tuple[tuple[int, ...], ...]:
+        return self._hierarchy.grids
 
-def coarse_solve(A: DiaParts, factor: Factor | Array, b: Array) -> Array:
-    if isinstance(factor, Factor):
-        return solve(A, factor, b, function="multigrid")
-    return (factor @ b.astype(factor.dtype)).astype(jnp.result_type(A.dtype, b))
+    @property
+    def coarsening(self) -> tuple[tuple[int, ...], ...]:
+        return self._hierarchy.plan
 
+    @property
+    def smoother(self) -> str:
+        return self._hierarchy.smoother
 
-def setup(
-    parts: DiaParts, grid: Grid, plan: Plan, smoother: str, sweeps: int, by_cells: bool = True
-) -> Hierarchy:
-    """The hierarchy of one stencil matrix ``parts`` on ``grid``, coarsened along
-    ``plan[l]`` from level ``l`` to ``l + 1``.
+    @property
+    def sweeps(self) -> int:
+        return self._hierarchy.sweeps
 
-    The finest level's product is ``parts`` itself. Its Galerkin product is taken on its
-    stored cells (views of ``parts``' diagonals: the fine grid's arrays are the largest,
-    and a 5- or 7-point stencil has 5 or 7 of the 9 or 27 cells); coarser ones by
-    probing (:func:`probe`), a few whole-array operations per level, which keeps the
-    compiled program small. ``by_cells`` False probes the finest level too (for a
-    coarse level's 9- or 27-point stencil, where the cells would make a large program).
-    """
-    dim = len(grid)
-    operators, inverses, bounds, grids = [parts], [], [], [grid]
-    if plan and by_cells:
-        cells = cells_of(parts, grid)
-        center = cells.get((0,) * dim, jnp.zeros(grid, parts.dtype))
-        inverse, rho = smoothing_data(
-            center.reshape(-1), row_sums(list(cells.values())).reshape(-1)
-        )
-        inverses.append(inverse)
-        bounds.append(rho)
-        for axis in plan[0]:
-            cells = galerkin_cells(cells, grid, axis)
-            grid = coarse_grid(grid, (axis,))
-        rows = stencil_rows(cells, grid, parts.dtype)
-        operator = dia_from_rows(rows, grid, by_color=False)
-        operators.append(operator)
-        grids.append(grid)
-    for axes in plan[len(operators) - 1 :]:
-        operator = operators[-1]
-        inverse, rho = gershgorin(operator)
-        inverses.append(inverse)
-        bounds.append(rho)
-        rows = probe(operator, grid, axes)
-        grid = coarse_grid(grid, axes)
-        operators.append(dia_from_rows(rows, grid, by_color=True))
-        grids.append(grid)
-    factors = ()
-    if smoother == "ilu":
-        factors = tuple(ilu_smoother(A, level_grid) for A, level_grid in zip(operators, grids[:-1]))
-    return Hierarchy._make(
-        tuple(operators),
-        tuple(inverses),
-        tuple(bounds),
-        coarse_factor(operators[-1]),
-        factors,
-        tuple(grids),
-        plan,
-        smoother,
-        sweeps,
-    )
+    @property
+    def batch_shape(self) -> tuple[int, ...]:
+        return tuple(self._hierarchy.operators[-1].data.shape[:-2])
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self._hierarchy.operators[0].shape
 
-def dia_of_cells(cells: Cells, grid: Grid, dtype: DTypeLike) -> DiaParts:
-    """The DIA form of a stencil's host cells (NumPy), with the offsets of
-    :func:`dia_from_rows` (every live displacement's, sorted): ``data[k, j] = A[j - o_k,
-    j]``, the cell of displacement ``d`` at point ``j - o_k``. Equal offsets (on grids
-    with an axis of 1 or 2 points) hold disjoint entries and are summed."""
-    n = math.prod(grid)
-    rows: dict[int, np.ndarray] = {}
-    for d in displacements(len(grid)):
-        if not live(d, grid):
-            continue
-        offset = flat_offset(d, grid)
-        row = rows.setdefault(offset, np.zeros(n, dtype))
-        if d in cells:
-            row += by_rows(cells[d].reshape(-1), -offset, np)
-    offsets = tuple(sorted(rows))
-    return DiaParts(np.stack([rows[offset] for offset in offsets]), offsets, (n, n))
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(self._hierarchy.operators[-1].data.dtype)
 
-
-def host_setup(
-    data: np.ndarray, offsets: tuple[int, ...], grid: Grid, plan: Plan
-) -> tuple[list[DiaParts], list[np.ndarray], list[np.ndarray]]:
-    """The hierarchy of one concrete matrix (``data`` ``(n_diags, n)`` on the host),
-    with NumPy: the coarse operators (levels 1 to the coarsest), and the inverse
-    diagonals and Gershgorin bounds of every level but the coarsest.
-
-    The same arrays as :func:`setup` (to rounding), without compiling a program of the
-    grid's sizes: every level's Galerkin product on its cells (:func:`galerkin_cells`),
-    where the compiled setup probes the coarse levels to keep its program small.
-    """
-    n = math.prod(grid)
-    dim = len(grid)
-    cells = cells_of(DiaParts(data, offsets, (n, n)), grid, np)
-    operators, inverses, bounds = [], [], []
-    for axes in plan:
-        center = cells.get((0,) * dim, np.zeros(grid, data.dtype))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            inverse, rho = smoothing_data(
-                center.reshape(-1), row_sums(list(cells.values()), np).reshape(-1), np
+    def __call__(self, v: ArrayLike) -> Array:
+        v = as_array(v, "Multigrid: v")
+        n = self.shape[0]
+        if v.ndim == 0 or v.shape[-1] != n:
+            raise ValueError(
+                f"Multigrid: v must have shape ({n},) or (..., {n}) for a hierarchy of "
+                f"{n} unknowns, got shape {v.shape}"
             )
-        inverses.append(inverse)
-        bounds.append(rho)
-        for axis in axes:
-            cells = galerkin_cells(cells, grid, axis, np)
-            grid = coarse_grid(grid, (axis,))
-        operators.append(dia_of_cells(cells, grid, data.dtype))
-    return operators, inverses, bounds
+        batch = broadcast_batch("Multigrid: the hierarchy and v", self.batch_shape, v.shape[:-1])
+        dtype = jnp.result_type(self.dtype, v.dtype)
+        if not jnp.issubdtype(dtype, jnp.inexact):
+            dtype = self.dtype
+        return _apply(self._hierarchy, v, batch=batch).astype(dtype)
+
+    def _columns(self, x: Array, adjoint: bool) -> Array:
+        if adjoint:
+            raise NotImplementedError(
+                "Multigrid.rmatvec: the adjoint of a V-cycle is not computed (for a "
+                "Hermitian A the cycle is Hermitian: use matvec; otherwise build "
+                "jaxdia.multigrid(A.H, grid)). SciPy's cg, bicgstab, gmres and minres call "
+                "only M.matvec"
+            )
+        return self(x) if x.ndim == 1 else self(x.T).T
+
+    def __repr__(self) -> str:
+        levels = self.levels
+        lines = [
+            f"Multigrid: {len(levels)} levels, {self.smoother} smoother ({self.sweeps} "
+            f"sweeps), dtype {self.dtype.name}"
+            + (f", batch shape {self.batch_shape}" if self.batch_shape else ""),
+            f"  {'level':>5}  {'grid':<18}{'unknowns':>10}{'diagonals':>11}  coarsened",
+        ]
+        for index, (level, grid) in enumerate(zip(levels, self.grids)):
+            if index < len(self.coarsening):
+                axes = ", ".join(str(a) for a in self.coarsening[index])
+                action = f"axes ({axes})"
+            else:
+                action = "direct solve"
+            lines.append(
+                f"  {index:>5}  {str(grid):<18}{level.shape[0]:>10,}{len(level.offsets):>11}"
+                f"  {action}"
+            )
+        complexity = sum(level.nnz for level in levels) / max(levels[0].nnz, 1)
+        lines.append(f"  operator complexity {complexity:.2f}")
+        return "\n".join(lines)
 
 
-def ilu_smoother(A: DiaParts, grid: Grid) -> ilu.Factor:
-    """A level's ILU(0) for the ``"ilu"`` smoother: exact on CPU, Chow–Patel's sweeps
-    and solves by hyperplanes elsewhere (see :mod:`jaxdia._kernels.ilu_primitives`)."""
-    factor, _ = ilu.factorize(
-        A,
-        kind="ilu",
-        method="auto",
-        sweeps=ilu.DEFAULT_SWEEPS,
-        grid=grid,
-        weights=wavefront_weights(A.offsets, grid),
-    )
-    return factor
+@functools.partial(jax.jit, static_argnames=("batch",))
+def _apply(hierarchy: Hierarchy, v: Array, *, batch: tuple[int, ...]) -> Array:
+    """The V-cycle on ``v`` of shape ``(*vbatch, n)`` with the hierarchy's batch
+    broadcast to ``batch``, as one compiled call. A real hierarchy's cycle has real
+    coefficients: a complex ``v`` runs as its real and imaginary parts, side by side in
+    one batch (one cycle in the program, not two)."""
+    dtype = hierarchy.operators[-1].data.dtype
+    n = v.shape[-1]
+    split_complex = jnp.iscomplexobj(v) and not jnp.issubdtype(dtype, jnp.complexfloating)
+    v = jnp.broadcast_to(v, (*batch, n)).reshape(-1, n)
+    cycle: Callable[[Hierarchy, Array], Array] = vcycle
+    if split_complex:
+        v = jnp.stack([v.real, v.imag], axis=1)
+        cycle = jax.vmap(vcycle, in_axes=(None, 0))  # (h, (2, n)) -> (2, n)
+    v = v.astype(dtype)
+    own = hierarchy.operators[-1].data.shape[:-2]
+    if not own:
+        out = jax.vmap(lambda u: cycle(hierarchy, u))(v)
+    else:
+        if own != batch:
+            hierarchy = jax.tree.map(
+                lambda leaf: jnp.broadcast_to(leaf, (*batch, *leaf.shape[len(own) :])), hierarchy
+            )
+        flat = jax.tree.map(lambda leaf: leaf.reshape(-1, *leaf.shape[len(batch) :]), hierarchy)
+        out = jax.vmap(cycle)(flat, v)
+    if split_complex:
+        out = lax.complex(out[:, 0], out[:, 1])
+    return out.reshape(*batch, n)
 
 
-#: The largest coarsest level: its direct solve is a banded LU, whose band is the
-#: coarsest grid's last axis (2-D) or last two axes (3-D) wide, so its cost grows faster
-#: than the level (``n b^2`` to factor, ``n b`` per cycle for band ``b``).
-MAX_COARSE = 4096
-
-#: With ``max_coarse=None`` on CPU a level is coarse enough when ``n b^2`` (``n``
-#: unknowns, ``b`` the lower band width of its ``3^dim``-point stencil) is at most this:
-#: the factorization of a 2-D grid's 64 x 64 level then costs about what a few products
-#: with a 1000^2 fine level do, and each level not made is a piece less to compile
-#: (benchmarks/README.md, compile time of the solvers); a 3-D grid's up to 11^3.
-COARSE_WORK = 2**25
+#: The dtypes of a hierarchy (the smoothers divide by the diagonal, the coarsest level is
+#: factored: 16-bit floats would lose the cycle's accuracy).
+_HIERARCHY_DTYPES = tuple(
+    np.dtype(t) for t in (np.float32, np.float64, np.complex64, np.complex128)
+)
 
 
-#: With ``max_coarse=None``, a finest level of at most this many unknowns is solved
-#: directly; a larger one is coarsened at least once (a hierarchy, not a direct solve).
-SMALL_GRID = 500
+#: The smoothers of a hierarchy on one device: the polynomial ones, and ILU(0) steps.
+MULTIGRID_SMOOTHERS = (*SMOOTHERS, "ilu")
 
 
-def coarse_enough(grid: Grid, max_coarse: int | None, finest: bool) -> bool:
-    """Whether a level on ``grid`` (the ``finest`` or a coarse one) is solved directly:
-    at most ``max_coarse`` unknowns; for None, at most :data:`SMALL_GRID`, or, for a
-    coarse level, at most :data:`MAX_COARSE` and :data:`COARSE_WORK` to factor."""
-    n = math.prod(grid)
-    if max_coarse is not None or n <= SMALL_GRID:
-        return n <= (max_coarse or SMALL_GRID)
-    width = flat_offset((1,) * len(grid), grid)  # the stencil's lower band width
-    return not finest and n <= MAX_COARSE and n * width**2 <= COARSE_WORK
-
-
-def full_plan(grid: Grid, max_coarse: int | None, max_levels: int) -> Plan:
-    """Coarsen every axis of 2 points or more until the level is coarse enough
-    (:func:`coarse_enough`) or ``max_levels`` levels are made."""
-    plan: list[tuple[int, ...]] = []
-    while not coarse_enough(grid, max_coarse, not plan) and len(plan) + 1 < max_levels:
-        axes = tuple(axis for axis, n in enumerate(grid) if n >= 2)
-        if not axes:
-            break
-        plan.append(axes)
-        grid = coarse_grid(grid, axes)
-    return tuple(plan)
-
-
-#: ``"auto"`` coarsening coarsens the axes whose coupling is at least this fraction of the
-#: strongest (semi-coarsening along strongly coupled axes, where point smoothers leave
-#: errors that are smooth along them only).
-STRONG_AXIS = 0.5
-
-
-def auto_plan(
-    data: np.ndarray,
-    offsets: tuple[int, ...],
-    grid: Grid,
+def _as_plan(
+    coarsening: object,
+    A: DiaMatrix | ShardedDiaMatrix,
+    host: np.ndarray | None,
+    grid: tuple[int, ...],
     max_coarse: int | None,
     max_levels: int,
-) -> Plan:
-    """Semi-coarsening: at each level, the axes with :data:`STRONG_AXIS` of the strongest
-    coupling (:func:`axis_strengths`), on the host from concrete ``data`` (``(batch,
-    n_diags, n)``: the strengths are summed over the batch). Where no axis has a positive
-    coupling (a coarse level of few points, a diagonal matrix, NaN), every axis of 2 points
-    or more is coarsened, so that each level is smaller than the one before."""
-    n = math.prod(grid)
-    dim = len(grid)
-    stencils = [cells_of(DiaParts(values, offsets, (n, n)), grid, np) for values in data]
-    plan: list[tuple[int, ...]] = []
-    while not coarse_enough(grid, max_coarse, not plan) and len(plan) + 1 < max_levels:
-        coarsenable = [axis for axis, size in enumerate(grid) if size >= 2]
-        if not coarsenable:
-            break
-        strengths = np.sum([axis_strengths(cells, dim) for cells in stencils], axis=0)
-        strongest = max(strengths[axis] for axis in coarsenable)
-        axes = tuple(a for a in coarsenable if strengths[a] >= STRONG_AXIS * strongest)
-        if not strongest > 0:  # no positive coupling to follow (or NaN): coarsen them all
-            axes = tuple(coarsenable)
+) -> tuple[tuple[int, ...], ...]:
+    if isinstance(coarsening, str):
+        if coarsening == "full":
+            return full_plan(grid, max_coarse, max_levels)
+        if coarsening == "auto":
+            if host is None:
+                raise TypeError(
+                    "multigrid: coarsening='auto' chooses the coarsening from A's values, "
+                    "which are traced here (inside jit, vmap or grad). Build the "
+                    "preconditioner once outside, M = jaxdia.multigrid(A, grid, "
+                    "coarsening='auto'), and pass coarsening=M.coarsening inside."
+                )
+            return auto_plan(host, A.offsets, grid, max_coarse, max_levels)
+        raise ValueError(
+            f"multigrid: coarsening must be 'full', 'auto' or a sequence of axes tuples, got "
+            f"{coarsening!r}"
+        )
+    if not isinstance(coarsening, Sequence):
+        raise TypeError(
+            "multigrid: coarsening must be 'full', 'auto' or a sequence of axes tuples (one "
+            f"per coarsening step), got {type(coarsening).__name__}"
+        )
+    plan = []
+    level_grid = grid
+    for level, axes in enumerate(coarsening):
+        if is_int(axes):
+            axes = (axes,)
+        if not isinstance(axes, Sequence) or not all(is_int(a) for a in axes):
+            raise TypeError(
+                f"multigrid: coarsening[{level}] must be a tuple of axes (ints), got {axes!r}"
+            )
+        axes = tuple(sorted(int(a) for a in axes))
+        bad = [a for a in axes if not 0 <= a < len(grid)]
+        if not axes or bad or len(set(axes)) != len(axes):
+            raise ValueError(
+                f"multigrid: coarsening[{level}] = {axes} must be distinct axes of the "
+                f"{len(grid)}-D grid (0 to {len(grid) - 1}), at least one"
+            )
+        small = [a for a in axes if level_grid[a] < 2]
+        if small:
+            raise ValueError(
+                f"multigrid: coarsening[{level}] coarsens axis {small[0]} of grid {level_grid}, "
+                "which has fewer than 2 points"
+            )
         plan.append(axes)
-        for axis in axes:
-            stencils = [galerkin_cells(cells, grid, axis, np) for cells in stencils]
-            grid = coarse_grid(grid, (axis,))
+        level_grid = coarse_grid(level_grid, axes)
     return tuple(plan)
 
 
-#: A level of at most this many unknowns with more than :data:`LOOPED_DIAGONALS`
-#: diagonals (the 27-point stencils of 3-D coarse levels) multiplies as one loop over
-#: its diagonals on CPU: a cycle's compile time then grows by one small loop per such
-#: product instead of an unrolled product of 27 terms, at the same run time
-#: (benchmarks/README.md, "Compile time").
-LOOPED_UP_TO = 2**15
-LOOPED_DIAGONALS = 9
+@functools.partial(jax.jit, static_argnames=("offsets", "grid", "plan", "smoother", "sweeps"))
+def _setup(data: Array, *, offsets, grid, plan, smoother, sweeps) -> Hierarchy:
+    """The hierarchies of a batch ``(B, n_diags, n)`` as one compiled call, without the
+    finest operator (``A`` itself, which the caller puts back: returning it from the
+    compiled call would copy it)."""
+    n = data.shape[-1]
+
+    def one(values):
+        hierarchy = setup(DiaParts(values, offsets, (n, n)), grid, plan, smoother, sweeps)
+        return hierarchy._replace(operators=(None, *hierarchy.operators[1:]))
+
+    return jax.vmap(one)(data)
 
 
-def level_product(A: DiaParts) -> Any:
-    """``v -> A @ v`` for one level's matrix and a vector: the ``dia_spmm`` primitive,
-    or on CPU for a small level with many diagonals the loop over them."""
-    small = A.shape[0] <= LOOPED_UP_TO and len(A.offsets) > LOOPED_DIAGONALS
-    if small and banded.platform() == "cpu":
-        return lambda v: looped_matvec(A.data, v, A.offsets, A.shape)
-    return matvec(A)
+#: A concrete matrix of at most this many stored values (batch included) has its
+#: hierarchy built on the host on GPU and TPU; on CPU any concrete matrix does.
+HOST_SETUP_UP_TO = 2**24
 
 
-def vcycle(h: Hierarchy, b: Array) -> Array:
-    """One V-cycle for ``A x = b`` from ``x = 0``, for one matrix and a vector ``b``."""
-    return _cycle(h, 0, b)
+def _host_setup_pays(A: DiaMatrix) -> bool:
+    """Whether ``multigrid`` builds a concrete ``A``'s hierarchy with NumPy on the host
+    (see :func:`_host_hierarchy`): on CPU, or up to :data:`HOST_SETUP_UP_TO` values
+    (larger grids set up faster on an accelerator)."""
+    return platform() == "cpu" or A.data.size <= HOST_SETUP_UP_TO
 
 
-def _cycle(h: Hierarchy, level: int, b: Array) -> Array:
-    if level == len(h.plan):
-        return coarse_solve(h.operators[-1], h.coarse_lu, b)
-    A = h.operators[level]
-    inverse, rho = h.inverse_diagonals[level], h.bounds[level]
-    grid, axes, coarse = h.grids[level], h.plan[level], h.grids[level + 1]
-    dim = len(grid)
+def _host_hierarchy(
+    host: np.ndarray,
+    batch: tuple[int, ...],
+    offsets: tuple[int, ...],
+    grid: StaticGrid,
+    plan: Plan,
+    smoother: str,
+    sweeps: int,
+) -> Hierarchy:
+    """:func:`_setup`'s hierarchy of a concrete flat batch ``host`` ``(B, n_diags, n)``
+    (NumPy) for the polynomial smoothers, its leaves shaped by ``batch``, built with NumPy
+    (:func:`jaxdia._linalg.multigrid_hierarchy.host_setup`): the compiled setup's program grows
+    with the levels (seconds of compilation for a large grid), the host's work is a few
+    dozen array operations per level. Only the coarsest level's factorization is
+    compiled (a small program); the arrays go to the device in one transfer."""
+    members = [host_setup(values, offsets, grid, plan) for values in host]
 
-    def smoothing(x: Array | None, residual: bool) -> tuple[Array, Array | None]:
-        if h.smoother == "ilu":  # steps x += (L U)^-1 (b - A x) with the level's ILU(0)
-            precondition = functools.partial(ilu.apply, h.factors[level])
-            return jacobi_steps(matvec(A), precondition, b, x, jnp.asarray(1.0), h.sweeps, residual)
-        return smooth(h.smoother, h.sweeps, dim, level_product(A), inverse, rho, b, x, residual)
+    def stacked(arrays: list[np.ndarray]) -> np.ndarray:
+        return np.stack(arrays).reshape((*batch, *np.shape(arrays[0])))
 
-    x, r = smoothing(None, residual=True)
-    assert r is not None
-    correction = _cycle(h, level + 1, restrict(r.reshape(grid), axes).reshape(-1))
-    x = x + interpolate(correction.reshape(coarse), axes, grid).reshape(-1)
-    return smoothing(x, residual=False)[0]
+    levels = range(len(plan))
+    operators = tuple(
+        members[0][0][level].with_data(stacked([m[0][level].data for m in members]))
+        for level in levels
+    )
+    inverses = tuple(stacked([m[1][level] for m in members]) for level in levels)
+    bounds = tuple(stacked([m[2][level] for m in members]) for level in levels)
+    operators, inverses, bounds = jax.device_put((operators, inverses, bounds))
+    if plan:
+        coarsest, coarsest_offsets = operators[-1].data, operators[-1].offsets
+    else:
+        coarsest, coarsest_offsets = host.reshape((*batch, *host.shape[1:])), offsets
+    coarse_lu = _coarse_factors(coarsest, offsets=coarsest_offsets, batch=batch)
+    grids = [grid]
+    for axes in plan:
+        grids.append(coarse_grid(grids[-1], axes))
+    return Hierarchy._make(
+        (None, *operators), inverses, bounds, coarse_lu, (), tuple(grids), plan, smoother, sweeps
+    )
+
+
+@functools.partial(jax.jit, static_argnames=("offsets", "batch"))
+def _coarse_factors(
+    data: Array, *, offsets: tuple[int, ...], batch: tuple[int, ...]
+) -> Factor | Array:
+    """The coarsest level's solvers (:func:`jaxdia._linalg.multigrid_hierarchy.coarse_factor`) of
+    a batch ``(*batch, n_diags, n)``, as one compiled call."""
+    n = data.shape[-1]
+    flat = data.reshape(-1, *data.shape[-2:])
+    factors = jax.vmap(lambda values: coarse_factor(DiaParts(values, offsets, (n, n))))(flat)
+    return _unflatten(factors, batch)
+
+
+def multigrid(
+    A: DiaMatrix | ShardedDiaMatrix,
+    grid: int | Grid,
+    *,
+    smoother: str | None = None,
+    sweeps: int = 2,
+    coarsening: str | Sequence[int | Sequence[int]] = "full",
+    max_coarse: int | None = None,
+    max_levels: int | None = None,
+    dtype: DTypeLike | None = None,
+    gather_below: int = GATHER_BELOW,
+    deep_halo: bool = False,
+) -> Multigrid | ShardedMultigrid:
+    """A geometric multigrid V-cycle preconditioner for a stencil matrix on a grid.
+
+    ``A`` must be a stencil on ``grid`` (``(n1,)``, ``(n1, n2)`` or ``(n1, n2, n3)``):
+    its unknowns are the grid's points in C order (as ``np.ravel`` lays them out, and as
+    ``pyamg.gallery.poisson`` and ``stencil_grid`` number them), and each row couples a
+    point only to itself and its neighbours (``|i_a - j_a| <= 1`` on every axis: 3-, 5-,
+    7-, 9- or 27-point stencils), with Dirichlet boundaries eliminated. Coefficients may
+    vary from point to point.
+
+    The hierarchy halves the grid along the coarsened axes (an axis of ``n`` points keeps
+    ``n // 2``, odd and even ``n`` alike); interpolation is (bi/tri)linear, restriction its
+    transpose, and each coarse operator the Galerkin product ``R A P``, a DiaMatrix of at
+    most 3, 9 or 27 diagonals (``M.levels``). The smoother runs ``sweeps`` products with
+    the level's matrix before and after the coarse correction; the coarsest level is
+    solved directly by a banded LU factorized once, here. For a symmetric positive
+    definite ``A`` the V-cycle is symmetric positive definite, so it is a valid
+    preconditioner for conjugate gradients (with the polynomial smoothers; the ``"ilu"``
+    one makes it nonsymmetric, a preconditioner for :func:`jaxdia.bicgstab`).
+
+    Complex matrices (a Hermitian stencil, a complex-shifted Laplacian ``L + s I``,
+    Crank-Nicolson's ``I + i dt/2 H``) get the same hierarchy in complex arithmetic,
+    smoothed by damped Jacobi: the eigenvalues of ``D^-1 A`` (whose diagonal is 1) lie
+    in Gershgorin's disk ``|lambda - 1| <= r``, ``r`` the largest off-diagonal row sum
+    of ``D^-1 A``, and the weight ``1.6 / (1 + r)`` makes each sweep a contraction on
+    that disk for diagonally dominant rows (``r < 1``: any Crank-Nicolson step, any
+    shift with a positive imaginary part and a nonnegative real one). The Chebyshev
+    smoother damps a real interval, no bound off the real axis (its V-cycles diverged on
+    ``L + (-2 + 3i) I`` in the tests), so it is refused for complex ``A``. The cycle of
+    a complex symmetric ``A`` (``A^T = A``) is complex symmetric, not Hermitian: use it
+    with :func:`jaxdia.bicgstab` (iteration counts in benchmarks/README.md), with
+    :func:`jaxdia.cg` only for a Hermitian positive definite ``A``.
+
+    ``A`` may be a :class:`jaxdia.ShardedDiaMatrix` (or an unbatched DiaMatrix whose
+    ``data`` columns are split over one mesh axis, which is sharded with
+    :func:`jaxdia.shard`): ``M`` is then a :class:`jaxdia.ShardedMultigrid` on its
+    sharded vectors. The rows are split in C order, so each device holds whole planes of
+    the slowest axis (``grid[0]`` must be a multiple of the device count ``P``). The
+    finest level is sharded; a coarser level stays sharded while it has at least 2
+    planes and ``gather_below`` unknowns per device, is not the coarsest, and the level
+    above it coarsened into it with its shards aligned (an even number of planes per
+    device whenever axis 0 is coarsened: with ``grid[0] = P 2^k`` the first ``k``
+    levels can be sharded). Its smoothing, transfers and Galerkin operator then exchange
+    halos with the neighbouring devices only. The first level that fails is gathered
+    once, in the setup (from a last sharded level with an odd number of planes per
+    device, by restricting the coarse planes each device owns); from it on the
+    hierarchy is built and applied on every device (replicated, the coarsest solve
+    included), so a V-cycle has one all-gather, of that level's residual. The same
+    iterations as on one device, to rounding. Its
+    values never come to the host, so the checks that read them (wrapped entries) are
+    skipped, the zero-diagonal check is a reduction on the devices, and
+    ``coarsening="auto"`` is not available (pass the axes, e.g. a single-device
+    ``M.coarsening``).
+
+    ``M`` plugs in as ``M=`` of :func:`jaxdia.cg`, :func:`jaxdia.bicgstab` and
+    ``jax.scipy.sparse.linalg.cg``/``gmres``/``bicgstab``. For ``lineax``, wrap it as an
+    operator: ``lineax.FunctionLinearOperator(M, jax.ShapeDtypeStruct((n,), dtype),
+    lineax.positive_semidefinite_tag)`` and pass ``options={"preconditioner": ...}`` to
+    ``lineax.linear_solve`` (with ``lineax.CG`` or ``lineax.GMRES``).
+
+    For a concrete ``A`` (outside ``jit``) the setup runs with NumPy on the host, where
+    it costs a few dozen array operations per level and nothing to compile but the
+    coarsest level's factorization (on GPU and TPU for up to 2^24 stored values; a larger
+    grid sets up faster on the device); under ``jit`` (``grid`` and the options are
+    static) and ``vmap`` it is one compiled call, as for ``smoother="ilu"``. A batched
+    ``A`` (matrices sharing offsets) gives a batched hierarchy. Differentiate the solve,
+    not the preconditioner: ``jax.grad`` through ``jaxdia.cg(A, b,
+    M=jaxdia.multigrid(A, grid))`` with respect to ``A.data`` and ``b`` is the gradient
+    of the exact solution (implicit differentiation), which never differentiates through
+    ``M``.
+
+    Args:
+      A: a square DiaMatrix of float32, float64, complex64 or complex128, possibly
+        batched; or a real ShardedDiaMatrix (or DiaMatrix with sharded columns,
+        unbatched).
+      grid: the grid's points per axis; ``prod(grid)`` must equal ``A.shape[0]``.
+      smoother: ``"chebyshev"`` (the Chebyshev polynomial in ``D^-1 A`` smallest on the
+        upper 5/6 of its spectrum, bounded by Gershgorin's theorem; real ``A`` only) or
+        ``"jacobi"`` (damped Jacobi, weight ``1.6 / rho`` for that bound ``rho``), or
+        ``"ilu"`` (steps ``x += (L U)^-1 (b - A x)`` with each level's ILU(0), as
+        :func:`jaxdia.ilu0` factors it with a grid: the smoother that keeps multigrid
+        converging where convection dominates, at the cost of two triangular solves per
+        step; one device only; a zero pivot is not reported, it makes ``M(v)`` NaN).
+        None: ``"chebyshev"`` for a real ``A``, ``"jacobi"`` for a complex one.
+      sweeps: products with ``A`` per smoothing (the polynomial's degree; ILU steps for
+        ``"ilu"``, of which 1 is usually the fastest), before and after the coarse
+        correction.
+      coarsening: ``"full"`` halves every axis at every level. ``"auto"`` halves only the
+        axes whose coupling is at least half the strongest one's (semi-coarsening, for
+        anisotropic problems); it reads ``A``'s values, so it needs a concrete ``A``
+        (outside ``jit``); ``M.coarsening`` then records the choice. Or a sequence with
+        the axes to halve at each level, e.g. ``[(1,), (1,), (0, 1)]``: the levels stop
+        there.
+      max_coarse: stop coarsening at this many unknowns or fewer (``"full"`` and
+        ``"auto"``); at most 4096, the coarsest level is factorized (a banded LU).
+        None (the default): a grid of at most 500 points is solved directly; a larger
+        one is coarsened at least once, and then, on CPU, until a level of at most
+        4096 unknowns is cheap to factorize (``n b^2 <= 2^25`` for its band width
+        ``b``: up to 64 x 64 on a 2-D grid, 11 x 11 x 11 on a 3-D one, 4096 points in
+        1-D), on GPU and TPU (a dense inverse there) until at most 500. Fewer levels
+        compile faster and cost no iterations (benchmarks/README.md).
+      max_levels: the most levels, the finest included (None: no limit).
+      dtype: the precision of the hierarchy and the cycle, float32 or float64 (complex64
+        or complex128 for a complex ``A``; default ``A``'s). ``jnp.float32`` for a
+        float64 ``A`` halves the memory traffic of the
+        setup and of every cycle (the finest level keeps a float32 copy of ``A``); ``M``
+        is then exact to about ``1e-7`` relative, which conjugate gradients in float64
+        tolerates to tolerances far below that (the same iterations at 1e-8 in the
+        benchmarks, a few more at 1e-10), and linear and symmetric up to that rounding.
+      gather_below: for a sharded ``A``: a level with fewer unknowns per device is
+        gathered (with the levels below it) onto every device.
+      deep_halo: for a sharded ``A``: each smoothing of a sharded level exchanges its
+        input's halo ``sweeps`` deep once and runs its products locally (one
+        collective-permute each way instead of ``sweeps``; see
+        :func:`jaxdia.chebyshev`'s ``deep_halo``).
+
+    Returns:
+      A :class:`jaxdia.Multigrid` (a :class:`jaxdia.ShardedMultigrid` for a sharded
+      ``A``), callable on vectors: it computes in ``dtype`` and
+      returns the promoted dtype of ``v`` and ``dtype``.
+
+    Raises:
+      TypeError: if ``A`` is not a DiaMatrix or ShardedDiaMatrix, its dtype is not one
+        of the four above (a sharded ``A``: not real), ``dtype`` is not one of its kind,
+        or ``coarsening="auto"`` gets a traced or sharded ``A``.
+      ValueError: if ``A`` is not square, ``prod(grid)`` differs from its size, an
+        offset does not fit a stencil on ``grid`` (the message names it), it stores no
+        main diagonal, an option is out of range, the Chebyshev smoother is asked for a
+        complex ``A``, or the coarsest level would exceed 4096 unknowns; for a sharded
+        ``A``, if ``grid[0]`` is not a multiple of the device count or the hierarchy
+        has one level (nothing to coarsen). For a concrete
+        ``A`` also: a zero on the diagonal, or a nonzero entry on a stencil diagonal that
+        couples points which are no neighbours (periodic boundaries, or a grid of the
+        wrong shape).
+
+    Example:
+      >>> import jax.numpy as jnp, numpy as np, scipy.sparse as sp, jaxdia
+      >>> n = 64
+      >>> T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+      >>> A = jaxdia.DiaMatrix.from_scipy(sp.kronsum(T, T).astype("float32"))  # 2-D, C order
+      >>> M = jaxdia.multigrid(A, (n, n))
+      >>> [level.shape[0] for level in M.levels]  # the coarsest (32 x 32) is cheap to factor
+      [4096, 1024]
+      >>> x, info = jaxdia.cg(A, jnp.ones(n * n), M=M, rtol=1e-4)
+      >>> bool(info.converged), int(info.iterations) < 10
+      (True, True)
+    """
+    sharded = sharded_operand(A)
+    A = as_square_matrix(A, "multigrid") if sharded is None else sharded
+    if sharded is not None and A.dtype.kind == "c":
+        raise TypeError(
+            f"multigrid: a sharded A must be float32 or float64, got {A.dtype.name} "
+            "(complex hierarchies run on one device)"
+        )
+    if A.dtype not in _HIERARCHY_DTYPES:
+        raise TypeError(
+            f"multigrid: A must be float32, float64, complex64 or complex128, got "
+            f"{A.dtype.name} (convert 16-bit matrices with A.astype(jnp.float32))"
+        )
+    kind = "complex" if A.dtype.kind == "c" else "float"
+    if dtype is not None and (
+        np.dtype(dtype) not in _HIERARCHY_DTYPES or np.dtype(dtype).kind != A.dtype.kind
+    ):
+        raise TypeError(
+            f"multigrid: dtype must be a {kind} dtype of 32 or 64 bits for A of dtype "
+            f"{A.dtype.name}, got {np.dtype(dtype).name}"
+        )
+    grid = as_grid(grid, A.shape[0])
+    if smoother is None:
+        smoother = "jacobi" if A.dtype.kind == "c" else "chebyshev"
+    if smoother not in MULTIGRID_SMOOTHERS:
+        raise ValueError(
+            f"multigrid: smoother must be one of {MULTIGRID_SMOOTHERS}, got {smoother!r}"
+        )
+    if smoother == "ilu" and sharded is not None:
+        raise TypeError(
+            "multigrid: smoother='ilu' is for a matrix on one device (its triangular "
+            "solves are not sharded); use smoother='jacobi' or 'chebyshev' for a sharded A"
+        )
+    if smoother == "chebyshev" and A.dtype.kind == "c":
+        raise ValueError(
+            "multigrid: the Chebyshev smoother damps a real interval of the spectrum of "
+            "D^-1 A; a complex A's lies off the real axis, where that polynomial is no "
+            "bound (its V-cycles can diverge): use smoother='jacobi' (the default for "
+            "complex A), or A.real for a real matrix stored as complex"
+        )
+    sweeps = static_int(sweeps, "multigrid: sweeps")
+    if max_coarse is None and platform() in PARALLEL_PLATFORMS:
+        max_coarse = ACCELERATOR_COARSE
+    if max_coarse is not None:
+        max_coarse = static_int(max_coarse, "multigrid: max_coarse")
+    levels = 10**9 if max_levels is None else static_int(max_levels, "multigrid: max_levels")
+    gather_below = static_int(gather_below, "multigrid: gather_below")
+    coarse_ok = max_coarse is None or 1 <= max_coarse <= MAX_COARSE
+    if sweeps < 1 or not coarse_ok or levels < 1 or gather_below < 1:
+        raise ValueError(
+            f"multigrid: need sweeps >= 1, 1 <= max_coarse <= {MAX_COARSE}, max_levels >= 1 "
+            f"and gather_below >= 1, got sweeps={sweeps}, max_coarse={max_coarse}, "
+            f"max_levels={max_levels}, gather_below={gather_below}"
+        )
+    # The concrete data on the host, once, for the checks and coarsening="auto" (a
+    # sharded matrix's data stays on its devices).
+    host = None
+    if isinstance(A, DiaMatrix) and not is_traced(A.data):
+        host = np.asarray(A.data).reshape(-1, *A.data.shape[-2:])
+    check_stencil(A, grid, host)
+    check_diagonal("multigrid", A, host)
+    if sharded is not None and isinstance(coarsening, str) and coarsening == "auto":
+        raise TypeError(
+            "multigrid: coarsening='auto' reads A's values on the host, which a sharded "
+            "matrix keeps on its devices; pass the axes to coarsen (e.g. coarsening="
+            "M.coarsening of a multigrid built on one device for a smaller grid)"
+        )
+    plan = _as_plan(coarsening, A, host, grid, max_coarse, levels)
+    coarsest = grid
+    for axes in plan:
+        coarsest = coarse_grid(coarsest, axes)
+    if math.prod(coarsest) > MAX_COARSE:
+        raise ValueError(
+            f"multigrid: the coarsest level would be grid {coarsest} "
+            f"({math.prod(coarsest)} unknowns); its direct solve is a banded LU, so at most "
+            f"{MAX_COARSE}: allow more levels (max_levels, coarsening)"
+        )
+    if sharded is not None:
+        return build(sharded, grid, plan, smoother, sweeps, dtype, gather_below, deep_halo)
+    if deep_halo:
+        raise TypeError(
+            "multigrid: deep_halo=True is for a sharded A (a ShardedDiaMatrix, or a DiaMatrix "
+            "whose data columns are sharded)"
+        )
+    assert isinstance(A, DiaMatrix)
+    batch = A.batch_shape
+    if dtype is not None and np.dtype(dtype) != A.dtype:
+        A = A.astype(dtype)
+    if smoother != "ilu" and host is not None and _host_setup_pays(A):
+        if np.dtype(A.dtype) != host.dtype:
+            host = host.astype(A.dtype)
+        hierarchy = _host_hierarchy(host, batch, A.offsets, grid, plan, smoother, sweeps)
+    else:
+        hierarchy = _setup(
+            _flat_batch(A.data),
+            offsets=A.offsets,
+            grid=grid,
+            plan=plan,
+            smoother=smoother,
+            sweeps=sweeps,
+        )
+        hierarchy = _unflatten(hierarchy, batch)
+    hierarchy = hierarchy._replace(operators=(A._parts, *hierarchy.operators[1:]))
+    return Multigrid(hierarchy)

@@ -4,7 +4,7 @@ the small ones gathered once and solved on every device.
 A :class:`jaxdia.ShardedDiaMatrix` on ``P`` devices splits its rows, the grid's points in
 C order, into ``P`` equal blocks: with ``grid[0]`` a multiple of ``P`` each device holds
 ``m = grid[0] / P`` whole planes of the grid (slowest axis, axis 0). The hierarchy of
-:mod:`jaxdia._linalg.multigrid` keeps that layout while it can:
+:mod:`jaxdia._linalg.multigrid_hierarchy` keeps that layout while it can:
 
 * Coarsening axis 0 keeps coarse plane ``I`` at fine plane ``2 I + 1``. When ``m`` is
   even, the coarse planes of device ``p``'s fine planes are ``[p m / 2, (p + 1) m / 2)``:
@@ -14,7 +14,7 @@ C order, into ``P`` equal blocks: with ``grid[0]`` a multiple of ``P`` each devi
   other axes is local.
 * Smoothing is the level's sharded product (halo rows from both neighbours) and
   elementwise updates; the Galerkin operator ``R A P`` is probed as on one device
-  (:func:`jaxdia._linalg.multigrid.probe`), through the sharded transfers and a sharded
+  (:func:`jaxdia._linalg.multigrid_hierarchy.probe`), through the sharded transfers and a sharded
   product with ``3^dim`` columns, and turned into DIA diagonals with one plane of rows
   from each neighbour (:func:`coarse_data`).
 
@@ -42,8 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -55,15 +54,14 @@ from .._checks import as_array
 from .._matrix import DiaMatrix
 from .._parts import DiaParts
 from .._pytree import Immutable
-from .._shard import ShardedDiaMatrix, _in_context, _place, shard
+from .._shard import ShardedDiaMatrix, in_context, place, shard
 from .._sharded_products import halos
 from .._sharding import explicit_spec, mesh_of
-from . import multigrid as _multigrid
+from .._typing import ArrayLike, DTypeLike, Grid
+from . import multigrid_hierarchy, stencil
 from .deep_halo import DeepHaloMatrix, apply, widen
+from .multigrid_hierarchy import Plan
 from .smoothers import smooth, smoothing_data
-
-Grid = tuple[int, ...]
-Plan = tuple[tuple[int, ...], ...]
 
 #: A sharded level keeps at least this many grid planes per device: its stencil's halo
 #: (up to one plane and one line) then comes from the neighbours only.
@@ -107,11 +105,16 @@ def sharded_levels(grids: Sequence[Grid], plan: Plan, shards: int, gather_below:
 
 
 def _manual(
-    local: Any, mesh: Mesh, axis: Any, in_specs: Any, out_specs: Any, check_vma: bool = True
-) -> Any:
+    local: Callable[..., Array],
+    mesh: Mesh,
+    axis: Hashable,
+    in_specs: PartitionSpec | tuple[PartitionSpec, ...],
+    out_specs: PartitionSpec | tuple[PartitionSpec, ...],
+    check_vma: bool = True,
+) -> Callable[..., Array]:
     return jax.shard_map(
         local,
-        mesh=_in_context(mesh),
+        mesh=in_context(mesh),
         in_specs=in_specs,
         out_specs=out_specs,
         axis_names={axis},
@@ -127,7 +130,7 @@ def _manual(
 _REPLICATED = {"check_vma": False}
 
 
-def restrict(r: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Any) -> Array:
+def restrict(r: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Hashable) -> Array:
     """``R r`` for ``r`` ``(N, ...)`` sharded over ``axis`` (whole planes of ``grid`` per
     device): the coarse level sharded the same way. Coarsening axis 0 reads one plane
     from the next device."""
@@ -140,30 +143,32 @@ def restrict(r: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Any) -
         if 0 in axes:  # coarse planes 2I + 1 of this device's even count read plane 2I + 2
             _, after = halos(x, 0, 1, axis, shards, dim=0)
             x = jnp.concatenate([x, *after])
-        return _multigrid.restrict(x, axes).reshape(-1, *trailing)
+        return multigrid_hierarchy.restrict(x, axes).reshape(-1, *trailing)
 
     spec = PartitionSpec(axis)
     return _manual(local, mesh, axis, spec, spec)(r)
 
 
-def interpolate(c: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Any) -> Array:
+def interpolate(c: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Hashable) -> Array:
     """``P c`` onto ``grid`` for ``c`` sharded over ``axis`` as :func:`restrict` leaves it.
     Coarsening axis 0, the first fine plane of a device (even, ``2 I``) takes the mean of
     the previous device's last coarse plane and its own first."""
     shards = int(mesh.shape[axis])
     planes = grid[0] // shards
-    coarse = _multigrid.coarse_grid(grid, axes)
+    coarse = multigrid_hierarchy.coarse_grid(grid, axes)
     coarse_planes = coarse[0] // shards
 
     def local(block: Array) -> Array:
         trailing = block.shape[1:]
         x = block.reshape(coarse_planes, *coarse[1:], *trailing)
         if 0 not in axes:
-            return _multigrid.interpolate(x, axes, (planes, *grid[1:])).reshape(-1, *trailing)
+            return multigrid_hierarchy.interpolate(x, axes, (planes, *grid[1:])).reshape(
+                -1, *trailing
+            )
         before, _ = halos(x, 1, 0, axis, shards, dim=0)
         # Coarse planes [-1, planes / 2) interpolate to fine planes [-2, planes).
         x = jnp.concatenate([*before, x])
-        fine = _multigrid.interpolate(x, axes, (planes + 2, *grid[1:]))[2:]
+        fine = multigrid_hierarchy.interpolate(x, axes, (planes + 2, *grid[1:]))[2:]
         return fine.reshape(-1, *trailing)
 
     spec = PartitionSpec(axis)
@@ -171,23 +176,23 @@ def interpolate(c: Array, grid: Grid, axes: Sequence[int], mesh: Mesh, axis: Any
 
 
 def probe(A: ShardedDiaMatrix, grid: Grid, axes: Sequence[int]) -> Array:
-    """:func:`jaxdia._linalg.multigrid.probe` on a sharded level: the rows ``(N_c,
+    """:func:`jaxdia._linalg.multigrid_hierarchy.probe` on a sharded level: the rows ``(N_c,
     3^dim)`` of ``R A P`` by colour, sharded over ``A.axis``."""
     mesh, axis = A.mesh, A.axis
     shards = A.shards
-    coarse = _multigrid.coarse_grid(grid, axes)
+    coarse = multigrid_hierarchy.coarse_grid(grid, axes)
     coarse_planes = coarse[0] // shards
     width = 3 ** len(grid)
 
     def probes(block: Array) -> Array:  # this device's coarse points, one-hot by colour
         first = lax.axis_index(axis) * coarse_planes
-        colors = _multigrid.color((coarse_planes, *coarse[1:]), first)
+        colors = stencil.color((coarse_planes, *coarse[1:]), first)
         one_hot = colors[..., None] == jnp.arange(width, dtype=np.int32)
         return one_hot.astype(block.dtype).reshape(-1, width)
 
     spec = PartitionSpec(axis)
     anchor = jnp.zeros((math.prod(coarse),), A.dtype)  # gives probes its layout and dtype
-    coloured = _manual(probes, mesh, axis, spec, spec)(_place(anchor, mesh, spec))
+    coloured = _manual(probes, mesh, axis, spec, spec)(place(anchor, mesh, spec))
     fine = interpolate(coloured, grid, axes, mesh, axis)
     return restrict(A @ fine, grid, axes, mesh, axis)
 
@@ -202,7 +207,9 @@ def owned_planes(grid: Grid, shards: int) -> list[range]:
     return [range(p * m // 2, (p + 1) * m // 2) for p in range(shards)]
 
 
-def restrict_chunk(block: Array, grid: Grid, axes: Sequence[int], axis: Any, shards: int) -> Array:
+def restrict_chunk(
+    block: Array, grid: Grid, axes: Sequence[int], axis: Hashable, shards: int
+) -> Array:
     """Inside ``shard_map``: the coarse planes of ``R r`` that this device's ``block`` of
     ``r`` (its planes of ``grid``, any number ``m`` per device; axis 0 coarsened) owns
     (:func:`owned_planes`), padded to ``ceil(m / 2)`` planes; :func:`join_chunks` joins the
@@ -220,14 +227,14 @@ def restrict_chunk(block: Array, grid: Grid, axes: Sequence[int], axis: Any, sha
     width = -(-m // 2)
     start = 1 - lax.axis_index(axis) * m % 2
     window = lax.dynamic_slice_in_dim(x, start, 2 * width + 1, axis=0)
-    return _multigrid.restrict(window, axes).reshape(-1, *trailing)
+    return multigrid_hierarchy.restrict(window, axes).reshape(-1, *trailing)
 
 
 def join_chunks(chunks: Array, grid: Grid, axes: Sequence[int], shards: int) -> Array:
     """The whole coarse ``R r`` from the devices' :func:`restrict_chunk` results, joined
     in device order (an all-gather's result), padding planes dropped."""
     width = -(-(grid[0] // shards) // 2)
-    plane = math.prod(_multigrid.coarse_grid(grid, axes)[1:])
+    plane = math.prod(multigrid_hierarchy.coarse_grid(grid, axes)[1:])
     owned = owned_planes(grid, shards)
     keep = np.concatenate([p * width + np.arange(len(r)) for p, r in enumerate(owned)])
     trailing = chunks.shape[1:]
@@ -236,13 +243,13 @@ def join_chunks(chunks: Array, grid: Grid, axes: Sequence[int], shards: int) -> 
 
 
 def scatter_interpolate(
-    xc: Array, grid: Grid, axes: Sequence[int], axis: Any, shards: int
+    xc: Array, grid: Grid, axes: Sequence[int], axis: Hashable, shards: int
 ) -> Array:
     """Inside ``shard_map``: this device's planes of ``P xc`` on ``grid`` (its block, as
     the vectors are split) from the whole coarse ``xc`` (the same on every device; axis 0
     coarsened): no communication."""
     m = grid[0] // shards
-    coarse = _multigrid.coarse_grid(grid, axes)
+    coarse = multigrid_hierarchy.coarse_grid(grid, axes)
     trailing = xc.shape[1:]
     x = xc.reshape(*coarse, *trailing)
     zero = jnp.zeros_like(x[:1])
@@ -254,19 +261,19 @@ def scatter_interpolate(
     first = lax.axis_index(axis) * m
     j = (first - 1) // 2
     window = lax.dynamic_slice_in_dim(x, j + 1, count, axis=0)
-    fine = _multigrid.interpolate(window, axes, (2 * count, *grid[1:]))
+    fine = multigrid_hierarchy.interpolate(window, axes, (2 * count, *grid[1:]))
     return lax.dynamic_slice_in_dim(fine, first - 2 * j, m, axis=0).reshape(-1, *trailing)
 
 
 def gather_probe(A: ShardedDiaMatrix, grid: Grid, axes: Sequence[int]) -> Array:
-    """:func:`jaxdia._linalg.multigrid.probe` across a transfer onto a gathered level
+    """:func:`jaxdia._linalg.multigrid_hierarchy.probe` across a transfer onto a gathered level
     (:func:`restrict_chunk`): the rows ``(N_c, 3^dim)`` of ``R A P`` by colour,
     replicated."""
     mesh, axis, shards = A.mesh, A.axis, A.shards
-    coarse = _multigrid.coarse_grid(grid, axes)
+    coarse = multigrid_hierarchy.coarse_grid(grid, axes)
     width = 3 ** len(grid)
-    colors = _multigrid.color(coarse)[..., None] == jnp.arange(width, dtype=np.int32)
-    probes = _place(colors.astype(A.dtype).reshape(-1, width), mesh, PartitionSpec())
+    colors = stencil.color(coarse)[..., None] == jnp.arange(width, dtype=np.int32)
+    probes = place(colors.astype(A.dtype).reshape(-1, width), mesh, PartitionSpec())
     spec = PartitionSpec(axis)
 
     def fine(probes: Array) -> Array:
@@ -277,24 +284,24 @@ def gather_probe(A: ShardedDiaMatrix, grid: Grid, axes: Sequence[int]) -> Array:
 
     product = A @ _manual(fine, mesh, axis, PartitionSpec(), spec)(probes)
     chunks = _manual(chunk, mesh, axis, spec, spec)(product)
-    return join_chunks(_place(chunks, mesh, PartitionSpec()), grid, axes, shards)
+    return join_chunks(place(chunks, mesh, PartitionSpec()), grid, axes, shards)
 
 
-def coarse_data(rows: Array, coarse: Grid, mesh: Mesh, axis: Any) -> tuple[Array, tuple]:
-    """:func:`jaxdia._linalg.multigrid.dia_from_rows` (by colour) for rows sharded over
+def coarse_data(rows: Array, coarse: Grid, mesh: Mesh, axis: Hashable) -> tuple[Array, tuple]:
+    """:func:`jaxdia._linalg.stencil.dia_from_rows` (by colour) for rows sharded over
     ``axis``: ``(data, offsets)``, ``data`` ``(n_diags, N_c)`` with its columns sharded
     like the rows. Each device reads one plane of rows from each neighbour."""
     shards = int(mesh.shape[axis])
     planes = coarse[0] // shards
     plane = math.prod(coarse[1:])
     extended = (planes + 2, *coarse[1:])
-    offsets = tuple(sorted(_multigrid.stencil_offsets(extended)))
+    offsets = tuple(sorted(stencil.stencil_offsets(extended)))
 
     def local(block: Array) -> Array:
         before, after = halos(block, plane, plane, axis, shards, dim=0)
         rows = jnp.concatenate([*before, block, *after])
         first = lax.axis_index(axis) * planes - 1
-        parts = _multigrid.dia_from_rows(rows, extended, by_color=True, first=first)
+        parts = stencil.dia_from_rows(rows, extended, by_color=True, first=first)
         assert parts.offsets == offsets
         return parts.data[:, plane : plane + planes * plane]
 
@@ -308,7 +315,7 @@ class ShardedHierarchy(Immutable):
 
     Leaves: ``operators`` (a :class:`jaxdia.ShardedDiaMatrix` per sharded level),
     their ``inverse_diagonals`` (sharded like the vectors) and Gershgorin ``bounds``, and
-    ``local``, the :class:`jaxdia._linalg.multigrid.Hierarchy` of the gathered levels
+    ``local``, the :class:`jaxdia._linalg.multigrid_hierarchy.Hierarchy` of the gathered levels
     (replicated); ``deep``, empty or each sharded level widened to ``sweeps`` halos
     (smoothing after one exchange, :mod:`jaxdia._linalg.deep_halo`). Static: every
     level's ``grids`` and the ``plan``.
@@ -320,7 +327,7 @@ class ShardedHierarchy(Immutable):
     operators: tuple[ShardedDiaMatrix, ...]
     inverse_diagonals: tuple[Array, ...]
     bounds: tuple[Array, ...]
-    local: _multigrid.Hierarchy
+    local: multigrid_hierarchy.Hierarchy
     deep: tuple[DeepHaloMatrix, ...]
     grids: tuple[Grid, ...]
     plan: Plan
@@ -360,15 +367,15 @@ def setup(
         if level + 1 == gathered and not aligned(grid, axes, S.shards):
             # Restricted onto every device: the rest of the hierarchy is built on each.
             rows = gather_probe(S, grid, axes)
-            local_finest = _multigrid.dia_from_rows(rows, coarse, by_color=True)
+            local_finest = stencil.dia_from_rows(rows, coarse, by_color=True)
             continue
         data, offsets = coarse_data(probe(S, grid, axes), coarse, mesh, axis)
         if level + 1 < gathered:
             operators.append(shard(DiaMatrix(data, offsets, (n, n)), mesh, axis))
         else:  # gathered once, here; the rest of the hierarchy is built on every device
-            local_finest = DiaParts(_place(data, mesh, PartitionSpec()), offsets, (n, n))
+            local_finest = DiaParts(place(data, mesh, PartitionSpec()), offsets, (n, n))
     assert local_finest is not None
-    local = _multigrid.setup(
+    local = multigrid_hierarchy.setup(
         local_finest, grids[gathered], plan[gathered:], smoother, sweeps, by_cells=False
     )
     deep = tuple(widen(S, sweeps) for S in operators) if deep_halo else ()
@@ -394,8 +401,10 @@ def _cycle(h: ShardedHierarchy, level: int, b: Array) -> Array:
 
     kind, sweeps = local.smoother, local.sweeps
 
-    def presmooth(product, inverse, rho, b):
-        return smooth(kind, sweeps, dim, product, inverse, rho, b, None, residual=True)
+    def presmooth(product, inverse, rho, b) -> tuple[Array, Array]:
+        x, r = smooth(kind, sweeps, dim, product, inverse, rho, b, None, residual=True)
+        assert r is not None
+        return x, r
 
     def postsmooth(product, inverse, rho, b, x):
         return smooth(kind, sweeps, dim, product, inverse, rho, b, x, residual=False)[:1]
@@ -404,7 +413,6 @@ def _cycle(h: ShardedHierarchy, level: int, b: Array) -> Array:
         x, r = apply(h.deep[level], presmooth, (b,), (rho,))
     else:
         x, r = presmooth(A.__matmul__, inverse, rho, b)
-    assert r is not None
     if level + 1 == h.gathered and not aligned(grid, axes, A.shards):
         x = x + _gathering_cycle(h, r)
     else:
@@ -423,9 +431,9 @@ def _gathered_cycle(h: ShardedHierarchy, b: Array) -> Array:
     mesh, axis = finest.mesh, finest.axis
     rows = b.shape[0] // finest.shards
 
-    def local(block: Array, hierarchy: _multigrid.Hierarchy) -> Array:
+    def local(block: Array, hierarchy: multigrid_hierarchy.Hierarchy) -> Array:
         whole = lax.all_gather(block, axis, tiled=True)
-        x = _multigrid.vcycle(hierarchy, whole)
+        x = multigrid_hierarchy.vcycle(hierarchy, whole)
         return lax.dynamic_slice_in_dim(x, lax.axis_index(axis) * rows, rows)
 
     spec = PartitionSpec(axis)
@@ -442,17 +450,17 @@ def _gathering_cycle(h: ShardedHierarchy, r: Array) -> Array:
     mesh, axis, shards = last.mesh, last.axis, last.shards
     grid, axes = h.grids[h.gathered - 1], h.plan[h.gathered - 1]
 
-    def local(block: Array, hierarchy: _multigrid.Hierarchy) -> Array:
+    def local(block: Array, hierarchy: multigrid_hierarchy.Hierarchy) -> Array:
         chunk = restrict_chunk(block, grid, axes, axis, shards)
         whole = join_chunks(lax.all_gather(chunk, axis, tiled=True), grid, axes, shards)
-        correction = _multigrid.vcycle(hierarchy, whole)
+        correction = multigrid_hierarchy.vcycle(hierarchy, whole)
         return scatter_interpolate(correction, grid, axes, axis, shards)
 
     spec = PartitionSpec(axis)
     return _manual(local, mesh, axis, (spec, PartitionSpec()), spec, **_REPLICATED)(r, h.local)
 
 
-def sharded_operand(A: Any) -> ShardedDiaMatrix | None:
+def sharded_operand(A: object) -> ShardedDiaMatrix | None:
     """``A`` as a :class:`jaxdia.ShardedDiaMatrix` when it is one, or a square unbatched
     DiaMatrix whose ``data`` columns are split over one mesh axis (by its type on
     ``Explicit`` axes, or a concrete array's ``NamedSharding``); else None."""
@@ -569,10 +577,10 @@ class ShardedMultigrid(Immutable):
         return self._hierarchy.operators[0].mesh
 
     @property
-    def axis(self) -> Any:
+    def axis(self) -> Hashable:
         return self._hierarchy.operators[0].axis
 
-    def __call__(self, v: Any) -> Array:
+    def __call__(self, v: ArrayLike) -> Array:
         v = as_array(v, "ShardedMultigrid: v")
         N = self._hierarchy.operators[0].padded_size
         if v.ndim == 0 or v.shape[-1] != N:
@@ -627,7 +635,7 @@ def build(
     plan: Plan,
     smoother: str,
     sweeps: int,
-    dtype: Any,
+    dtype: DTypeLike | None,
     gather_below: int,
     deep_halo: bool,
 ) -> ShardedMultigrid:
@@ -648,7 +656,7 @@ def build(
         )
     grids = [grid]
     for axes in plan:
-        grids.append(_multigrid.coarse_grid(grids[-1], axes))
+        grids.append(multigrid_hierarchy.coarse_grid(grids[-1], axes))
     gathered = sharded_levels(grids, plan, shards, gather_below)
     if dtype is not None and np.dtype(dtype) != A.dtype:
         A = jax.tree.map(lambda windows: windows.astype(dtype), A)

@@ -12,6 +12,9 @@
   stencils (:data:`CHEBYSHEV_LOWER`, :data:`JACOBI_WEIGHT`).
 * :func:`fusible_product`: ``A @ v`` written so that XLA fuses it with the vector updates
   of a polynomial step.
+* :func:`check_diagonal` and :func:`is_operator`: what the preconditioners built on
+  ``D^-1`` (Jacobi, Chebyshev, multigrid's smoothers) ask of ``A``: a nonzero diagonal,
+  stored or given by ``diagonal()``.
 
 The same polynomial before and after a coarse correction keeps a V-cycle symmetric for a
 symmetric ``A``; ``rho`` bounds the spectrum, so the smoothers converge in the energy norm.
@@ -20,22 +23,32 @@ symmetric ``A``; ``rho`` bounds the spectrum, so the smoothers converge in the e
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from types import ModuleType
+from typing import TypeVar
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array, lax
 
+from .._checks import check_nonzero_diagonal
 from .._geometry import band_widths, by_rows, in_bounds
+from .._matrix import DiaMatrix
 from .._parts import DiaParts
 from .._products import matvec as dia_matvec
+from .._shard import ShardedDiaMatrix
+
+#: Values on the device or on the host (``xp`` says which), kept as they came.
+_V = TypeVar("_V", Array, np.ndarray, Array | np.ndarray)
 
 
-def row_sums(cells: Sequence[Any], xp: Any = jnp) -> Any:
+def row_sums(cells: Sequence[_V], xp: ModuleType = jnp) -> _V:
     """``sum |A[i, j]|`` over ``j`` for each point ``i``: a sum of the cells (a reduction
     over the leading axis of a stencil array is a slow strided loop on CPU)."""
     total = None
     for values in cells:
         total = xp.abs(values) if total is None else total + xp.abs(values)
+    assert total is not None
     return total
 
 
@@ -49,8 +62,8 @@ def chebyshev_steps(
     scale: Callable[[Array], Array],
     b: Array,
     x: Array | None,
-    lower: Any,
-    upper: Any,
+    lower: Array,
+    upper: Array,
     steps: int,
     residual: bool,
     unroll: bool | None = None,
@@ -148,7 +161,7 @@ def fusible_product(A: DiaParts) -> Callable[[Array], Array]:
     return matvec
 
 
-def smoothing_data(center: Any, sums: Any, xp: Any = jnp) -> tuple[Any, Any]:
+def smoothing_data(center: _V, sums: _V, xp: ModuleType = jnp) -> tuple[_V, _V]:
     """``(1 / diag, rho)``: the inverse diagonal and Gershgorin's bound on ``D^-1 A``
     (``xp``: ``jax.numpy``, or ``numpy`` for host arrays)."""
     inverse = 1 / center
@@ -204,3 +217,35 @@ def smooth(
         return jacobi_steps(matvec, scale, b, x, JACOBI_WEIGHT / rho, sweeps, residual)
     lower = CHEBYSHEV_LOWER[dim] * rho
     return chebyshev_steps(matvec, scale, b, x, lower, rho, sweeps, residual)
+
+
+# -- what the preconditioners ask of A -------------------------------------------------------
+
+
+def is_operator(A: object) -> bool:
+    """Whether ``A`` is an operator other than a DiaMatrix with ``@``, ``shape`` and
+    ``diagonal()`` (a :class:`jaxdia.ShardedDiaMatrix`), as :func:`jaxdia.jacobi` and
+    :func:`jaxdia.chebyshev` take."""
+    return (
+        callable(getattr(A, "diagonal", None))
+        and hasattr(A, "__matmul__")
+        and hasattr(A, "shape")
+        and not isinstance(A, (np.ndarray, jax.Array))
+    )
+
+
+def check_diagonal(
+    function: str, A: DiaMatrix | ShardedDiaMatrix, host: np.ndarray | None = None
+) -> None:
+    """A ValueError naming the zeros of a concrete diagonal (the smoothers divide by it;
+    ``host``: A's data on the host, read instead of a slice of ``A.data``)."""
+    if 0 not in A.offsets:
+        raise ValueError(
+            f"{function}: A stores no main diagonal (offsets {A.offsets}); its smoother "
+            "divides by the diagonal, which must be nonzero"
+        )
+    if isinstance(A, ShardedDiaMatrix):  # laid out like its vectors, 1 in padding rows
+        check_nonzero_diagonal(A.diagonal(), function, "")
+        return
+    data = A.data if host is None else host.reshape(A.data.shape)
+    check_nonzero_diagonal(data[..., A.offsets.index(0), :], function, "")

@@ -19,7 +19,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 import jaxdia
 from jaxdia._geometry import band_widths
-from jaxdia._linalg import multigrid as one_device
+from jaxdia._linalg import multigrid_hierarchy as one_device
 from tests.test_multigrid import jump, poisson
 
 __all__ = [
