@@ -37,8 +37,6 @@ its shardings on the region's mesh (the same devices, ``Auto`` axes).
 
 from __future__ import annotations
 
-from typing import Any
-
 import jax
 import jax.core
 import jax.numpy as jnp
@@ -55,7 +53,7 @@ from ._sharded_products import halos
 from ._sharding import explicit_spec, mesh_of, names_of, spec_entry
 
 
-def _check_mesh_axis(mesh: Any, axis: Any) -> int:
+def _check_mesh_axis(mesh: object, axis: object) -> int:
     """Returns the size of mesh axis ``axis``, or raises saying what is wrong."""
     if not isinstance(mesh, Mesh):
         raise TypeError(
@@ -110,7 +108,7 @@ def _place(x: Array, mesh: Mesh, spec: PartitionSpec) -> Array:
     return lax.with_sharding_constraint(x, sharding)
 
 
-def _column_spec(x: ArrayLike, mesh: Mesh) -> Any:
+def _column_spec(x: ArrayLike, mesh: Mesh) -> object:
     """How the columns of an ``(N, c)`` block are to stay sharded: as ``x``'s type says on
     ``Explicit`` axes, as a concrete ``x`` on ``mesh`` is, else left to XLA on ``Auto``
     axes (``UNCONSTRAINED``) and replicated eagerly."""
@@ -169,7 +167,7 @@ class ShardedDiaMatrix(Immutable):
     offsets: tuple[int, ...]
     shape: tuple[int, int]
     mesh: Mesh
-    axis: Any
+    axis: str
 
     # ``np.ndarray @ S`` must not try to convert S.
     __array_ufunc__ = None
@@ -180,7 +178,7 @@ class ShardedDiaMatrix(Immutable):
         offsets: tuple[int, ...],
         shape: tuple[int, int],
         mesh: Mesh,
-        axis: Any,
+        axis: str,
     ) -> None:
         # Internal: use ``shard``. Values are not validated here (pytree unflattening).
         self._assign(windows, offsets, shape, mesh, axis)
@@ -550,7 +548,7 @@ def _windows(data, *, offsets, shape, rows, mesh, axis):
     )(data)
 
 
-def shard(A: DiaMatrix, mesh: Mesh, axis: Any) -> ShardedDiaMatrix:
+def shard(A: DiaMatrix, mesh: Mesh, axis: str) -> ShardedDiaMatrix:
     """Splits the rows of a square DiaMatrix over one axis of a device mesh.
 
     Each device keeps ``ceil(n / P)`` rows (``P`` devices along ``axis``; ``n`` is padded
