@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.core
@@ -712,8 +712,8 @@ def _exponential_action(
     *,
     start: ArrayLike | None = None,
     stop: ArrayLike | None = None,
-    num: Any = None,
-    endpoint: Any = None,
+    num: int | None = None,
+    endpoint: bool | None = None,
     traceA: ArrayLike | None = None,
 ) -> Array:
     """``exp(A) B``, or ``exp(t_k A) B`` on a time grid, for a square ``A`` (see
