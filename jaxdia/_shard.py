@@ -37,6 +37,8 @@ its shardings on the region's mesh (the same devices, ``Auto`` axes).
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import jax
 import jax.core
 import jax.numpy as jnp
@@ -167,7 +169,7 @@ class ShardedDiaMatrix(Immutable):
     offsets: tuple[int, ...]
     shape: tuple[int, int]
     mesh: Mesh
-    axis: str
+    axis: Hashable
 
     # ``np.ndarray @ S`` must not try to convert S.
     __array_ufunc__ = None
@@ -178,7 +180,7 @@ class ShardedDiaMatrix(Immutable):
         offsets: tuple[int, ...],
         shape: tuple[int, int],
         mesh: Mesh,
-        axis: str,
+        axis: Hashable,
     ) -> None:
         # Internal: use ``shard``. Values are not validated here (pytree unflattening).
         self._assign(windows, offsets, shape, mesh, axis)
@@ -548,7 +550,7 @@ def _windows(data, *, offsets, shape, rows, mesh, axis):
     )(data)
 
 
-def shard(A: DiaMatrix, mesh: Mesh, axis: str) -> ShardedDiaMatrix:
+def shard(A: DiaMatrix, mesh: Mesh, axis: Hashable) -> ShardedDiaMatrix:
     """Splits the rows of a square DiaMatrix over one axis of a device mesh.
 
     Each device keeps ``ceil(n / P)`` rows (``P`` devices along ``axis``; ``n`` is padded

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any, TypeAlias, TypeGuard, TypeVar
 
 import jax
@@ -32,8 +32,8 @@ import jax.core
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 from jax.typing import ArrayLike
 
-#: Mesh axis names (JAX types a name as ``Any``: any hashable).
-Axes = tuple[Any, ...]
+#: Mesh axis names (a name is any hashable, usually a str).
+Axes = tuple[Hashable, ...]
 #: A mesh, or the abstract mesh of an array's type.
 MeshLike: TypeAlias = Mesh | AbstractMesh
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -89,7 +89,7 @@ def axes_size(mesh: MeshLike, axes: Axes) -> int:
     return math.prod(int(mesh.shape[name]) for name in axes)
 
 
-def spec_entry(axes: Axes) -> object:
+def spec_entry(axes: Axes) -> Hashable | None:
     """``axes`` as one entry of a ``PartitionSpec``: None, a name, or a tuple of names."""
     if not axes:
         return None
