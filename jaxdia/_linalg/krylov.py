@@ -36,7 +36,7 @@ from jax import Array, lax
 
 from .._checks import as_array, broadcast_batch, check_square, is_traced, scalar, static_int
 from .._matrix import DiaMatrix, as_square_matrix
-from .._typing import ArrayLike, DTypeLike, LinearMap, Operator
+from .._typing import ArrayLike, DTypeLike, LinearMap, Operator, Scalar
 
 #: What the loops apply: ``A`` and ``M`` as functions of ``(*batch, n)`` arrays.
 MatVec = Callable[[Array], Array]
@@ -414,7 +414,7 @@ def bicgstab_fused_iterations(
     return state[0], state[-3]
 
 
-def threshold(b: Array, rtol: ArrayLike, atol: ArrayLike) -> Array:
+def threshold(b: Array, rtol: Scalar, atol: Scalar) -> Array:
     """``max(rtol * |b|, atol)`` per system, SciPy's and JAX's stopping rule."""
     return jnp.maximum(rtol * jnp.sqrt(_squared_norm(b)), atol)
 
@@ -633,7 +633,7 @@ def _run_krylov(A, b, x0, M, rtol, atol, maxiter, *, method, variant, batch, dty
     return x, SolveInfo(iterations, residual, converged)
 
 
-def _tolerance(value: ArrayLike, name: str) -> Array | float:
+def _tolerance(value: Scalar, name: str) -> Array | float:
     """A tolerance: a traced one as it is, a concrete one checked and as a Python float."""
     value = scalar(value, name, nonnegative=True)
     return value if is_traced(value) else float(value)
@@ -645,8 +645,8 @@ def cg(
     *,
     M: Operator | None = None,
     x0: ArrayLike | None = None,
-    rtol: ArrayLike = 1e-5,
-    atol: ArrayLike = 0.0,
+    rtol: Scalar = 1e-5,
+    atol: Scalar = 0.0,
     maxiter: int | None = None,
     variant: str = "standard",
 ) -> tuple[Array, SolveInfo]:
@@ -725,8 +725,8 @@ def bicgstab(
     *,
     M: Operator | None = None,
     x0: ArrayLike | None = None,
-    rtol: ArrayLike = 1e-5,
-    atol: ArrayLike = 0.0,
+    rtol: Scalar = 1e-5,
+    atol: Scalar = 0.0,
     maxiter: int | None = None,
     variant: str = "standard",
 ) -> tuple[Array, SolveInfo]:
