@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, TypeGuard, TypeVar, overload
 
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
+from jax.typing import ArrayLike, DTypeLike
 
 # -- dtypes ----------------------------------------------------------------------------------
 
@@ -28,17 +29,20 @@ SUPPORTED_DTYPES = tuple(
 )
 
 
-def is_traced(value: Any) -> bool:
+_T = TypeVar("_T")
+
+
+def is_traced(value: object) -> TypeGuard[jax.core.Tracer]:
     """Whether ``value`` is a tracer (under ``jit``, ``vmap``, ``grad``): not checkable."""
     return isinstance(value, jax.core.Tracer)
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: object) -> bool:
     """Whether ``value`` is a Python or NumPy integer (bools excluded)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def is_numeric(dtype: Any) -> bool:
+def is_numeric(dtype: DTypeLike) -> bool:
     """Whether ``dtype`` is a bool, integer, floating (bfloat16 included) or complex type."""
     dtype = np.dtype(dtype)
     return dtype == np.bool_ or bool(jnp.issubdtype(dtype, jnp.number))
@@ -50,7 +54,7 @@ def native(array: np.ndarray) -> np.ndarray:
     return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
 
-def check_dtype(dtype: Any, what: str = "data") -> np.dtype:
+def check_dtype(dtype: DTypeLike, what: str = "data") -> np.dtype:
     """Returns ``dtype`` (in native byte order) if a DiaMatrix can hold it, else raises a
     TypeError saying why."""
     dtype = np.dtype(dtype).newbyteorder("=")
@@ -69,7 +73,11 @@ def check_dtype(dtype: Any, what: str = "data") -> np.dtype:
     return dtype
 
 
-def narrow(values: Any, function: str, stacklevel: int = 3) -> Any:
+@overload
+def narrow(values: np.ndarray, function: str, stacklevel: int = 3) -> np.ndarray: ...
+@overload
+def narrow(values: _T, function: str, stacklevel: int = 3) -> _T: ...
+def narrow(values: object, function: str, stacklevel: int = 3) -> object:
     """``values`` (a NumPy array) converted on the host to the precision JAX has, with a
     warning if that narrows float64 or complex128 (x64 off); anything else as it is.
     ``stacklevel`` is the warning's, counted from here (3: the caller's caller).
@@ -168,7 +176,7 @@ MAX_ARRAY_BYTES = 2**63 - 1
 MAX_SIDE = MAX_ARRAY_BYTES // 16
 
 
-def check_array_size(shape: Sequence[Any], dtype: Any, what: str) -> None:
+def check_array_size(shape: Sequence[Any], dtype: DTypeLike, what: str) -> None:
     """A ValueError unless an array of ``shape`` and ``dtype`` can exist in XLA (symbolic
     dims of ``jax.export`` are not checked)."""
     if not all(isinstance(d, int) for d in shape):
@@ -181,7 +189,7 @@ def check_array_size(shape: Sequence[Any], dtype: Any, what: str) -> None:
         )
 
 
-def as_shape(shape: Any) -> tuple[int, int]:
+def as_shape(shape: object) -> tuple[int, int]:
     """Validates a matrix shape ``(m, n)`` of non-negative ints, each at most
     :data:`MAX_SIDE`."""
     if isinstance(shape, np.ndarray) and shape.ndim == 1:
@@ -204,7 +212,7 @@ def as_shape(shape: Any) -> tuple[int, int]:
 # -- array operands --------------------------------------------------------------------------
 
 
-def reject_sparse(value: Any, name: str, hint: str = "") -> None:
+def reject_sparse(value: object, name: str, hint: str = "") -> None:
     """A TypeError if ``value`` is a ``scipy.sparse`` matrix: it must be converted first."""
     if sp.issparse(value):
         raise TypeError(
@@ -214,7 +222,7 @@ def reject_sparse(value: Any, name: str, hint: str = "") -> None:
 
 
 def as_array(
-    value: Any, name: str, *, expected: str = "a numeric array", hint: str = ""
+    value: object, name: str, *, expected: str = "a numeric array", hint: str = ""
 ) -> jax.Array | np.ndarray:
     """``value`` as an array operand: a JAX array (or tracer) as given, anything else as a
     NumPy array in native byte order (a jitted call transfers it; ``jnp.asarray`` first
@@ -242,7 +250,7 @@ def as_array(
     return native(host)
 
 
-def integers_as(value: Any, dtype: Any) -> Any:
+def integers_as(value: _T, dtype: DTypeLike) -> _T | np.ndarray:
     """``value`` converted on the host to the inexact ``dtype`` if it is a NumPy integer or
     bool array (or scalar), else as it is.
 
@@ -261,7 +269,7 @@ def integers_as(value: Any, dtype: Any) -> Any:
 IMPLEMENTATIONS = (None, "xla", "pallas", "mosaic", "triton")
 
 
-def check_implementation(implementation: Any) -> None:
+def check_implementation(implementation: object) -> None:
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
 
@@ -275,7 +283,7 @@ def broadcast_batch(what: str, *shapes: Sequence[int]) -> tuple[int, ...]:
         raise ValueError(f"{what}: batch shapes {shapes_} do not broadcast") from None
 
 
-def spans_processes(value: Any) -> bool:
+def spans_processes(value: object) -> TypeGuard[jax.Array]:
     """Whether ``value`` is a global ``jax.Array`` with shards on other processes'
     devices that is not replicated here: its values cannot be fetched to this host (a
     check that needs them must reduce on the devices instead)."""
@@ -302,7 +310,7 @@ def _zeros_on_devices(values: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jnp.sum(zero), jnp.min(jnp.where(zero, flat, values.size))
 
 
-def check_nonzero_diagonal(diagonal: Any, function: str, consequence: str) -> None:
+def check_nonzero_diagonal(diagonal: ArrayLike, function: str, consequence: str) -> None:
     """A ValueError naming the zeros (up to 5) of a concrete ``diagonal``, for the
     preconditioners and smoothers that divide by it; a traced one is not checked.
 
@@ -338,7 +346,15 @@ def check_nonzero_diagonal(diagonal: Any, function: str, consequence: str) -> No
 # -- operators and their operands ------------------------------------------------------------
 
 
-def check_square(A: Any, function: str) -> Any:
+class _Shaped(Protocol):
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+
+_ShapedT = TypeVar("_ShapedT", bound=_Shaped)
+
+
+def check_square(A: _ShapedT, function: str) -> _ShapedT:
     """``A`` (anything with a ``shape``), checked to be a square matrix (``function``
     names the caller)."""
     shape = tuple(A.shape)
@@ -348,8 +364,13 @@ def check_square(A: Any, function: str) -> Any:
 
 
 def check_rhs(
-    function: str, n: int, batch_shape: tuple[int, ...], b: Any, dtype: Any, name: str = "b"
-):
+    function: str,
+    n: int,
+    batch_shape: tuple[int, ...],
+    b: ArrayLike,
+    dtype: DTypeLike,
+    name: str = "b",
+) -> tuple[jax.Array | np.ndarray, tuple[int, ...]]:
     """``b`` (called ``name`` in messages) checked for an ``n x n`` matrix of batch shape
     ``batch_shape`` and ``dtype``: returns ``(b, batch)``, ``batch`` the broadcast batch
     shape of the solution. Integer NumPy ``b`` is converted on the host (see
@@ -364,7 +385,7 @@ def check_rhs(
     return b, batch
 
 
-def result_dtype(matrix_dtype: Any, b: Any) -> np.dtype:
+def result_dtype(matrix_dtype: DTypeLike, b: ArrayLike) -> np.dtype:
     """The dtype of a solution: the promoted dtype of the matrix and ``b`` (arrays: a
     NumPy float64 ``b`` is no explicit request), the default float for integers."""
     dtype = jnp.result_type(jnp.zeros((), matrix_dtype), b)
@@ -376,7 +397,9 @@ def result_dtype(matrix_dtype: Any, b: Any) -> np.dtype:
 # -- scalar arguments ------------------------------------------------------------------------
 
 
-def scalar(value: Any, name: str, *, nonnegative: bool = False, hint: str = "") -> Any:
+def scalar(
+    value: ArrayLike, name: str, *, nonnegative: bool = False, hint: str = ""
+) -> jax.Array | np.ndarray:
     """``value`` checked to be a real scalar (a traced one too: only its shape and dtype
     are checked), as an array; ``nonnegative`` also refuses a concrete value below 0 (or
     NaN). ``name`` names it in the messages, ``hint`` follows the complex-value one."""
@@ -390,7 +413,7 @@ def scalar(value: Any, name: str, *, nonnegative: bool = False, hint: str = "") 
     return value
 
 
-def reject_unsupported(function: str, name: str, value: Any, why: str) -> None:
+def reject_unsupported(function: str, name: str, value: object, why: str) -> None:
     """A NotImplementedError unless the SciPy argument ``name`` that jaxdia does not
     support is None (``why`` says why)."""
     if value is not None:

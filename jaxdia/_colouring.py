@@ -36,6 +36,7 @@ import numpy as np
 from jax import Array, lax
 
 from ._geometry import diagonal_bounds, in_bounds, index_dtype
+from ._typing import DTypeLike
 
 
 class Pattern:
@@ -317,7 +318,7 @@ def row_colouring(pattern: Pattern) -> Colouring:
 # -- seeds and decompression -----------------------------------------------------------------
 
 
-def seeds(colouring: Colouring, size: int, dtype: Any) -> Array:
+def seeds(colouring: Colouring, size: int, dtype: DTypeLike) -> Array:
     """``(count, size)``: row ``c`` is the indicator of the columns (or rows) of colour
     ``c``."""
     index = index_dtype(size)

@@ -10,12 +10,17 @@ the rest of the package.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from types import ModuleType
+from typing import Any, NamedTuple, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.typing import DTypeLike
+
+#: A row of values on the host or in JAX: what ``by_rows`` gives back is of its kind.
+_Row = TypeVar("_Row", Array, np.ndarray)
 
 
 def diagonal_bounds(offset: int, shape: tuple[int, int]) -> tuple[int, int]:
@@ -62,7 +67,7 @@ def index_dtype(size: int) -> type:
     return np.int64
 
 
-def accumulation_dtype(dtype: Any) -> np.dtype:
+def accumulation_dtype(dtype: DTypeLike) -> np.dtype:
     """The dtype sums run in: float32 for 16-bit floats, else ``dtype`` itself."""
     dtype = np.dtype(dtype)
     if dtype.itemsize <= 2 and jnp.issubdtype(dtype, jnp.floating):
@@ -74,7 +79,7 @@ def slot_indices(
     offsets: Sequence[int],
     shape: tuple[int, int],
     *,
-    columns: Any = None,
+    columns: Array | np.ndarray | None = None,
     host: bool = False,
 ) -> tuple[Any, Any, Any]:
     """``(rows, cols, inside)`` for the slots of ``data``: slot ``(k, j)`` holds
@@ -171,14 +176,14 @@ def place_row(values: Array, start: int, width: int) -> Array:
     return jnp.pad(values, pad)
 
 
-def stack_rows(rows: list[Array], batch: tuple[int, ...], width: int, dtype: Any) -> Array:
+def stack_rows(rows: list[Array], batch: tuple[int, ...], width: int, dtype: DTypeLike) -> Array:
     """Stacks rows of width ``width`` (broadcast to ``batch``) into ``(*batch, len, width)``."""
     if not rows:
         return jnp.zeros((*batch, 0, width), dtype)
     return jnp.stack([jnp.broadcast_to(r, (*batch, width)).astype(dtype) for r in rows], -2)
 
 
-def by_rows(row: Any, offset: int, xp: Any = jnp) -> Any:
+def by_rows(row: _Row, offset: int, xp: ModuleType = jnp) -> _Row:
     """A diagonal's values by row: ``out[i] = row[i + offset]`` (``A[i, i + offset]``
     for a row of DIA ``data``) where that is inside ``row``, else 0 (1-D; ``xp`` is
     ``jax.numpy`` or ``numpy``)."""

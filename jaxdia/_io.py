@@ -8,9 +8,10 @@ move both ways between jaxdia and SciPy. Nothing is pickled.
 from __future__ import annotations
 
 import math
+import os
 import zipfile
 import zlib
-from typing import Any
+from typing import IO, Any
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +26,9 @@ _KEYS = ("format", "shape", "data", "offsets")
 _CORRUPT = (ValueError, EOFError, zipfile.BadZipFile, zlib.error)
 
 
-def save_npz(file: Any, matrix: DiaMatrix, compressed: bool = True) -> None:
+def save_npz(
+    file: str | os.PathLike[str] | IO[bytes], matrix: DiaMatrix, compressed: bool = True
+) -> None:
     """Saves a DiaMatrix to ``.npz`` as ``scipy.sparse.save_npz`` saves a ``dia_array``.
 
     ``scipy.sparse.load_npz`` reads the file back as a ``dia_array`` with the same
@@ -67,7 +70,10 @@ DEFAULT_MAX_BYTES = 1 << 30
 
 
 def load_npz(
-    file: Any, dtype: DTypeLike | None = None, *, max_bytes: int | None = DEFAULT_MAX_BYTES
+    file: str | os.PathLike[str] | IO[bytes],
+    dtype: DTypeLike | None = None,
+    *,
+    max_bytes: int | None = DEFAULT_MAX_BYTES,
 ) -> DiaMatrix:
     """Loads a DIA matrix saved by :func:`save_npz` or ``scipy.sparse.save_npz``.
 
@@ -193,7 +199,7 @@ def load_npz(
     return DiaMatrix(data, offsets, shape)
 
 
-def _describe(file: Any) -> str:
+def _describe(file: object) -> str:
     """``file`` for an error message, short whatever it is (bytes are not repeated)."""
     if isinstance(file, (bytes, bytearray, memoryview)):
         return f"a {type(file).__name__} object of {len(file)} bytes"

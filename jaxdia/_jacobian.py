@@ -22,11 +22,14 @@ from ._colouring import Pattern, column_colouring, decompress, row_colouring, se
 from ._geometry import holds_entries
 from ._matrix import DiaMatrix
 from ._parts import DiaParts
+from ._typing import ArrayLike, DTypeLike, Offsets
 
 _MODES = ("fwd", "rev")
 
 
-def pattern(offsets: Any, shape: tuple[int, int], mask: Any, function: str) -> Pattern:
+def pattern(
+    offsets: Offsets, shape: tuple[int, int], mask: ArrayLike | None, function: str
+) -> Pattern:
     """The checked :class:`Pattern` of ``offsets`` (in any order) for a ``shape`` matrix;
     ``mask`` (rows in the order of ``offsets``) is reordered with them."""
     given = check_distinct(as_offsets(offsets, f"{function}: offsets"))
@@ -57,7 +60,7 @@ def _apply(linear: Callable[[Array], Array], seed_rows: Array, chunk_size: int |
 def dia_from_linear(
     linear: Callable[[Array], Array],
     pattern: Pattern,
-    dtype: Any,
+    dtype: DTypeLike,
     *,
     transposed: bool = False,
     chunk_size: int | None = None,
@@ -89,7 +92,7 @@ def _complex_rows(pullback: Callable[[Array], Array]) -> Callable[[Array], Array
 
 
 def _options(
-    function: str, offsets: Any, argnums: Any, mode: Any, chunk_size: Any
+    function: str, offsets: Offsets, argnums: int, mode: str, chunk_size: int | None
 ) -> tuple[int, int | None]:
     """Checks what can be checked before the arguments are seen."""
     check_distinct(as_offsets(offsets, f"{function}: offsets"))
@@ -112,12 +115,12 @@ def _options(
 def _evaluate(
     function: str,
     f: Callable[..., Any],
-    offsets: Any,
+    offsets: Offsets,
     argnum: int,
     args: tuple[Any, ...],
     *,
     has_aux: bool,
-    mask: Any,
+    mask: ArrayLike | None,
     mode: str,
     chunk_size: int | None,
     check: bool,
@@ -236,15 +239,15 @@ def _check_against_dense(
 
 def jacobian(
     f: Callable[..., Any],
-    offsets: Any,
+    offsets: Offsets,
     argnums: int = 0,
     *,
     has_aux: bool = False,
-    mask: Any = None,
+    mask: ArrayLike | None = None,
     mode: str = "fwd",
     chunk_size: int | None = None,
     check: bool = False,
-) -> Callable[..., Any]:
+) -> Callable[..., DiaMatrix | tuple[DiaMatrix, Any]]:
     """The Jacobian of ``f`` as a :class:`jaxdia.DiaMatrix` with the given offsets, from
     one product per colour of the pattern instead of one per column.
 
@@ -316,7 +319,7 @@ def jacobian(
     """
     argnum, chunk_size = _options("jacobian", offsets, argnums, mode, chunk_size)
 
-    def jacobian_function(*args: Any) -> Any:
+    def jacobian_function(*args: Any) -> DiaMatrix | tuple[DiaMatrix, Any]:
         _, A, aux = _evaluate(
             "jacobian",
             f,
@@ -336,15 +339,15 @@ def jacobian(
 
 def value_and_jacobian(
     f: Callable[..., Any],
-    offsets: Any,
+    offsets: Offsets,
     argnums: int = 0,
     *,
     has_aux: bool = False,
-    mask: Any = None,
+    mask: ArrayLike | None = None,
     mode: str = "fwd",
     chunk_size: int | None = None,
     check: bool = False,
-) -> Callable[..., Any]:
+) -> Callable[..., tuple[Array | tuple[Array, Any], DiaMatrix]]:
     """:func:`jaxdia.jacobian` that returns ``f``'s value too, from the same
     linearization: ``(value, J)``, or ``((value, aux), J)`` with ``has_aux`` (as
     ``jax.value_and_grad``). The arguments are :func:`jaxdia.jacobian`'s.
@@ -382,7 +385,7 @@ def value_and_jacobian(
     """
     argnum, chunk_size = _options("value_and_jacobian", offsets, argnums, mode, chunk_size)
 
-    def value_and_jacobian_function(*args: Any) -> Any:
+    def value_and_jacobian_function(*args: Any) -> tuple[Array | tuple[Array, Any], DiaMatrix]:
         value, A, aux = _evaluate(
             "value_and_jacobian",
             f,

@@ -11,7 +11,7 @@ installed.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, TypeAlias
 
 try:
     import equinox as eqx
@@ -30,10 +30,12 @@ import numpy as np
 from ._checks import as_offsets, check_distinct, static_int
 from ._geometry import diagonal_bounds
 from ._jacobian import dia_from_linear, pattern
-from ._linalg.factor import BandedCholesky, cholesky_unchecked, lu_unchecked
+from ._linalg.factor import BandedCholesky, BandedLU, cholesky_unchecked, lu_unchecked
 from ._linalg.krylov import bicgstab, cg
-from ._linalg.multigrid import multigrid
+from ._linalg.multigrid import Multigrid, multigrid
+from ._linalg.sharded_multigrid import ShardedMultigrid
 from ._matrix import DiaMatrix, as_matrix
+from ._typing import ArrayLike, Grid, Offsets
 
 
 class DiaLinearOperator(lx.AbstractLinearOperator):
@@ -77,7 +79,7 @@ class DiaLinearOperator(lx.AbstractLinearOperator):
     matrix: DiaMatrix
     tags: frozenset[object] = eqx.field(static=True)
 
-    def __init__(self, matrix: DiaMatrix, tags: Any = ()):
+    def __init__(self, matrix: DiaMatrix, tags: object = ()):
         as_matrix(matrix, "DiaLinearOperator: matrix")
         if matrix.batch_shape:
             raise ValueError(
@@ -222,7 +224,7 @@ class _Mask:
         return isinstance(other, _Mask) and self._key == other._key
 
 
-def _static_mask(mask: Any, function: str) -> _Mask | None:
+def _static_mask(mask: ArrayLike | None, function: str) -> _Mask | None:
     if mask is None:
         return None
     array = np.asarray(mask)
@@ -236,7 +238,7 @@ def _static_mask(mask: Any, function: str) -> _Mask | None:
     return _Mask(array)
 
 
-def _static_offsets(offsets: Any, function: str) -> tuple[int, ...]:
+def _static_offsets(offsets: Offsets, function: str) -> tuple[int, ...]:
     return check_distinct(as_offsets(offsets, f"{function}: offsets"))
 
 
@@ -265,7 +267,7 @@ class OffsetsTag:
         return f"jaxdia.offsets_tag({self.offsets}{masked})"
 
 
-def offsets_tag(offsets: Any, mask: Any = None) -> OffsetsTag:
+def offsets_tag(offsets: Offsets, mask: ArrayLike | None = None) -> OffsetsTag:
     """A lineax tag saying that an operator's matrix has (at most) these diagonals.
 
     :class:`jaxdia.BandedSolver` without ``offsets`` reads it from the operator's tags.
@@ -302,7 +304,24 @@ def offsets_tag(offsets: Any, mask: Any = None) -> OffsetsTag:
     return OffsetsTag(_static_offsets(offsets, "offsets_tag"), _static_mask(mask, "offsets_tag"))
 
 
-def _structure(tree: Any) -> tuple[Any, tuple[tuple[int, ...], ...]]:
+#: A pytree's structure as static data: its treedef (``jax.tree_util.PyTreeDef``, which
+#: JAX does not type for checkers) and its leaves' shapes.
+_Structure: TypeAlias = tuple[Any, tuple[tuple[int, ...], ...]]
+#: The input and output structures of an operator, as static state.
+_Structures: TypeAlias = eqxi.Static[tuple[_Structure, _Structure]]
+#: BandedSolver's state: the factor, whether solves are transposed and conjugated, and
+#: the operator's structures.
+_BandedState: TypeAlias = tuple[
+    BandedLU | BandedCholesky, eqxi.Static[bool], eqxi.Static[bool], _Structures
+]
+#: MultigridSolver's state: the matrix, its preconditioner, whether it is symmetric and
+#: whether solves are transposed, and the operator's structures.
+_MultigridState: TypeAlias = tuple[
+    DiaMatrix, Multigrid | ShardedMultigrid, eqxi.Static[bool], eqxi.Static[bool], _Structures
+]
+
+
+def _structure(tree: Any) -> _Structure:
     """``(treedef, shapes)`` of a pytree of arrays or ShapeDtypeStructs (static data)."""
     leaves, treedef = jax.tree_util.tree_flatten(tree)
     return treedef, tuple(tuple(leaf.shape) for leaf in leaves)
@@ -315,7 +334,7 @@ def _ravel(tree: Any) -> jax.Array:
     return jnp.concatenate([jnp.ravel(leaf) for leaf in leaves])
 
 
-def _unravel(vector: jax.Array, structure: tuple[Any, tuple[tuple[int, ...], ...]]) -> Any:
+def _unravel(vector: jax.Array, structure: _Structure) -> Any:
     treedef, shapes = structure
     sizes = [math.prod(shape) for shape in shapes]
     pieces = jnp.split(vector, np.cumsum(sizes)[:-1].tolist()) if len(sizes) > 1 else [vector]
@@ -333,7 +352,10 @@ def _vector_dtype(structure: Any, function: str, side: str) -> np.dtype:
 
 
 def _offsets_of(
-    operator: Any, offsets: tuple[int, ...] | None, mask: _Mask | None, solver: str
+    operator: lx.AbstractLinearOperator,
+    offsets: tuple[int, ...] | None,
+    mask: _Mask | None,
+    solver: str,
 ) -> tuple[tuple[int, ...], _Mask | None]:
     """The solver's offsets and mask, else those of the operator's offsets tag."""
     if offsets is not None:
@@ -350,7 +372,7 @@ def _offsets_of(
 
 
 def _as_dia(
-    operator: Any,
+    operator: lx.AbstractLinearOperator,
     offsets: tuple[int, ...] | None,
     mask: _Mask | None,
     chunk_size: int | None,
@@ -383,12 +405,12 @@ def _as_dia(
     return dia_from_linear(product, structure_, dtype, chunk_size=chunk_size)
 
 
-def _structures(operator: Any) -> Any:
+def _structures(operator: lx.AbstractLinearOperator) -> _Structures:
     """The operator's input and output structures, as static state."""
     return eqxi.Static((_structure(operator.in_structure()), _structure(operator.out_structure())))
 
 
-def _chunk_size(chunk_size: Any, solver: str) -> int | None:
+def _chunk_size(chunk_size: int | None, solver: str) -> int | None:
     if chunk_size is None:
         return None
     chunk_size = static_int(chunk_size, f"{solver}: chunk_size")
@@ -397,7 +419,7 @@ def _chunk_size(chunk_size: Any, solver: str) -> int | None:
     return chunk_size
 
 
-class BandedSolver(lx.AbstractLinearSolver):
+class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
     """A lineax solver that factors a banded operator once: a banded LU (or Cholesky)
     factor in ``init``, reused by every solve with its state.
 
@@ -467,9 +489,9 @@ class BandedSolver(lx.AbstractLinearSolver):
 
     def __init__(
         self,
-        offsets: Any = None,
+        offsets: Offsets | None = None,
         *,
-        mask: Any = None,
+        mask: ArrayLike | None = None,
         positive_definite: bool = False,
         chunk_size: int | None = None,
     ):
@@ -480,7 +502,7 @@ class BandedSolver(lx.AbstractLinearSolver):
         self.positive_definite = bool(positive_definite)
         self.chunk_size = _chunk_size(chunk_size, "BandedSolver")
 
-    def init(self, operator: Any, options: dict[str, Any]) -> Any:
+    def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _BandedState:
         del options
         matrix = _as_dia(operator, self.offsets, self.mask, self.chunk_size, "BandedSolver")
         if self.positive_definite or lx.is_positive_semidefinite(operator):
@@ -489,7 +511,9 @@ class BandedSolver(lx.AbstractLinearSolver):
             factor = lu_unchecked(matrix)
         return factor, eqxi.Static(False), eqxi.Static(False), _structures(operator)
 
-    def compute(self, state: Any, vector: jax.Array, options: dict[str, Any]) -> Any:
+    def compute(
+        self, state: _BandedState, vector: Any, options: dict[str, Any]
+    ) -> tuple[Any, lx.RESULTS, dict[str, Any]]:
         del options
         factor, transposed, conjugated, structures = state
         transposed, conjugated = transposed.value, conjugated.value
@@ -507,11 +531,15 @@ class BandedSolver(lx.AbstractLinearSolver):
         result = lx.RESULTS.where(jnp.all(factor.ok), lx.RESULTS.successful, lx.RESULTS.singular)
         return solution, result, {}
 
-    def transpose(self, state: Any, options: dict[str, Any]) -> Any:
+    def transpose(
+        self, state: _BandedState, options: dict[str, Any]
+    ) -> tuple[_BandedState, dict[str, Any]]:
         factor, transposed, conjugated, structures = state
         return (factor, eqxi.Static(not transposed.value), conjugated, structures), options
 
-    def conj(self, state: Any, options: dict[str, Any]) -> Any:
+    def conj(
+        self, state: _BandedState, options: dict[str, Any]
+    ) -> tuple[_BandedState, dict[str, Any]]:
         factor, transposed, conjugated, structures = state
         return (factor, transposed, eqxi.Static(not conjugated.value), structures), options
 
@@ -519,7 +547,7 @@ class BandedSolver(lx.AbstractLinearSolver):
         return True
 
 
-class MultigridSolver(lx.AbstractLinearSolver):
+class MultigridSolver(lx.AbstractLinearSolver[_MultigridState]):
     """A lineax solver for banded operators of a grid: the matrix materialised as
     :class:`jaxdia.BandedSolver` materialises it, then :func:`jaxdia.cg` (``positive_definite``
     or a ``lineax.positive_semidefinite_tag``) or :func:`jaxdia.bicgstab`, preconditioned
@@ -577,10 +605,10 @@ class MultigridSolver(lx.AbstractLinearSolver):
 
     def __init__(
         self,
-        offsets: Any,
-        grid: Any,
+        offsets: Offsets | None,
+        grid: Grid,
         *,
-        mask: Any = None,
+        mask: ArrayLike | None = None,
         positive_definite: bool = False,
         rtol: float = 1e-5,
         atol: float = 0.0,
@@ -597,7 +625,7 @@ class MultigridSolver(lx.AbstractLinearSolver):
         self.maxiter = None if maxiter is None else static_int(maxiter, "MultigridSolver: maxiter")
         self.chunk_size = _chunk_size(chunk_size, "MultigridSolver")
 
-    def init(self, operator: Any, options: dict[str, Any]) -> Any:
+    def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _MultigridState:
         del options
         matrix = _as_dia(operator, self.offsets, self.mask, self.chunk_size, "MultigridSolver")
         symmetric = self.positive_definite or lx.is_positive_semidefinite(operator)
@@ -609,7 +637,9 @@ class MultigridSolver(lx.AbstractLinearSolver):
             _structures(operator),
         )
 
-    def compute(self, state: Any, vector: Any, options: dict[str, Any]) -> Any:
+    def compute(
+        self, state: _MultigridState, vector: Any, options: dict[str, Any]
+    ) -> tuple[Any, lx.RESULTS, dict[str, Any]]:
         del options
         matrix, preconditioner, symmetric, transposed, structures = state
         method = cg if symmetric.value else bicgstab
@@ -628,7 +658,9 @@ class MultigridSolver(lx.AbstractLinearSolver):
         )
         return solution, result, {"num_steps": info.iterations}
 
-    def transpose(self, state: Any, options: dict[str, Any]) -> Any:
+    def transpose(
+        self, state: _MultigridState, options: dict[str, Any]
+    ) -> tuple[_MultigridState, dict[str, Any]]:
         matrix, preconditioner, symmetric, transposed, structures = state
         if not symmetric.value:
             matrix = matrix.T
@@ -638,7 +670,9 @@ class MultigridSolver(lx.AbstractLinearSolver):
             options,
         )
 
-    def conj(self, state: Any, options: dict[str, Any]) -> Any:
+    def conj(
+        self, state: _MultigridState, options: dict[str, Any]
+    ) -> tuple[_MultigridState, dict[str, Any]]:
         # jaxdia.multigrid takes real matrices only, for which conj(A) = A.
         return state, options
 

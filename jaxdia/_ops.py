@@ -20,15 +20,15 @@ from __future__ import annotations
 import functools
 import numbers
 import operator
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from types import NotImplementedType
+from typing import TypeAlias, TypeGuard, overload
 
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
-from jax.typing import ArrayLike, DTypeLike
 
 from . import _host
 from ._checks import (
@@ -58,6 +58,7 @@ from ._geometry import (
 from ._parts import DiaParts
 from ._products import dense_dia_product, dia_dense_product
 from ._sharding import on_auto_axes
+from ._typing import ArrayLike, DTypeLike, Offsets
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -102,11 +103,18 @@ def _same_shape(what: str, A: DiaParts, B: DiaParts) -> None:
         )
 
 
-def _is_array_like(value: Any) -> bool:
+#: What an elementwise operation with a matrix returns: a matrix, a dense array, or
+#: NotImplemented for an operand type it does not know (Python then tries the other side).
+Result: TypeAlias = DiaParts | Array | NotImplementedType
+#: SciPy's reduction axis: 0, 1 (or -2, -1), a tuple of them, or None for all entries.
+Axis: TypeAlias = int | tuple[int, ...] | None
+
+
+def _is_array_like(value: object) -> TypeGuard[ArrayLike]:
     return isinstance(value, (numbers.Number, np.generic, np.ndarray, jax.Array))
 
 
-def _as_operand(A: DiaParts, value: Any, what: str) -> Any:
+def _as_operand(A: DiaParts, value: object, what: str) -> object:
     """An operand of an elementwise operation with ``A``, as JAX takes it.
 
     Numeric lists and tuples become NumPy arrays (SciPy accepts them). Integer and bool
@@ -196,7 +204,13 @@ def astype(A: DiaParts, dtype: DTypeLike) -> DiaParts:
 # -- arithmetic ------------------------------------------------------------------------------
 
 
-def add(A: DiaParts, other: Any, *, subtract: bool = False, reverse: bool = False) -> Any:
+@overload
+def add(
+    A: DiaParts, other: DiaParts, *, subtract: bool = False, reverse: bool = False
+) -> DiaParts: ...
+@overload
+def add(A: DiaParts, other: object, *, subtract: bool = False, reverse: bool = False) -> Result: ...
+def add(A: DiaParts, other: object, *, subtract: bool = False, reverse: bool = False) -> Result:
     """``A + other`` (``A - other`` with ``subtract``; ``other - A`` with ``reverse`` too).
 
     Returns NotImplemented for operand types it does not know (Python then raises).
@@ -272,7 +286,7 @@ def neg(A: DiaParts) -> DiaParts:
     return _host.host_negative(A) if _host.concrete(A) else A.with_data(-A.data)
 
 
-def multiply(A: DiaParts, other: Any, *, strict: bool = True) -> Any:
+def multiply(A: DiaParts, other: object, *, strict: bool = True) -> Result:
     """Elementwise ``A * other`` (SciPy's ``dia_array.multiply``), staying in DIA.
 
     With ``strict=False`` (the ``*`` operator) unknown operand types give NotImplemented.
@@ -296,7 +310,9 @@ def multiply(A: DiaParts, other: Any, *, strict: bool = True) -> Any:
 
 
 @functools.partial(jax.jit, static_argnames=("op", "fill"))
-def _with_scalar(A: DiaParts, s: ArrayLike, *, op: Any, fill: ArrayLike = 0) -> DiaParts:
+def _with_scalar(
+    A: DiaParts, s: ArrayLike, *, op: Callable[[Array, ArrayLike], Array], fill: ArrayLike = 0
+) -> DiaParts:
     """``op(data, s)`` on the in-bounds slots, padding set to ``fill`` first, in one call."""
     return A.with_data(op(_filled(A, fill), s))
 
@@ -314,7 +330,7 @@ def _multiply_dia(A: DiaParts, B: DiaParts) -> DiaParts:
 
 @functools.partial(jax.jit, static_argnames="op")
 @on_auto_axes()
-def _with_dense(A: DiaParts, x: Array, *, op: Any) -> DiaParts:
+def _with_dense(A: DiaParts, x: Array, *, op: Callable[[Array, Array], Array]) -> DiaParts:
     """``op(A, X)`` on A's stored entries for a dense ``X`` that broadcasts to A's shape
     (``A.multiply(X)`` and ``A / X``, as SciPy computes them): the result keeps A's
     offsets."""
@@ -340,7 +356,7 @@ def _with_dense(A: DiaParts, x: Array, *, op: Any) -> DiaParts:
     return A.with_data(op(_filled(A), stored))
 
 
-def divide(A: DiaParts, other: Any) -> Any:
+def divide(A: DiaParts, other: object) -> DiaParts | NotImplementedType:
     """``A / s`` for a scalar, ``A / X`` for a dense ``X`` (A's stored entries divided,
     as SciPy does); NotImplemented for other operand types."""
     if isinstance(other, DiaParts):
@@ -404,7 +420,7 @@ def absolute(A: DiaParts) -> DiaParts:
 # -- reductions ------------------------------------------------------------------------------
 
 
-def _axis(axis: Any) -> int | None:
+def _axis(axis: Axis) -> int | None:
     """0 (down the columns), 1 (along the rows) or None (both), as SciPy reads ``axis``."""
     if axis is None:
         return None
@@ -416,7 +432,7 @@ def _axis(axis: Any) -> int | None:
     raise ValueError(f"axis must be None, 0, 1, -2, -1 or a tuple of distinct ones, got {axis!r}")
 
 
-def _reject_out(what: str, out: Any) -> None:
+def _reject_out(what: str, out: object) -> None:
     if out is not None:
         raise ValueError(
             f"{what}: out must be None (JAX arrays are immutable; use the returned array), "
@@ -425,7 +441,7 @@ def _reject_out(what: str, out: Any) -> None:
 
 
 def reduce_sum(
-    A: DiaParts, axis: Any = None, dtype: DTypeLike | None = None, out: Any = None
+    A: DiaParts, axis: Axis = None, dtype: DTypeLike | None = None, out: object = None
 ) -> Array:
     """Sum of the entries (axis None), of each column (axis 0) or of each row (axis 1)."""
     _reject_out("sum", out)
@@ -471,7 +487,7 @@ def _sum_diagonals(data: Array, dtype: np.dtype | None = None) -> Array:
 
 
 def reduce_mean(
-    A: DiaParts, axis: Any = None, dtype: DTypeLike | None = None, out: Any = None
+    A: DiaParts, axis: Axis = None, dtype: DTypeLike | None = None, out: object = None
 ) -> Array:
     """The mean over all entries (zeros included), or over axis 0 or 1."""
     _reject_out("mean", out)
@@ -491,7 +507,7 @@ def _mean(A: DiaParts, axis: int | None, dtype: np.dtype | None) -> Array:
     return (total / float(count)).astype(result)  # an int count over 2**31 overflows int32
 
 
-def count_nonzero(A: DiaParts, axis: Any = None) -> Any:
+def count_nonzero(A: DiaParts, axis: Axis = None) -> int | Array:
     """Nonzero in-bounds entries: per matrix (an int if concrete and unbatched), or per
     column (axis 0) or row (axis 1)."""
     axis = _axis(axis)
@@ -515,7 +531,7 @@ def _count_nonzero(A: DiaParts, axis: int | None) -> Array:
 # -- structure helpers -----------------------------------------------------------------------
 
 
-def with_offsets(A: DiaParts, offsets: Any, *, check: bool = True) -> DiaParts:
+def with_offsets(A: DiaParts, offsets: Offsets, *, check: bool = True) -> DiaParts:
     """A with exactly the diagonals ``offsets`` (new ones zero, dropped ones checked)."""
     wanted = check_distinct(as_offsets(offsets))
     wanted = tuple(sorted(k for k in wanted if holds_entries(k, A.shape)))
@@ -573,7 +589,7 @@ def eliminate_zeros(A: DiaParts) -> DiaParts:
     return select(A, kept)
 
 
-def with_diagonal(A: DiaParts, values: ArrayLike, k: Any = 0) -> DiaParts:
+def with_diagonal(A: DiaParts, values: ArrayLike, k: int = 0) -> DiaParts:
     """SciPy's ``setdiag(values, k)`` as a pure function."""
     k = static_int(k, "k")
     m, n = A.shape

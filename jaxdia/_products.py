@@ -21,7 +21,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
-from jax.typing import ArrayLike
 
 from . import _host
 from ._checks import (
@@ -36,9 +35,10 @@ from ._kernels.primitives import spmm
 from ._parts import DiaParts
 from ._sharded_products import contracted_axes, sharded_spmm
 from ._sharding import on_auto_axes
+from ._typing import ArrayLike, DTypeLike
 
 
-def _as_operand(x: ArrayLike, data_dtype: Any) -> Array | np.ndarray:
+def _as_operand(x: ArrayLike, data_dtype: DTypeLike) -> Array | np.ndarray:
     """The dense operand ``X``, checked (NumPy arrays are transferred by the jitted call).
 
     A NumPy integer or bool ``X`` is converted on the host to the product's dtype (see
@@ -138,7 +138,9 @@ def dense_dia_product(A: DiaParts, x: ArrayLike, *, implementation: str | None =
     return _dense_product(A, x, transpose=True, implementation=implementation)
 
 
-def _dense_product(A: DiaParts, x: ArrayLike, *, transpose: bool, implementation: Any) -> Array:
+def _dense_product(
+    A: DiaParts, x: ArrayLike, *, transpose: bool, implementation: str | None
+) -> Array:
     check_implementation(implementation)
     data, offsets, shape = A
     x = _as_operand(x, data.dtype)
@@ -171,7 +173,7 @@ def matvec(A: DiaParts, transpose: bool = False) -> Callable[[Array], Array]:
     return product
 
 
-def operator_product(A: DiaParts, x: Any, *, adjoint: bool) -> Array:
+def operator_product(A: DiaParts, x: Array | np.ndarray, *, adjoint: bool) -> Array:
     """``A @ x`` or ``A^H @ x`` for SciPy's ``LinearOperator`` protocol (see
     :mod:`jaxdia._scipy_operator`, which checks the operands): ``x`` of shape ``(rows,)``
     or ``(rows, k)``, one compiled call."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, ClassVar, Self
 
 import jax
@@ -51,7 +52,7 @@ class Immutable:
             raise TypeError(f"{type(self).__name__} has no fields {sorted(unknown)}")
         return self._make(*(changes.get(name, getattr(self, name)) for name in names))
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"{type(self).__name__} is immutable{self._immutable_hint}")
 
     def __delattr__(self, name: str) -> None:
@@ -79,5 +80,5 @@ class Immutable:
         return tuple(zip(keys, leaves)), aux
 
     @classmethod
-    def tree_unflatten(cls, aux: tuple[Any, ...], children: Any) -> Self:
+    def tree_unflatten(cls, aux: tuple[Any, ...], children: Iterable[Any]) -> Self:
         return cls._make(*children, *aux)

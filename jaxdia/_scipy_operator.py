@@ -15,12 +15,13 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax import Array
 from jax.typing import ArrayLike
 
 from ._checks import as_array
 
 
-def host_precision(x: Any) -> bool:
+def host_precision(x: object) -> bool:
     """Whether ``x`` is a NumPy array whose precision JAX lacks (float64 or complex128
     with x64 off): a product in JAX would round it to single precision."""
     return (
@@ -44,11 +45,12 @@ class ScipyOperator:
     __slots__ = ()
     _name = "the operator"
 
+    # Subclasses define these as properties or as attributes: typed there.
     shape: Any
     dtype: Any
     batch_shape: Any
 
-    def _columns(self, x: Any, adjoint: bool) -> Any:
+    def _columns(self, x: Array | np.ndarray, adjoint: bool) -> ArrayLike:
         raise NotImplementedError
 
     def _protocol(self, x: ArrayLike, *, adjoint: bool, matrix: bool) -> np.ndarray:

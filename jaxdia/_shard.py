@@ -37,7 +37,7 @@ its shardings on the region's mesh (the same devices, ``Auto`` axes).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Hashable
 
 import jax
 import jax.core
@@ -55,7 +55,7 @@ from ._sharded_products import halos
 from ._sharding import explicit_spec, mesh_of, names_of, spec_entry
 
 
-def _check_mesh_axis(mesh: Any, axis: Any) -> int:
+def _check_mesh_axis(mesh: object, axis: object) -> int:
     """Returns the size of mesh axis ``axis``, or raises saying what is wrong."""
     if not isinstance(mesh, Mesh):
         raise TypeError(
@@ -110,7 +110,7 @@ def place(x: Array, mesh: Mesh, spec: PartitionSpec) -> Array:
     return lax.with_sharding_constraint(x, sharding)
 
 
-def _column_spec(x: ArrayLike, mesh: Mesh) -> Any:
+def _column_spec(x: ArrayLike, mesh: Mesh) -> object:
     """How the columns of an ``(N, c)`` block are to stay sharded: as ``x``'s type says on
     ``Explicit`` axes, as a concrete ``x`` on ``mesh`` is, else left to XLA on ``Auto``
     axes (``UNCONSTRAINED``) and replicated eagerly."""
@@ -169,7 +169,7 @@ class ShardedDiaMatrix(Immutable):
     offsets: tuple[int, ...]
     shape: tuple[int, int]
     mesh: Mesh
-    axis: Any
+    axis: Hashable
 
     # ``np.ndarray @ S`` must not try to convert S.
     __array_ufunc__ = None
@@ -180,7 +180,7 @@ class ShardedDiaMatrix(Immutable):
         offsets: tuple[int, ...],
         shape: tuple[int, int],
         mesh: Mesh,
-        axis: Any,
+        axis: Hashable,
     ) -> None:
         # Internal: use ``shard``. Values are not validated here (pytree unflattening).
         self._assign(windows, offsets, shape, mesh, axis)
@@ -550,7 +550,7 @@ def _windows(data, *, offsets, shape, rows, mesh, axis):
     )(data)
 
 
-def shard(A: DiaMatrix, mesh: Mesh, axis: Any) -> ShardedDiaMatrix:
+def shard(A: DiaMatrix, mesh: Mesh, axis: Hashable) -> ShardedDiaMatrix:
     """Splits the rows of a square DiaMatrix over one axis of a device mesh.
 
     Each device keeps ``ceil(n / P)`` rows (``P`` devices along ``axis``; ``n`` is padded

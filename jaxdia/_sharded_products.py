@@ -36,6 +36,7 @@ when it is sharded.
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 import jax
@@ -49,13 +50,15 @@ from ._kernels.primitives import spmm
 from ._sharding import Axes, axes_size, explicit_spec, mesh_of, names_of, spec_entry
 
 
-def _exchange(piece: Array, axis: Any, shards: int, hop: int) -> Array:
+def _exchange(piece: Array, axis: Hashable, shards: int, hop: int) -> Array:
     """``piece`` sent from each device ``s`` to ``s + hop``; zeros where none arrives."""
     pairs = [(s, s + hop) for s in range(max(0, -hop), min(shards, shards - hop))]
     return lax.ppermute(piece, axis, pairs) if pairs else jnp.zeros_like(piece)
 
 
-def halos(block: Array, before: int, after: int, axis: Any, shards: int, dim: int):
+def halos(
+    block: Array, before: int, after: int, axis: Hashable, shards: int, dim: int
+) -> tuple[list[Array], list[Array]]:
     """The ``before`` rows preceding ``block`` and the ``after`` rows following it.
 
     Runs inside ``shard_map``: ``block`` is this device's slice along dimension ``dim``
@@ -79,7 +82,9 @@ def halos(block: Array, before: int, after: int, axis: Any, shards: int, dim: in
     return first, last
 
 
-def fold_halos(extended: Array, before: int, after: int, axis: Any, shards: int, dim: int):
+def fold_halos(
+    extended: Array, before: int, after: int, axis: Hashable, shards: int, dim: int
+) -> Array:
     """The transpose of :func:`halos`: partial sums for rows ``[p L - before, p L + L +
     after)`` in, this device's rows ``[p L, p L + L)`` out, with the neighbours' partial
     sums for them added (rows beyond the first or last shard are dropped)."""
@@ -136,7 +141,7 @@ def sharded_spmm(
     offsets: tuple[int, ...],
     shape: tuple[int, int],
     transpose: bool,
-    implementation: Any,
+    implementation: str | None,
 ) -> Array:
     """``spmm(data, x)`` (see :func:`jaxdia._kernels.primitives.spmm`) with the matrix's columns
     split over the Explicit mesh ``axes``: ``data`` ``(*B, n_diags, n)`` and ``x``

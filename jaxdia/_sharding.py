@@ -24,18 +24,22 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, TypeAlias, TypeGuard, TypeVar
 
 import jax
 import jax.core
-from jax.sharding import AxisType, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.typing import ArrayLike
 
-Axes = tuple[Any, ...]
+#: Mesh axis names (a name is any hashable, usually a str).
+Axes = tuple[Hashable, ...]
+#: A mesh, or the abstract mesh of an array's type.
+MeshLike: TypeAlias = Mesh | AbstractMesh
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-def names_of(entry: Any) -> Axes:
+def names_of(entry: object) -> Axes:
     """The axis names of one entry of a ``PartitionSpec``: None (or ``UNCONSTRAINED``),
     a name, or a tuple of names."""
     if entry is None or entry is PartitionSpec.UNCONSTRAINED:
@@ -43,16 +47,16 @@ def names_of(entry: Any) -> Axes:
     return tuple(entry) if isinstance(entry, tuple) else (entry,)
 
 
-def _is_array(value: Any) -> bool:
+def _is_array(value: object) -> TypeGuard[jax.Array]:
     return isinstance(value, (jax.Array, jax.core.Tracer))
 
 
-def mesh_of(x: Any) -> Any:
+def mesh_of(x: ArrayLike) -> AbstractMesh:
     """The (abstract) mesh of ``x``'s type; empty for an unsharded or host array."""
     return jax.typeof(x).sharding.mesh
 
 
-def explicit_spec(x: Any) -> tuple[Axes, ...]:
+def explicit_spec(x: object) -> tuple[Axes, ...]:
     """Per dim of ``x``, the ``Explicit`` mesh axes its type says it is sharded over.
 
     All empty for NumPy arrays, Python scalars, arrays on one device, arrays on ``Auto``
@@ -80,19 +84,21 @@ def explicit_spec(x: Any) -> tuple[Axes, ...]:
     )
 
 
-def axes_size(mesh: Any, axes: Axes) -> int:
+def axes_size(mesh: MeshLike, axes: Axes) -> int:
     """The number of devices along ``axes`` of ``mesh`` (1 for none)."""
     return math.prod(int(mesh.shape[name]) for name in axes)
 
 
-def spec_entry(axes: Axes) -> Any:
+def spec_entry(axes: Axes) -> Hashable | None:
     """``axes`` as one entry of a ``PartitionSpec``: None, a name, or a tuple of names."""
     if not axes:
         return None
     return axes[0] if len(axes) == 1 else tuple(axes)
 
 
-def result_spec(shape: Sequence[int], like: Any, *, last: bool, mesh: Any) -> PartitionSpec:
+def result_spec(
+    shape: Sequence[int], like: jax.Array, *, last: bool, mesh: MeshLike
+) -> PartitionSpec:
     """The sharding :func:`on_auto_axes` gives a result of ``shape``: ``like``'s batch.
 
     ``like`` is the first operand sharded over an Explicit axis, laid out as a matrix
@@ -164,5 +170,5 @@ def on_auto_axes(last: bool = True) -> Callable[[_F], _F]:
     return decorate
 
 
-def _explicit(mesh: Any) -> set[Any]:
+def _explicit(mesh: MeshLike) -> set[Any]:
     return {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == AxisType.Explicit}

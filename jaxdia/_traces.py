@@ -12,23 +12,22 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
-from jax.typing import ArrayLike
 
 from ._checks import as_array, static_int
 from ._geometry import diagonal_bounds
 from ._kernels.primitives import run_sums
 from ._kernels.xla_runs import EMPTY_RUN, Run
 from ._sharding import on_auto_axes
+from ._typing import ArrayLike, Offsets
 
 
-def requested_offsets(q: Any) -> tuple[int, ...]:
+def requested_offsets(q: Offsets) -> tuple[int, ...]:
     """``range(q)`` for an int ``q``, else the offsets ``q`` lists, as Python ints."""
     if isinstance(q, jax.core.Tracer):
         static_int(q, "q")  # raises, saying why
@@ -42,7 +41,7 @@ def requested_offsets(q: Any) -> tuple[int, ...]:
     return tuple(static_int(k, "each offset in q") for k in q)
 
 
-def dense_traces(M: Any, q: Any) -> Array:
+def dense_traces(M: ArrayLike, q: Offsets) -> Array:
     """Offset traces of a dense ``(..., m, n)`` array (see :func:`jaxdia.traces`)."""
     offsets = requested_offsets(q)
     M = as_array(M, "M", expected="a numeric array of shape (..., m, n)")
@@ -81,7 +80,9 @@ def _dia_runs(
     return tuple(runs)
 
 
-def dia_traces(data: ArrayLike, offsets: tuple[int, ...], shape: tuple[int, int], q: Any) -> Array:
+def dia_traces(
+    data: ArrayLike, offsets: tuple[int, ...], shape: tuple[int, int], q: Offsets
+) -> Array:
     """Offset traces of a DIA matrix: the sums of its diagonals ``k`` for ``k`` in ``q``.
 
     Reads only the in-bounds slots of the requested stored diagonals (never padding);
@@ -110,7 +111,7 @@ def dia_traces(data: ArrayLike, offsets: tuple[int, ...], shape: tuple[int, int]
 
 
 def dia_trace(
-    data: Array, offsets: tuple[int, ...], shape: tuple[int, int], offset: Any = 0
+    data: Array, offsets: tuple[int, ...], shape: tuple[int, int], offset: int = 0
 ) -> Array:
     """The sum of diagonal ``offset`` of a DIA matrix (0 if it is not stored), as
     ``scipy.sparse.dia_array.trace(offset)``; batched ``data`` gives a batch.
@@ -126,7 +127,7 @@ def dia_trace(
 
 
 def dia_diagonal(
-    data: ArrayLike, offsets: tuple[int, ...], shape: tuple[int, int], k: Any = 0
+    data: ArrayLike, offsets: tuple[int, ...], shape: tuple[int, int], k: int = 0
 ) -> Array:
     """Diagonal ``k`` of a DIA matrix, as ``scipy.sparse.dia_array.diagonal(k)`` gives it.
 

@@ -15,7 +15,16 @@ import numpy as np
 from jax import Array
 from jax.typing import ArrayLike, DTypeLike
 
-__all__ = ["ArrayLike", "DTypeLike", "Grid", "LinearMap", "Offsets", "Operator", "Shape"]
+__all__ = [
+    "ArrayLike",
+    "DTypeLike",
+    "Grid",
+    "LinearMap",
+    "Offsets",
+    "Operator",
+    "Scalar",
+    "Shape",
+]
 
 #: Diagonal offsets, SciPy's convention (``k > 0`` above the main diagonal).
 Offsets: TypeAlias = Sequence[int] | np.ndarray | int
@@ -23,6 +32,9 @@ Offsets: TypeAlias = Sequence[int] | np.ndarray | int
 Grid: TypeAlias = Sequence[int]
 #: A matrix shape ``(rows, columns)``.
 Shape: TypeAlias = tuple[int, int]
+#: One number: a Python or NumPy scalar, or a 0-d array (a tolerance, a shift, a factor).
+#: The type cannot say "0-d"; the functions that take one check it.
+Scalar: TypeAlias = ArrayLike
 
 
 class LinearMap(Protocol):

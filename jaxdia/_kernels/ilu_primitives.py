@@ -31,11 +31,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from functools import partial
-from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
+from jax import Array, lax
 from jax._src import dispatch
 from jax.core import ShapedArray
 from jax.extend.core import Primitive
@@ -166,7 +165,9 @@ ad.primitive_transposes[solve_p] = _solve_transpose
 # -- implementations ---------------------------------------------------------------------------
 
 
-def _systems(kernel: Callable[..., Any], factors: list[Any], b: Any, side_by_side: bool) -> Any:
+def _systems(
+    kernel: Callable[..., Array], factors: list[Array], b: Array, side_by_side: bool
+) -> Array:
     """``kernel(*factors, b)`` for every system of ``b`` ``(..., n)``: with the factor's
     batch (equal to ``b``'s) or one factor for all, one after another or side by side."""
     n = b.shape[-1]

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
+from jax.typing import DTypeLike
 
 from .._geometry import accumulation_dtype, index_dtype
 
@@ -64,7 +64,7 @@ Run = tuple[int, int, int]
 EMPTY_RUN: Run = (0, 1, 0)
 
 
-def sum_dtype(dtype: Any) -> np.dtype:
+def sum_dtype(dtype: DTypeLike) -> np.dtype:
     """The dtype of a sum, as ``np.trace`` (and ``jnp.sum``) give it.
 
     bool and integers narrower than the default integer widen to the default (u)int,

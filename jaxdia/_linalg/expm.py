@@ -53,14 +53,13 @@ from __future__ import annotations
 
 import math
 from functools import partial
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
-from jax.typing import ArrayLike, DTypeLike
 
 from .._checks import as_array, check_rhs, scalar, static_int
 from .._geometry import accumulation_dtype, in_bounds, pairwise_sum
@@ -69,6 +68,7 @@ from .._matrix import DiaMatrix, as_square_matrix
 from .._ops import absolute, reduce_sum, shifted
 from .._parts import DiaParts
 from .._products import matvec as dia_matvec
+from .._typing import ArrayLike, DTypeLike, Scalar
 
 #: ``theta_m``: the largest ``||t A||_1`` for which ``s = 1`` substep of the degree-``m``
 #: Taylor series meets double precision's unit roundoff (SciPy's table: Higham's
@@ -710,10 +710,10 @@ def _exponential_action(
     A: DiaParts,
     B: ArrayLike,
     *,
-    start: ArrayLike | None = None,
-    stop: ArrayLike | None = None,
-    num: Any = None,
-    endpoint: Any = None,
+    start: Scalar | None = None,
+    stop: Scalar | None = None,
+    num: int | None = None,
+    endpoint: bool | None = None,
     traceA: ArrayLike | None = None,
 ) -> Array:
     """``exp(A) B``, or ``exp(t_k A) B`` on a time grid, for a square ``A`` (see
@@ -822,8 +822,8 @@ def expm_multiply(
     A: DiaMatrix,
     B: ArrayLike,
     *,
-    start: ArrayLike | None = None,
-    stop: ArrayLike | None = None,
+    start: Scalar | None = None,
+    stop: Scalar | None = None,
     num: int | None = None,
     endpoint: bool | None = None,
     traceA: ArrayLike | None = None,

@@ -26,19 +26,20 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, TypeGuard
 
 import jax
 import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
-from jax.typing import ArrayLike
 
 from .._checks import as_array, broadcast_batch, check_square, is_traced, scalar, static_int
 from .._matrix import DiaMatrix, as_square_matrix
+from .._typing import ArrayLike, DTypeLike, LinearMap, Operator, Scalar
 
-Operator = Callable[[Array], Array]
+#: What the loops apply: ``A`` and ``M`` as functions of ``(*batch, n)`` arrays.
+MatVec = Callable[[Array], Array]
 
 
 def _dot(a: Array, b: Array) -> Array:
@@ -70,7 +71,7 @@ def _divide(a: Array, b: Array, ok: Array) -> Array:
 
 
 def cg_iterations(
-    matvec: Operator, b: Array, x0: Array | None, M: Operator, threshold: Array, maxiter: Any
+    matvec: MatVec, b: Array, x0: Array | None, M: MatVec, threshold: Array, maxiter: ArrayLike
 ):
     """Preconditioned CG from ``x0`` (None: zeros, which saves a product) until
     ``|b - A x| <= threshold`` (per system, on the recursively updated residual) or
@@ -111,12 +112,12 @@ def cg_iterations(
 
 
 def bicgstab_iterations(
-    matvec: Operator,
+    matvec: MatVec,
     b: Array,
     x0: Array | None,
-    M: Operator,
+    M: MatVec,
     threshold: Array,
-    maxiter: Any,
+    maxiter: ArrayLike,
     *,
     one_site: bool = False,
 ):
@@ -263,7 +264,7 @@ def _operations(jaxpr: jax.extend.core.Jaxpr) -> int:
     return total
 
 
-def large_program(M: Operator | None, b: Array) -> bool:
+def large_program(M: MatVec | None, b: Array) -> bool:
     """Whether ``M`` applied to arrays like ``b`` traces to more than
     :data:`LARGE_PROGRAM` operations (a trace only: nothing is compiled or run)."""
     if M is None:
@@ -282,7 +283,7 @@ def _reduce(*pairs: tuple[Array, Array]) -> list[Array]:
 
 
 def cg_fused_iterations(
-    matvec: Operator, b: Array, x0: Array | None, M: Operator, threshold: Array, maxiter: Any
+    matvec: MatVec, b: Array, x0: Array | None, M: MatVec, threshold: Array, maxiter: ArrayLike
 ):
     """Chronopoulos and Gear's conjugate gradients: :func:`cg_iterations` with the
     inner products of an iteration, ``(r, z)``, ``(z, A z)`` and ``|r|^2``, in one
@@ -334,7 +335,7 @@ def cg_fused_iterations(
 
 
 def bicgstab_fused_iterations(
-    matvec: Operator, b: Array, x0: Array | None, M: Operator, threshold: Array, maxiter: Any
+    matvec: MatVec, b: Array, x0: Array | None, M: MatVec, threshold: Array, maxiter: ArrayLike
 ):
     """BiCGStab (:func:`bicgstab_iterations`'s) with one reduction per half step, two
     per iteration: the fewest its two step lengths allow (``alpha`` needs ``A M p``,
@@ -413,35 +414,34 @@ def bicgstab_fused_iterations(
     return state[0], state[-3]
 
 
-def threshold(b: Array, rtol: ArrayLike, atol: ArrayLike) -> Array:
+def threshold(b: Array, rtol: Scalar, atol: Scalar) -> Array:
     """``max(rtol * |b|, atol)`` per system, SciPy's and JAX's stopping rule."""
     return jnp.maximum(rtol * jnp.sqrt(_squared_norm(b)), atol)
 
 
-def residual_norm(matvec: Operator, b: Array, x: Array) -> Array:
+def residual_norm(matvec: MatVec, b: Array, x: Array) -> Array:
     return jnp.sqrt(_squared_norm(b - matvec(x)))
 
 
 # -- the public solvers -------------------------------------------------------------------
 
 
-def vector_product(A: Any) -> Callable[[Array], Array]:
+def vector_product(A: DiaMatrix | Operator) -> MatVec:
     """``v -> A @ v`` for vectors stacked on leading dims (``(*batch, n)``): ``A`` a
     DiaMatrix, another operator with ``@`` on vectors and ``(n, c)`` blocks (a
     :class:`jaxdia.ShardedDiaMatrix`: a stack goes through as one block), or a function."""
 
     def matvec(v: Array) -> Array:
         if callable(A) and not isinstance(A, DiaMatrix):
-            result: Any = A(v)
-            return result
+            return A(v)
         if v.ndim == 1:
-            product: Any = A @ v
+            product: Any = A @ v  # DiaMatrix's @ is typed for matrices too
             return product
         if isinstance(A, DiaMatrix):  # broadcasts a batch of matrices with the vectors
             product = A @ v[..., None]
             return product[..., 0]
         n = v.shape[-1]
-        block: Any = A @ v.reshape(-1, n).T
+        block = A @ v.reshape(-1, n).T
         return block.T.reshape(v.shape)
 
     return matvec
@@ -472,7 +472,7 @@ class SolveInfo(NamedTuple):
     converged: Array
 
 
-def _static_callable(f: Any, example: Any = None) -> Any:
+def _static_callable(f: Any, example: jax.ShapeDtypeStruct | None = None) -> Any:
     """``f`` as a jit argument: pytrees (DiaMatrix, Multigrid, Partial, ...) as they are,
     a plain function as a ``Partial`` (the function itself is static).
 
@@ -492,7 +492,7 @@ def _static_callable(f: Any, example: Any = None) -> Any:
     return f
 
 
-def _with_closure_arguments(f: Callable[[Array], Array], example: Any) -> Any:
+def _with_closure_arguments(f: MatVec, example: jax.ShapeDtypeStruct) -> MatVec:
     """``f`` as a ``Partial`` of its jaxpr, with the arrays it closes over as arguments,
     if one of them is not fully addressable (it spans devices of other processes);
     else as ``_static_callable`` passes a function."""
@@ -510,13 +510,20 @@ def _with_closure_arguments(f: Callable[[Array], Array], example: Any) -> Any:
     return jax.tree_util.Partial(functools.partial(_evaluate, closed.jaxpr), list(closed.consts))
 
 
-def _evaluate(jaxpr: Any, consts: list[Any], v: Array) -> Array:
+def _evaluate(jaxpr: jax.extend.core.Jaxpr, consts: list[Any], v: Array) -> Array:
     """The function a jaxpr with closed-over ``consts`` computes, applied to ``v``."""
     (out,) = jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(jaxpr, consts))(v)
     return out
 
 
-def _is_operator(A: Any) -> bool:
+class _MatrixOperator(LinearMap, Protocol):
+    """A linear map with a ``dtype`` (a :class:`jaxdia.ShardedDiaMatrix`)."""
+
+    @property
+    def dtype(self) -> DTypeLike: ...
+
+
+def _is_operator(A: object) -> TypeGuard[_MatrixOperator]:
     """Whether ``A`` is a matrix-like operator other than a DiaMatrix: ``@`` and a square
     ``shape``, vectors of length ``padded_size`` when it has one (a
     :class:`jaxdia.ShardedDiaMatrix`)."""
@@ -528,7 +535,14 @@ def _is_operator(A: Any) -> bool:
     )
 
 
-def _solve_args(function: str, A: Any, b: ArrayLike, M: Any, x0: ArrayLike | None, maxiter: Any):
+def _solve_args(
+    function: str,
+    A: DiaMatrix | Operator,
+    b: ArrayLike,
+    M: Operator | None,
+    x0: ArrayLike | None,
+    maxiter: ArrayLike | None,
+):
     hint = ""
     if isinstance(A, DiaMatrix):
         A = as_square_matrix(A, function)
@@ -619,20 +633,20 @@ def _run_krylov(A, b, x0, M, rtol, atol, maxiter, *, method, variant, batch, dty
     return x, SolveInfo(iterations, residual, converged)
 
 
-def _tolerance(value: Any, name: str) -> Any:
+def _tolerance(value: Scalar, name: str) -> Array | float:
     """A tolerance: a traced one as it is, a concrete one checked and as a Python float."""
     value = scalar(value, name, nonnegative=True)
     return value if is_traced(value) else float(value)
 
 
 def cg(
-    A: Any,
+    A: DiaMatrix | Operator,
     b: ArrayLike,
     *,
-    M: Any = None,
+    M: Operator | None = None,
     x0: ArrayLike | None = None,
-    rtol: ArrayLike = 1e-5,
-    atol: ArrayLike = 0.0,
+    rtol: Scalar = 1e-5,
+    atol: Scalar = 0.0,
     maxiter: int | None = None,
     variant: str = "standard",
 ) -> tuple[Array, SolveInfo]:
@@ -706,13 +720,13 @@ def cg(
 
 
 def bicgstab(
-    A: Any,
+    A: DiaMatrix | Operator,
     b: ArrayLike,
     *,
-    M: Any = None,
+    M: Operator | None = None,
     x0: ArrayLike | None = None,
-    rtol: ArrayLike = 1e-5,
-    atol: ArrayLike = 0.0,
+    rtol: Scalar = 1e-5,
+    atol: Scalar = 0.0,
     maxiter: int | None = None,
     variant: str = "standard",
 ) -> tuple[Array, SolveInfo]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import warnings
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeAlias, overload
 
 import jax
 import jax.core
@@ -40,7 +40,6 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 from jax import Array, lax
-from jax.typing import ArrayLike, DTypeLike
 
 from .._checks import as_array, reject_unsupported, scalar, spans_processes, static_int
 from .._convert import dia_to_dense
@@ -50,6 +49,7 @@ from .._matrix import DiaMatrix, as_square_matrix
 from .._ops import add, conj, shifted, transpose
 from .._parts import DiaParts
 from .._products import matvec as dia_matvec
+from .._typing import ArrayLike, DTypeLike, Scalar
 from .banded import factor_lu, is_tridiagonal, oneshot, solve
 
 #: ``which`` values: largest/smallest magnitude, largest/smallest algebraic, both ends.
@@ -73,11 +73,11 @@ class EigshInfo(NamedTuple):
         the eigenvalues.
     """
 
-    converged: Any
-    nconv: Any
-    iterations: Any
-    matvecs: Any
-    residuals: Any
+    converged: Array
+    nconv: Array
+    iterations: Array
+    matvecs: Array
+    residuals: Array
 
 
 class Config(NamedTuple):
@@ -336,7 +336,7 @@ def _solve_jvp(config, primals, tangents):
     return (lam, V, info), (dlam, dV, dinfo)
 
 
-def _zero_tangent(x: Array) -> Any:
+def _zero_tangent(x: Array) -> Array | np.ndarray:
     if jnp.issubdtype(x.dtype, jnp.inexact):
         return jnp.zeros_like(x)
     return np.zeros(x.shape, jax.dtypes.float0)
@@ -392,7 +392,7 @@ def _hermitian_defect(A: DiaParts) -> tuple[Array, Array]:
     )
 
 
-def _positive_int(value: Any, name: str) -> int:
+def _positive_int(value: object, name: str) -> int:
     value = static_int(value, f"eigsh: {name}")
     if value <= 0:
         raise ValueError(f"eigsh: {name} must be a positive int, got {value}")
@@ -401,14 +401,14 @@ def _positive_int(value: Any, name: str) -> int:
 
 def _eigenpairs(
     A: DiaParts,
-    k: Any = 6,
+    k: int = 6,
     *,
-    sigma: ArrayLike | None = None,
-    which: Any = "LM",
+    sigma: Scalar | None = None,
+    which: str = "LM",
     v0: ArrayLike | None = None,
-    ncv: Any = None,
-    maxiter: Any = None,
-    tol: ArrayLike = 0.0,
+    ncv: int | None = None,
+    maxiter: int | None = None,
+    tol: Scalar = 0.0,
 ) -> tuple[Array, Array, EigshInfo]:
     """``(w, V, info)`` for a square ``A`` and the options of :func:`eigsh`, checked."""
     n = A.shape[0]
@@ -486,24 +486,120 @@ def _run(data, v0, sigma, tol, *, config: Config, dtype):
 
 # -- the public function ------------------------------------------------------------------
 
+#: What :func:`eigsh` returns: ``w``, then ``v`` with ``return_eigenvectors``, then
+#: ``info`` with ``return_info`` (one array alone, as SciPy's).
+EigshResult: TypeAlias = (
+    Array | tuple[Array, Array] | tuple[Array, EigshInfo] | tuple[Array, Array, EigshInfo]
+)
 
+
+@overload
+def eigsh(
+    A: DiaMatrix,
+    k: int = ...,
+    M: object = ...,
+    sigma: Scalar | None = ...,
+    which: str = ...,
+    v0: ArrayLike | None = ...,
+    ncv: int | None = ...,
+    maxiter: int | None = ...,
+    tol: Scalar = ...,
+    return_eigenvectors: Literal[True] = ...,
+    Minv: object = ...,
+    OPinv: object = ...,
+    mode: str = ...,
+    *,
+    return_info: Literal[False] = ...,
+) -> tuple[Array, Array]: ...
+@overload
+def eigsh(
+    A: DiaMatrix,
+    k: int = ...,
+    M: object = ...,
+    sigma: Scalar | None = ...,
+    which: str = ...,
+    v0: ArrayLike | None = ...,
+    ncv: int | None = ...,
+    maxiter: int | None = ...,
+    tol: Scalar = ...,
+    *,
+    return_eigenvectors: Literal[False],
+    Minv: object = ...,
+    OPinv: object = ...,
+    mode: str = ...,
+    return_info: Literal[False] = ...,
+) -> Array: ...
+@overload
+def eigsh(
+    A: DiaMatrix,
+    k: int = ...,
+    M: object = ...,
+    sigma: Scalar | None = ...,
+    which: str = ...,
+    v0: ArrayLike | None = ...,
+    ncv: int | None = ...,
+    maxiter: int | None = ...,
+    tol: Scalar = ...,
+    return_eigenvectors: Literal[True] = ...,
+    Minv: object = ...,
+    OPinv: object = ...,
+    mode: str = ...,
+    *,
+    return_info: Literal[True],
+) -> tuple[Array, Array, EigshInfo]: ...
+@overload
+def eigsh(
+    A: DiaMatrix,
+    k: int = ...,
+    M: object = ...,
+    sigma: Scalar | None = ...,
+    which: str = ...,
+    v0: ArrayLike | None = ...,
+    ncv: int | None = ...,
+    maxiter: int | None = ...,
+    tol: Scalar = ...,
+    *,
+    return_eigenvectors: Literal[False],
+    Minv: object = ...,
+    OPinv: object = ...,
+    mode: str = ...,
+    return_info: Literal[True],
+) -> tuple[Array, EigshInfo]: ...
+@overload
+def eigsh(
+    A: DiaMatrix,
+    k: int = ...,
+    M: object = ...,
+    sigma: Scalar | None = ...,
+    which: str = ...,
+    v0: ArrayLike | None = ...,
+    ncv: int | None = ...,
+    maxiter: int | None = ...,
+    tol: Scalar = ...,
+    return_eigenvectors: bool = ...,
+    Minv: object = ...,
+    OPinv: object = ...,
+    mode: str = ...,
+    *,
+    return_info: bool = ...,
+) -> EigshResult: ...
 def eigsh(
     A: DiaMatrix,
     k: int = 6,
-    M: Any = None,
-    sigma: ArrayLike | None = None,
+    M: object = None,
+    sigma: Scalar | None = None,
     which: str = "LM",
     v0: ArrayLike | None = None,
     ncv: int | None = None,
     maxiter: int | None = None,
-    tol: ArrayLike = 0.0,
+    tol: Scalar = 0.0,
     return_eigenvectors: bool = True,
-    Minv: Any = None,
-    OPinv: Any = None,
+    Minv: object = None,
+    OPinv: object = None,
     mode: str = "normal",
     *,
     return_info: bool = False,
-) -> Any:
+) -> EigshResult:
     """``k`` eigenvalues and eigenvectors of a Hermitian DiaMatrix, as SciPy's ``eigsh``.
 
     The same arguments and results as ``scipy.sparse.linalg.eigsh`` for a standard
