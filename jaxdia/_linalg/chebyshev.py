@@ -117,7 +117,7 @@ class Chebyshev(Immutable, ScipyOperator):
     def batch_shape(self) -> tuple[int, ...]:
         return tuple(jnp.shape(self.lower))
 
-    def _columns(self, x: Array, adjoint: bool) -> Array:
+    def _columns(self, x: Array | np.ndarray, adjoint: bool) -> Array:
         M = self
         if adjoint:
             # M = p(D^-1 A) D^-1 with real coefficients, so M^H = p(D^-H A^H) D^-H: the

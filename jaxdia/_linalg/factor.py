@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Sequence
-from typing import NoReturn, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, NoReturn, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -132,7 +132,7 @@ class _BandedFactor(Immutable, ScipyOperator):
         return ("data", *names, "info")
 
     @classmethod
-    def tree_unflatten(cls: type[_Factor], aux: _Aux, children: Sequence[Array]) -> _Factor:
+    def tree_unflatten(cls: type[_Factor], aux: _Aux, children: Iterable[Any]) -> _Factor:
         # JAX unflattens with tracers, None or placeholder objects: do not validate here.
         *static, corners = aux
         data, *factors, info = children

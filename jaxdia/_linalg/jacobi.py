@@ -74,7 +74,7 @@ class Jacobi(Immutable, ScipyOperator):
     def batch_shape(self) -> tuple[int, ...]:
         return tuple(self.inverse_diagonal.shape[:-1])
 
-    def _columns(self, x: Array, adjoint: bool) -> Array:
+    def _columns(self, x: Array | np.ndarray, adjoint: bool) -> Array:
         inverse = jnp.conj(self.inverse_diagonal) if adjoint else self.inverse_diagonal
         return inverse * x if x.ndim == 1 else inverse[:, None] * x
 

@@ -149,7 +149,7 @@ class Multigrid(Immutable, ScipyOperator):
             dtype = self.dtype
         return _apply(self._hierarchy, v, batch=batch).astype(dtype)
 
-    def _columns(self, x: Array, adjoint: bool) -> Array:
+    def _columns(self, x: Array | np.ndarray, adjoint: bool) -> Array:
         if adjoint:
             raise NotImplementedError(
                 "Multigrid.rmatvec: the adjoint of a V-cycle is not computed (for a "
@@ -317,7 +317,7 @@ def _host_hierarchy(
     """:func:`_setup`'s hierarchy of a concrete flat batch ``host`` ``(B, n_diags, n)``
     (NumPy) for the polynomial smoothers, its leaves shaped by ``batch``, built with NumPy
     (:func:`jaxdia._linalg.multigrid_hierarchy.host_setup`): the compiled setup's program grows
-    with the levels (seconds of compilation for a large grid), the host's work is a few
+    with the levels (its compilation dominates the setup of a large grid), the host's work is a few
     dozen array operations per level. Only the coarsest level's factorization is
     compiled (a small program); the arrays go to the device in one transfer."""
     members = [host_setup(values, offsets, grid, plan) for values in host]

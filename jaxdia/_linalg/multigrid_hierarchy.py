@@ -334,7 +334,7 @@ def dia_of_cells(cells: Cells, grid: Grid, dtype: DTypeLike) -> DiaParts:
         offset = flat_offset(d, grid)
         row = rows.setdefault(offset, np.zeros(n, dtype))
         if d in cells:
-            row += by_rows(cells[d].reshape(-1), -offset, np)
+            row += by_rows(np.asarray(cells[d]).reshape(-1), -offset, np)
     offsets = tuple(sorted(rows))
     return DiaParts(np.stack([rows[offset] for offset in offsets]), offsets, (n, n))
 
