@@ -7,7 +7,7 @@ factorization and SciPy, on CPU, and the sequential depth of the GPU program.
    JAX's batched ``lax.linalg.tridiagonal_solve`` (LAPACK's ``?gtsv``, the diagonals
    prepared outside the timing); with ``--cyclic`` also block cyclic reduction forced
    (what batches of 8 or more systems ran on CPU before), with its compile time. The
-   implementation column is ``band_primitives.oneshot_implementation``'s choice.
+   implementation column is ``jaxdia._dispatch.oneshot_implementation``'s choice.
 2. **One large system**: ``lu_factor(A).solve(b)`` in one compiled call with the method
    forced (``jaxdia._linalg.banded.METHOD``): cyclic reduction (``"parallel"``, what a
    GPU/TPU runs), the ``lax.scan`` LU (``"scan"``, what they ran before: the proxy for a
@@ -25,7 +25,7 @@ Produced with::
 batched-CPU table comes from, with ``--cyclic``; ``--sweep``: instead, every one-shot
 implementation forced (``?gtsv``, LAPACK's loop, the scan, cyclic reduction) over bands of
 3-7 diagonals, batches of 1-1000 systems and 8-256 rows: what the CPU rule of
-``band_primitives.oneshot_implementation`` was chosen from.)
+``jaxdia._dispatch.oneshot_implementation`` was chosen from.)
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ def batch_problem(width: int, count: int, n: int):
 
 def batches(shapes, rounds: int, cyclic: bool) -> list[str]:
     """One row per band and ``(B, n)``: the median time per batch of each path."""
-    from jaxdia._kernels.band_primitives import oneshot_implementation
+    from jaxdia._dispatch import oneshot_implementation
+    from jaxdia._kernels.band_layouts import GB
 
     rows = []
     for width, label in BANDS:
@@ -144,7 +145,9 @@ def batches(shapes, rounds: int, cyclic: bool) -> list[str]:
                 sla.solve_banded((width, width), ab[i], b[i]) for i in range(count)
             ]
             median = timed(runs, rounds)
-            chosen = oneshot_implementation("cpu", "auto", n, (width, width), count)
+            chosen = oneshot_implementation(
+                "cpu", "auto", n, (width, width), count, n * GB.band_columns((width, width))
+            )
 
             def ms(seconds: float) -> str:
                 return f"{seconds * 1e3:,.3f} ms" if seconds < 0.01 else f"{seconds * 1e3:,.1f} ms"
@@ -187,9 +190,8 @@ def sweep(rounds: int) -> None:
     """Each one-shot implementation forced on every band, batch and size of the sweep:
     the measurements ``oneshot_implementation``'s CPU rule stands on. Beside each compile
     time, the memory mappings the compiled program added."""
-    from jaxdia._kernels import band_primitives
 
-    chooser = band_primitives.oneshot_implementation
+    chooser = jaxdia._dispatch.oneshot_implementation
     names = ("gtsv", "lapack", "scan", "parallel")
     print(
         "| band | B | n | chosen | "
@@ -214,14 +216,14 @@ def sweep(rounds: int) -> None:
                         continue
                     if name == "parallel" and (count > SWEEP_CYCLIC[0] or n > SWEEP_CYCLIC[1]):
                         continue
-                    band_primitives.oneshot_implementation = lambda *_, name=name: name
+                    jaxdia._dispatch.oneshot_implementation = lambda *_, name=name: name
                     try:
                         start, before = time.perf_counter(), mappings()
                         program = jax.jit(jax.vmap(solve)).lower(data, rhs).compile()
                         compiles[name] = time.perf_counter() - start
                         maps[name] = mappings() - before
                     finally:
-                        band_primitives.oneshot_implementation = chooser
+                        jaxdia._dispatch.oneshot_implementation = chooser
                     got = np.asarray(program(data, rhs))
                     assert np.abs(got - expected).max() <= 1e-10 * np.abs(expected).max(), name
                     runs[name] = lambda program=program: jax.block_until_ready(program(data, rhs))

@@ -31,6 +31,7 @@ from ._checks import (
     integers_as,
 )
 from ._geometry import accumulation_dtype, place_row, stack_rows
+from ._kernels import xla
 from ._kernels.primitives import spmm
 from ._parts import DiaParts
 from ._sharded_products import contracted_axes, sharded_spmm
@@ -171,6 +172,13 @@ def matvec(A: DiaParts, transpose: bool = False) -> Callable[[Array], Array]:
         return y[:, 0] if column else y
 
     return product
+
+
+def looped_matvec(A: DiaParts) -> Callable[[Array], Array]:
+    """``v -> A @ v`` for one matrix and a vector as one loop over its diagonals (see
+    :func:`jaxdia._dispatch.loops_level_product`: multigrid's small levels with many
+    diagonals on CPU), where :func:`matvec` unrolls one term per diagonal."""
+    return lambda v: xla.looped_matvec(A.data, v, A.offsets, A.shape)
 
 
 def operator_product(A: DiaParts, x: Array | np.ndarray, *, adjoint: bool) -> Array:

@@ -24,6 +24,7 @@ import pytest
 import scipy.sparse as sp
 
 import jaxdia
+from jaxdia import _dispatch
 from jaxdia._kernels import band_layouts, band_parallel, band_primitives, band_refine
 from jaxdia._linalg import banded as _banded
 from jaxdia._linalg.lanczos import DENSE_UP_TO
@@ -47,7 +48,9 @@ def parallel(monkeypatch):
 def on_platform(monkeypatch, platform):
     """Factorizations are traced as on ``platform``'s machine (its default backend)."""
     jax.clear_caches()
-    monkeypatch.setattr(_banded, "platform", lambda: "gpu" if platform == "cuda" else platform)
+    monkeypatch.setattr(
+        _dispatch, "default_platform", lambda: "gpu" if platform == "cuda" else platform
+    )
 
 
 # -- structure: no loop over the rows -------------------------------------------------------

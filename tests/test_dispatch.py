@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import jaxdia
+from jaxdia import _dispatch
 from jaxdia._kernels import band_primitives, band_refine
 from jaxdia._linalg import banded as banded_module, multigrid_hierarchy, stencil
 
@@ -155,7 +156,7 @@ def test_multigrid_level_products(monkeypatch):
     use the product primitive (no loop)."""
     box = stencil.displacements
     small = banded(6**3, tuple(stencil.flat_offset(d, (6, 6, 6)) for d in box(3)))
-    assert small.shape[0] <= multigrid_hierarchy.LOOPED_UP_TO and len(small.offsets) == 27
+    assert small.shape[0] <= _dispatch.LOOPED_UP_TO and len(small.offsets) == 27
     x = jnp.ones(small.shape[0])
 
     def product(A, x):
@@ -165,8 +166,8 @@ def test_multigrid_level_products(monkeypatch):
     two_d = banded(30 * 30, tuple(stencil.flat_offset(d, (30, 30)) for d in box(2)))
     assert not while_loops(product, two_d, jnp.ones(900), platform="cpu")
     large = banded(33**3, small.offsets)
-    assert large.shape[0] > multigrid_hierarchy.LOOPED_UP_TO
+    assert large.shape[0] > _dispatch.LOOPED_UP_TO
     assert not while_loops(product, large, jnp.ones(large.shape[0]), platform="cpu")
     # The choice is made when the cycle is traced, for the default device's platform.
-    monkeypatch.setattr(banded_module, "platform", lambda: "gpu")
+    monkeypatch.setattr(_dispatch, "default_platform", lambda: "gpu")
     assert not while_loops(product, small, x, platform="cuda")

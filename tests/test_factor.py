@@ -24,7 +24,7 @@ from hypothesis import given, settings, strategies as st
 from jax.test_util import check_grads
 
 import jaxdia
-from jaxdia._kernels import band_primitives
+from jaxdia import _dispatch
 from jaxdia._linalg import banded
 from jaxdia.testing import batch_shapes, dtypes
 
@@ -763,7 +763,7 @@ def test_accelerators_lower_the_scan(platform, cholesky, lower):
     loops on GPU and TPU, never a host call (the CPU program of the same function calls
     LAPACK). A factor traced for GPU or TPU is cyclic reduction's instead
     (``tests/test_band_parallel.py``)."""
-    n = band_primitives._SCAN_ROWS + 1
+    n = _dispatch.SCAN_ROWS + 1
     A = hermitian_band(n, lower, np.float32) if cholesky else random_band(n, lower, 2, np.float32)
 
     def factor_and_solve(A, b):
@@ -795,11 +795,11 @@ def test_solve_banded_tridiagonal_on_gpu_is_one_library_call():
 
 def test_cpu_chooses_by_size():
     """Small systems, and batches of many small systems, run the scan on CPU too."""
-    assert not band_primitives.host_is_faster(band_primitives._SCAN_ROWS, 1, 100)
-    assert band_primitives.host_is_faster(band_primitives._SCAN_ROWS + 1, 1, 100)
-    assert not band_primitives.host_is_faster(32, 1000, 100)
-    assert band_primitives.host_is_faster(1000, 1000, 4000)
-    assert not band_primitives.host_is_faster(10**9, 1, 3 * 10**9)  # LAPACK's 32-bit ints
+    assert not _dispatch.host_is_faster(_dispatch.SCAN_ROWS, 1, 100)
+    assert _dispatch.host_is_faster(_dispatch.SCAN_ROWS + 1, 1, 100)
+    assert not _dispatch.host_is_faster(32, 1000, 100)
+    assert _dispatch.host_is_faster(1000, 1000, 4000)
+    assert not _dispatch.host_is_faster(10**9, 1, 3 * 10**9)  # LAPACK's 32-bit ints
 
 
 # -- lineax --------------------------------------------------------------------------------

@@ -4,7 +4,8 @@
 bottom up (``CONTRIBUTING.md`` describes them):
 
 1. foundations: argument checks, DIA geometry, the ``DiaParts`` triple, the immutable
-   pytree base, the SciPy-name hints, what a sharding says, the shared type names;
+   pytree base, the SciPy-name hints, what a sharding says, the shared type names, the
+   rules of which implementation runs where;
 2. ``_kernels/``: the JAX primitives and what they lower to (XLA, Pallas Mosaic GPU,
    Pallas Triton, Pallas TPU, LAPACK through XLA's FFI, the ``lax.scan``
    factorizations, block cyclic reduction and its refinement). It imports only the
@@ -40,6 +41,7 @@ LAYERS = {
     "_scipy_operator": 1.5,
     "_sharding": 1,
     "_typing": 1,
+    "_dispatch": 1,
     "_kernels": 2,
     "_kernels.pallas_common": 2,
     "_kernels.xla": 2.1,

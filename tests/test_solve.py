@@ -186,7 +186,7 @@ def test_jacobi_errors():
 def banded_path(request, monkeypatch):
     """Runs a test with each implementation of solve_banded's LU, whatever the size: the
     default one-shot solve (on CPU JAX's ``?gtsv`` or jaxdia's ``?gbtrf`` + ``?gbtrs``,
-    see ``band_primitives.oneshot_implementation``), and a stored factor's: the
+    see ``_dispatch.oneshot_implementation``), and a stored factor's: the
     ``lax.scan`` LU (GPU, TPU, small systems and batches of them) or LAPACK's
     ``?gbtrf``/``?gttrf`` (CPU). The switch is read when tracing: ``jax.clear_caches``
     drops traces made with the other one."""
@@ -376,7 +376,7 @@ def test_solve_banded_gradients(offsets, columns, dtype):
         np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
 
 
-# -- which implementation a one-shot solve runs (band_primitives.oneshot_implementation) ----
+# -- which implementation a one-shot solve runs (_dispatch.oneshot_implementation) ----
 
 ONE_SHOT_BANDS = {
     "tridiagonal": (-1, 0, 1),

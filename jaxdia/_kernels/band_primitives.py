@@ -35,20 +35,21 @@ leading (batch) dims equal ``b``'s, or are absent: one factor for all.
 
 Lowering is chosen per platform from the full (batched) shapes:
 
-* LAPACK's layouts: on CPU, LAPACK through :mod:`jaxdia._kernels.lapack` unless the systems are
-  small enough that a scan is cheaper than the host call (see :func:`host_is_faster`);
-  everywhere else the ``lax.scan`` kernels of :mod:`jaxdia._kernels.band_scan`, a batch as one
-  scan with the systems side by side (``n`` sequential steps).
+* LAPACK's layouts: on CPU, LAPACK through :mod:`jaxdia._kernels.lapack` unless the
+  systems are small enough that a scan is cheaper than the host call (see
+  :func:`jaxdia._dispatch.host_is_faster`); everywhere else the ``lax.scan`` kernels of
+  :mod:`jaxdia._kernels.band_scan`, a batch as one scan with the systems side by side
+  (``n`` sequential steps).
 * The parallel layouts: cyclic reduction everywhere (``log2(n / m)`` levels, no loop over
   the rows). The LU's solves check their backward error and refine
   (:mod:`jaxdia._kernels.band_refine`); a system that still fails is solved by LAPACK on CPU
   and is NaN elsewhere. On CPU ``info`` of a failed ``CR`` factor is LAPACK's.
-* The one-shot solve (:func:`oneshot_implementation` chooses): on CPU LAPACK, a batch in
-  one call (``gtsv`` through ``lax.linalg.tridiagonal_solve`` for a tridiagonal matrix,
-  ``?gbtrf`` + ``?gbtrs`` else), or the scan for small systems of the other bands and
-  large batches of them; on GPUs ``lax.linalg.tridiagonal_solve`` (cuSPARSE's ``gtsv2``, parallel
-  and pivoting) for a tridiagonal matrix, cyclic reduction else; on TPU cyclic
-  reduction.
+* The one-shot solve (:func:`jaxdia._dispatch.oneshot_implementation` chooses): on CPU
+  LAPACK, a batch in one call (``gtsv`` through ``lax.linalg.tridiagonal_solve`` for a
+  tridiagonal matrix, ``?gbtrf`` + ``?gbtrs`` else), or the scan for small systems of the
+  other bands and large batches of them; on GPUs ``lax.linalg.tridiagonal_solve``
+  (cuSPARSE's ``gtsv2``, parallel and pivoting) for a tridiagonal matrix, cyclic
+  reduction else; on TPU cyclic reduction.
 
 There are no differentiation rules: the factorization is never differentiated (callers
 stop its gradient and differentiate the solve implicitly with
@@ -71,6 +72,7 @@ from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
+from .. import _dispatch
 from .._geometry import diagonal_bounds, in_bounds
 from . import band_parallel, band_refine, band_scan, lapack
 from .band_layouts import CR, GB, GT, ONESHOT, PB, PT, Layout
@@ -218,26 +220,6 @@ batching.primitive_batchers[solve_p] = _solve_batch
 
 # -- implementations -----------------------------------------------------------------------
 
-#: A host call has a fixed cost per call and per system, on top of LAPACK's time; a scan
-#: step costs XLA's loop overhead once for all the systems side by side in it, plus their
-#: arithmetic. Up to ``_SCAN_ROWS`` rows, and for batches of at least ``_SCAN_BATCH``
-#: systems of up to ``_SCAN_BATCH_ROWS`` rows, the scan was faster (benchmarks/README.md).
-_SCAN_ROWS = 16
-_SCAN_BATCH = 64
-_SCAN_BATCH_ROWS = 128
-#: LAPACK indexes with 32-bit ints: larger systems go to the scan.
-_INT32 = 2**31 - 1
-
-
-def host_is_faster(n: int, systems: int, size: int) -> bool:
-    """Whether CPU solves of ``systems`` systems of ``n`` rows (``size`` elements in the
-    largest array of one system) go to LAPACK rather than the scan."""
-    if size > _INT32:
-        return False
-    if n <= _SCAN_ROWS:
-        return False
-    return not (systems >= _SCAN_BATCH and n <= _SCAN_BATCH_ROWS)
-
 
 def _flatten(value, core: int):
     batch = value.shape[: value.ndim - core]
@@ -310,7 +292,7 @@ def _use_host(method: str, n: int, systems: int, size: int) -> bool:
     largest factor array holds ``size`` elements per system."""
     if method != "auto":
         return method == "host"
-    return host_is_faster(n, systems, size)
+    return _dispatch.host_is_faster(n, systems, size)
 
 
 def _factor_cpu(*operands, layout, widths, placement, offsets, method):
@@ -402,43 +384,6 @@ def _factor_parallel(data, *, layout, widths, offsets, cpu: bool):
     return [a.reshape(*batch, *a.shape[1:]) for a in arrays] + [info.reshape(batch)]
 
 
-def oneshot_implementation(
-    platform: str, method: str, n: int, widths: tuple[int, ...], systems: int
-) -> str:
-    """Which implementation runs a one-shot solve (layout ``ONESHOT``) of ``systems`` matrices
-    of ``n`` rows with band ``widths`` ``(kl, ku)``, lowered for ``platform`` (``"cpu"``,
-    ``"gpu"`` or ``"tpu"``); the one place that chooses it:
-
-    * ``"gtsv"``: ``lax.linalg.tridiagonal_solve``, every system of a batch in one library
-      call (LAPACK's ``?gtsv`` on CPU, cuSPARSE's ``gtsv2`` on GPUs; both pivot): a
-      tridiagonal matrix on CPU, whatever the size and batch, and on GPUs;
-    * ``"lapack"``: ``?gbtrf`` + ``?gbtrs`` through :mod:`jaxdia._kernels.lapack`, one call
-      each that loops over the systems: the other bands on CPU;
-    * ``"scan"``: the ``lax.scan`` LU of :mod:`jaxdia._kernels.band_scan`, the systems side
-      by side: on CPU, the other bands where LAPACK's cost per call and per system
-      outweighs the work, by the rule stored factors follow (:func:`host_is_faster`:
-      systems of up to ``_SCAN_ROWS`` rows, and batches of at least ``_SCAN_BATCH``
-      systems of up to ``_SCAN_BATCH_ROWS`` rows);
-    * ``"parallel"``: block cyclic reduction: the other bands on GPUs, everything on TPU
-      (whose ``tridiagonal_solve`` is a loop over the rows), systems too large for
-      LAPACK's 32-bit indices, and ``method == "parallel"`` (tests force it).
-
-    Cyclic reduction is not chosen on CPU: where it was the fastest (systems of a few
-    dozen rows, alone or in small batches) it saved little per solve next to its much
-    longer compilation, and each of its programs keeps hundreds of memory mappings
-    alive, which a process that compiles many shapes runs out of (benchmarks/README.md)."""
-    if method == "parallel" or platform not in ("cpu", "gpu"):
-        return "parallel"
-    tridiagonal = max(widths, default=0) <= 1
-    if platform == "gpu":
-        return "gtsv" if tridiagonal else "parallel"
-    if n * GB.band_columns(widths) > _INT32:
-        return "parallel"
-    if tridiagonal:
-        return "gtsv"
-    return "lapack" if host_is_faster(n, systems, n * GB.band_columns(widths)) else "scan"
-
-
 def _lapack_solve(data, b, *, offsets, widths, trans):
     """LAPACK's ``?gbtrf`` + ``?gbtrs`` on ``data`` ``(S or 1, nd, n)``; NaN where a
     matrix is singular."""
@@ -527,7 +472,9 @@ def _solve_parallel(*operands, layout, widths, trans, offsets, method, platform:
     data = _systems(arrays.pop(), offsets)
     implementation = "parallel"
     if layout is ONESHOT:
-        implementation = oneshot_implementation(platform, method, n, widths, data.shape[0])
+        implementation = _dispatch.oneshot_implementation(
+            platform, method, n, widths, data.shape[0], n * GB.band_columns(widths)
+        )
     if implementation == "gtsv":
         x = _tridiagonal_library(data, b, offsets=offsets, trans=trans)
         return x.reshape(*lead, *b.shape[-2:])

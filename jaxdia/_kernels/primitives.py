@@ -41,6 +41,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import NamedSharding, PartitionSpec
 
+from .. import _dispatch
 from .._geometry import index_dtype
 from .._sharding import on_auto_axes
 from .xla import sddmm_xla, spmm_xla
@@ -53,16 +54,13 @@ _XLA_IMPLS = {"spmm": spmm_xla, "sddmm": sddmm_xla}
 # their platform; and each platform's families, best first.
 _MOSAIC_GPU = "jaxdia._kernels.pallas_mosaic_gpu"
 _TRITON = "jaxdia._kernels.pallas_triton"
-_KERNEL_MODULES = {
-    "cuda": (_MOSAIC_GPU, _TRITON),
-    "rocm": (_TRITON,),
-    "tpu": ("jaxdia._kernels.pallas_tpu",),
-}
+# Each platform's families, best first: ``jaxdia._dispatch.PALLAS_MODULES``.
+_KERNEL_MODULES = _dispatch.PALLAS_MODULES
 # ``implementation=`` names that force one family.
 _FAMILIES = {"mosaic": _MOSAIC_GPU, "triton": _TRITON}
 # JAX deprecates the Triton backend from 0.11 on; before, Triton stays the default on
 # cuda (and Mosaic GPU can be forced).
-_MOSAIC_DEFAULT_JAX = (0, 11)
+_MOSAIC_DEFAULT_JAX = _dispatch.MOSAIC_GPU_DEFAULT_FROM_JAX
 
 spmm_p = Primitive("dia_spmm")
 sddmm_p = Primitive("dia_sddmm")

@@ -17,8 +17,8 @@ A factor is a :class:`Factor`: the arrays of one of the layouts of
   cyclic reduction chosen per platform and size when the program is compiled).
 
 The layout is chosen when the factorization is traced, for the platform computations run on
-by default (:func:`platform`): unlike a solve, a factor's arrays are a result, and their
-layout must be fixed before the program is lowered.
+by default (:func:`jaxdia._dispatch.default_platform`): unlike a solve, a factor's arrays
+are a result, and their layout must be fixed before the program is lowered.
 
 :func:`solve` solves with a factor: by ``lax.custom_linear_solve``, whose ``matvec`` is
 the matrix itself (a sparse product), so derivatives with respect to ``A.data`` and ``b``
@@ -29,7 +29,7 @@ reverse mode), never from differentiating or repeating the factorization.
 tridiagonal matrix; a batch in one call) or, for small systems of other bands and large
 batches of them, the ``lax.scan`` LU; cuSPARSE's ``gtsv2`` for a tridiagonal matrix on GPUs,
 cyclic reduction for other bands there and on TPU (see
-:func:`jaxdia._kernels.band_primitives.oneshot_implementation`).
+:func:`jaxdia._dispatch.oneshot_implementation`).
 
 16-bit matrices are factored in float32. The factor keeps its dtype; a solve runs in the
 promoted dtype of the matrix and ``b`` (float32 for 16-bit ones), a complex ``b`` for a
@@ -47,6 +47,7 @@ import numpy as np
 from jax import Array, lax
 from jax.typing import ArrayLike
 
+from .. import _dispatch
 from .._checks import check_rhs, is_traced, result_dtype
 from .._geometry import accumulation_dtype, band_widths, in_bounds
 from .._kernels import band_primitives as prims
@@ -60,24 +61,6 @@ from . import periodic
 #: "host" or "scan" (LAPACK's layouts, by LAPACK on CPU or by ``lax.scan``), "parallel"
 #: (cyclic reduction). Tests force each; read when a factorization or solve is traced.
 METHOD = "auto"
-#: The platforms whose stored factors are computed by cyclic reduction.
-PARALLEL_PLATFORMS = ("gpu", "tpu", "cuda", "rocm")
-
-
-def platform() -> str:
-    """The platform computations run on by default: that of ``jax_default_device`` if it
-    is set, else JAX's default backend (``"cpu"``, ``"gpu"``, ``"tpu"``)."""
-    device = getattr(jax.config, "jax_default_device", None)
-    if device is not None and not isinstance(device, str):
-        return device.platform
-    return str(device) if device is not None else jax.default_backend()
-
-
-def parallel(method: str) -> bool:
-    """Whether a factorization traced now is computed by cyclic reduction."""
-    if method == "auto":
-        return platform() in PARALLEL_PLATFORMS
-    return method == "parallel"
 
 
 def is_tridiagonal(offsets: tuple[int, ...]) -> bool:
@@ -116,7 +99,7 @@ def _real(dtype: np.dtype) -> np.dtype:
 
 def lu_layout(offsets: tuple[int, ...], method: str) -> tuple[Layout, tuple[int, ...]]:
     """The LU factor's layout and widths for a square matrix with these offsets."""
-    if parallel(method):
+    if _dispatch.factors_by_cyclic_reduction(method):
         return CR, band_widths(offsets)
     if is_tridiagonal(offsets):
         return GT, ()
@@ -133,7 +116,7 @@ def cholesky_layout(
 ) -> tuple[Layout, tuple[int, ...]]:
     """The Cholesky factor's layout and widths, from the triangle ``lower`` selects."""
     kd = cholesky_bandwidth(offsets, lower)
-    if parallel(method):
+    if _dispatch.factors_by_cyclic_reduction(method):
         return CH, (kd, int(lower))
     if kd <= 1:
         return PT, ()

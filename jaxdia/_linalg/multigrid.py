@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from .. import _dispatch
 from .._checks import as_array, broadcast_batch, is_int, is_traced, static_int
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
@@ -25,7 +26,7 @@ from .._pytree import Immutable
 from .._scipy_operator import ScipyOperator
 from .._shard import ShardedDiaMatrix
 from .._typing import ArrayLike, DTypeLike, Grid
-from .banded import PARALLEL_PLATFORMS, Factor, platform
+from .banded import Factor
 from .multigrid_hierarchy import (
     MAX_COARSE,
     Hierarchy,
@@ -41,9 +42,6 @@ from .multigrid_hierarchy import (
 from .sharded_multigrid import GATHER_BELOW, ShardedMultigrid, build, sharded_operand
 from .smoothers import SMOOTHERS, check_diagonal
 from .stencil import StaticGrid, as_grid, check_stencil
-
-#: ``max_coarse=None`` on GPU and TPU: the coarsest level's dense inverse stays small.
-ACCELERATOR_COARSE = 500
 
 _Tree = TypeVar("_Tree")
 
@@ -293,16 +291,10 @@ def _setup(data: Array, *, offsets, grid, plan, smoother, sweeps) -> Hierarchy:
     return jax.vmap(one)(data)
 
 
-#: A concrete matrix of at most this many stored values (batch included) has its
-#: hierarchy built on the host on GPU and TPU; on CPU any concrete matrix does.
-HOST_SETUP_UP_TO = 2**24
-
-
 def _host_setup_pays(A: DiaMatrix) -> bool:
     """Whether ``multigrid`` builds a concrete ``A``'s hierarchy with NumPy on the host
-    (see :func:`_host_hierarchy`): on CPU, or up to :data:`HOST_SETUP_UP_TO` values
-    (larger grids set up faster on an accelerator)."""
-    return platform() == "cpu" or A.data.size <= HOST_SETUP_UP_TO
+    (see :func:`_host_hierarchy`); :func:`jaxdia._dispatch.host_setup_pays` decides."""
+    return _dispatch.host_setup_pays(A.data.size)
 
 
 def _host_hierarchy(
@@ -557,8 +549,8 @@ def multigrid(
             "complex A), or A.real for a real matrix stored as complex"
         )
     sweeps = static_int(sweeps, "multigrid: sweeps")
-    if max_coarse is None and platform() in PARALLEL_PLATFORMS:
-        max_coarse = ACCELERATOR_COARSE
+    if max_coarse is None:
+        max_coarse = _dispatch.default_max_coarse()
     if max_coarse is not None:
         max_coarse = static_int(max_coarse, "multigrid: max_coarse")
     levels = 10**9 if max_levels is None else static_int(max_levels, "multigrid: max_levels")

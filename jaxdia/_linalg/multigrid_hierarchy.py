@@ -42,15 +42,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from .. import _dispatch
 from .._convert import dia_to_dense
 from .._geometry import accumulation_dtype, by_rows
 from .._kernels.primitives import spmm
-from .._kernels.xla import looped_matvec
 from .._parts import DiaParts
-from .._products import matvec
+from .._products import looped_matvec, matvec
 from .._pytree import Immutable
 from .._typing import DTypeLike, Grid
-from . import banded, ilu
+from . import ilu
 from .banded import Factor, factor_lu, solve
 from .smoothers import gershgorin, jacobi_steps, row_sums, smooth, smoothing_data
 from .stencil import (
@@ -249,11 +249,11 @@ class Hierarchy(Immutable):
 def coarse_factor(A: DiaParts) -> Factor | Array:
     """The coarsest level's solver, made once in the setup and used by every cycle
     through :func:`coarse_solve`: on CPU its banded LU (LAPACK's); on GPU and TPU (see
-    ``banded.platform``) its inverse, dense, so that each cycle's coarse solve is one
-    matrix-vector product where a banded solve is a sequence of small kernels, about
-    ``2 log2(n / m)`` of them for cyclic reduction (at most ``MAX_COARSE`` = 4096
-    unknowns: at most 128 MiB in float64)."""
-    if banded.platform() in banded.PARALLEL_PLATFORMS:
+    :func:`jaxdia._dispatch.coarse_solve_by_inverse`) its inverse, dense, so that each
+    cycle's coarse solve is one matrix-vector product where a banded solve is a sequence
+    of small kernels, about ``2 log2(n / m)`` of them for cyclic reduction (at most
+    ``MAX_COARSE`` = 4096 unknowns: at most 128 MiB in float64)."""
+    if _dispatch.coarse_solve_by_inverse():
         dense = dia_to_dense(A.data.astype(accumulation_dtype(A.dtype)), A.offsets, A.shape)
         return jnp.linalg.inv(dense)
     return factor_lu(A)
@@ -463,21 +463,11 @@ def auto_plan(
     return tuple(plan)
 
 
-#: A level of at most this many unknowns with more than :data:`LOOPED_DIAGONALS`
-#: diagonals (the 27-point stencils of 3-D coarse levels) multiplies as one loop over
-#: its diagonals on CPU: a cycle's compile time then grows by one small loop per such
-#: product instead of an unrolled product of 27 terms, at the same run time
-#: (benchmarks/README.md, "Compile time").
-LOOPED_UP_TO = 2**15
-LOOPED_DIAGONALS = 9
-
-
 def level_product(A: DiaParts) -> Callable[[Array], Array]:
     """``v -> A @ v`` for one level's matrix and a vector: the ``dia_spmm`` primitive,
     or on CPU for a small level with many diagonals the loop over them."""
-    small = A.shape[0] <= LOOPED_UP_TO and len(A.offsets) > LOOPED_DIAGONALS
-    if small and banded.platform() == "cpu":
-        return lambda v: looped_matvec(A.data, v, A.offsets, A.shape)
+    if _dispatch.loops_level_product(A.shape[0], len(A.offsets)):
+        return looped_matvec(A)
     return matvec(A)
 
 

@@ -18,8 +18,8 @@ import scipy.sparse as sp
 from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 import jaxdia
+from jaxdia import _dispatch
 from jaxdia._geometry import band_widths
-from jaxdia._linalg import multigrid_hierarchy as one_device
 from tests.test_multigrid import jump, poisson
 
 __all__ = [
@@ -227,6 +227,5 @@ def expect_error(kind, pattern, f):
 def looped(level) -> bool:
     """Whether a level's products are the loop over its diagonals on CPU."""
     return (
-        len(level.offsets) > one_device.LOOPED_DIAGONALS
-        and level.shape[0] <= one_device.LOOPED_UP_TO
+        len(level.offsets) > _dispatch.LOOPED_DIAGONALS and level.shape[0] <= _dispatch.LOOPED_UP_TO
     )

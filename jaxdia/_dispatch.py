@@ -1,0 +1,166 @@
+"""Which implementation runs here: every rule that picks a path by platform, method, size
+or batch, in one place.
+
+The callers (the products' lowering rules, the banded primitives, the banded factors,
+multigrid) ask these functions and decide nothing themselves. ``docs/design.md``
+("Dispatch") is the table the rules encode, and ``tests/test_dispatch.py`` pins its rows
+by reading the lowered programs. The rules are pure: they read JAX's default platform
+and their arguments, so a test may monkeypatch :func:`default_platform`.
+
+>>> from jaxdia import _dispatch
+>>> _dispatch.oneshot_implementation("cpu", "auto", 1000, (1, 1), 1, 3000)
+'gtsv'
+>>> _dispatch.oneshot_implementation("tpu", "auto", 1000, (2, 2), 1, 7000)
+'parallel'
+>>> _dispatch.host_is_faster(1000, 1, 7000), _dispatch.host_is_faster(8, 1, 56)
+(True, False)
+"""
+
+from __future__ import annotations
+
+import jax
+
+# -- the platform --------------------------------------------------------------------------
+
+#: The platforms of accelerators (GPUs and TPUs): parallel factorizations, dense coarse
+#: inverses, smaller coarsest levels.
+ACCELERATOR_PLATFORMS = ("gpu", "tpu", "cuda", "rocm")
+
+
+def default_platform() -> str:
+    """The platform computations run on by default: that of ``jax_default_device`` if it
+    is set, else JAX's default backend (``"cpu"``, ``"gpu"``, ``"tpu"``)."""
+    device = getattr(jax.config, "jax_default_device", None)
+    if device is not None and not isinstance(device, str):
+        return device.platform
+    return str(device) if device is not None else jax.default_backend()
+
+
+def on_accelerator() -> bool:
+    """Whether computations run on a GPU or TPU by default."""
+    return default_platform() in ACCELERATOR_PLATFORMS
+
+
+# -- products: the Pallas kernel families ----------------------------------------------------
+
+#: The Pallas kernel modules that may compute a product, per lowering platform, in order of
+#: preference (``jaxdia._kernels.primitives.choose_implementation`` takes the first that
+#: can, else XLA).
+PALLAS_MODULES = {
+    "cuda": ("jaxdia._kernels.pallas_mosaic_gpu", "jaxdia._kernels.pallas_triton"),
+    "rocm": ("jaxdia._kernels.pallas_triton",),
+    "tpu": ("jaxdia._kernels.pallas_tpu",),
+}
+#: From this JAX on (where Triton is deprecated) Mosaic GPU is cuda's default family; before
+#: it Triton stays the default (and Mosaic GPU can be forced).
+MOSAIC_GPU_DEFAULT_FROM_JAX = (0, 11)
+
+# -- banded factorizations and solves ---------------------------------------------------------
+
+#: A host call has a fixed cost per call and per system, on top of LAPACK's time; a scan
+#: step costs XLA's loop overhead once for all the systems side by side in it, plus their
+#: arithmetic. Up to ``SCAN_ROWS`` rows, and for batches of at least ``SCAN_BATCH``
+#: systems of up to ``SCAN_BATCH_ROWS`` rows, the scan was faster
+#: (benchmarks/notes/solves.md).
+SCAN_ROWS = 16
+SCAN_BATCH = 64
+SCAN_BATCH_ROWS = 128
+#: LAPACK indexes with 32-bit ints: larger systems go to the scan or cyclic reduction.
+LAPACK_INDEX_LIMIT = 2**31 - 1
+
+
+def factors_by_cyclic_reduction(method: str) -> bool:
+    """Whether a stored factorization traced now is computed by block cyclic reduction:
+    ``method="auto"`` on GPUs and TPUs, or ``method="parallel"``."""
+    if method == "auto":
+        return on_accelerator()
+    return method == "parallel"
+
+
+def host_is_faster(n: int, systems: int, size: int) -> bool:
+    """Whether CPU factorizations and solves of ``systems`` systems of ``n`` rows (``size``
+    elements in the largest array of one system) call LAPACK rather than run the scan."""
+    if size > LAPACK_INDEX_LIMIT:
+        return False
+    if n <= SCAN_ROWS:
+        return False
+    return not (systems >= SCAN_BATCH and n <= SCAN_BATCH_ROWS)
+
+
+def oneshot_implementation(
+    platform: str, method: str, n: int, widths: tuple[int, ...], systems: int, band_size: int
+) -> str:
+    """Which implementation runs a one-shot solve (``solve_banded``) of ``systems``
+    matrices of ``n`` rows with band ``widths`` ``(kl, ku)`` whose LAPACK band array holds
+    ``band_size`` elements per system, lowered for ``platform`` (``"cpu"``, ``"gpu"`` or
+    ``"tpu"``):
+
+    * ``"gtsv"``: ``lax.linalg.tridiagonal_solve``, every system of a batch in one library
+      call (LAPACK's ``?gtsv`` on CPU, cuSPARSE's ``gtsv2`` on GPUs; both pivot): a
+      tridiagonal matrix on CPU, whatever the size and batch, and on GPUs;
+    * ``"lapack"``: ``?gbtrf`` + ``?gbtrs`` through :mod:`jaxdia._kernels.lapack`, one call
+      each that loops over the systems: the other bands on CPU;
+    * ``"scan"``: the ``lax.scan`` LU, the systems side by side: on CPU, the other bands
+      where LAPACK's cost per call and per system outweighs the work
+      (:func:`host_is_faster`);
+    * ``"parallel"``: block cyclic reduction: the other bands on GPUs, everything on TPU
+      (whose ``tridiagonal_solve`` is a loop over the rows), systems too large for
+      LAPACK's 32-bit indices, and ``method == "parallel"`` (tests force it).
+
+    Cyclic reduction is not chosen on CPU: where it was the fastest (systems of a few
+    dozen rows, alone or in small batches) it saved little per solve next to its much
+    longer compilation, and each of its programs keeps hundreds of memory mappings
+    alive, which a process that compiles many shapes runs out of."""
+    if method == "parallel" or platform not in ("cpu", "gpu"):
+        return "parallel"
+    tridiagonal = max(widths, default=0) <= 1
+    if platform == "gpu":
+        return "gtsv" if tridiagonal else "parallel"
+    if band_size > LAPACK_INDEX_LIMIT:
+        return "parallel"
+    if tridiagonal:
+        return "gtsv"
+    return "lapack" if host_is_faster(n, systems, band_size) else "scan"
+
+
+# -- multigrid ---------------------------------------------------------------------------------
+
+#: A level of at most this many unknowns with more than :data:`LOOPED_DIAGONALS`
+#: diagonals (the 27-point stencils of 3-D coarse levels) multiplies as one loop over
+#: its diagonals on CPU: a cycle's compile time then grows by one small loop per such
+#: product instead of an unrolled product of 27 terms, at the same run time
+#: (benchmarks/notes/compile.md).
+LOOPED_UP_TO = 2**15
+LOOPED_DIAGONALS = 9
+#: ``max_coarse=None`` on GPU and TPU: the coarsest level's dense inverse stays small.
+ACCELERATOR_COARSE = 500
+#: A concrete matrix of at most this many stored values (batch included) has its
+#: hierarchy built on the host on GPU and TPU; on CPU any concrete matrix does.
+HOST_SETUP_UP_TO = 2**24
+
+
+def loops_level_product(rows: int, diagonals: int) -> bool:
+    """Whether a multigrid level's product runs as one loop over its diagonals (on CPU,
+    small levels with many diagonals) rather than as the ``dia_spmm`` primitive."""
+    small = rows <= LOOPED_UP_TO and diagonals > LOOPED_DIAGONALS
+    return small and default_platform() == "cpu"
+
+
+def coarse_solve_by_inverse() -> bool:
+    """Whether multigrid's coarsest level is solved by its dense inverse (GPU and TPU:
+    one product per cycle, where a banded solve is a sequence of small kernels) rather
+    than by its banded LU (CPU: LAPACK's)."""
+    return on_accelerator()
+
+
+def default_max_coarse() -> int | None:
+    """``max_coarse=None``: unlimited on CPU (coarsening stops where the coarsest level
+    is cheap to factorize), :data:`ACCELERATOR_COARSE` on GPU and TPU."""
+    return ACCELERATOR_COARSE if on_accelerator() else None
+
+
+def host_setup_pays(values: int) -> bool:
+    """Whether ``multigrid`` builds a concrete matrix's hierarchy with NumPy on the host:
+    on CPU, or up to :data:`HOST_SETUP_UP_TO` stored values (larger grids set up faster
+    on an accelerator)."""
+    return default_platform() == "cpu" or values <= HOST_SETUP_UP_TO
