@@ -46,7 +46,7 @@ from bench_traces import shown, timed  # noqa: E402  (also turns x64 on)
 from jax import lax  # noqa: E402
 
 import jaxdia  # noqa: E402
-from jaxdia._kernels import band_primitives  # noqa: E402
+from jaxdia import _dispatch  # noqa: E402
 from jaxdia._linalg import banded  # noqa: E402
 
 # -- one-shot solves -----------------------------------------------------------------------
@@ -413,7 +413,7 @@ def main():
     header = (
         f"jax {jax.__version__}, scipy {scipy.__version__}, {platform.processor() or 'cpu'}, "
         f"{os.cpu_count()} cores, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}; "
-        f"scan on CPU up to {band_primitives._SCAN_ROWS} rows; median, ratio jaxdia / SciPy"
+        f"scan on CPU up to {_dispatch.SCAN_ROWS} rows; median, ratio jaxdia / SciPy"
     )
     lines = [header, ""]
     if args.only in (None, "factor"):

@@ -18,8 +18,8 @@ import pytest
 
 import jaxdia
 from jaxdia import _dispatch
-from jaxdia._kernels import band_primitives, band_refine
-from jaxdia._linalg import banded as banded_module, multigrid_hierarchy, stencil
+from jaxdia._kernels import band_refine
+from jaxdia._linalg import multigrid_hierarchy, stencil
 
 from .test_lowering import lowered_text, while_loops
 
@@ -79,7 +79,7 @@ def test_stored_factors_call_lapack_on_cpu(kind, offsets, routines):
     small = _spd(8, offsets) if kind == "cho" else banded(8, offsets)
     text = lowered_text(_factor_and_solve(kind), small, jnp.ones(8), platform="cpu")
     assert not lapack_calls(text)
-    assert n > band_primitives._SCAN_ROWS >= 8
+    assert n > _dispatch.SCAN_ROWS >= 8
 
 
 @pytest.mark.parametrize("platform", ACCELERATORS)
@@ -89,7 +89,7 @@ def test_stored_factors_are_cyclic_reduction_on_accelerators(
 ):
     # A factor's layout is chosen when it is traced, for the default device's platform.
     monkeypatch.setattr(
-        banded_module, "platform", lambda: "gpu" if platform == "cuda" else platform
+        _dispatch, "default_platform", lambda: "gpu" if platform == "cuda" else platform
     )
 
     def make_args(n):
@@ -117,7 +117,7 @@ def test_one_system_on_cpu():
         jaxdia.solve_banded, banded(n, (-2, -1, 0, 1, 2)), jnp.ones(n), platform="cpu"
     )
     assert lapack_calls(wide) == {"gbtrf", "gbtrs"} and "gtsv" not in wide
-    small = band_primitives._SCAN_ROWS
+    small = _dispatch.SCAN_ROWS
     args = banded(small, (-2, 0, 1)), jnp.ones(small)
     text = lowered_text(jaxdia.solve_banded, *args, platform="cpu")
     assert "gtsv" not in text and not lapack_calls(text) and "stablehlo.case" not in text

@@ -7,6 +7,7 @@ several Python threads, by independent calls of one program and under ``vmap`` w
 batches agree with the same solves made one after the other.
 """
 
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -278,6 +279,40 @@ print("solved")
             cwd=Path(__file__).resolve().parents[1],
         )
         assert result.returncode == 0 and "solved" in result.stdout, result.stderr
+
+
+def test_the_handlers_take_x64_off():
+    """With x64 off (JAX's default) the placement operand is int32: the compiled gbtrf
+    and pbtrf once refused it, so every general-band LU on CPU failed for such users."""
+    import subprocess
+    from pathlib import Path
+
+    script = """
+import jax, jax.numpy as jnp, numpy as np, scipy.sparse as sp, scipy.sparse.linalg as spl
+import jaxdia
+assert not jax.config.jax_enable_x64
+rng = np.random.default_rng(0)
+for offsets in ([-1, 0, 1, 2], [-2, -1, 0, 1, 2], list(range(-7, 8))):
+    A = sp.diags_array([rng.uniform(-1, 1, 300 - abs(k)) + 8.0 * (k == 0) for k in offsets],
+                       offsets=offsets, shape=(300, 300), dtype=np.float32)
+    S = (A + A.T).astype(np.float32)
+    b = np.ones(300, np.float32)
+    M, H = jaxdia.DiaMatrix.from_scipy(A.todia()), jaxdia.DiaMatrix.from_scipy(S.todia())
+    for x, oracle in [(jaxdia.lu_factor(M).solve(b), spl.spsolve(A.tocsc(), b)),
+                      (jaxdia.solve_banded(M, b), spl.spsolve(A.tocsc(), b)),
+                      (jaxdia.cho_factor(H).solve(b), spl.spsolve(S.tocsc(), b))]:
+        assert np.abs(np.asarray(x) - oracle).max() <= 1e-4 * np.abs(oracle).max()
+print("solved")
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "JAX_ENABLE_X64": "0"},
+    )
+    assert result.returncode == 0 and "solved" in result.stdout, result.stderr
 
 
 # -- narrow bands: the handlers' own ?gbtf2 and ?gbtrs against SciPy's LAPACK -------------

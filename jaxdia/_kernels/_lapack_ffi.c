@@ -344,12 +344,19 @@ typedef struct {
     uint64_t half[2];
 } Complex128;
 
+/* Entry i of an integer buffer of int32 or int64 (the placement is int32 when JAX runs
+   with x64 off, whatever dtype lapack.py asks for). */
+static int64_t entry(const Buffer *buffer, int64_t i) {
+    return buffer->dtype == S64 ? ((const int64_t *)buffer->data)[i]
+                                : ((const int32_t *)buffer->data)[i];
+}
+
 #define FILL_BANDS(TYPE)                                                                       \
     for (int64_t system = first; system < first + count; system++) {                          \
         TYPE *target = (TYPE *)bands->data + system * n * ldab;                                \
         const TYPE *source = (const TYPE *)data->data + system * diagonals * n;                \
         for (int64_t k = 0; k < diagonals; k++) {                                              \
-            int64_t offset = placement[2 * k], column = placement[2 * k + 1];                  \
+            int64_t offset = entry(layout, 2 * k), column = entry(layout, 2 * k + 1);          \
             if (column < 0) continue;                                                          \
             int64_t start = offset > 0 ? offset : 0, stop = offset < 0 ? n + offset : n;       \
             for (int64_t j = start; j < stop; j++) target[j * ldab + column] = source[k * n + j]; \
@@ -362,18 +369,18 @@ static XLA_FFI_Error *prepare_bands(const XLA_FFI_CallFrame *frame, const char *
                                     const Buffer *data, const Buffer *layout,
                                     const Buffer *bands, int p) {
     TRY(expect(frame, routine, "the DIA data", data, bands->dtype, 2));
-    TRY(expect(frame, routine, "the placement", layout, S64, 0));
+    if (layout->dtype != S32)
+        TRY(expect(frame, routine, "the placement", layout, S64, 0));
     int64_t n = bands->dims[bands->rank - 2], ldab = bands->dims[bands->rank - 1];
     int64_t diagonals = data->dims[data->rank - 2], systems = systems_of(bands, 2);
     if (data->dims[data->rank - 1] != n || systems_of(data, 2) != systems ||
         size_of(layout) != 2 * diagonals)
         return fail(frame, ERROR_INVALID_ARGUMENT, "%s: the DIA data does not match the band",
                     routine);
-    const int64_t *placement = (const int64_t *)layout->data;
     for (int64_t k = 0; k < diagonals; k++)
-        if (placement[2 * k + 1] >= ldab)
+        if (entry(layout, 2 * k + 1) >= ldab)
             return fail(frame, ERROR_INVALID_ARGUMENT, "%s: band column %lld out of range",
-                        routine, (long long)placement[2 * k + 1]);
+                        routine, (long long)entry(layout, 2 * k + 1));
     huge_pages(bands->data, (size_t)(systems * n * ldab) * ITEMSIZE[p]);
     return NULL;
 }
@@ -385,7 +392,6 @@ static void fill_systems(const Buffer *data, const Buffer *layout, const Buffer 
                          int64_t first, int64_t count) {
     int64_t n = bands->dims[bands->rank - 2], ldab = bands->dims[bands->rank - 1];
     int64_t diagonals = data->dims[data->rank - 2];
-    const int64_t *placement = (const int64_t *)layout->data;
     size_t bytes = (size_t)(count * n * ldab) * ITEMSIZE[p];
     if (bytes == 0) return;
     memset(bands->data + (size_t)(first * n * ldab) * ITEMSIZE[p], 0, bytes);
