@@ -8,8 +8,10 @@ batches agree with the same solves made one after the other.
 """
 
 import os
+import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -250,12 +252,23 @@ def test_vmap_over_large_batches_agrees_with_sequential_solves(kind):
             np.testing.assert_allclose(shared[i], sequential(b[i]), rtol=1e-13, atol=1e-13)
 
 
+def _assert_script_solves(script: str, **environment: str) -> None:
+    """Runs ``script`` in a Python process of its own (from the repository root, with
+    ``environment`` added) and checks that it exits cleanly after printing "solved"."""
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, **environment},
+    )
+    assert result.returncode == 0 and "solved" in result.stdout, result.stderr
+
+
 def test_the_handlers_keep_working_in_a_subprocess_holding_a_factor_at_exit():
     """The exit test of test_solve.py holds a solution; this one a stored factor of each
     kind (their handlers ran on XLA's threads), with no keep-alive of XLA's client."""
-    import subprocess
-    from pathlib import Path
-
     script = """
 import jax, numpy as np, scipy.sparse as sp
 jax.config.update("jax_enable_x64", True)
@@ -271,22 +284,12 @@ x = [lu.solve(np.ones(900)), c.solve(np.ones(900)), t.solve(np.ones(30))]
 print("solved")
 """
     for _ in range(2):
-        result = subprocess.run(
-            [sys.executable, "-c", script],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=Path(__file__).resolve().parents[1],
-        )
-        assert result.returncode == 0 and "solved" in result.stdout, result.stderr
+        _assert_script_solves(script)
 
 
 def test_the_handlers_take_x64_off():
     """With x64 off (JAX's default) the placement operand is int32: the compiled gbtrf
     and pbtrf once refused it, so every general-band LU on CPU failed for such users."""
-    import subprocess
-    from pathlib import Path
-
     script = """
 import jax, jax.numpy as jnp, numpy as np, scipy.sparse as sp, scipy.sparse.linalg as spl
 import jaxdia
@@ -304,15 +307,7 @@ for offsets in ([-1, 0, 1, 2], [-2, -1, 0, 1, 2], list(range(-7, 8))):
         assert np.abs(np.asarray(x) - oracle).max() <= 1e-4 * np.abs(oracle).max()
 print("solved")
 """
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).resolve().parents[1],
-        env={**os.environ, "JAX_ENABLE_X64": "0"},
-    )
-    assert result.returncode == 0 and "solved" in result.stdout, result.stderr
+    _assert_script_solves(script, JAX_ENABLE_X64="0")
 
 
 # -- narrow bands: the handlers' own ?gbtf2 and ?gbtrs against SciPy's LAPACK -------------
