@@ -51,16 +51,10 @@ _XLA_IMPLS = {"spmm": spmm_xla, "sddmm": sddmm_xla}
 
 # The Pallas kernel families (modules holding kernels named like the primitives, "spmm"
 # and "sddmm", and a ``supports(dtype)`` predicate), imported only when lowering for
-# their platform; and each platform's families, best first.
-_MOSAIC_GPU = "jaxdia._kernels.pallas_mosaic_gpu"
-_TRITON = "jaxdia._kernels.pallas_triton"
-# Each platform's families, best first: ``jaxdia._dispatch.PALLAS_MODULES``.
-_KERNEL_MODULES = _dispatch.PALLAS_MODULES
+# their platform; each platform's, best first, are ``jaxdia._dispatch.PALLAS_MODULES``.
+_MOSAIC_GPU, _TRITON = _dispatch.PALLAS_MODULES["cuda"]
 # ``implementation=`` names that force one family.
 _FAMILIES = {"mosaic": _MOSAIC_GPU, "triton": _TRITON}
-# JAX deprecates the Triton backend from 0.11 on; before, Triton stays the default on
-# cuda (and Mosaic GPU can be forced).
-_MOSAIC_DEFAULT_JAX = _dispatch.MOSAIC_GPU_DEFAULT_FROM_JAX
 
 spmm_p = Primitive("dia_spmm")
 sddmm_p = Primitive("dia_sddmm")
@@ -304,10 +298,10 @@ def choose_implementation(name: str, platform: str | None, avals, params, implem
     """
     if implementation == "xla":
         return _XLA_IMPLS[name]
-    families = _KERNEL_MODULES.get(platform or "", ())
+    families = _dispatch.PALLAS_MODULES.get(platform or "", ())
     if implementation in _FAMILIES:
         families = tuple(f for f in families if f == _FAMILIES[implementation])
-    elif jax.__version_info__ < _MOSAIC_DEFAULT_JAX:
+    elif jax.__version_info__ < _dispatch.MOSAIC_GPU_DEFAULT_FROM_JAX:
         families = tuple(f for f in families if f != _MOSAIC_GPU)
     elif (
         implementation is None
@@ -349,7 +343,7 @@ def _lowering_rule(name, platform):
 
 for _name, _prim in (("spmm", spmm_p), ("sddmm", sddmm_p)):
     mlir.register_lowering(_prim, _lowering_rule(_name, None))
-    for _platform in _KERNEL_MODULES:
+    for _platform in _dispatch.PALLAS_MODULES:
         mlir.register_lowering(_prim, _lowering_rule(_name, _platform), platform=_platform)
 
 
