@@ -56,6 +56,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import importlib
 import json
 import math
 import os
@@ -64,15 +65,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # this checkout's jaxdia, not an installed one
-    sys.path.insert(0, str(ROOT))
+# this checkout's jaxdia (not an installed one), and benchmarks/fuzz/ as the package `fuzz`
+for _path in (ROOT, ROOT / "benchmarks"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 import jax  # noqa: E402
 
@@ -82,71 +84,41 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 import scipy.sparse.linalg as spla  # noqa: E402
+from fuzz.core import (  # noqa: E402
+    CLEAR_ERRORS,
+    DTYPES,
+    FAIL,
+    FLAGGED,
+    PASS,
+    Case,
+    Outcome,
+    Result,
+    backward_error,
+    condition_number,
+    dense_of,
+    dia_data,
+    machine_epsilon,
+    pick,
+    raised,
+    random_values,
+    wide_dtype,
+)
 
 import jaxdia  # noqa: E402
 from jaxdia._linalg import banded as _banded  # noqa: E402
 
-FAMILIES = ("banded", "periodic", "ilu", "multigrid", "jacobian", "sharded")
+#: The families defined in this file, then those in modules of their own
+#: (``benchmarks/fuzz/<family>.py``, see ``fuzz/core.py``). Append only: a family's position
+#: seeds its cases.
+BUILTIN_FAMILIES = ("banded", "periodic", "ilu", "multigrid", "jacobian", "sharded")
+MODULE_FAMILIES: tuple[str, ...] = ()
+FAMILIES = BUILTIN_FAMILIES + MODULE_FAMILIES
 #: Seconds a case may take (compilation included) before its worker is killed.
 TIMEOUTS = {"multigrid": 60.0, "sharded": 120.0}
 DEFAULT_TIMEOUT = 60.0
-#: The exceptions that are a clear report of a bad input (FLAGGED, not FAIL).
-CLEAR_ERRORS = (ValueError, TypeError, np.linalg.LinAlgError)
-
-PASS, FLAGGED, FAIL = "PASS", "FLAGGED", "FAIL"
-_RANK = {PASS: 0, FLAGGED: 1, FAIL: 2}
 
 
-# -- cases and results ------------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Case:
-    family: str
-    seed: int
-    index: int
-    params: dict
-
-    def reproducer(self) -> str:
-        return (
-            f"python benchmarks/fuzz_solve.py --family {self.family} --seed {self.seed} "
-            f"--index {self.index}  # {json.dumps(self.params, sort_keys=True)}"
-        )
-
-
-@dataclasses.dataclass
-class Result:
-    verdict: str
-    detail: str = ""
-    #: the worst error measured, in units of the tolerance (for calibration)
-    ratio: float = 0.0
-    unexpected: bool = False
-    seconds: float = 0.0
-
-
-class Outcome:
-    """The verdicts of one case's checks, merged: the worst wins; the notes of the worst
-    verdict are kept (the first few, and how many more)."""
-
-    def __init__(self):
-        self.verdict, self.notes, self.ratio, self.unexpected = PASS, [], 0.0, False
-        self.more = 0
-
-    def add(self, verdict: str, note: str = "", ratio: float = 0.0, unexpected: bool = False):
-        if _RANK[verdict] > _RANK[self.verdict]:
-            self.verdict, self.notes, self.more = verdict, [], 0
-        if note and _RANK[verdict] == _RANK[self.verdict] and note not in self.notes:
-            if len(self.notes) < 2:
-                self.notes.append(note)
-            else:
-                self.more += 1
-        if np.isfinite(ratio):
-            self.ratio = max(self.ratio, float(ratio))
-        self.unexpected |= unexpected and verdict == FLAGGED
-
-    def result(self) -> Result:
-        detail = "; ".join(self.notes) + (f" (+{self.more} more)" if self.more else "")
-        return Result(self.verdict, detail[:600], self.ratio, self.unexpected)
+# -- cases ------------------------------------------------------------------------------------
 
 
 def generate(family: str, seed: int, index: int) -> Case:
@@ -157,29 +129,6 @@ def generate(family: str, seed: int, index: int) -> Case:
     return Case(family, seed, index, params)
 
 
-def _clear(error: BaseException) -> bool:
-    """Whether ``error`` is jaxdia's own clear report of a bad input: a ValueError,
-    TypeError or LinAlgError whose message starts with the jaxdia name that raised it
-    (``"lu_factor: ..."``), not an error of JAX's or NumPy's internals."""
-    if not isinstance(error, CLEAR_ERRORS):
-        return False
-    name = str(error).split(":", 1)[0].split(".")[0].split("(")[0].strip()
-    return ":" in str(error) and name in _JAXDIA_NAMES
-
-
-_JAXDIA_NAMES = {*dir(jaxdia), "DiaMatrix", "BandedLU", "BandedCholesky"}
-
-
-def _raised(error: BaseException, unexpected: bool = False) -> Result:
-    """FLAGGED for jaxdia's clear errors (``unexpected``: on a well-posed case), FAIL for
-    any other exception."""
-    lines = traceback.format_exception_only(type(error), error)
-    text = " | ".join(line.strip() for line in "".join(lines).splitlines() if line.strip())
-    if _clear(error):
-        return Result(FLAGGED, f"raised {text}"[:300], unexpected=unexpected)
-    return Result(FAIL, f"unclear exception {text}"[:400])
-
-
 def run_case(case: Case) -> Result:
     """Runs one case in this process and classifies it (never raises)."""
     start = time.perf_counter()
@@ -188,99 +137,9 @@ def run_case(case: Case) -> Result:
             warnings.simplefilter("ignore")
             result = CHECKS[case.family](case.params)
     except Exception as error:  # an unclear library error, or the harness's own bug
-        result = _raised(error, unexpected=True)
+        result = raised(error, unexpected=True)
     result.seconds = time.perf_counter() - start
     return result
-
-
-# -- shared numerics --------------------------------------------------------------------------
-
-
-def _wide(dtype) -> np.dtype:
-    return np.dtype(np.complex128 if np.dtype(dtype).kind == "c" else np.float64)
-
-
-def _eps(dtype) -> float:
-    return float(jnp.finfo(np.dtype(dtype)).eps)
-
-
-DTYPES = {
-    "float32": np.float32,
-    "float64": np.float64,
-    "complex64": np.complex64,
-    "complex128": np.complex128,
-    "float16": np.float16,
-    "bfloat16": jnp.bfloat16,
-}
-
-
-def _values(rng, shape, dtype) -> np.ndarray:
-    """Standard normal values, complex ones with both parts random (in double precision)."""
-    values = rng.standard_normal(shape)
-    if np.dtype(dtype).kind == "c":
-        values = values + 1j * rng.standard_normal(shape)
-    return values
-
-
-def _pick(rng, options: dict):
-    """A key of ``options`` drawn with the given weights."""
-    keys = list(options)
-    weights = np.array([options[k] for k in keys], float)
-    return keys[int(rng.choice(len(keys), p=weights / weights.sum()))]
-
-
-def dia_data(dense: np.ndarray, offsets, padding: str = "nan", rng=None) -> np.ndarray:
-    """SciPy's DIA ``data`` of ``dense`` ``(..., n, n)`` on ``offsets``: in-bounds slots from
-    ``dense``, the others NaN or random garbage (which jaxdia must never read)."""
-    n = dense.shape[-1]
-    data = np.empty((*dense.shape[:-2], len(offsets), n), dense.dtype)
-    cols = np.arange(n)
-    for k, offset in enumerate(offsets):
-        rows = cols - offset
-        inside = (rows >= 0) & (rows < n)
-        data[..., k, inside] = dense[..., rows[inside], cols[inside]]
-        if padding == "nan":
-            data[..., k, ~inside] = np.nan
-        elif padding == "garbage" and rng is not None:
-            data[..., k, ~inside] = 1e3 * rng.standard_normal(data[..., k, ~inside].shape)
-        else:
-            data[..., k, ~inside] = 0
-    return data
-
-
-def dense_of(data: np.ndarray, offsets, n: int) -> np.ndarray:
-    """The dense ``(..., n, n)`` matrix of DIA ``data`` (padding ignored), in double
-    precision."""
-    data = np.asarray(data).astype(_wide(data.dtype) if data.dtype != jnp.bfloat16 else float)
-    dense = np.zeros((*data.shape[:-2], n, n), data.dtype)
-    cols = np.arange(n)
-    for k, offset in enumerate(offsets):
-        rows = cols - offset
-        inside = (rows >= 0) & (rows < n)
-        dense[..., rows[inside], cols[inside]] = data[..., k, inside]
-    return dense
-
-
-def backward_error(A: np.ndarray, x: np.ndarray, b: np.ndarray) -> float:
-    """The normwise backward error ``|A x - b| / (|A| |x| + |b|)`` (infinity norms) of one
-    system, in double precision; 0 for an exact zero residual."""
-    r = A @ x - b
-    rn = np.max(np.abs(r), initial=0.0)
-    if rn == 0:
-        return 0.0
-    an = np.max(np.abs(A).sum(axis=-1), initial=0.0)
-    return float(rn / (an * np.max(np.abs(x), initial=0.0) + np.max(np.abs(b), initial=0.0)))
-
-
-def _condition(A: np.ndarray) -> float:
-    if A.shape[-1] == 0:
-        return 1.0
-    with np.errstate(all="ignore"):
-        try:
-            s = np.linalg.svd(A, compute_uv=False)
-        except np.linalg.LinAlgError:
-            return math.inf
-    return float(s[0] / s[-1]) if s[-1] > 0 else math.inf
 
 
 # -- banded and periodic solves ---------------------------------------------------------------
@@ -333,7 +192,7 @@ def _structure_pool(seed: int, family: str, size: int = 48) -> list[tuple[int, t
         n = int(rng.choice(LARGE_N)) if rng.random() < 0.1 else int(rng.choice(SMALL_N))
         if rng.random() < 0.01:
             n = 0
-        lower, upper = _pick(rng, {k: v for k, v in BANDS.items()})
+        lower, upper = pick(rng, {k: v for k, v in BANDS.items()})
         lower, upper = _width(lower, n), _width(upper, n)
         offsets = list(range(-lower, upper + 1))
         if len(offsets) > 2 and rng.random() < 0.3:  # a gap in the band
@@ -352,11 +211,11 @@ def _structure_pool(seed: int, family: str, size: int = 48) -> list[tuple[int, t
 def gen_banded(rng, seed: int) -> dict:
     n, offsets = _structure_pool(seed, "banded")[int(rng.integers(48))]
     cholesky = rng.random() < 0.25
-    api = _pick(rng, CHO_APIS if cholesky else LU_APIS)
+    api = pick(rng, CHO_APIS if cholesky else LU_APIS)
     if cholesky:
-        matrix = _pick(rng, {"spd": 6, "spd_graded": 2, "indefinite": 1, "nonfinite": 0.3})
+        matrix = pick(rng, {"spd": 6, "spd_graded": 2, "indefinite": 1, "nonfinite": 0.3})
     else:
-        matrix = _pick(
+        matrix = pick(
             rng,
             {
                 "dominant": 8,
@@ -367,7 +226,7 @@ def gen_banded(rng, seed: int) -> dict:
                 "nonfinite": 0.3,
             },
         )
-    dtype = _pick(
+    dtype = pick(
         rng,
         {
             "float64": 7,
@@ -384,16 +243,16 @@ def gen_banded(rng, seed: int) -> dict:
 
 
 def _solve_params(rng, n, offsets, api, matrix, dtype) -> dict:
-    mode = _pick(rng, MODES)
+    mode = pick(rng, MODES)
     if api.startswith("lineax"):
-        mode = _pick(rng, {"eager": 2, "jit": 1})
-    batch = int(_pick(rng, BATCHES)) if mode != "eager" and mode != "jit" else 0
+        mode = pick(rng, {"eager": 2, "jit": 1})
+    batch = int(pick(rng, BATCHES)) if mode != "eager" and mode != "jit" else 0
     if batch == 64 and n > 64:
         batch = 8
-    rhs = _pick(rng, {"vector": 5, "matrix": 3, "stack": 1})
+    rhs = pick(rng, {"vector": 5, "matrix": 3, "stack": 1})
     if api.startswith("lineax") or mode.startswith("vmap"):
-        rhs = _pick(rng, {"vector": 3, "matrix": 1}) if not api.startswith("lineax") else "vector"
-    rhs_dtype = _pick(rng, {"same": 17, "complex": 2, "wider": 1})
+        rhs = pick(rng, {"vector": 3, "matrix": 1}) if not api.startswith("lineax") else "vector"
+    rhs_dtype = pick(rng, {"same": 17, "complex": 2, "wider": 1})
     if api.startswith("lineax"):
         # lineax refuses a vector whose dtype differs from the operator's (its own
         # "structures do not match" ValueError, before the solver runs).
@@ -404,13 +263,13 @@ def _solve_params(rng, n, offsets, api, matrix, dtype) -> dict:
         "api": api,
         "matrix": matrix,
         "dtype": dtype,
-        "method": _pick(rng, METHODS),
+        "method": pick(rng, METHODS),
         "mode": mode,
         "batch": batch,
         "rhs": rhs,
         "columns": int(rng.integers(1, 4)),
         "rhs_dtype": rhs_dtype,
-        "padding": _pick(rng, {"nan": 3, "garbage": 1, "zero": 1}),
+        "padding": pick(rng, {"nan": 3, "garbage": 1, "zero": 1}),
         "zero_rhs": bool(rng.random() < 0.03),
     }
 
@@ -421,11 +280,11 @@ def _band_matrix(rng, n: int, offsets, kind: str, dtype, batch: int):
     the API must report it) or "any"."""
     count = max(batch, 1)
     inside = sorted(k for k in offsets if -n < k < n)
-    dense = np.zeros((count, n, n), _wide(dtype))
+    dense = np.zeros((count, n, n), wide_dtype(dtype))
     rows = np.arange(n)
     for k in inside:
         r = rows[max(0, -k) : n - max(0, k)]
-        dense[:, r, r + k] = _values(rng, (count, len(r)), dtype)
+        dense[:, r, r + k] = random_values(rng, (count, len(r)), dtype)
     expected = "any"
     if kind in ("dominant", "graded", "singular", "nonfinite", "pivoting"):
         if 0 in inside:
@@ -467,12 +326,12 @@ def _hermitian_band(rng, n: int, offsets, kind: str, dtype, batch: int, lower: b
     inside = sorted(k for k in offsets if -n < k < n)
     read = [k for k in inside if (k <= 0 if lower else k >= 0)]
     rows = np.arange(n)
-    hermitian = np.zeros((count, n, n), _wide(dtype))
+    hermitian = np.zeros((count, n, n), wide_dtype(dtype))
     for k in read:
         if k == 0:
             continue
         r = rows[max(0, -k) : n - max(0, k)]
-        values = _values(rng, (count, len(r)), dtype)
+        values = random_values(rng, (count, len(r)), dtype)
         hermitian[:, r, r + k] = values
         hermitian[:, r + k, r] = np.conj(values)
     diag = np.abs(hermitian).sum(-1) + 1.0 + rng.random((count, n))
@@ -491,7 +350,7 @@ def _hermitian_band(rng, n: int, offsets, kind: str, dtype, batch: int, lower: b
         if k in read or k == 0:
             continue
         r = rows[max(0, -k) : n - max(0, k)]
-        stored[:, r, r + k] = 7.0 * _values(rng, (count, len(r)), dtype)  # unread garbage
+        stored[:, r, r + k] = 7.0 * random_values(rng, (count, len(r)), dtype)  # unread garbage
     if 0 in inside and np.dtype(dtype).kind == "c":
         stored[:, rows, rows] += 1j * rng.standard_normal((count, n))  # unread imaginary part
     if 0 not in inside:
@@ -595,7 +454,7 @@ def check_solve(params: dict, dense=None, expected=None, stored=None) -> Result:
         b_shape = (2, n, k) if not batched else (count, n, k)
     if mode in ("vmap_both", "vmap_b"):
         b_shape = (count, *b_shape)
-    b = _values(rng, b_shape, rhs_dtype) * (0 if params["zero_rhs"] else 1)
+    b = random_values(rng, b_shape, rhs_dtype) * (0 if params["zero_rhs"] else 1)
     b = b.astype(rhs_dtype) if rhs_dtype != jnp.bfloat16 else b.real.astype(np.float32)
     if rhs_dtype in (np.float16, jnp.bfloat16):
         b = b.astype(rhs_dtype)
@@ -608,7 +467,7 @@ def check_solve(params: dict, dense=None, expected=None, stored=None) -> Result:
             in_axes = {"jit": None, "vmap_both": (0, 0), "vmap_A": (0, None), "vmap_b": (None, 0)}
             x, info = _compiled(api, mode, offsets, n, params["method"], in_axes[mode])(A_data, b)
     except CLEAR_ERRORS as error:
-        return _raised(error, unexpected=expected == "ok")
+        return raised(error, unexpected=expected == "ok")
     x = np.asarray(jax.device_get(x))
     info = None if info is None else np.asarray(jax.device_get(info))
     return _judge_solve(params, rounded, expected, b, x, info, api, dtype, rhs_dtype)
@@ -676,15 +535,18 @@ def _judge_solve(params, dense, expected, b, x, info, api, dtype, rhs_dtype) -> 
         outcome.add(PASS)
         return outcome.result()
     # solve_banded factors in the solution's precision; a stored factor keeps A's
-    eps = _eps(out_dtype if out_dtype.itemsize > 2 else x.dtype)
+    eps = machine_epsilon(out_dtype if out_dtype.itemsize > 2 else x.dtype)
     if api != "solve_banded":
-        eps = max(eps, _eps(dtype if dtype.itemsize > 2 else np.float32))
+        eps = max(eps, machine_epsilon(dtype if dtype.itemsize > 2 else np.float32))
     lower, upper = _band_widths(params["offsets"], n)
     tol = 64 * eps * max(4, lower + upper + 1)
     for op, bs, xs, member_info in systems:
         flagged_info = member_info is not None and np.any(np.asarray(member_info) != 0)
         for c in range(xs.shape[-1]):
-            xc, bc = xs[:, c].astype(_wide(xs.dtype) if xs.dtype.itemsize > 2 else float), bs[:, c]
+            xc, bc = (
+                xs[:, c].astype(wide_dtype(xs.dtype) if xs.dtype.itemsize > 2 else float),
+                bs[:, c],
+            )
             bc = np.asarray(bc).astype(complex if np.iscomplexobj(bc) else float)
             nan = ~np.isfinite(xc)
             if nan.all():
@@ -695,7 +557,7 @@ def _judge_solve(params, dense, expected, b, x, info, api, dtype, rhs_dtype) -> 
                 )
                 continue
             if nan.any():
-                cond = _condition(op)
+                cond = condition_number(op)
                 note = f"partly non-finite solution ({int(nan.sum())} of {n} entries"
                 if cond * eps > 0.01:  # numerically singular: overflow is no wrong answer
                     outcome.add(FLAGGED, f"{note}, cond {cond:.1e})")
@@ -714,7 +576,7 @@ def _judge_solve(params, dense, expected, b, x, info, api, dtype, rhs_dtype) -> 
             elif error <= tol:
                 outcome.add(PASS, "", ratio)
             else:
-                cond = _condition(op)
+                cond = condition_number(op)
                 outcome.add(
                     FAIL,
                     f"backward error {error:.2e} > tol {tol:.1e} with success reported "
@@ -750,9 +612,9 @@ def check_banded(params: dict) -> Result:
 
 def gen_periodic(rng, seed: int) -> dict:
     n = int(rng.choice([1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 33, 64, 100, 257]))
-    half = int(_pick(rng, {1: 5, 2: 3, 3: 2}))
-    corners = _pick(rng, {"both": 5, "lower_left": 1, "upper_right": 1})
-    matrix = _pick(
+    half = int(pick(rng, {1: 5, 2: 3, 3: 2}))
+    corners = pick(rng, {"both": 5, "lower_left": 1, "upper_right": 1})
+    matrix = pick(
         rng,
         {
             "dominant": 6,
@@ -763,7 +625,7 @@ def gen_periodic(rng, seed: int) -> dict:
             "shifted_laplacian": 1.5,
         },
     )
-    api = _pick(
+    api = pick(
         rng,
         {
             "solve_banded": 4,
@@ -777,7 +639,7 @@ def gen_periodic(rng, seed: int) -> dict:
     )
     if api.startswith("cho"):
         matrix = "shifted_laplacian"
-    dtype = _pick(rng, {"float64": 6, "float32": 4, "complex128": 3, "complex64": 2})
+    dtype = pick(rng, {"float64": 6, "float32": 4, "complex128": 3, "complex64": 2})
     params = _solve_params(rng, n, (), api, matrix, dtype)
     params.update(half=half, corners=corners)
     return params
@@ -787,7 +649,7 @@ def periodic_matrix(rng, n, half, corners, kind, dtype, count):
     """``(dense, offsets, expected)``: ``count`` periodic matrices of stencil half-width
     ``half`` with the corner entries ``corners`` says, summed where they land on the band
     (small n); the offsets are every DIA offset an entry lands on."""
-    dense = np.zeros((count, n, n), _wide(dtype))
+    dense = np.zeros((count, n, n), wide_dtype(dtype))
     rows = np.arange(n)
     offsets = set()
     for d in range(-half, half + 1):
@@ -812,7 +674,7 @@ def periodic_matrix(rng, n, half, corners, kind, dtype, count):
             elif d == half:
                 value = value + 1.0
         else:
-            value = _values(rng, (count, len(r)), dtype)
+            value = random_values(rng, (count, len(r)), dtype)
             if d == 0 and kind == "dominant":
                 value = value + (2 * half + 2) * np.where(value.real < 0, -1, 1)
         for i, j, v in zip(r, c, np.moveaxis(np.asarray(value), -1, 0)):
@@ -848,9 +710,9 @@ def check_periodic(params: dict) -> Result:
     else:
         stored = dense
     # tiny n can make the "well conditioned" constructions singular: judge by the matrix
-    cond = max(_condition(member) for member in dense)
+    cond = max(condition_number(member) for member in dense)
     if expected == "ok" and cond > 1e6:
-        expected = "flag" if cond > 0.1 / _eps(dtype) else "any"
+        expected = "flag" if cond > 0.1 / machine_epsilon(dtype) else "any"
     result = check_solve(params, dense=dense, expected=expected, stored=stored)
     if result.verdict == FAIL and params["matrix"] in ("band_ill",):
         result.detail += " [band ill-conditioned, whole matrix well conditioned]"
@@ -898,7 +760,7 @@ def stencil_matrix(rng, grid, points, problem, dtype, count=1, shift=1.0):
     dim = len(grid)
     n = int(np.prod(grid))
     cells = _cells(dim, points)
-    wide = _wide(dtype)
+    wide = wide_dtype(dtype)
     dense = np.zeros((count, n, n), wide)
     coords = np.array(list(np.ndindex(*grid))).reshape(n, dim) if n else np.zeros((0, dim), int)
     weights_axis = np.ones(dim)
@@ -929,7 +791,7 @@ def stencil_matrix(rng, grid, points, problem, dtype, count=1, shift=1.0):
                 -(1.0 + flow) * np.ones((count, len(i))) * (1 + 0.1 * rng.random((count, len(i))))
             )
         else:  # random_dd
-            value = _values(rng, (count, len(i)), dtype)
+            value = random_values(rng, (count, len(i)), dtype)
         dense[:, i, j] = value
     rows = np.arange(n)
     off = np.abs(dense).sum(-1)
@@ -971,7 +833,7 @@ ILU_PROBLEMS = {
 
 
 def gen_ilu(rng, seed: int) -> dict:
-    dim = int(_pick(rng, {1: 1, 2: 3, 3: 3}))
+    dim = int(pick(rng, {1: 1, 2: 3, 3: 3}))
     small = [1, 2, 3, 4, 5]
     larger = {1: [8, 17, 64], 2: [8, 12], 3: [6, 7]}[dim]
     grid = [
@@ -979,19 +841,19 @@ def gen_ilu(rng, seed: int) -> dict:
         for _ in range(dim)
     ]
     points = int(rng.choice(STENCILS[dim]))
-    problem = _pick(rng, ILU_PROBLEMS)
+    problem = pick(rng, ILU_PROBLEMS)
     hermitian = problem in ("varcoef", "poisson", "complex_herm", "anisotropic")
     kind = "ic" if hermitian and rng.random() < 0.4 else "ilu"
     complex_ = problem in ("complex_herm", "complex_shift") or (
         problem == "random_dd" and rng.random() < 0.3
     )
-    dtype = _pick(
+    dtype = pick(
         rng, {"complex128": 3, "complex64": 2} if complex_ else {"float64": 3, "float32": 2}
     )
-    order = _pick(rng, {"natural": 4, "auto": 3, "axes": 2})
+    order = pick(rng, {"natural": 4, "auto": 3, "axes": 2})
     axes = sorted(int(a) for a in rng.choice(dim, int(rng.integers(1, dim + 1)), replace=False))
-    method = _pick(rng, {"auto": 3, "exact": 2, "chow-patel": 2, "chow-patel-few": 1})
-    solves = _pick(rng, {"auto": 3, "scan": 1, "wavefront": 1})
+    method = pick(rng, {"auto": 3, "exact": 2, "chow-patel": 2, "chow-patel-few": 1})
+    solves = pick(rng, {"auto": 3, "scan": 1, "wavefront": 1})
     with_grid = rng.random() < 0.85 or solves == "wavefront"
     if not with_grid:
         order = "natural"
@@ -1006,9 +868,9 @@ def gen_ilu(rng, seed: int) -> dict:
         "method": method,
         "solves": solves,
         "with_grid": with_grid,
-        "shift": float(_pick(rng, {0.0: 5, 0.1: 1})),
-        "mode": _pick(rng, {"eager": 5, "jit": 2, "batched": 1}),
-        "factor_dtype": _pick(rng, {"none": 6, "lower": 1}),
+        "shift": float(pick(rng, {0.0: 5, 0.1: 1})),
+        "mode": pick(rng, {"eager": 5, "jit": 2, "batched": 1}),
+        "factor_dtype": pick(rng, {"none": 6, "lower": 1}),
     }
 
 
@@ -1118,7 +980,7 @@ def check_ilu(params: dict) -> Result:
         dtype=factor_dtype,
     )
     build = jaxdia.ic0 if kind == "ic" else jaxdia.ilu0
-    b = _values(rng, (count, n) if count > 1 else (n,), dtype).astype(dtype)
+    b = random_values(rng, (count, n) if count > 1 else (n,), dtype).astype(dtype)
     # the reference
     references = []
     expect_flag = False
@@ -1150,12 +1012,12 @@ def check_ilu(params: dict) -> Result:
             M = build(jaxdia.DiaMatrix(A_data, offsets, (n, n)), grid_arg, **options)
         y = np.asarray(M(b))
     except CLEAR_ERRORS as error:
-        return _raised(error, unexpected=not expect_flag)
+        return raised(error, unexpected=not expect_flag)
     outcome = Outcome()
     if tuple(M.order) != tuple(axes):
         outcome.add(FAIL, f"order {M.order}, the documented rule gives {tuple(axes)}")
     work = np.dtype(factor_dtype) if factor_dtype is not None else dtype
-    eps = _eps(work)
+    eps = machine_epsilon(work)
     width = len(offsets)
     tol = 64 * eps * max(4, width)
     ys = y.reshape(count, n)
@@ -1173,8 +1035,8 @@ def check_ilu(params: dict) -> Result:
             else:
                 outcome.add(FLAGGED, "breakdown: M(b) not finite (no error raised)")
             continue
-        yp = ys[member].astype(_wide(y.dtype))[perm]  # in the factor's ordering
-        bp = bs[member].astype(_wide(b.dtype))[perm]
+        yp = ys[member].astype(wide_dtype(y.dtype))[perm]  # in the factor's ordering
+        bp = bs[member].astype(wide_dtype(b.dtype))[perm]
         if not np.all(np.isfinite(yp)):
             outcome.add(
                 FAIL if params["method"] != "chow-patel-few" else FLAGGED,
@@ -1237,10 +1099,10 @@ MG_AXES = {
 
 
 def gen_multigrid(rng, seed: int) -> dict:
-    dim = int(_pick(rng, {1: 1, 2: 4, 3: 3}))
+    dim = int(pick(rng, {1: 1, 2: 4, 3: 3}))
     grid = [int(rng.choice(MG_AXES[dim])) for _ in range(dim)]
     points = int(rng.choice(STENCILS[dim]))
-    problem = _pick(
+    problem = pick(
         rng,
         {
             "poisson": 4,
@@ -1254,13 +1116,13 @@ def gen_multigrid(rng, seed: int) -> dict:
     if problem == "anisotropic":
         points = {1: 3, 2: 5, 3: 7}[dim]
     complex_ = problem.startswith("complex")
-    dtype = _pick(
+    dtype = pick(
         rng, {"complex128": 3, "complex64": 1} if complex_ else {"float64": 3, "float32": 2}
     )
-    smoother = _pick(rng, {"default": 5, "chebyshev": 1, "jacobi": 1.5, "ilu": 1.5})
+    smoother = pick(rng, {"default": 5, "chebyshev": 1, "jacobi": 1.5, "ilu": 1.5})
     if complex_ and smoother == "chebyshev" and rng.random() < 0.8:
         smoother = "jacobi"
-    coarsening: Any = _pick(rng, {"full": 4, "auto": 3, "plan": 1})
+    coarsening: Any = pick(rng, {"full": 4, "auto": 3, "plan": 1})
     if coarsening == "plan":
         coarsening = [
             sorted(int(a) for a in rng.choice(dim, int(rng.integers(1, dim + 1)), replace=False))
@@ -1274,13 +1136,13 @@ def gen_multigrid(rng, seed: int) -> dict:
         "problem": problem,
         "dtype": dtype,
         "smoother": smoother,
-        "sweeps": int(_pick(rng, {1: 1, 2: 3, 3: 1})),
+        "sweeps": int(pick(rng, {1: 1, 2: 3, 3: 1})),
         "coarsening": coarsening,
-        "max_coarse": _pick(rng, {"none": 5, 1: 1, 2: 0.5, 10: 1, 50: 0.5, 4096: 0.3}),
-        "max_levels": _pick(rng, {"none": 5, 1: 1, 2: 1, 3: 0.5}),
-        "hierarchy_dtype": _pick(rng, {"none": 5, "lower": 1}),
+        "max_coarse": pick(rng, {"none": 5, 1: 1, 2: 0.5, 10: 1, 50: 0.5, 4096: 0.3}),
+        "max_levels": pick(rng, {"none": 5, 1: 1, 2: 1, 3: 0.5}),
+        "hierarchy_dtype": pick(rng, {"none": 5, "lower": 1}),
         "solver": solver,
-        "mode": _pick(rng, {"eager": 5, "jit": 2, "setup_jit": 1, "batched": 1}),
+        "mode": pick(rng, {"eager": 5, "jit": 2, "setup_jit": 1, "batched": 1}),
     }
 
 
@@ -1307,10 +1169,10 @@ def check_multigrid(params: dict) -> Result:
     if params["max_levels"] != "none":
         options["max_levels"] = int(params["max_levels"])
     precision = np.dtype(hierarchy) if hierarchy is not None else dtype
-    rtol = 1e-8 if _eps(dtype) < 1e-10 else 1e-4
+    rtol = 1e-8 if machine_epsilon(dtype) < 1e-10 else 1e-4
     maxiter = 300
     solve = jaxdia.cg if params["solver"] == "cg" else jaxdia.bicgstab
-    b = _values(rng, (count, n) if count > 1 else (n,), dtype).astype(dtype)
+    b = random_values(rng, (count, n) if count > 1 else (n,), dtype).astype(dtype)
     A_data = data if count > 1 else data[0]
     try:
         A = jaxdia.DiaMatrix(A_data, offsets, (n, n))
@@ -1333,7 +1195,7 @@ def check_multigrid(params: dict) -> Result:
                 x, info = solve(A, b, M=M, rtol=rtol, maxiter=maxiter)
         x = np.asarray(x)
     except CLEAR_ERRORS as error:
-        return _raised(error)
+        return raised(error)
     outcome = Outcome()
     converged = np.asarray(info.converged).reshape(count)
     reported = np.asarray(info.residual_norm).reshape(count)
@@ -1341,14 +1203,17 @@ def check_multigrid(params: dict) -> Result:
     xs = x.reshape(count, n)
     bs = np.asarray(b).reshape(count, n)
     dense = dense_of(data, offsets, n)
-    eps = max(_eps(dtype), _eps(precision))
+    eps = max(machine_epsilon(dtype), machine_epsilon(precision))
     for member in range(count):
         S = sp.csr_array(dense[member])
-        xm = xs[member].astype(_wide(dtype))
-        bm = bs[member].astype(_wide(dtype))
+        xm = xs[member].astype(wide_dtype(dtype))
+        bm = bs[member].astype(wide_dtype(dtype))
         true = float(np.linalg.norm(S @ xm - bm))
         slack = (
-            32 * _eps(dtype) * float(np.linalg.norm(abs(S) @ np.abs(xm))) * math.sqrt(len(offsets))
+            32
+            * machine_epsilon(dtype)
+            * float(np.linalg.norm(abs(S) @ np.abs(xm)))
+            * math.sqrt(len(offsets))
         )
         limit = rtol * float(np.linalg.norm(bm))
         if not bool(converged[member]):
@@ -1379,7 +1244,7 @@ def check_multigrid(params: dict) -> Result:
         outcome.add(PASS, "", ratio)
         if n <= 600:  # the forward error against spsolve, within the condition number
             reference = spla.spsolve(sp.csc_array(dense[member]), bm)
-            cond = _condition(dense[member])
+            cond = condition_number(dense[member])
             error = np.linalg.norm(xm - reference) / max(np.linalg.norm(reference), 1e-300)
             if error > 10 * cond * (rtol + 32 * eps) + 1e-12:
                 outcome.add(
@@ -1412,8 +1277,8 @@ def gen_jacobian(rng, seed: int) -> dict:
     if rng.random() < 0.1:  # an offset outside the matrix
         offsets |= {max(m, n) + 2}
     leaky = rng.random() < 0.06  # the Jacobian leaves the pattern: check=True must raise
-    args = _pick(rng, {"real": 4, "complex": 2, "real_to_complex": 1.5})
-    dtype = _pick(
+    args = pick(rng, {"real": 4, "complex": 2, "real_to_complex": 1.5})
+    dtype = pick(
         rng,
         {"float64": 3, "float32": 2}
         if args == "real" or args == "real_to_complex"
@@ -1428,13 +1293,13 @@ def gen_jacobian(rng, seed: int) -> dict:
         "coupled": bool(rng.random() < 0.4),  # products u[i] u[i + k]
         "args": args,
         "dtype": dtype,
-        "mode": _pick(rng, {"fwd": 1, "rev": 1}),
-        "chunk_size": _pick(rng, {"none": 4, 1: 1, 2: 1, 3: 1}),
+        "mode": pick(rng, {"fwd": 1, "rev": 1}),
+        "chunk_size": pick(rng, {"none": 4, 1: 1, 2: 1, 3: 1}),
         "mask": bool(rng.random() < 0.2),
         "has_aux": bool(rng.random() < 0.2),
         "value": bool(rng.random() < 0.25),
         "argnums": int(rng.random() < 0.2),
-        "call": _pick(rng, {"eager": 4, "jit": 2, "vmap": 1}),
+        "call": pick(rng, {"eager": 4, "jit": 2, "vmap": 1}),
         "check": bool(rng.random() < 0.2) or leaky,
         "leaky": leaky,
     }
@@ -1484,7 +1349,7 @@ def check_jacobian(params: dict) -> Result:
     dtype = np.dtype(DTYPES[params["dtype"]])
     coeff_dtype = np.complex128 if params["args"] != "real" else np.float64
     count = len(params["true"]) + (1 if params["leaky"] else 0)
-    coefficients = _values(rng, (count, m), coeff_dtype)
+    coefficients = random_values(rng, (count, m), coeff_dtype)
     offsets = [int(k) for k in params["offsets"]]
     mask = None
     if params["mask"]:
@@ -1503,10 +1368,12 @@ def check_jacobian(params: dict) -> Result:
     if params["args"] == "real":
         work = coefficients.astype(dtype)
     else:  # complex coefficients in the precision of the arguments
-        work = coefficients.astype(np.complex64 if _eps(dtype) > 1e-10 else np.complex128)
+        work = coefficients.astype(
+            np.complex64 if machine_epsilon(dtype) > 1e-10 else np.complex128
+        )
     f2 = _jacobian_function(params, jnp.asarray(work), mask)
-    p = jnp.asarray(1.5, dtype=np.float32 if _eps(dtype) > 1e-10 else np.float64)
-    u = _values(rng, (n,), dtype).astype(dtype)
+    p = jnp.asarray(1.5, dtype=np.float32 if machine_epsilon(dtype) > 1e-10 else np.float64)
+    u = random_values(rng, (n,), dtype).astype(dtype)
     aux_value = jnp.arange(3.0)
     if params["argnums"] == 1:
         base = f2
@@ -1544,7 +1411,7 @@ def check_jacobian(params: dict) -> Result:
         else:
             result = jac(*args)
     except CLEAR_ERRORS as error:
-        return _raised(
+        return raised(
             error, unexpected=not (params["leaky"] and params["check"] and _leaks(params))
         )
     if params["leaky"] and params["check"] and _leaks(params):
@@ -1562,7 +1429,7 @@ def check_jacobian(params: dict) -> Result:
         if aux.shape[-1:] != (3,) or not np.all(aux == np.asarray(aux_value)):
             return Result(FAIL, "has_aux: the auxiliary value differs")
     # the oracle: jax.jacfwd of the same function in double precision
-    wide_u = jnp.asarray(np.asarray(u).astype(_wide(dtype)))
+    wide_u = jnp.asarray(np.asarray(u).astype(wide_dtype(dtype)))
     wide_p = jnp.asarray(np.float64(1.5))
     f_wide = _jacobian_function(params, jnp.asarray(coefficients), mask)
     holomorphic = dtype.kind == "c"
@@ -1572,7 +1439,7 @@ def check_jacobian(params: dict) -> Result:
         if params["call"] != "vmap" or params["check"]
         else [(wide_u, 0), (0.5 * wide_u + 0.1, 1)]
     )
-    eps = _eps(dtype)
+    eps = machine_epsilon(dtype)
     dense = np.asarray(J.todense())
     if J.shape != (m, n):
         return Result(FAIL, f"Jacobian shape {J.shape}, expected {(m, n)}")
@@ -1608,7 +1475,7 @@ def check_jacobian(params: dict) -> Result:
 
 def gen_sharded(rng, seed: int) -> dict:
     devices = int(rng.choice([2, 4, 8]))
-    op = _pick(rng, {"matvec": 3, "matmat": 1, "cg_jacobi": 2, "cg_chebyshev": 1, "multigrid": 2})
+    op = pick(rng, {"matvec": 3, "matmat": 1, "cg_jacobi": 2, "cg_chebyshev": 1, "multigrid": 2})
     if op == "multigrid":
         dim = int(rng.choice([2, 3]))
         grid = [devices * int(rng.choice([1, 2, 4]))] + [
@@ -1622,16 +1489,16 @@ def gen_sharded(rng, seed: int) -> dict:
         offsets = sorted(
             {0, *(int(k) for k in rng.integers(-width, width + 1, int(rng.integers(1, 5))))}
         )
-    dtype = _pick(
+    dtype = pick(
         rng,
         {"float64": 3, "float32": 2, "complex128": 1}
         if op.startswith("mat")
         else {"float64": 3, "float32": 1},
     )
     return {
-        "max_coarse": _pick(rng, {"none": 1, 1: 1, 8: 2, 64: 1}),
-        "gather_below": _pick(rng, {"none": 2, 1: 1, 16: 1}),
-        "smoother": _pick(rng, {"default": 2, "jacobi": 1}),
+        "max_coarse": pick(rng, {"none": 1, 1: 1, 8: 2, 64: 1}),
+        "gather_below": pick(rng, {"none": 2, 1: 1, 16: 1}),
+        "smoother": pick(rng, {"default": 2, "jacobi": 1}),
         "deep_halo": bool(rng.random() < 0.3),
         "devices": devices,
         "op": op,
@@ -1640,7 +1507,7 @@ def gen_sharded(rng, seed: int) -> dict:
         "grid": grid,
         "points": int(rng.choice(STENCILS[len(grid)])) if grid else 0,
         "dtype": dtype,
-        "axis_type": _pick(rng, {"explicit": 1, "auto": 1}),
+        "axis_type": pick(rng, {"explicit": 1, "auto": 1}),
         "columns": int(rng.integers(1, 4)),
     }
 
@@ -1681,15 +1548,15 @@ def check_sharded(params: dict) -> Result:
     offsets = tuple(k for k in offsets if -n < k < n) or (0,)
     data = dia_data(dense, offsets, "nan").astype(dtype)
     A = jaxdia.DiaMatrix(data, offsets, (n, n))
-    eps = _eps(dtype)
+    eps = machine_epsilon(dtype)
     try:
         S = jaxdia.shard(A, mesh, "x")
         if op in ("matvec", "matmat"):
             shape = (n,) if op == "matvec" else (n, params["columns"])
-            x = _values(rng, shape, dtype).astype(dtype)
+            x = random_values(rng, shape, dtype).astype(dtype)
             y = np.asarray(S.unshard_vector(S @ S.shard_vector(x)))
-            want = dense_of(data, offsets, n) @ x.astype(_wide(dtype))
-            scale = np.abs(dense_of(data, offsets, n)) @ np.abs(x.astype(_wide(dtype)))
+            want = dense_of(data, offsets, n) @ x.astype(wide_dtype(dtype))
+            scale = np.abs(dense_of(data, offsets, n)) @ np.abs(x.astype(wide_dtype(dtype)))
             error = float(np.max(np.abs(y - want) / (scale + 1e-300), initial=0))
             tol = 16 * eps * len(offsets)
             if error > tol:
@@ -1699,7 +1566,7 @@ def check_sharded(params: dict) -> Result:
                     error / tol,
                 )
             return Result(PASS, "", error / tol)
-        b = _values(rng, (n,), dtype).astype(dtype)
+        b = random_values(rng, (n,), dtype).astype(dtype)
         rtol = 1e-8 if eps < 1e-10 else 1e-4
 
         def preconditioner(M_of, matrix):
@@ -1726,9 +1593,11 @@ def check_sharded(params: dict) -> Result:
         )
         x_sharded = np.asarray(S.unshard_vector(x_sharded))
     except CLEAR_ERRORS as error:
-        return _raised(error)
+        return raised(error)
     outcome = Outcome()
-    true = float(np.linalg.norm(dense_of(data, offsets, n) @ x_sharded.astype(_wide(dtype)) - b))
+    true = float(
+        np.linalg.norm(dense_of(data, offsets, n) @ x_sharded.astype(wide_dtype(dtype)) - b)
+    )
     limit = rtol * float(np.linalg.norm(b)) * (1 + 1e-3) + 64 * eps * float(
         np.linalg.norm(np.abs(dense_of(data, offsets, n)) @ np.abs(x_sharded))
     )
@@ -1764,6 +1633,10 @@ CHECKS = {
     "jacobian": check_jacobian,
     "sharded": check_sharded,
 }
+for _family in MODULE_FAMILIES:
+    _module = importlib.import_module(f"fuzz.{_family}")
+    GENERATORS[_family], CHECKS[_family] = _module.generate, _module.check
+    TIMEOUTS[_family] = getattr(_module, "TIMEOUT", DEFAULT_TIMEOUT)
 
 
 # -- running cases in a worker process, under timeouts -----------------------------------------
