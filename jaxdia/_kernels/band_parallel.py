@@ -110,7 +110,7 @@ def _mm(a: Array, b: Array) -> Array:
     if a.shape[-1] <= _UNROLLED:
         terms = [a[..., :, k : k + 1] * b[..., k : k + 1, :] for k in range(a.shape[-1])]
         return functools.reduce(operator.add, terms)
-    return a @ b
+    return jnp.matmul(a, b, precision=lax.Precision.HIGHEST)
 
 
 def _transpose(a: Array, conj: bool) -> Array:

@@ -125,7 +125,7 @@ def _sweep(
     def dot_step(solved, xs):
         j, d, o, rhs = xs
         o = masked(j, o)
-        value = rhs - o @ solved
+        value = rhs - jnp.matmul(o, solved, precision=lax.Precision.HIGHEST)
         x = value if unit else value / d
         if forward:
             return jnp.concatenate([solved[1:], x[None]]), x
@@ -223,7 +223,7 @@ def _interchange_backward(
     def step(window, xs):
         j, pivot, m, incoming = xs
         m = jnp.where(j + below < n, m, 0)
-        top = window[0] - m @ window[1:]
+        top = window[0] - jnp.matmul(m, window[1:], precision=lax.Precision.HIGHEST)
         window = jnp.concatenate([top[None], window[1:]])
         choice = pivot - j
         window = _swap_to_top(window, choice)

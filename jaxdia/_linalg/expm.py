@@ -293,7 +293,12 @@ def estimate_power_norm(A: DiaParts, power: Array) -> Array:
         def refine():
             size = jnp.abs(Y)
             signs = jnp.where(size == 0, 1, Y / jnp.where(size == 0, 1, size).astype(Y.dtype))
-            repeated = jnp.all(jnp.any(jnp.real(signs.T @ S) >= n - 0.5, axis=1))  # (2)
+            repeated = jnp.all(
+                jnp.any(
+                    jnp.real(jnp.matmul(signs.T, S, precision=lax.Precision.HIGHEST)) >= n - 0.5,
+                    axis=1,
+                )
+            )  # (2)
             h = jnp.max(jnp.abs(apply(adjoint, signs)), axis=1)
             converged = (k >= 2) & (jnp.max(h) == h[best])  # (4)
             top = lax.top_k(h, t)[1].astype(np.int32)

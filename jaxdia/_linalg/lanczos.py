@@ -127,8 +127,8 @@ def _orthogonalize(V: Array, w: Array) -> tuple[Array, Array, Array]:
 
     def one_pass(state):
         w, h, _, passes = state
-        correction = jnp.conj(V) @ w
-        w = w - correction @ V
+        correction = jnp.matmul(jnp.conj(V), w, precision=lax.Precision.HIGHEST)
+        w = w - jnp.matmul(correction, V, precision=lax.Precision.HIGHEST)
         return w, h + correction, jnp.linalg.norm(w), passes + 1
 
     def again(state):
@@ -242,7 +242,11 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
         def thick_restart(V):
             index = np.arange(ncv)
             kept = index < kept_count
-            Y = jnp.where(kept[:, None], S[:, order].T @ V[:ncv], 0)
+            Y = jnp.where(
+                kept[:, None],
+                jnp.matmul(S[:, order].T, V[:ncv], precision=lax.Precision.HIGHEST),
+                0,
+            )
             fresh = jnp.zeros_like(V).at[:ncv].set(Y).at[kept_count].set(V[ncv])
             arrow = jnp.where(kept, beta * jnp.conj(S[ncv - 1, order]), 0).astype(dtype)
             H = jnp.diag(jnp.where(kept, theta[order], 0).astype(dtype))
@@ -266,7 +270,7 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
     V, _, _, _, iterations, matvecs, _, pairs = lax.while_loop(more, restart, state)
     theta, S, order, nconv = pairs
     wanted = order[:k]
-    Y = S[:, wanted].T @ V[:ncv]
+    Y = jnp.matmul(S[:, wanted].T, V[:ncv], precision=lax.Precision.HIGHEST)
     return theta[wanted], Y, nconv >= k, nconv, iterations, matvecs
 
 
@@ -329,7 +333,9 @@ def _solve_jvp(config, primals, tangents):
         ),
         in_axes=1,
     )(V)
-    dlam = jnp.real(jnp.einsum("idj,dj->i", weights, ddata)).astype(lam.dtype)
+    dlam = jnp.real(
+        jnp.einsum("idj,dj->i", weights, ddata, precision=lax.Precision.HIGHEST)
+    ).astype(lam.dtype)
     # Eigenvector derivatives are not computed: NaN, so that a loss reading them says so.
     dV = jnp.full(V.shape, jnp.nan, V.dtype) * jnp.sum(ddata).astype(V.dtype)
     dinfo = jax.tree.map(_zero_tangent, info)

@@ -40,7 +40,7 @@ from typing import TypeAlias, TypeVar
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import Array
+from jax import Array, lax
 
 from .. import _dispatch
 from .._convert import dia_to_dense
@@ -262,7 +262,9 @@ def coarse_factor(A: DiaParts) -> Factor | Array:
 def coarse_solve(A: DiaParts, factor: Factor | Array, b: Array) -> Array:
     if isinstance(factor, Factor):
         return solve(A, factor, b, function="multigrid")
-    return (factor @ b.astype(factor.dtype)).astype(jnp.result_type(A.dtype, b))
+    return jnp.matmul(factor, b.astype(factor.dtype), precision=lax.Precision.HIGHEST).astype(
+        jnp.result_type(A.dtype, b)
+    )
 
 
 def setup(

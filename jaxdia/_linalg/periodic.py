@@ -62,7 +62,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import Array
+from jax import Array, lax
 from jax.scipy.linalg import lu_factor as dense_lu_factor, lu_solve as dense_lu_solve
 
 from .._geometry import band_widths
@@ -239,7 +239,11 @@ def solve(
     cols = columns(n, where)
     if trans == 0:
         y = band_solve(rhs, 0)
-        return y - Z @ _dense_solve(lu, pivots, y[..., cols, :], 0)
+        return y - jnp.matmul(
+            Z, _dense_solve(lu, pivots, y[..., cols, :], 0), precision=lax.Precision.HIGHEST
+        )
     Zt = jnp.swapaxes(Z.conj() if trans == 2 else Z, -1, -2)
-    correction = _dense_solve(lu, pivots, Zt @ rhs, trans)
+    correction = _dense_solve(
+        lu, pivots, jnp.matmul(Zt, rhs, precision=lax.Precision.HIGHEST), trans
+    )
     return band_solve(rhs.at[..., cols, :].add(-correction), trans)
