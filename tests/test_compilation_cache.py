@@ -148,3 +148,38 @@ def test_rejects_an_empty_path_and_a_file(tmp_path):
     file.write_text("")
     with pytest.raises(ValueError, match="path must name a directory.*is a file"):
         jaxdia.enable_compilation_cache(file)
+
+
+#: A diffrax solve; prints the compilations and the cache hits.
+DIFFEQSOLVE = """
+import json, sys
+import jax, jax.numpy as jnp, jaxdia
+counts = {"compiles": 0, "hits": 0}
+def on_event(event, **_):
+    counts["hits"] += event == "/jax/compilation_cache/cache_hits"
+def on_duration(event, duration, **_):
+    counts["compiles"] += event == "/jax/core/compile/backend_compile_duration"
+jax.monitoring.register_event_listener(on_event)
+jax.monitoring.register_event_duration_secs_listener(on_duration)
+jaxdia.enable_compilation_cache(sys.argv[1])
+import diffrax as dfx
+solution = dfx.diffeqsolve(
+    dfx.ODETerm(lambda t, y, args: -y), dfx.Kvaerno3(), 0.0, 1.0, None, jnp.ones(2),
+    stepsize_controller=dfx.PIDController(rtol=1e-4, atol=1e-4),
+)
+assert solution.result == dfx.RESULTS.successful
+print(json.dumps(counts))
+"""
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("on_error", ["raise", "nan"])
+def test_diffrax_is_cached_only_without_equinox_callbacks(tmp_path, on_error):
+    """docs/migration.md, "Start-up": equinox's runtime checks are host callbacks, which
+    JAX never caches; EQX_ON_ERROR=nan removes them."""
+    pytest.importorskip("diffrax")
+    first = _counts(DIFFEQSOLVE, str(tmp_path), EQX_ON_ERROR=on_error)
+    second = _counts(DIFFEQSOLVE, str(tmp_path), EQX_ON_ERROR=on_error)
+    assert second["compiles"] == first["compiles"]
+    missed = second["compiles"] - second["hits"]
+    assert missed == (1 if on_error == "raise" else 0)  # the diffeqsolve program
