@@ -22,7 +22,6 @@ import warnings
 from pathlib import Path
 
 import jax
-from jax._src import compilation_cache
 
 
 def default_cache_path() -> Path:
@@ -92,12 +91,17 @@ def enable_compilation_cache(path: str | os.PathLike[str] | None = None) -> Path
         raise ValueError(f"path must name a directory, but {str(directory)!r} is a file")
     directory.mkdir(parents=True, exist_ok=True)
 
-    # JAX's cache module opens the directory at the first compilation after one is set and
-    # keeps it. These are private names (JAX has no public query): read them defensively.
-    opened = getattr(compilation_cache, "_cache", None)
+    # JAX opens the directory at the first compilation after one is set, and keeps it; it
+    # has no public query of that state, so its private names are read defensively (JAX
+    # 0.10 has _cache_checked; older versions mark any compilation in _cache_initialized).
+    from jax._src import compilation_cache as state
+    from jax.experimental.compilation_cache import compilation_cache
+
+    opened = getattr(state, "_cache", None)
     opened_at = getattr(opened, "_path", None)
-    compiled = getattr(compilation_cache, "_cache_checked", False)
-    if opened is not None and Path(str(opened_at)) != directory:
+    compiled = getattr(state, "_cache_checked", getattr(state, "_cache_initialized", False))
+    moved = opened is not None and Path(str(opened_at)) != directory
+    if moved:
         warnings.warn(
             f"enable_compilation_cache: JAX already writes its cache to {opened_at}; "
             f"programs compiled from now on go to {directory}",
@@ -117,7 +121,8 @@ def enable_compilation_cache(path: str | os.PathLike[str] | None = None) -> Path
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     # -1: no minimum entry size, and JAX does not override it (0 lets it choose one).
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
-    if opened is not None and Path(str(opened_at)) != directory:
-        # the public reset (jax.experimental.compilation_cache): reopen at the new path
+    if opened is None or moved:
+        # Some JAX versions decide once, at the first compilation, that there is no cache
+        # directory: the public reset makes the next compilation open this one.
         compilation_cache.reset_cache()
     return directory
