@@ -44,7 +44,8 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 #: Public names whose modules load on first use (PEP 562), name -> module below jaxdia:
 #: their imports are heavy or optional (lineax and equinox for the lineax classes). A new
-#: lazy name is one entry here, one in the TYPE_CHECKING block below and one in __all__.
+#: lazy name is one entry here, one in the TYPE_CHECKING block below, and one in __all__
+#: unless it needs an optional extra (tests/test_startup.py checks the first two agree).
 _LAZY = {
     "BandedSolver": "._lineax",
     "DiaLinearOperator": "._lineax",
