@@ -6,8 +6,12 @@ jaxdia (nothing from SciPy at run time): a ``kron``-built transverse-field Ising
 500 x 500, multigrid-CG), and a short shift-invert ``eigsh``. Each program runs as a
 whole process (interpreter start, imports, construction, compilation, the run), its wall
 and CPU time measured from outside; the port cold (no compilation cache) and warm (JAX's
-persistent compilation cache filled by a first run that is not counted). The outputs are
-checked to agree first. Rounds interleave original, cold port and warm port; medians.
+persistent compilation cache filled by a first run that is not counted: the settings of
+``jaxdia.enable_compilation_cache``, given as environment variables). The outputs are
+checked to agree first. Rounds interleave original, cold port, warm port and JAX's
+start-up floor (a process that only runs ``import jax``, which no port can beat); medians.
+Bytecode is written and used, as for installed packages, whatever
+``PYTHONDONTWRITEBYTECODE`` says.
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/bench_ports.py [--rounds 3]
 """
@@ -36,13 +40,16 @@ PAIRS = {  # name: (original, port)
 }
 
 
-def run(script: str, env: dict[str, str]) -> tuple[float, float, str]:
+#: JAX's start-up floor: a process that imports JAX and does nothing else.
+FLOOR = "-c", "import jax"
+
+
+def run(script: str | tuple[str, ...], env: dict[str, str]) -> tuple[float, float, str]:
     """Wall and CPU (user + system) seconds of one whole process, and what it printed."""
+    arguments = list(script) if isinstance(script, tuple) else [str(PORTS / script)]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, str(PORTS / script)], env=env, capture_output=True, text=True
-    )
+    done = subprocess.run([sys.executable, *arguments], env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
@@ -60,35 +67,45 @@ def agree(original: str, port: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     base = {**os.environ, "PYTHONPATH": ROOT}
+    base.pop("PYTHONDONTWRITEBYTECODE", None)
     print(
-        "| program | original wall s (CPU) | port cold wall s (CPU) | cold / original | "
-        "port warm cache wall s (CPU) | warm / original |"
+        "| program | original wall s (CPU) | port cold wall s (CPU) | cold / original wall "
+        "(CPU) | port warm cache wall s (CPU) | warm / original wall (CPU) | "
+        "`import jax` wall s (CPU) |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, (original, port) in PAIRS.items():
         with tempfile.TemporaryDirectory() as cache:
             warm_env = {
                 **base,
                 "JAX_COMPILATION_CACHE_DIR": cache,
                 "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
-                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "-1",
             }
             agree(run(original, base)[2], run(port, warm_env)[2])  # also fills the cache
-            times: dict[str, list[tuple[float, float]]] = {"orig": [], "cold": [], "warm": []}
+            times: dict[str, list[tuple[float, float]]] = {
+                "orig": [],
+                "cold": [],
+                "warm": [],
+                "floor": [],
+            }
             for _ in range(args.rounds):
                 times["orig"].append(run(original, base)[:2])
                 times["cold"].append(run(port, base)[:2])
                 times["warm"].append(run(port, warm_env)[:2])
+                times["floor"].append(run(FLOOR, base)[:2])
         wall = {k: statistics.median(w for w, _ in v) for k, v in times.items()}
         cpu = {k: statistics.median(c for _, c in v) for k, v in times.items()}
         print(
             f"| {name} | {wall['orig']:.2f} ({cpu['orig']:.2f}) | {wall['cold']:.2f} "
-            f"({cpu['cold']:.2f}) | {wall['cold'] / wall['orig']:.1f} | {wall['warm']:.2f} "
-            f"({cpu['warm']:.2f}) | {wall['warm'] / wall['orig']:.1f} |",
+            f"({cpu['cold']:.2f}) | {wall['cold'] / wall['orig']:.1f} "
+            f"({cpu['cold'] / cpu['orig']:.1f}) | {wall['warm']:.2f} ({cpu['warm']:.2f}) | "
+            f"{wall['warm'] / wall['orig']:.1f} ({cpu['warm'] / cpu['orig']:.1f}) | "
+            f"{wall['floor']:.2f} ({cpu['floor']:.2f}) |",
             flush=True,
         )
 

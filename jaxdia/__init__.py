@@ -1,8 +1,10 @@
 """jaxdia: DIA-format (diagonal storage) sparse matrices for JAX, in SciPy's layout."""
 
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ._compilation_cache import enable_compilation_cache as enable_compilation_cache
 from ._construct import diags as diags, eye as eye, kron as kron
 from ._functions import align as align, matmul as matmul, traces as traces
 from ._io import load_npz as load_npz, save_npz as save_npz
@@ -40,26 +42,36 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0+unknown"
 
 
+#: Public names whose modules load on first use (PEP 562), name -> module below jaxdia:
+#: their imports are heavy or optional (lineax and equinox for the lineax classes). A new
+#: lazy name is one entry here, one in the TYPE_CHECKING block below, and one in __all__
+#: unless it needs an optional extra (tests/test_startup.py checks the first two agree).
+_LAZY = {
+    "BandedSolver": "._lineax",
+    "DiaLinearOperator": "._lineax",
+    "MultigridSolver": "._lineax",
+    "offsets_tag": "._lineax",
+}
+
+if TYPE_CHECKING:  # what type checkers see of the lazy names
+    from ._lineax import (
+        BandedSolver as BandedSolver,
+        DiaLinearOperator as DiaLinearOperator,
+        MultigridSolver as MultigridSolver,
+        offsets_tag as offsets_tag,
+    )
+
+
 def __getattr__(name: str) -> Any:
-    # DiaLinearOperator and BandedSolver subclass lineax classes (and offsets_tag is read by
-    # BandedSolver): import lineax only when one of them is used.
-    if name == "DiaLinearOperator":
-        from ._lineax import DiaLinearOperator
-
-        return DiaLinearOperator
-    if name == "BandedSolver":
-        from ._lineax import BandedSolver
-
-        return BandedSolver
-    if name == "MultigridSolver":
-        from ._lineax import MultigridSolver
-
-        return MultigridSolver
-    if name == "offsets_tag":
-        from ._lineax import offsets_tag
-
-        return offsets_tag
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name], __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
     raise AttributeError(f"module 'jaxdia' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 __all__ = [
@@ -75,6 +87,7 @@ __all__ = [
     "diags",
     "DiaMatrix",
     "eigsh",
+    "enable_compilation_cache",
     "expm_multiply",
     "eye",
     "factorized",

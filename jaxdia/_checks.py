@@ -8,6 +8,7 @@ arguments through these functions before anything is traced, so bad input gets a
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeGuard, TypeVar, overload
@@ -16,7 +17,6 @@ import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
-import scipy.sparse as sp
 from jax.typing import ArrayLike, DTypeLike
 
 # -- dtypes ----------------------------------------------------------------------------------
@@ -212,9 +212,16 @@ def as_shape(shape: object) -> tuple[int, int]:
 # -- array operands --------------------------------------------------------------------------
 
 
+def is_scipy_sparse(value: object) -> bool:
+    """Whether ``value`` is a ``scipy.sparse`` matrix or array, without importing SciPy
+    (jaxdia's import stays light): an instance exists only once ``scipy.sparse`` is loaded."""
+    sparse = sys.modules.get("scipy.sparse")
+    return sparse is not None and bool(sparse.issparse(value))
+
+
 def reject_sparse(value: object, name: str, hint: str = "") -> None:
     """A TypeError if ``value`` is a ``scipy.sparse`` matrix: it must be converted first."""
-    if sp.issparse(value):
+    if is_scipy_sparse(value):
         raise TypeError(
             f"{name} is a scipy.sparse {type(value).__name__}; convert it with "
             f"jaxdia.DiaMatrix.from_scipy(...){hint}"

@@ -5,13 +5,12 @@ from __future__ import annotations
 import functools
 import numbers
 from collections.abc import Sequence
-from typing import TypeGuard, cast
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
-import scipy.sparse as sp
 from jax import Array
 
 from . import _host, _ops
@@ -21,12 +20,16 @@ from ._checks import (
     as_shape,
     check_distinct,
     check_dtype,
+    is_scipy_sparse,
     narrow,
     static_int,
     warn_if_unavailable,
 )
 from ._matrix import DiaMatrix, as_matrix
 from ._typing import ArrayLike, DTypeLike, Offsets, Shape
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
 
 
 def _default_dtype(dtype: DTypeLike) -> np.dtype:
@@ -263,7 +266,7 @@ def _kron_factor(value: DiaMatrix | ArrayLike | sp.sparray | sp.spmatrix, name: 
     array (a scalar is a 1 x 1 matrix)."""
     if isinstance(value, DiaMatrix):
         return as_matrix(value, name)
-    if sp.issparse(value):
+    if is_scipy_sparse(value):
         return DiaMatrix.from_scipy(cast("sp.sparray | sp.spmatrix", value))
     array = as_array(value, name, expected="a DiaMatrix, a scalar or a 2-D array")
     if array.ndim > 2:

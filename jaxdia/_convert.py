@@ -19,7 +19,6 @@ import jax.core
 import jax.numpy as jnp
 import numpy as np
 import numpy.typing as npt
-import scipy.sparse as sp
 from jax import Array, lax
 
 from . import _host
@@ -30,6 +29,7 @@ from ._checks import (
     check_array_size,
     check_distinct,
     check_dtype,
+    is_scipy_sparse,
     narrow,
 )
 from ._geometry import diagonal_bounds, holds_entries, in_bounds, index_dtype, slot_indices
@@ -38,6 +38,7 @@ from ._sharding import on_auto_axes
 from ._typing import Offsets, Shape
 
 if TYPE_CHECKING:
+    import scipy.sparse as sp
     from jax.experimental import sparse as jsparse
 
 
@@ -242,7 +243,7 @@ def coo_to_dia(
 
 def from_scipy(matrix: sp.sparray | sp.spmatrix) -> DiaParts:
     """The parts of any ``scipy.sparse`` matrix or array (``DiaMatrix.from_scipy``)."""
-    if not sp.issparse(matrix):
+    if not is_scipy_sparse(matrix):
         raise TypeError(
             f"from_scipy expects a scipy.sparse matrix or array, got {type(matrix).__name__}"
         )
@@ -258,13 +259,15 @@ def from_scipy(matrix: sp.sparray | sp.spmatrix) -> DiaParts:
 
 def to_scipy(A: DiaParts) -> sp.dia_array:
     """A ``scipy.sparse.dia_array`` of a concrete, unbatched matrix (see :func:`to_host`)."""
-    return sp.dia_array(to_host(A, "to_scipy"), shape=A.shape)
+    import scipy.sparse  # loaded on first use: importing jaxdia does not load SciPy
+
+    return scipy.sparse.dia_array(to_host(A, "to_scipy"), shape=A.shape)
 
 
 def from_dense(dense: npt.ArrayLike, offsets: Offsets | None) -> DiaParts:
     """The parts holding the diagonals ``offsets`` of a dense ``(..., m, n)`` array, or
     (``offsets=None``) every diagonal holding a nonzero (``DiaMatrix.from_dense``)."""
-    if sp.issparse(dense):
+    if is_scipy_sparse(dense):
         raise TypeError(
             f"from_dense expects a dense array, got scipy.sparse.{type(dense).__name__}; "
             "convert it with DiaMatrix.from_scipy"

@@ -10,7 +10,6 @@ import jax
 import jax.core
 import numpy as np
 import numpy.typing as npt
-import scipy.sparse as sp
 from jax import Array, export
 
 from . import _convert, _ops
@@ -25,6 +24,7 @@ from ._traces import dia_diagonal, dia_trace, dia_traces
 from ._typing import ArrayLike, DTypeLike, Offsets, Shape
 
 if TYPE_CHECKING:
+    import scipy.sparse as sp
     from jax.experimental import sparse as jsparse
 
 

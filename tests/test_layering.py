@@ -88,6 +88,7 @@ LAYERS = {
     "_linalg.sharded_multigrid": 5.4,
     "_linalg.multigrid": 5.5,
     "_io": 6,
+    "_compilation_cache": 6,
     "_lineax": 6,
     "testing": 6,
     "conftest": 7,

@@ -38,7 +38,6 @@ import jax
 import jax.core
 import jax.numpy as jnp
 import numpy as np
-import scipy.sparse as sp
 from jax import Array, lax
 
 from .._checks import as_array, reject_unsupported, scalar, spans_processes, static_int
@@ -372,9 +371,13 @@ def check_hermitian(A: DiaParts) -> None:
                 "eigsh: A must not contain infs or NaNs, but "
                 f"A[{j - A.offsets[k]}, {j}] = {host[(*member, k, j)]}{where}"
             )
+        import scipy.sparse  # loaded on first use: importing jaxdia does not load SciPy
+
         defect = scale = 0.0
         for index in np.ndindex(*host.shape[:-2]):
-            S = sp.dia_array((host[index].astype(work), np.array(A.offsets)), shape=A.shape)
+            S = scipy.sparse.dia_array(
+                (host[index].astype(work), np.array(A.offsets)), shape=A.shape
+            )
             S = S.tocsr()
             difference = abs(S - S.conj().T)
             defect = max(defect, float(difference.max()) if difference.nnz else 0.0)
