@@ -44,10 +44,12 @@ PYTEST_WORKERS ?= auto
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
 
 #
-# Two pytest processes: the suite on one device, then tests/sharded/ on 8 fake CPU devices
-# (JAX fixes the device count when it starts; tests/sharded/conftest.py). Both run, and the
-# target fails if either does.
+# Three pytest processes: the suite on one device; tests/sharded/ on 8 fake CPU devices (JAX
+# fixes the device count when it starts; tests/sharded/conftest.py); tests/x64_off/ with
+# 64-bit types off, JAX's default, which the rest of the suite turns on
+# (tests/x64_off/conftest.py). All run, and the target fails if any does.
 SHARDED_TESTS := tests/sharded
+X64_OFF_TESTS := tests/x64_off
 
 test: $(STAMP)
 	@status=0; \
@@ -55,6 +57,8 @@ test: $(STAMP)
 	$(VPY) -m pytest -q $(PYTEST_PARALLEL) || status=1; \
 	echo "pytest: $(SHARDED_TESTS) on 8 devices"; \
 	$(VPY) -m pytest -q $(PYTEST_PARALLEL) $(SHARDED_TESTS) || status=1; \
+	echo "pytest: $(X64_OFF_TESTS) with x64 off"; \
+	$(VPY) -m pytest -q $(PYTEST_PARALLEL) $(X64_OFF_TESTS) || status=1; \
 	exit $$status
 
 # The full tier: the tests marked `full` (trimmed from `make test` for time) and every
@@ -67,6 +71,8 @@ test-full: $(STAMP)
 	$(FULL_TIER) tests || status=1; \
 	echo "pytest: the full tier of $(SHARDED_TESTS) on 8 devices"; \
 	$(FULL_TIER) $(SHARDED_TESTS) || status=1; \
+	echo "pytest: the full tier of $(X64_OFF_TESTS) with x64 off"; \
+	$(FULL_TIER) $(X64_OFF_TESTS) || status=1; \
 	exit $$status
 
 # -- development tools: ruff, pyright, build (the `dev` extra) -------------------------------
@@ -121,6 +127,9 @@ test-newest: $(NEWEST_STAMP)
 	$(if $(NEWEST_SHARDED),echo "pytest: $(NEWEST_SHARDED) on 8 devices"; \
 	JAX_DISABLE_MOST_OPTIMIZATIONS=0 $(NPY) -m pytest -q $(PYTEST_PARALLEL) $(NEWEST_SHARDED) \
 		|| status=1;) \
+	echo "pytest: $(X64_OFF_TESTS) with x64 off"; \
+	JAX_DISABLE_MOST_OPTIMIZATIONS=0 $(NPY) -m pytest -q $(PYTEST_PARALLEL) $(X64_OFF_TESTS) \
+		|| status=1; \
 	exit $$status
 
 # -- packaging ---------------------------------------------------------------------------------

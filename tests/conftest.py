@@ -58,4 +58,4 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # tests/sharded/ runs on 8 fake CPU devices, which JAX fixes when its backend starts: its
 # own pytest process runs it (tests/sharded/conftest.py; `make test` runs both).
-collect_ignore = ["sharded"]
+collect_ignore = ["sharded", "x64_off"]
