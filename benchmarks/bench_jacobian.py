@@ -4,7 +4,7 @@ asdex/sparsejac, lineax's dense default and SciPy.
 Run from the repository root (optimistix and diffrax: ``pip install '.[nonlinear]'``):
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/bench_jacobian.py \\
-        [--section colours|newton|diffrax|all] [--anchors PYTHON] [--quick]
+        [--section colours|newton|diffrax|all] [--anchors PYTHON] [--quick] [--skip-dense]
 
 Sections:
 
@@ -336,7 +336,7 @@ def newton_section(args):
             ),
         }
         dense_fits = n * n * 8 * 3 < 8e9
-        if dense_fits:
+        if dense_fits and not args.skip_dense:
             solvers["lineax default (dense LU)"] = lx.AutoLinearSolver(well_posed=None)
         results = {}
         for label, linear_solver in solvers.items():
@@ -356,7 +356,7 @@ def newton_section(args):
             versus_dense = (
                 f"{dense[1] / elapsed:.0f}x faster"
                 if dense and "dense" not in label
-                else ("1" if dense else "does not fit (n^2 doubles)")
+                else ("1" if dense else "not run" if dense_fits else "does not fit (n^2 doubles)")
             )
             print(
                 f"| {n} | {label} | {steps} | {elapsed * 1e3:.1f} ms | {compiled:.1f} s | "
@@ -503,7 +503,7 @@ def diffrax_section(args):
             numpy_field, (0.0, t1), y0, method="BDF", jac_sparsity=sparsity, rtol=1e-11, atol=1e-11
         ).y[:, -1]
         solvers = {"jaxdia.BandedSolver": jaxdia.BandedSolver(offsets, mask=mask)}
-        if n <= 1000:
+        if n <= 1000 and not args.skip_dense:
             solvers["diffrax default (dense LU)"] = lx.AutoLinearSolver(well_posed=None)
         rows = {}
         for label, solver in solvers.items():
@@ -548,6 +548,7 @@ def diffrax_section(args):
                 offsets,
                 mask,
                 rows["jaxdia.BandedSolver"][1],
+                rows["jaxdia.BandedSolver"][2],
                 scipy_stats,
             )
         )
@@ -555,8 +556,9 @@ def diffrax_section(args):
 
 
 def profile_section(profiles, t1, tol):
-    """Where a Kvaerno5 step's time goes: counts of factorizations and solves per run, and
-    the cost of each part measured alone inside a compiled loop."""
+    """Where a Kvaerno5 step's time goes: counts of factorizations and solves per run, the
+    cost of each part measured alone inside a compiled loop, and the shares of the run's
+    time that the counts times those costs make."""
     import lineax as lx
     from brusselator import kvaerno5
 
@@ -572,12 +574,14 @@ def profile_section(profiles, t1, tol):
         "one materialise + factor",
         "one solve",
         "one vector field",
+        "solves' share of the run",
+        "factorizations' share",
         "SciPy Radau: f evals / Jacobians / LUs / steps",
         "SciPy BDF: f evals / Jacobians / LUs / steps",
     ]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for name, n, field, y0, offsets, mask, steps, scipy_stats in profiles:
+    for name, n, field, y0, offsets, mask, steps, elapsed, scipy_stats in profiles:
         counting, counts = CountingSolver(jaxdia.BandedSolver(offsets, mask=mask))
         kvaerno5(field, jnp.asarray(y0), t1, counting, tol)
         counts = {k: v // 2 for k, v in counts.items()}  # the warm-up call and the timed one
@@ -612,6 +616,8 @@ def profile_section(profiles, t1, tol):
         print(
             f"| {name} | {n} | {steps} | {counts['init']} | {counts['compute']} | "
             f"{factor * 1e6:.0f} us | {solve * 1e6:.0f} us | {vector_field * 1e6:.1f} us | "
+            f"{counts['compute'] * solve / elapsed:.0%} | "
+            f"{counts['init'] * factor / elapsed:.0%} | "
             f"{radau} | {bdf} |",
             flush=True,
         )
@@ -622,6 +628,11 @@ def main():
     parser.add_argument("--section", default="all", choices=["colours", "newton", "diffrax", "all"])
     parser.add_argument("--anchors", help="a Python interpreter with asdex and sparsejac")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (a smoke run)")
+    parser.add_argument(
+        "--skip-dense",
+        action="store_true",
+        help="leave out lineax's and diffrax's dense default (minutes)",
+    )
     parser.add_argument("--anchor-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.anchor_worker:

@@ -284,6 +284,8 @@ def check_implementation(implementation: object) -> None:
 def broadcast_batch(what: str, *shapes: Sequence[int]) -> tuple[int, ...]:
     """The broadcast of batch ``shapes``, or a ValueError naming ``what`` and them."""
     shapes_ = [tuple(s) for s in shapes]
+    if all(shape == shapes_[0] for shape in shapes_[1:]):
+        return shapes_[0]  # the common case, without NumPy's general broadcast (~3 us)
     try:
         return tuple(np.broadcast_shapes(*shapes_))
     except ValueError:
@@ -392,13 +394,31 @@ def check_rhs(
     return b, batch
 
 
-def result_dtype(matrix_dtype: DTypeLike, b: ArrayLike) -> np.dtype:
+def result_dtype(matrix_dtype: DTypeLike, b: jax.Array | np.ndarray) -> np.dtype:
     """The dtype of a solution: the promoted dtype of the matrix and ``b`` (arrays: a
-    NumPy float64 ``b`` is no explicit request), the default float for integers."""
-    dtype = jnp.result_type(jnp.zeros((), matrix_dtype), b)
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        dtype = jnp.result_type(float)
-    return np.dtype(dtype)
+    NumPy float64 ``b`` is no explicit request), the default float for integers.
+
+    Promotion depends only on the two dtypes, whether ``b`` is weakly typed and JAX's
+    promotion settings, so each combination is promoted once: an eager solve then pays a
+    dictionary look-up, not JAX's type lattice."""
+    key = (
+        np.dtype(matrix_dtype),
+        np.dtype(b.dtype),
+        isinstance(b, jax.Array) and b.weak_type,  # tracers too; NumPy arrays never
+        jax.config.jax_enable_x64,
+        jax.config.jax_numpy_dtype_promotion,
+    )
+    dtype = _PROMOTED.get(key)
+    if dtype is None:
+        promoted = jnp.result_type(key[0], b)  # a dtype promotes as an array of it
+        if not jnp.issubdtype(promoted, jnp.inexact):
+            promoted = jnp.result_type(float)
+        dtype = _PROMOTED[key] = np.dtype(promoted)
+    return dtype
+
+
+#: :func:`result_dtype`'s promotions: (matrix dtype, ``b``'s dtype, weak, x64, promotion).
+_PROMOTED: dict[tuple[np.dtype, np.dtype, bool, bool, str], np.dtype] = {}
 
 
 # -- scalar arguments ------------------------------------------------------------------------

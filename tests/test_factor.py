@@ -25,6 +25,7 @@ from jax.test_util import check_grads
 
 import jaxdia
 from jaxdia import _dispatch
+from jaxdia._checks import result_dtype
 from jaxdia._linalg import banded
 from jaxdia.testing import batch_shapes, dtypes
 
@@ -424,6 +425,48 @@ def test_dtype_rules():
         assert_close(np.asarray(x, np.float32), scipy_solve(A16, np.ones(12)), low, scale=4)
     # integer right-hand sides give the default float
     assert jaxdia.lu_factor(A64).solve(np.arange(12)).dtype == np.float64
+
+
+def test_solution_dtypes_follow_jax_promotion_in_every_setting():
+    """A solve's dtype is promoted once per combination (the dtypes, a weakly typed b,
+    JAX's x64 and promotion settings) and remembered: every setting gets its own answer,
+    that of ``jnp.result_type`` on the arrays, traced too, and an error of one (strict
+    promotion) is raised again, never remembered as an answer."""
+    n = 6
+
+    def expected(matrix_dtype, b):
+        dtype = jnp.result_type(jnp.zeros((), matrix_dtype), b)
+        return np.dtype(dtype if jnp.issubdtype(dtype, jnp.inexact) else jnp.result_type(float))
+
+    weak = jnp.broadcast_to(jnp.asarray(2.0), (n,))
+    assert weak.weak_type
+    right_hand_sides = [
+        np.arange(n),
+        np.ones(n, np.float32),
+        np.ones(n, np.float64),
+        jnp.ones(n, jnp.float32),
+        jnp.ones(n, jnp.bfloat16),
+        jnp.ones(n, jnp.complex64),
+        weak,
+    ]
+    for matrix_dtype in (np.float32, np.float64, np.complex64, jnp.bfloat16):
+        for b in right_hand_sides:
+            want = expected(matrix_dtype, b)
+            assert result_dtype(matrix_dtype, b) == want, (matrix_dtype, b.dtype)
+            traced = jax.eval_shape(lambda b: jnp.zeros((), result_dtype(matrix_dtype, b)), b)
+            assert traced.dtype == want, (matrix_dtype, b.dtype)
+    lu32 = jaxdia.lu_factor(random_band(n, 1, 1, np.float32))
+    b64 = jnp.ones(n, jnp.float64)
+    assert lu32.solve(weak).dtype == np.float32
+    for _ in range(2):  # the second time from what was remembered
+        with jax.numpy_dtype_promotion("strict"):
+            with pytest.raises(Exception) as raised:  # noqa: PT011 (the oracle's type)
+                jnp.result_type(jnp.zeros((), np.float32), b64)
+            with pytest.raises(type(raised.value)):
+                lu32.solve(b64)
+        assert lu32.solve(b64).dtype == np.float64
+        with jax.enable_x64(False):
+            assert result_dtype(np.float32, np.ones(n)) == np.float32
 
 
 @pytest.mark.parametrize("forced", ["host", "scan"], indirect=True)
