@@ -28,7 +28,7 @@ _DENSE_LIMIT = 1024
 
 
 class OdeResult(NamedTuple):
-    """What :func:`solve_ivp` returns (a pytree: it can leave ``jit`` and be ``vmap``\\ ped).
+    """What :func:`solve_ivp` returns (a pytree: it can leave ``jit`` and be batched by ``vmap``).
 
     Attributes:
       t: the times of the solution, shape ``(m,)``: ``t_eval``, or ``t_span`` without it.
@@ -42,6 +42,14 @@ class OdeResult(NamedTuple):
       nlu: factorizations of ``I - c J`` (preconditioners, for ``linear_solver="bicgstab"``).
       nsteps: accepted steps.
       nattempts: step attempts (accepted and rejected; ``max_steps`` bounds them).
+
+    Example:
+      >>> import jax.numpy as jnp
+      >>> import jaxdia
+      >>> sol = jaxdia.solve_ivp(lambda t, y: y**2, (0.0, 2.0), jnp.ones(1),
+      ...                        t_eval=[0.5, 1.5])  # y = 1 / (1 - t) blows up at t = 1
+      >>> bool(sol.success), int(sol.status) < 0, bool(jnp.isnan(sol.y[0, 1]))
+      (False, True, True)
     """
 
     t: Array

@@ -102,7 +102,7 @@ def check(params: dict) -> Result:
     for k, offset in enumerate(offsets):
         columns = np.arange(max(0, offset), min(n, n + offset))
         data[k, columns] = A[columns - offset, columns]
-    J = jaxdia.DiaMatrix((jnp.asarray(data, dtype), offsets), shape=(n, n))
+    J = jaxdia.DiaMatrix(jnp.asarray(data, dtype), offsets, (n, n))
     options = (
         {"jac_offsets": offsets} if params["jacobian"] == "offsets" else {"jac": lambda t, y: J}
     )
