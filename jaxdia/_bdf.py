@@ -137,7 +137,7 @@ def change_D(D: Array, order: Array, factor: Array) -> Array:
 
 def _rows_upto(order: Array, count: int) -> Array:
     """A ``(count, 1)`` mask of the rows ``0 .. order``."""
-    return (np.arange(count) <= order)[:, None]
+    return (jnp.arange(count) <= order)[:, None]
 
 
 def interpolate(D: Array, order: Array, t: Array, h: Array, at: Array) -> Array:

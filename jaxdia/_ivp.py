@@ -5,7 +5,7 @@ over :mod:`jaxdia._bdf`'s loop, keeping the Jacobian and its factor across steps
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -162,9 +162,10 @@ def _jacobian_function(
     if jac is not None:
         if jac_offsets is not None or jac_mask is not None:
             raise ValueError("solve_ivp: give jac, or jac_offsets (and jac_mask), not both")
+        user_jac = jac
 
-        def evaluate(t, y):
-            J = jac(t, y, *args)
+        def evaluate(t: Array, y: Array) -> DiaMatrix:
+            J = user_jac(t, y, *args)
             if not isinstance(J, DiaMatrix) or J.shape != (n, n):
                 raise TypeError(
                     f"solve_ivp: jac must return a jaxdia.DiaMatrix of shape ({n}, {n}), got "
@@ -187,9 +188,11 @@ def _jacobian_function(
                     "Jacobian would be the whole matrix"
                 )
             jac_offsets = range(-(n - 1), n)
+        offsets = tuple(int(k) for k in np.atleast_1d(np.asarray(jac_offsets)))
 
-        def evaluate(t, y):
-            return banded_jacobian(lambda v: fun(t, v, *args), jac_offsets, mask=jac_mask)(y)
+        def evaluate(t: Array, y: Array) -> DiaMatrix:
+            J = banded_jacobian(lambda v: fun(t, v, *args), offsets, mask=jac_mask)(y)
+            return cast(DiaMatrix, J)
 
     def jacobian(t, y):
         J = evaluate(*jax.lax.stop_gradient((t, y)))
@@ -200,7 +203,7 @@ def _jacobian_function(
 
 def solve_ivp(
     fun: Callable[..., Any],
-    t_span: Sequence[float] | ArrayLike,
+    t_span: Sequence[ArrayLike] | ArrayLike,
     y0: ArrayLike,
     method: str = "BDF",
     t_eval: ArrayLike | None = None,
