@@ -233,7 +233,10 @@ def solve_ivp(
 
     The whole integration is one ``lax.while_loop``: it runs under ``jit`` (``t_eval``
     has a static length) and ``vmap`` (a batch of ``y0``, of ``args``, of tolerances;
-    batched, every member runs until the last finishes). Failures are reported, never
+    batched, every member runs until the last finishes, and ``vmap`` turns the loop's
+    branches into selects, so the batch computes a Jacobian and a factor at every step
+    attempt: for large batches of small systems that is still one program, but not
+    SciPy's counts of work). Failures are reported, never
     hidden: ``status`` is negative and ``y`` is NaN from the first ``t_eval`` the
     integration did not reach.
 
