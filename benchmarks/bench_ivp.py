@@ -40,8 +40,8 @@ import jaxdia  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
-import brusselator  # noqa: E402
-import gray_scott  # noqa: E402
+import brusselator  # noqa: E402  # pyright: ignore[reportMissingImports]
+import gray_scott  # noqa: E402  # pyright: ignore[reportMissingImports]
 
 
 def interleaved(calls: dict, repeats: int) -> dict:
@@ -61,10 +61,10 @@ def interleaved(calls: dict, repeats: int) -> dict:
     return {name: (results[name], firsts[name], statistics.median(times[name])) for name in calls}
 
 
-def band_sparsity(n: int, offsets) -> sp.csc_array:
+def band_sparsity(n: int, offsets):
     return sp.diags_array(
         [np.ones(n - abs(k)) for k in offsets if abs(k) < n],
-        offsets=[k for k in offsets if abs(k) < n],
+        offsets=[k for k in offsets if abs(k) < n],  # pyright: ignore[reportArgumentType]
         format="csc",
     )
 
@@ -224,7 +224,7 @@ def diffrax_call(field, y0, t1, linear_solver, tol):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--points", type=int, default=2500, help="Gray-Scott grid points")

@@ -67,7 +67,7 @@ def initial_value(points: int) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--points", type=int, default=2500)
     parser.add_argument("--small", action="store_true", help="200 points, t up to 10")
     options = parser.parse_args(argv)

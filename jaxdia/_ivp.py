@@ -206,7 +206,7 @@ def solve_ivp(
     t_span: Sequence[ArrayLike] | ArrayLike,
     y0: ArrayLike,
     method: str = "BDF",
-    t_eval: ArrayLike | None = None,
+    t_eval: Sequence[ArrayLike] | ArrayLike | None = None,
     *,
     args: tuple[Any, ...] = (),
     rtol: ArrayLike = 1e-3,

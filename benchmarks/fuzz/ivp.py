@@ -18,6 +18,7 @@ a count of steps over 3x SciPy's; a reported failure (status < 0) is FLAGGED
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -103,7 +104,7 @@ def check(params: dict) -> Result:
         columns = np.arange(max(0, offset), min(n, n + offset))
         data[k, columns] = A[columns - offset, columns]
     J = jaxdia.DiaMatrix(jnp.asarray(data, dtype), offsets, (n, n))
-    options = (
+    options: dict[str, Any] = (
         {"jac_offsets": offsets} if params["jacobian"] == "offsets" else {"jac": lambda t, y: J}
     )
 
