@@ -29,6 +29,8 @@ Families (``--family``):
 * ``sharded``: ``shard(A, mesh, axis)`` products, ``cg`` with Jacobi/Chebyshev and
   ``multigrid`` on 2, 4 or 8 fake CPU devices against the single-device results (its
   worker process starts with ``--xla_force_host_platform_device_count=8``).
+* ``ivp`` (``benchmarks/fuzz/ivp.py``): ``solve_ivp`` (BDF) on random stable stiff
+  linear banded systems with known solutions (``expm``), against SciPy's BDF error.
 
 Each case is drawn from ``numpy.random.default_rng([seed, family, index])`` and is
 described by a JSON dict of parameters; its verdict is
@@ -45,7 +47,7 @@ Every FAIL prints a one-line reproducer. Not run by the tests: ``tests/test_fuzz
 runs a fixed slice of it.
 
     PYTHONPATH=. .venv/bin/python benchmarks/fuzz_solve.py --cases 200 --seed 0 \\
-        --family all|banded|periodic|ilu|multigrid|jacobian|sharded [--quick]
+        --family all|banded|periodic|ilu|multigrid|jacobian|sharded|ivp [--quick]
     PYTHONPATH=. .venv/bin/python benchmarks/fuzz_solve.py --family banded --seed 0 \\
         --index 17             # one case again, in this process, with its details
 """
@@ -111,7 +113,7 @@ from jaxdia._linalg import banded as _banded  # noqa: E402
 #: (``benchmarks/fuzz/<family>.py``, see ``fuzz/core.py``). Append only: a family's position
 #: seeds its cases.
 BUILTIN_FAMILIES = ("banded", "periodic", "ilu", "multigrid", "jacobian", "sharded")
-MODULE_FAMILIES: tuple[str, ...] = ()
+MODULE_FAMILIES: tuple[str, ...] = ("ivp",)
 FAMILIES = BUILTIN_FAMILIES + MODULE_FAMILIES
 #: Seconds a case may take (compilation included) before its worker is killed.
 TIMEOUTS = {"multigrid": 60.0, "sharded": 120.0}

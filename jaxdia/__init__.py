@@ -8,6 +8,7 @@ from ._compilation_cache import enable_compilation_cache as enable_compilation_c
 from ._construct import diags as diags, eye as eye, kron as kron
 from ._functions import align as align, matmul as matmul, traces as traces
 from ._io import load_npz as load_npz, save_npz as save_npz
+from ._ivp import OdeResult as OdeResult, odeint as odeint, solve_ivp as solve_ivp
 from ._jacobian import jacobian as jacobian, value_and_jacobian as value_and_jacobian
 from ._linalg.chebyshev import Chebyshev as Chebyshev, chebyshev as chebyshev
 from ._linalg.expm import expm_multiply as expm_multiply
@@ -105,11 +106,14 @@ __all__ = [
     "matmul",
     "Multigrid",
     "multigrid",
+    "odeint",
+    "OdeResult",
     "save_npz",
     "shard",
     "ShardedDiaMatrix",
     "ShardedMultigrid",
     "solve_banded",
+    "solve_ivp",
     "solveh_banded",
     "SolveInfo",
     "traces",

@@ -48,6 +48,7 @@ SECTIONS = (
             "jaxdia.IncompleteLU",
             "jaxdia.IncompleteCholesky",
             "jaxdia.SolveInfo",
+            "jaxdia.OdeResult",
         ),
         None,
     ),

@@ -22,6 +22,7 @@ HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
         ("multigrid.py", "multigrid.png"),
         ("bratu.py", None),
         ("brusselator.py", None),
+        ("gray_scott.py", None),
     ],
 )
 def test_example_runs_and_checks_pass(tmp_path, name, plot):

@@ -87,6 +87,8 @@ LAYERS = {
     "_linalg.chebyshev": 5.3,
     "_linalg.sharded_multigrid": 5.4,
     "_linalg.multigrid": 5.5,
+    "_bdf": 5.6,
+    "_ivp": 5.7,
     "_io": 6,
     "_compilation_cache": 6,
     "_lineax": 6,

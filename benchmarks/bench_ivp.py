@@ -1,0 +1,250 @@
+"""Stiff method-of-lines integrations: ``jaxdia.solve_ivp(method="BDF")`` (the banded
+Jacobian and its LU kept across steps) against SciPy's ``odeint`` (LSODA, ``ml``/``mu``),
+``solve_ivp`` BDF and Radau (``jac_sparsity``) and diffrax's ``Kvaerno5`` with
+``jaxdia.BandedSolver``, side by side in one run.
+
+Cases: SciPy's odeint tutorial Gray-Scott (1-D, u/v interleaved, ``examples/gray_scott.py``)
+at odeint's default tolerances, and the Brusselator in 1-D (n = 1000) and 2-D (n = 2048)
+(``examples/brusselator.py``, to t = 10 at rtol = atol = 1e-6, as ``bench_jacobian.py``'s
+diffrax section). Each solver's error is measured against a tight reference (LSODA at
+1e-12 for Gray-Scott, SciPy's BDF at 1e-11 for the Brusselator), its time is the median
+of ``--repeats`` runs after a first (compiling) call, reported apart; counts are steps,
+Jacobians, LU factorizations and right-hand sides.
+
+    OPENBLAS_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/bench_ivp.py \\
+        [--quick] [--repeats 3] [--cases gray_scott,brusselator_1d,brusselator_2d,tight] \\
+        [--no-diffrax] [--points 2500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+import scipy.integrate  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+
+import jaxdia  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+
+import brusselator  # noqa: E402  # pyright: ignore[reportMissingImports]
+import gray_scott  # noqa: E402  # pyright: ignore[reportMissingImports]
+
+
+def interleaved(calls: dict, repeats: int) -> dict:
+    """``{name: (result, first call seconds, median seconds)}``: one first (compiling) call
+    each, then ``repeats`` rounds that run every call in turn (so that a change in the
+    machine's load falls on all of them alike)."""
+    results, firsts, times = {}, {}, {name: [] for name in calls}
+    for name, call in calls.items():
+        start = time.perf_counter()
+        results[name] = jax.block_until_ready(call())
+        firsts[name] = time.perf_counter() - start
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            jax.block_until_ready(call())
+            times[name].append(time.perf_counter() - start)
+    return {name: (results[name], firsts[name], statistics.median(times[name])) for name in calls}
+
+
+def band_sparsity(n: int, offsets):
+    return sp.diags_array(
+        [np.ones(n - abs(k)) for k in offsets if abs(k) < n],
+        offsets=[k for k in offsets if abs(k) < n],  # pyright: ignore[reportArgumentType]
+        format="csc",
+    )
+
+
+def relative_error(y: np.ndarray, reference: np.ndarray) -> float:
+    return float(np.max(np.abs(y - reference)) / np.max(np.abs(reference)))
+
+
+class Table:
+    def __init__(self):
+        self.rows = []
+
+    def add(self, case, solver, seconds, compile_s, steps, njev, nlu, nfev, error):
+        self.rows.append([case, solver, seconds, compile_s, steps, njev, nlu, nfev, error])
+
+    def print(self):
+        print(
+            "\n| case | solver | time | compile | vs SciPy's fastest | steps | Jacobians "
+            "| LUs | f evals | rel. error |\n|---|---|---|---|---|---|---|---|---|---|"
+        )
+        fastest = {}
+        for case, solver, seconds, *_ in self.rows:
+            if solver.startswith("SciPy"):
+                fastest[case] = min(fastest.get(case, np.inf), seconds)
+        for case, solver, seconds, compile_s, steps, njev, nlu, nfev, error in self.rows:
+            ratio = seconds / fastest[case] if case in fastest else float("nan")
+            compiled = f"{compile_s:.1f} s" if compile_s is not None else "-"
+            print(
+                f"| {case} | {solver} | {seconds * 1e3:.0f} ms | {compiled} | {ratio:.2f} | "
+                f"{steps} | {njev} | {nlu} | {nfev} | {error:.1e} |"
+            )
+
+
+def jaxdia_call(field, y0, t1, t_eval, tol, offsets, mask):
+    solve = jax.jit(
+        lambda y0: jaxdia.solve_ivp(
+            field, (0.0, t1), y0, t_eval=t_eval, rtol=tol[0], atol=tol[1],
+            jac_offsets=offsets, jac_mask=mask,
+        )
+    )  # fmt: skip
+    y0 = jnp.asarray(y0)
+    return lambda: solve(y0)
+
+
+def scipy_ivp_call(numpy_field, y0, t1, tol, offsets, method):
+    sparsity = band_sparsity(y0.size, offsets)
+    return lambda: scipy.integrate.solve_ivp(
+        numpy_field, (0.0, t1), y0, method=method, jac_sparsity=sparsity,
+        rtol=tol[0], atol=tol[1],
+    )  # fmt: skip
+
+
+def report(table, case, timings, reference, compiled=()):
+    """Adds each solver's row: its counts and its error at the end against ``reference``."""
+    for name, (result, first, seconds) in timings.items():
+        compile_s = first - seconds if name in compiled else None
+        if name.startswith("jaxdia"):
+            assert int(result.status) == 0, result.message
+            counts = (int(result.nsteps), int(result.njev), int(result.nlu), int(result.nfev))
+            y = np.asarray(result.y[:, -1])
+        elif name.startswith("SciPy solve_ivp"):
+            counts = (len(result.t) - 1, result.njev, result.nlu, result.nfev)
+            y = result.y[:, -1]
+        elif name.startswith("SciPy odeint"):
+            y, info = result
+            counts = (int(info["nst"][-1]), int(info["nje"][-1]), "-", int(info["nfe"][-1]))
+            y = y[-1]
+        else:  # diffrax: (y, steps)
+            y, steps = result
+            counts = (int(steps), "-", "-", "-")
+            y = np.asarray(y)
+        table.add(case, name, seconds, compile_s, *counts, relative_error(y, reference))
+
+
+def gray_scott_case(table, args):
+    points = args.points if not args.quick else 200
+    t_end = 50.0 if not args.quick else 10.0
+    case = f"Gray-Scott n = {2 * points}"
+    y0 = gray_scott.initial_value(points)
+    t = np.linspace(0, t_end, 11)
+    tol = (1.49012e-8, 1.49012e-8)  # odeint's defaults, as in the tutorial
+    fk = (gray_scott.F, gray_scott.K)
+    reference = scipy.integrate.odeint(
+        gray_scott.gray_scott_numpy, y0, t, args=fk, ml=2, mu=2, rtol=1e-12, atol=1e-12,
+        mxstep=100_000,
+    )[-1]  # fmt: skip
+
+    def numpy_field(s, y):
+        return gray_scott.gray_scott_numpy(y, s, *fk)
+
+    calls = {
+        "SciPy odeint LSODA (ml=2, mu=2)": lambda: scipy.integrate.odeint(
+            gray_scott.gray_scott_numpy, y0, t, args=fk, ml=2, mu=2, full_output=True
+        ),
+        "SciPy solve_ivp BDF": scipy_ivp_call(numpy_field, y0, t_end, tol, range(-2, 3), "BDF"),
+        "jaxdia.solve_ivp BDF": jaxdia_call(
+            lambda s, y: gray_scott.gray_scott(y, s, *fk), y0, t_end, jnp.asarray(t), tol,
+            tuple(range(-2, 3)), None,
+        ),
+    }  # fmt: skip
+    report(table, case, interleaved(calls, args.repeats), reference, {"jaxdia.solve_ivp BDF"})
+
+
+def brusselator_case(table, args, dims, tight=False):
+    """At rtol = atol = 1e-6 against every solver; ``tight``: at 1e-8, SciPy's BDF and
+    jaxdia's (the accuracy diffrax's Kvaerno5 reaches at 1e-6)."""
+    tol = (1e-8, 1e-8) if tight else (1e-6, 1e-6)
+    t1 = 10.0
+    if dims == 1:
+        points = 500 if not args.quick else 50
+        y0, (offsets, mask) = brusselator.initial_1d(points), brusselator.pattern_1d(points)
+        field = brusselator.brusselator_1d
+        case = f"Brusselator 1-D n = {y0.size}, tol {tol[0]:g}"
+    else:
+        N = 32 if not args.quick else 8
+        y0, (offsets, mask) = brusselator.initial_2d(N), brusselator.pattern_2d(N)
+        field = brusselator.brusselator_2d
+        case = f"Brusselator 2-D n = {y0.size}, tol {tol[0]:g}"
+    reference = brusselator.scipy_bdf(field, y0, t1, offsets)
+    compiled_field = jax.jit(lambda y: field(0.0, y, None))
+
+    def numpy_field(s, y):
+        return np.asarray(compiled_field(y))
+
+    calls = {
+        f"SciPy solve_ivp {method}": scipy_ivp_call(numpy_field, y0, t1, tol, offsets, method)
+        for method in (("BDF",) if tight else ("Radau", "BDF"))
+    }
+    calls["jaxdia.solve_ivp BDF"] = jaxdia_call(
+        lambda s, y: field(s, y, None), y0, t1, None, tol, offsets, mask
+    )
+    compiled = {"jaxdia.solve_ivp BDF"}
+    if not args.no_diffrax and not tight:
+        name = "diffrax Kvaerno5 + jaxdia.BandedSolver"
+        calls[name] = diffrax_call(field, y0, t1, jaxdia.BandedSolver(offsets, mask=mask), tol[0])
+        compiled.add(name)
+    report(table, case, interleaved(calls, args.repeats), reference, compiled)
+
+
+def diffrax_call(field, y0, t1, linear_solver, tol):
+    """diffrax's Kvaerno5 with ``linear_solver``, as ``examples/brusselator.py`` runs it."""
+    import diffrax as dfx
+
+    root_finder = dfx.with_stepsize_controller_tols(dfx.VeryChord)(linear_solver=linear_solver)
+
+    @jax.jit
+    def run(y0):
+        solution = dfx.diffeqsolve(
+            dfx.ODETerm(field), dfx.Kvaerno5(root_finder=root_finder), 0.0, t1, None, y0,
+            stepsize_controller=dfx.PIDController(rtol=tol, atol=tol), max_steps=100_000,
+        )  # fmt: skip
+        assert solution.ys is not None
+        return solution.ys[-1], solution.stats["num_steps"]
+
+    y0 = jnp.asarray(y0)
+    return lambda: run(y0)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--points", type=int, default=2500, help="Gray-Scott grid points")
+    parser.add_argument("--cases", default="gray_scott,brusselator_1d,brusselator_2d,tight")
+    parser.add_argument("--no-diffrax", action="store_true")
+    args = parser.parse_args(argv)
+    table = Table()
+    cases = args.cases.split(",")
+    if "gray_scott" in cases:
+        gray_scott_case(table, args)
+    if "brusselator_1d" in cases:
+        brusselator_case(table, args, 1)
+    if "brusselator_2d" in cases:
+        brusselator_case(table, args, 2)
+    if "tight" in cases:
+        brusselator_case(table, args, 1, tight=True)
+        brusselator_case(table, args, 2, tight=True)
+    table.print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,430 @@
+"""The variable-order, variable-step BDF integrator behind :func:`jaxdia.solve_ivp`, as
+one ``lax.while_loop`` whose iterations are step attempts.
+
+The method is SciPy's ``scipy.integrate.BDF`` (Shampine and Reichelt's quasi-constant
+step size NDF/BDF of orders 1 to 5): the solution is carried as the backward
+differences ``D`` of its interpolating polynomial, rescaled (``change_D``) whenever the
+step size changes; each step solves the implicit formula by a simplified Newton
+iteration on ``I - c J`` (at most ``NEWTON_MAXITER`` iterations, stopped early when the
+convergence rate says it cannot converge in time); the local error is estimated from
+the Newton correction, and the order is chosen every ``order + 1`` equal steps among
+``order - 1``, ``order`` and ``order + 1``.
+
+What this module adds is that the Jacobian ``J`` and the factor of ``I - c J`` are part
+of the loop's state: ``J`` is recomputed only when Newton fails with a ``J`` from an
+earlier step, and ``I - c J`` is refactored only when ``c`` (the step size or the order)
+has changed since and SciPy would refactor. The linear algebra is passed in
+(:class:`LinearSolver`), so that banded LU, periodic bands and Krylov solves share the
+loop.
+
+Differentiation: the step-size and order decisions and the Newton matrix are outside
+differentiation (``stop_gradient``), so forward mode differentiates the computed
+solution along the accepted steps: the tangent is itself solved by the simplified
+Newton iteration, which converges to the sensitivity of each step's implicit equation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import Array, lax
+
+MAX_ORDER = 5
+NEWTON_MAXITER = 4
+MIN_FACTOR = 0.2
+MAX_FACTOR = 10.0
+
+# The NDF coefficients (SciPy's; kappa = 0 would be the classical BDF).
+_KAPPA = np.array([0, -0.1850, -1 / 9, -0.0823, -0.0415, 0])
+_GAMMA = np.hstack((0, np.cumsum(1 / np.arange(1, MAX_ORDER + 1))))
+_ALPHA = (1 - _KAPPA) * _GAMMA
+_ERROR_CONST = _KAPPA * _GAMMA + 1 / np.arange(1, MAX_ORDER + 2)
+
+#: ``status`` values: SciPy's 0 (the end was reached) and -1 (a step below the spacing
+#: of floats was needed), and jaxdia's own failures.
+RUNNING = 2
+SUCCESS = 0
+STEP_TOO_SMALL = -1
+MAX_STEPS_REACHED = -2
+NON_FINITE = -3
+
+MESSAGES = {
+    RUNNING: "The integration is still running.",
+    SUCCESS: "The solver successfully reached the end of the integration interval.",
+    STEP_TOO_SMALL: "Required step size is less than spacing between numbers.",
+    MAX_STEPS_REACHED: "The number of step attempts reached max_steps before the end.",
+    NON_FINITE: "The initial value or its derivative is not finite (NaN or inf).",
+}
+
+
+class LinearSolver(NamedTuple):
+    """How the loop solves ``(I - c J) x = b``: ``prepare(J, c)`` returns the state
+    reused across steps (a factor, a preconditioner) and whether it is usable;
+    ``solve(state, b)`` solves with it."""
+
+    prepare: Callable[[Any, Array], tuple[Any, Array]]
+    solve: Callable[[Any, Array], Array]
+
+
+class Problem(NamedTuple):
+    """What the loop needs of the problem (callables close over ``fun``'s ``args``)."""
+
+    rhs: Callable[[Array, Array], Array]
+    jacobian: Callable[[Array, Array], Any]
+    linear_solver: LinearSolver
+    constant_jacobian: bool
+
+
+class Counts(NamedTuple):
+    """Work done: right-hand sides, Jacobians, factorizations, accepted steps, attempts."""
+
+    nfev: Array
+    njev: Array
+    nlu: Array
+    nsteps: Array
+    nattempts: Array
+
+
+class _State(NamedTuple):
+    t: Array
+    h_abs: Array
+    D: Array  # (MAX_ORDER + 3, n) backward differences
+    order: Array
+    n_equal_steps: Array
+    jac: Any
+    factor: Any
+    factor_ok: Array  # the factor is of the current I - c J (or SciPy keeps it)
+    current_jac: Array  # J was computed during this step
+    need_jac: Array  # the next attempt recomputes J (Newton failed with an old one)
+    new_step: Array  # the next attempt starts a step
+    status: Array
+    counts: Counts
+    ys: Array  # (len(t_eval), n)
+    next_out: Array  # the first t_eval not yet written
+
+
+def rms(x: Array) -> Array:
+    """SciPy's ``norm``: the root mean square of ``|x|``."""
+    return jnp.sqrt(jnp.mean(jnp.abs(x) ** 2))
+
+
+def _r_matrix(order: Array, factor: Array, dtype: Any) -> Array:
+    """SciPy's ``compute_R`` for a traced ``order``: the ``(MAX_ORDER + 1)`` square matrix
+    whose leading ``order + 1`` block is ``compute_R(order, factor)``, the identity
+    elsewhere."""
+    i = np.arange(1, MAX_ORDER + 1)[:, None]
+    j = np.arange(1, MAX_ORDER + 1)[None, :]
+    M = jnp.zeros((MAX_ORDER + 1, MAX_ORDER + 1), dtype).at[0].set(1)
+    M = M.at[1:, 1:].set(((i - 1 - factor * j) / i).astype(dtype))
+    R = jnp.cumprod(M, axis=0)
+    index = np.arange(MAX_ORDER + 1)
+    inside = (index[:, None] <= order) & (index[None, :] <= order)
+    return jnp.where(inside, R, jnp.eye(MAX_ORDER + 1, dtype=dtype))
+
+
+def change_D(D: Array, order: Array, factor: Array) -> Array:
+    """SciPy's ``change_D``: the differences of the same polynomial for the step size
+    multiplied by ``factor``."""
+    dtype = jnp.real(D).dtype
+    RU = jnp.matmul(
+        _r_matrix(order, factor, dtype),
+        _r_matrix(order, jnp.ones((), dtype), dtype),
+        precision="highest",
+    )
+    head = jnp.einsum("ij,in->jn", RU.astype(D.dtype), D[: MAX_ORDER + 1], precision="highest")
+    return D.at[: MAX_ORDER + 1].set(head)
+
+
+def _rows_upto(order: Array, count: int) -> Array:
+    """A ``(count, 1)`` mask of the rows ``0 .. order``."""
+    return (jnp.arange(count) <= order)[:, None]
+
+
+def interpolate(D: Array, order: Array, t: Array, h: Array, at: Array) -> Array:
+    """SciPy's ``BdfDenseOutput`` at one time ``at``: the interpolating polynomial of the
+    step that ended at ``t`` with step ``h`` (signed)."""
+    k = np.arange(MAX_ORDER)
+    x = (at - (t - h * k)) / (h * (1 + k))
+    p = jnp.where(k < order, jnp.cumprod(x), 0).astype(D.dtype)
+    return D[0] + jnp.einsum("k,kn->n", p, D[1 : MAX_ORDER + 1], precision="highest")
+
+
+def _newton(
+    problem: Problem,
+    t_new: Array,
+    y_predict: Array,
+    c: Array,
+    psi: Array,
+    factor: Any,
+    scale: Array,
+    tol: Array,
+) -> tuple[Array, Array, Array, Array]:
+    """SciPy's ``solve_bdf_system``: ``(converged, iterations, y, d)``."""
+    real = scale.dtype
+
+    def cond(carry):
+        k, _, _, _, stop, _ = carry
+        return (k < NEWTON_MAXITER) & ~stop
+
+    def body(carry):
+        k, y, d, dy_norm_old, _, _ = carry
+        f = problem.rhs(t_new, y)
+        finite = jnp.all(jnp.isfinite(f))
+        dy = problem.linear_solver.solve(factor, c * f - psi - d)
+        dy_norm = lax.stop_gradient(rms(dy / scale))
+        have_rate = k > 0
+        rate = dy_norm / jnp.where(have_rate, dy_norm_old, 1)
+        slow = have_rate & (
+            (rate >= 1) | (rate ** (NEWTON_MAXITER - k) / (1 - rate) * dy_norm > tol)
+        )
+        failed = ~finite | ~jnp.isfinite(dy_norm) | slow
+        y = jnp.where(failed, y, y + dy)
+        d = jnp.where(failed, d, d + dy)
+        converged = ~failed & ((dy_norm == 0) | (have_rate & (rate / (1 - rate) * dy_norm < tol)))
+        return k + 1, y, d, dy_norm, failed | converged, converged
+
+    zero = jnp.zeros((), real)
+    start = (jnp.int32(0), y_predict, jnp.zeros_like(y_predict), zero, jnp.bool_(False))
+    k, y, d, _, _, converged = lax.while_loop(cond, body, (*start, jnp.bool_(False)))
+    return converged, k, y, d
+
+
+def initial_step(
+    problem: Problem, t0: Array, y0: Array, f0: Array, t_bound: Array, rtol, atol, max_step
+) -> Array:
+    """SciPy's ``select_initial_step`` for order 1 (one more right-hand side)."""
+    interval = jnp.abs(t_bound - t0)
+    direction = jnp.sign(t_bound - t0)
+    scale = atol + jnp.abs(y0) * rtol
+    d0 = rms(y0 / scale)
+    d1 = rms(f0 / scale)
+    h0 = jnp.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / jnp.where(d1 > 0, d1, 1))
+    h0 = jnp.minimum(h0, interval)
+    f1 = problem.rhs(t0 + h0 * direction, y0 + h0 * direction * f0)
+    d2 = rms((f1 - f0) / scale) / jnp.where(h0 > 0, h0, 1)
+    flat = (d1 <= 1e-15) & (d2 <= 1e-15)
+    h1 = jnp.where(
+        flat,
+        jnp.maximum(1e-6, h0 * 1e-3),
+        jnp.sqrt(0.01 / jnp.maximum(jnp.maximum(d1, d2), 1e-300)),
+    )
+    h = jnp.minimum(jnp.minimum(100 * h0, h1), jnp.minimum(interval, max_step))
+    return lax.stop_gradient(h.astype(interval.dtype))
+
+
+def integrate(
+    problem: Problem,
+    t0: Array,
+    t_bound: Array,
+    y0: Array,
+    t_eval: Array,
+    rtol: Array,
+    atol: Array,
+    max_step: Array,
+    max_steps: int,
+) -> tuple[Array, Array, Array, Counts]:
+    """Integrates from ``t0`` to ``t_bound``: ``(ys, t, status, counts)`` with ``ys`` the
+    solution at each ``t_eval`` (NaN where not reached), ``t`` the last time reached."""
+    real = jnp.real(y0).dtype
+    eps = float(jnp.finfo(real).eps)
+    direction = jnp.sign(t_bound - t0)
+    newton_tol = jnp.maximum(10 * eps / rtol, jnp.minimum(0.03, jnp.sqrt(rtol)))
+    alpha, gamma, error_const = (jnp.asarray(c, real) for c in (_ALPHA, _GAMMA, _ERROR_CONST))
+
+    f0 = problem.rhs(t0, y0)
+    h0 = initial_step(problem, t0, y0, f0, t_bound, rtol, atol, max_step)
+    jac0 = problem.jacobian(t0, y0)
+    D = jnp.zeros((MAX_ORDER + 3, y0.size), y0.dtype).at[0].set(y0)
+    D = D.at[1].set(f0 * (h0 * direction).astype(y0.dtype))
+    shapes = jax.eval_shape(problem.linear_solver.prepare, jac0, h0)[0]
+    factor0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+    # t_eval entries at t0 are y0; the others are written as steps pass them.
+    at_start = direction * (t_eval - t0) <= 0
+    ys = jnp.where(at_start[:, None], y0, jnp.nan).astype(y0.dtype)
+    finite = jnp.all(jnp.isfinite(y0)) & jnp.all(jnp.isfinite(f0))
+    done = direction * (t0 - t_bound) >= 0
+    status = jnp.where(~finite, NON_FINITE, jnp.where(done, SUCCESS, RUNNING)).astype(jnp.int32)
+    one = jnp.int32(1)
+    state = _State(
+        t=t0,
+        h_abs=h0,
+        D=D,
+        order=one,
+        n_equal_steps=jnp.int32(0),
+        jac=jac0,
+        factor=factor0,
+        factor_ok=jnp.bool_(False),
+        current_jac=jnp.bool_(True),
+        need_jac=jnp.bool_(False),
+        new_step=jnp.bool_(True),
+        status=status,
+        counts=Counts(jnp.int32(2), one, jnp.int32(0), jnp.int32(0), jnp.int32(0)),
+        ys=ys,
+        next_out=jnp.sum(at_start).astype(jnp.int32),
+    )
+
+    def attempt(s: _State) -> _State:
+        t, order, D = s.t, s.order, s.D
+        min_step = 10 * jnp.abs(jnp.nextafter(t, direction * jnp.inf) - t)
+        # At a step's start the step size is clamped to [min_step, max_step]; a retry
+        # below min_step fails. Past t_bound, the step ends at t_bound.
+        h_abs = jnp.where(s.new_step, jnp.clip(s.h_abs, min_step, max_step), s.h_abs)
+        clamped = h_abs != s.h_abs
+        too_small = h_abs < min_step
+        t_new = t + h_abs * direction
+        past = direction * (t_new - t_bound) > 0
+        t_new = jnp.where(past, t_bound, t_new)
+        h = t_new - t
+        rescale = jnp.where(past, jnp.abs(h), h_abs) / s.h_abs
+        changed = clamped | past
+        D = jnp.where(changed, change_D(D, order, rescale), D)
+        n_equal = jnp.where(changed, 0, s.n_equal_steps)
+        h_abs = jnp.abs(h)
+        factor_ok = s.factor_ok & ~past
+        current_jac = jnp.where(s.new_step, problem.constant_jacobian, s.current_jac)
+
+        y_predict = jnp.sum(jnp.where(_rows_upto(order, MAX_ORDER + 3), D, 0), axis=0)
+        scale = atol + rtol * jnp.abs(y_predict)
+        weights = jnp.where(np.arange(1, MAX_ORDER + 1) <= order, gamma[1:], 0)
+        psi = (
+            jnp.einsum(
+                "k,kn->n", weights.astype(D.dtype), D[1 : MAX_ORDER + 1], precision="highest"
+            )
+            / alpha[order]
+        )
+        c = h / alpha[order]
+
+        counts = s.counts
+        jac, njev = lax.cond(
+            s.need_jac,
+            lambda: (problem.jacobian(t_new, y_predict), counts.njev + 1),
+            lambda: (s.jac, counts.njev),
+        )
+        current_jac = current_jac | s.need_jac
+        factor_ok = factor_ok & ~s.need_jac
+
+        def refactor():
+            factor, ok = problem.linear_solver.prepare(jac, c)
+            return factor, ok, counts.nlu + 1
+
+        factor, usable, nlu = lax.cond(
+            factor_ok, lambda: (s.factor, jnp.bool_(True), counts.nlu), refactor
+        )
+        converged, n_iter, y_new, d = _newton(
+            problem, t_new, y_predict, c, psi, factor, scale, newton_tol
+        )
+        converged = converged & usable
+
+        safety = 0.9 * (2 * NEWTON_MAXITER + 1) / (2 * NEWTON_MAXITER + n_iter)
+        scale = atol + rtol * jnp.abs(y_new)
+        error_norm = lax.stop_gradient(rms(error_const[order] * d / scale))
+        accurate = error_norm <= 1
+        accepted = converged & accurate & ~too_small
+        # A rejected attempt: halve after a Newton failure with a current J (a new factor
+        # follows), shrink by the error estimate after an inaccurate step (the factor
+        # is kept, as SciPy keeps it), or retry with a new J.
+        shrink = jnp.where(
+            converged,
+            jnp.maximum(MIN_FACTOR, safety * error_norm ** (-1 / (order + 1))),
+            0.5,
+        )
+        shrink_now = ~accepted & (converged | current_jac)
+        D_rejected = change_D(D, order, shrink)
+
+        # An accepted step: update the differences, then every order + 1 equal steps
+        # choose the order and the step size.
+        rows = np.arange(MAX_ORDER + 3)[:, None]
+        D_acc = jnp.where(rows == order + 2, d - D[jnp.minimum(order + 1, MAX_ORDER + 2)], D)
+        D_acc = jnp.where(rows == order + 1, d, D_acc)
+        tail = jnp.cumsum(jnp.where(rows <= order + 1, D_acc, 0)[::-1], axis=0)[::-1]
+        D_acc = jnp.where(rows <= order, tail, D_acc)
+        n_equal_acc = n_equal + 1
+        error_m = jnp.where(order > 1, rms(error_const[order - 1] * D_acc[order] / scale), jnp.inf)
+        error_p = jnp.where(
+            order < MAX_ORDER,
+            rms(error_const[jnp.minimum(order + 1, MAX_ORDER)] * D_acc[order + 2] / scale),
+            jnp.inf,
+        )
+        norms = lax.stop_gradient(jnp.stack([error_m, error_norm, error_p]))
+        factors = norms ** (-1.0 / (order + jnp.arange(3)))
+        choose = n_equal_acc >= order + 1
+        new_order = jnp.where(choose, order + jnp.argmax(factors) - 1, order).astype(jnp.int32)
+        grow = jnp.minimum(MAX_FACTOR, safety * jnp.max(factors))
+        D_acc = jnp.where(choose, change_D(D_acc, new_order, grow), D_acc)
+        h_acc = jnp.where(choose, h_abs * grow, h_abs)
+
+        t_next = jnp.where(accepted, t_new, t)
+        status = jnp.where(
+            too_small,
+            STEP_TOO_SMALL,
+            jnp.where(accepted & (direction * (t_new - t_bound) >= 0), SUCCESS, RUNNING),
+        )
+        nattempts = counts.nattempts + 1
+        status = jnp.where(
+            (status == RUNNING) & (nattempts >= max_steps), MAX_STEPS_REACHED, status
+        )
+        D_next = jnp.where(accepted, D_acc, jnp.where(shrink_now, D_rejected, D))
+        order_next = jnp.where(accepted, new_order, order)
+        h_signed = jnp.where(accepted, h_acc, h_abs) * direction
+
+        ys, next_out = _write_outputs(
+            s.ys, s.next_out, t_eval, t_next, direction, D_next, order_next, h_signed, accepted
+        )
+        return _State(
+            t=t_next,
+            h_abs=jnp.where(accepted, h_acc, jnp.where(shrink_now, h_abs * shrink, h_abs)),
+            D=D_next,
+            order=order_next,
+            n_equal_steps=jnp.where(
+                accepted, jnp.where(choose, 0, n_equal_acc), jnp.where(shrink_now, 0, n_equal)
+            ),
+            jac=jac,
+            factor=factor,
+            factor_ok=jnp.where(accepted, ~choose, converged),
+            current_jac=current_jac,
+            need_jac=~converged & ~current_jac & ~too_small,
+            new_step=accepted,
+            status=status.astype(jnp.int32),
+            counts=Counts(
+                nfev=counts.nfev + n_iter,
+                njev=njev,
+                nlu=nlu,
+                nsteps=counts.nsteps + accepted,
+                nattempts=nattempts,
+            ),
+            ys=ys,
+            next_out=next_out,
+        )
+
+    final = lax.while_loop(lambda s: s.status == RUNNING, attempt, state)
+    return final.ys, final.t, final.status, final.counts
+
+
+def _write_outputs(
+    ys: Array,
+    next_out: Array,
+    t_eval: Array,
+    t: Array,
+    direction: Array,
+    D: Array,
+    order: Array,
+    h: Array,
+    accepted: Array,
+) -> tuple[Array, Array]:
+    """Writes the dense output at the ``t_eval`` entries the step just passed."""
+    m = t_eval.shape[0]
+
+    def cond(carry):
+        _, i = carry
+        return accepted & (i < m) & (direction * (t_eval[jnp.minimum(i, m - 1)] - t) <= 0)
+
+    def body(carry):
+        ys, i = carry
+        return ys.at[i].set(interpolate(D, order, t, h, t_eval[i])), i + 1
+
+    return lax.while_loop(cond, body, (ys, next_out))
