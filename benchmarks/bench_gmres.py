@@ -53,7 +53,7 @@ def median_time(fn, rounds: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description="jaxdia.gmres against SciPy's gmres")
     parser.add_argument("--N", type=int, default=160)
     parser.add_argument("--peclet", type=float, nargs="+", default=[1.0, 100.0])
     parser.add_argument("--restart", type=int, default=20)
@@ -92,14 +92,18 @@ def main() -> None:
                 return x, flag
 
             def jaxdia_solve(M=M):
-                x, info = jaxdia.gmres(
-                    A, bj, rtol=rtol, restart=restart, maxiter=args.maxiter, M=M
-                )
+                x, info = jaxdia.gmres(A, bj, rtol=rtol, restart=restart, maxiter=args.maxiter, M=M)
                 return x.block_until_ready(), info
 
             jax_gmres = jax.jit(
                 lambda A, b, M: jsl.gmres(
-                    A, b, M=M, tol=rtol, atol=0.0, restart=restart, maxiter=args.maxiter,
+                    A,
+                    b,
+                    M=M,
+                    tol=rtol,
+                    atol=0.0,
+                    restart=restart,
+                    maxiter=args.maxiter,
                     solve_method="incremental",
                 )[0]
             )

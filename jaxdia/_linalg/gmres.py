@@ -1,9 +1,10 @@
 """Restarted GMRES that reports: :func:`gmres`.
 
 :func:`gmres_cycles` is the loop: restart cycles of at most ``restart`` Arnoldi steps,
-each step orthogonalized by classical Gram-Schmidt twice (CGS2: two passes of one
-product with the whole basis each, which stay parallel, where modified Gram-Schmidt is
-``j`` dependent steps) and folded into the least-squares problem by Givens rotations,
+each step orthogonalized by block Gram-Schmidt twice (classical within blocks of
+:data:`BLOCK` basis vectors, one product each, modified across them; the second pass
+makes the basis orthogonal to rounding) and folded into the least-squares problem by
+Givens rotations,
 whose last entry estimates the residual norm. A cycle ends for a system when that
 estimate meets the target, when the Krylov space stops growing (a "happy breakdown":
 the exact solution of the cycle lies in it), or after ``restart`` steps; then ``x`` is
@@ -25,7 +26,6 @@ import functools
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import Array, lax
 
 from .._checks import static_int
@@ -35,20 +35,19 @@ from .krylov import MatVec, SolveInfo, residual_norm, solve_operands, threshold,
 
 SIDES = ("right", "left")
 
-#: Up to this many basis vectors, the rotations of each step are unrolled in the program
-#: (a few fused scalar operations); beyond it they run as a loop, to keep it small.
-UNROLLED_ROTATIONS = 32
+#: Basis vectors per block of the Gram-Schmidt passes: a step reads only the blocks that
+#: hold its ``j + 1`` vectors (the whole basis would be ``restart + 1``, about twice as
+#: many on average), at one loop iteration per block.
+BLOCK = 4
 
 
 def _norm(v: Array) -> Array:
     return jnp.sqrt(jnp.sum((v.conj() * v).real, axis=-1))
 
 
-def _project(V: Array, w: Array, rows: Array) -> Array:
-    """``V[rows]^H w`` per system (rows of ``V`` not in ``rows`` give 0): the coefficients
-    of ``w`` on the basis, as one product with the whole basis."""
-    h = jnp.einsum("...in,...n->...i", V, w.conj(), precision=lax.Precision.HIGHEST).conj()
-    return jnp.where(rows, h, 0)
+def _project(V: Array, w: Array) -> Array:
+    """``V^H w`` per system (``V``: ``(*batch, rows, n)``)."""
+    return jnp.einsum("...in,...n->...i", V, w.conj(), precision=lax.Precision.HIGHEST).conj()
 
 
 def _combine(V: Array, h: Array) -> Array:
@@ -56,26 +55,39 @@ def _combine(V: Array, h: Array) -> Array:
     return jnp.einsum("...i,...in->...n", h, V, precision=lax.Precision.HIGHEST)
 
 
-def _rotate(column: Array, c: Array, s: Array) -> Array:
-    """The rotations ``(c_i, s_i)`` applied in order to entries ``(i, i + 1)`` of
-    ``column`` (``(*batch, m + 1)``); those not made yet are ``(1, 0)``, exactly the
-    identity."""
-    m = c.shape[-1]
+def _orthogonalize(V: Array, w: Array, j: Array) -> tuple[Array, Array]:
+    """``w`` orthogonalized against rows ``0..j`` of ``V`` and its coefficients on them
+    (``(*batch, rows of V)``, zero beyond ``j``): block Gram-Schmidt, classical within a
+    block of :data:`BLOCK` rows and modified across blocks, twice (two passes make it
+    orthogonal to rounding, as modified Gram-Schmidt is not for ill-conditioned
+    bases). Rows of ``V`` beyond ``j`` are not read, except within ``j``'s block."""
+    blocks = j // BLOCK + 1
+    h = jnp.zeros((*w.shape[:-1], V.shape[-2]), w.dtype)
 
-    def rotate(i, a, b):
-        return c[..., i] * a + s[..., i] * b, -s[..., i].conj() * a + c[..., i] * b
+    def one_block(i, carry):
+        w, h = carry
+        start = i * BLOCK
+        rows = lax.dynamic_slice_in_dim(V, start, BLOCK, axis=-2)
+        coefficients = jnp.where(start + jnp.arange(BLOCK) <= j, _project(rows, w), 0)
+        w = w - _combine(rows, coefficients)
+        before = lax.dynamic_slice_in_dim(h, start, BLOCK, axis=-1)
+        return w, lax.dynamic_update_slice_in_dim(h, before + coefficients, start, axis=-1)
 
-    if m <= UNROLLED_ROTATIONS:
-        entries = [column[..., i] for i in range(m + 1)]
-        for i in range(m):
-            entries[i], entries[i + 1] = rotate(i, entries[i], entries[i + 1])
-        return jnp.stack(entries, axis=-1)
+    for _ in range(2):
+        w, h = lax.fori_loop(0, blocks, one_block, (w, h))
+    return w, h
+
+
+def _rotate(column: Array, c: Array, s: Array, j: Array) -> Array:
+    """The rotations ``(c_i, s_i)``, ``i < j``, applied in order to entries ``(i, i + 1)``
+    of ``column`` (``(*batch, m + 1)``)."""
 
     def step(i, column):
-        a, b = rotate(i, column[..., i], column[..., i + 1])
+        a, b = column[..., i], column[..., i + 1]
+        a, b = c[..., i] * a + s[..., i] * b, -s[..., i].conj() * a + c[..., i] * b
         return column.at[..., i].set(a).at[..., i + 1].set(b)
 
-    return lax.fori_loop(0, m, step, column)
+    return lax.fori_loop(0, j, step, column)
 
 
 def gmres_cycles(
@@ -109,8 +121,8 @@ def gmres_cycles(
     cycles = jnp.zeros(batch, jnp.int32)
     steps = jnp.zeros(batch, jnp.int32)
     active = (rnorm > limit) & (cycles < maxiter)
-    V = jnp.zeros((*batch, m + 1, n), dtype)
-    index = jnp.arange(m + 1)
+    # rows to a whole number of blocks (those beyond m + 1 stay zero)
+    V = jnp.zeros((*batch, -(-(m + 1) // BLOCK) * BLOCK, n), dtype)
 
     if side == "right":
 
@@ -142,18 +154,14 @@ def gmres_cycles(
             j, V, R, g, c, s, k, going = inner
             w = arnoldi(V[..., j, :])
             size = _norm(w)
-            rows = index <= j
-            h = _project(V, w, rows)
-            w = w - _combine(V, h)
-            correction = _project(V, w, rows)
-            w = w - _combine(V, correction)
-            h = h + correction
+            w, h = _orthogonalize(V, w, j)
+            h = h[..., : m + 1]
             after = _norm(w)
             # w lies in the basis to rounding: the Krylov space is invariant, and the
             # cycle's solution exact in it (or A M singular on it: see ``ok`` below).
             happy = after <= tiny * size
             after = jnp.where(happy, 0, after)
-            column = _rotate(h.at[..., j + 1].set(after.astype(dtype)), c, s)
+            column = _rotate(h.at[..., j + 1].set(after.astype(dtype)), c, s, j)
             a = column[..., j]
             rho = jnp.sqrt(jnp.abs(a) ** 2 + after**2)
             # rho = 0: column j adds nothing (A M singular on the space): left out.
@@ -182,9 +190,9 @@ def gmres_cycles(
         _, V, R, g, _, _, k, _ = lax.while_loop(step_cond, step, inner)
         # The least-squares solution on the first k columns of each system's basis.
         used = jnp.arange(m) < k[..., None]
-        R = jnp.where(used[..., None, :], R, 0) + jnp.where(
-            used, 0, jnp.ones((), dtype)
-        )[..., None] * jnp.eye(m, dtype=dtype)
+        R = jnp.where(used[..., None, :], R, 0) + jnp.where(used, 0, jnp.ones((), dtype))[
+            ..., None
+        ] * jnp.eye(m, dtype=dtype)
         y = jax.scipy.linalg.solve_triangular(
             R, jnp.where(used, g[..., :m], 0)[..., None], lower=False
         )[..., 0]
@@ -274,9 +282,10 @@ def gmres(
     singular or strongly indefinite ``A``) stops the system with ``converged`` False:
     the next cycle would start from the same ``x`` and repeat it. A breakdown (the
     exact solution lies in the Krylov space, e.g. when ``n <= restart``) ends the cycle
-    without NaN. Orthogonalization is classical Gram-Schmidt twice (CGS2): two
-    products with the basis per step, as accurate as modified Gram-Schmidt and
-    parallel. ``restart`` is capped at ``n``, as SciPy does.
+    without NaN. Orthogonalization is block Gram-Schmidt run twice (classical
+    within blocks of four basis vectors, modified across them): orthogonal to rounding,
+    where SciPy's single modified Gram-Schmidt pass loses orthogonality on
+    ill-conditioned problems. ``restart`` is capped at ``n``, as SciPy does.
 
     Batches (leading dims of ``A`` and/or ``b``), ``jit``, ``vmap``, implicit
     differentiation in ``b`` and ``A.data``, ``ShardedDiaMatrix`` operands and function

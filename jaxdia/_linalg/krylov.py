@@ -448,11 +448,12 @@ def vector_product(A: DiaMatrix | Operator) -> MatVec:
 
 
 class SolveInfo(NamedTuple):
-    """What :func:`jaxdia.cg` and :func:`jaxdia.bicgstab` report (a pytree, one entry per
-    system of a batch).
+    """What :func:`jaxdia.cg`, :func:`jaxdia.bicgstab` and :func:`jaxdia.gmres` report (a
+    pytree, one entry per system of a batch).
 
     Attributes:
-      iterations: the iterations run (int32).
+      iterations: the iterations run (int32); for :func:`jaxdia.gmres`, the Arnoldi steps
+        over all restart cycles.
       residual_norm: ``|b - A x|`` of the returned ``x``, recomputed with one more product
         (not the recursively updated residual the iteration tracks).
       converged: whether ``residual_norm <= max(rtol * |b|, atol)``. False when
@@ -787,8 +788,8 @@ class SolveOperands(NamedTuple):
     tolerances and ``maxiter`` checked, the batch shape and the working dtype."""
 
     A: Any
-    b: Array
-    x0: Array | None
+    b: Array | np.ndarray
+    x0: Array | np.ndarray | None
     M: Any
     rtol: Array | float
     atol: Array | float
