@@ -26,6 +26,10 @@ Families (``--family``):
   ``argnums``, ``has_aux``, ``jit``, ``vmap``, real and complex functions and arguments,
   against ``jax.jacfwd``; ``check=True`` on a function whose Jacobian leaves the
   pattern must raise.
+* ``gmres`` (``fuzz/gmres.py``): ``gmres`` on random nonsymmetric banded matrices
+  (dominant, random, graded, indefinite, singular) and convection-diffusion stencils,
+  with none, Jacobi or ILU(0) on either side, restarts 1..60 and beyond ``n``, dtypes,
+  batches, ``jit`` and ``vmap``; a reported convergence must hold (the true residual).
 * ``sharded``: ``shard(A, mesh, axis)`` products, ``cg`` with Jacobi/Chebyshev and
   ``multigrid`` on 2, 4 or 8 fake CPU devices against the single-device results (its
   worker process starts with ``--xla_force_host_platform_device_count=8``).
@@ -45,7 +49,7 @@ Every FAIL prints a one-line reproducer. Not run by the tests: ``tests/test_fuzz
 runs a fixed slice of it.
 
     PYTHONPATH=. .venv/bin/python benchmarks/fuzz_solve.py --cases 200 --seed 0 \\
-        --family all|banded|periodic|ilu|multigrid|jacobian|sharded [--quick]
+        --family all|banded|periodic|ilu|multigrid|jacobian|sharded|gmres [--quick]
     PYTHONPATH=. .venv/bin/python benchmarks/fuzz_solve.py --family banded --seed 0 \\
         --index 17             # one case again, in this process, with its details
 """

@@ -1,6 +1,6 @@
 """A fixed slice of the differential fuzzer ``benchmarks/fuzz_solve.py``: cases of each
 family (banded and periodic solves, ILU(0)/IC(0), multigrid-CG, banded Jacobians,
-sharded matrices), each compared with its NumPy/SciPy/JAX oracle, none of which may FAIL
+sharded matrices, restarted GMRES), each compared with its NumPy/SciPy/JAX oracle, none of which may FAIL
 (a wrong answer reported as a success, a crash, a hang). FLAGGED (a reported failure of a
 singular, indefinite or invalid case) is fine.
 
@@ -33,6 +33,7 @@ SLICE = [
     *(("multigrid", 1, i) for i in (33, 10, 39, 0, 36)),
     *(("jacobian", 1, i) for i in (103, 40, 93, 76, 17, 86)),
     ("sharded", 1, 18),
+    *(("gmres", 1, i) for i in (1, 10, 12, 34)),  # left/vmap, A batch, singular, ILU(0)
 ]
 
 _MULTIGRID = {
