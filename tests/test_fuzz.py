@@ -1,8 +1,8 @@
 """A fixed slice of the differential fuzzer ``benchmarks/fuzz_solve.py``: cases of each
 family (banded and periodic solves, ILU(0)/IC(0), multigrid-CG, banded Jacobians,
 sharded matrices, restarted GMRES), each compared with its NumPy/SciPy/JAX oracle, none of
-which may FAIL (a wrong answer reported as a success, a crash, a hang). FLAGGED (a reported failure of a
-singular, indefinite or invalid case) is fine.
+which may FAIL (a wrong answer reported as a success, a crash, a hang). FLAGGED (a reported
+failure of a singular, indefinite or invalid case) is fine.
 
 The fuzzer runs at scale as a script (``benchmarks/README.md``, "Differential fuzzing");
 here, cases whose parameters are drawn once by a fixed seed, and regression cases written

@@ -283,8 +283,8 @@ def gmres(
     the next cycle would start from the same ``x`` and repeat it. A breakdown (the
     exact solution lies in the Krylov space, e.g. when ``n <= restart``) ends the cycle
     without NaN. Orthogonalization is block Gram-Schmidt run twice (classical
-    within blocks of four basis vectors, modified across them), whose second pass keeps the basis orthogonal to
-    the working precision. ``restart`` is capped at ``n``, as SciPy does.
+    within blocks of four basis vectors, modified across them), whose second pass keeps
+    the basis orthogonal to the working precision. ``restart`` is capped at ``n``, as SciPy does.
 
     Batches (leading dims of ``A`` and/or ``b``), ``jit``, ``vmap``, implicit
     differentiation in ``b`` and ``A.data``, ``ShardedDiaMatrix`` operands and function
