@@ -268,9 +268,10 @@ def gmres(
     least-squares problem) only ends a cycle, so a cycle whose estimate met the
     tolerance while rounding or an inaccurate ``M`` kept the true residual above it is
     followed by another, and ``info.converged`` is never the estimate's word.
-    ``jax.scipy.sparse.linalg.gmres`` stops on its estimate and returns no report (its
-    ``info`` is a placeholder): on upwinded convection-diffusion with ILU(0) it returned
-    true residuals 100x above the tolerance it was given.
+    ``jax.scipy.sparse.linalg.gmres`` returns no report (its ``info`` is a placeholder)
+    and stops when ``|M (b - A x)|`` falls below ``tol * |b|``: on upwinded
+    convection-diffusion with ILU(0) it returned true residuals 100x above the
+    tolerance, with Jacobi 1e4x.
 
     ``M`` is applied on the right by default (Arnoldi on ``A M``, ``x = x0 + M V y``), as
     SciPy does: its estimate is of the unpreconditioned residual that the stopping rule
