@@ -351,3 +351,6 @@ def test_errors_name_the_argument():
         jaxdia.gmres(A, b, M=np.eye(6))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="gmres: A"):
         jaxdia.gmres(np.eye(6), b)  # type: ignore[arg-type]
+    sharded = jaxdia.shard(A, jax.make_mesh((1,), ("rows",)), "rows")
+    with pytest.raises(TypeError, match="ShardedDiaMatrix is not supported"):
+        jaxdia.gmres(sharded, sharded.shard_vector(b))

@@ -116,13 +116,15 @@ def gmres_cycles(
     real = jnp.finfo(dtype).dtype
     tiny = jnp.finfo(dtype).eps
     r = b if x0 is None else b - matvec(x0)
-    x = jnp.zeros_like(b) if x0 is None else x0
+    # Zeros with b's sharding, as krylov's loops make them.
+    zeros = jnp.where(False, b, jnp.zeros((), dtype))
+    x = zeros if x0 is None else x0
     rnorm = _norm(r)
     cycles = jnp.zeros(batch, jnp.int32)
     steps = jnp.zeros(batch, jnp.int32)
     active = (rnorm > limit) & (cycles < maxiter)
     # rows to a whole number of blocks (those beyond m + 1 stay zero)
-    V = jnp.zeros((*batch, -(-(m + 1) // BLOCK) * BLOCK, n), dtype)
+    V = jnp.broadcast_to(zeros[..., None, :], (*batch, -(-(m + 1) // BLOCK) * BLOCK, n))
 
     if side == "right":
 
@@ -288,12 +290,11 @@ def gmres(
     the basis orthogonal to the working precision. ``restart`` is capped at ``n``, as SciPy does.
 
     Batches (leading dims of ``A`` and/or ``b``), ``jit``, ``vmap``, implicit
-    differentiation in ``b`` and ``A.data``, ``ShardedDiaMatrix`` operands and function
-    operators work as for :func:`jaxdia.cg`.
+    differentiation in ``b`` and ``A.data`` and function operators work as for
+    :func:`jaxdia.cg`; a :class:`jaxdia.ShardedDiaMatrix` is not supported yet.
 
     Args:
-      A: a square DiaMatrix (possibly batched), a :class:`jaxdia.ShardedDiaMatrix`, or a
-        function ``v -> A v`` (as for :func:`jaxdia.cg`).
+      A: a square DiaMatrix (possibly batched) or a function ``v -> A v``.
       b: the right-hand side(s), shape ``(n,)`` or ``(..., n)``.
       x0: the initial guess (default zeros).
       rtol, atol: relative and absolute tolerances on ``|b - A x|``.
@@ -311,8 +312,8 @@ def gmres(
       recomputes the residual).
 
     Raises:
-      TypeError: if ``A`` is neither a DiaMatrix, a ShardedDiaMatrix nor a function,
-        ``M`` is not callable, or ``restart`` is not an int.
+      TypeError: if ``A`` is neither a DiaMatrix nor a function (a ShardedDiaMatrix
+        too), ``M`` is not callable, or ``restart`` is not an int.
       ValueError: if ``A`` is not square, the shapes do not fit, a tolerance or
         ``maxiter`` is negative, ``restart < 1``, or ``side`` is unknown.
 
@@ -331,6 +332,11 @@ def gmres(
     restart = static_int(restart, "gmres: restart")
     if restart < 1:
         raise ValueError(f"gmres: restart must be >= 1, got {restart}")
+    if hasattr(A, "padded_size"):
+        raise TypeError(
+            "gmres: A must be a jaxdia.DiaMatrix or a function v -> A v; a "
+            "jaxdia.ShardedDiaMatrix is not supported yet (use jaxdia.cg or jaxdia.bicgstab)"
+        )
     operands = solve_operands("gmres", A, b, M, x0, rtol, atol, maxiter)
     n = operands.b.shape[-1]
     return _run_gmres(
