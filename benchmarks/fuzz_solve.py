@@ -26,6 +26,10 @@ Families (``--family``):
   ``argnums``, ``has_aux``, ``jit``, ``vmap``, real and complex functions and arguments,
   against ``jax.jacfwd``; ``check=True`` on a function whose Jacobian leaves the
   pattern must raise.
+* ``gmres`` (``fuzz/gmres.py``): ``gmres`` on random nonsymmetric banded matrices
+  (dominant, random, graded, indefinite, singular) and convection-diffusion stencils,
+  with none, Jacobi or ILU(0) on either side, restarts 1..60 and beyond ``n``, dtypes,
+  batches, ``jit`` and ``vmap``; a reported convergence must hold (the true residual).
 * ``sharded``: ``shard(A, mesh, axis)`` products, ``cg`` with Jacobi/Chebyshev and
   ``multigrid`` on 2, 4 or 8 fake CPU devices against the single-device results (its
   worker process starts with ``--xla_force_host_platform_device_count=8``).
@@ -47,7 +51,7 @@ Every FAIL prints a one-line reproducer. Not run by the tests: ``tests/test_fuzz
 runs a fixed slice of it.
 
     PYTHONPATH=. .venv/bin/python benchmarks/fuzz_solve.py --cases 200 --seed 0 \\
-        --family all|banded|periodic|ilu|multigrid|jacobian|sharded|ivp [--quick]
+        --family all|banded|periodic|ilu|multigrid|jacobian|sharded|ivp|gmres [--quick]
     PYTHONPATH=. .venv/bin/python benchmarks/fuzz_solve.py --family banded --seed 0 \\
         --index 17             # one case again, in this process, with its details
 """
@@ -68,6 +72,7 @@ import sys
 import tempfile
 import time
 import warnings
+import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -110,10 +115,10 @@ import jaxdia  # noqa: E402
 from jaxdia._linalg import banded as _banded  # noqa: E402
 
 #: The families defined in this file, then those in modules of their own
-#: (``benchmarks/fuzz/<family>.py``, see ``fuzz/core.py``). Append only: a family's position
-#: seeds its cases.
+#: (``benchmarks/fuzz/<family>.py``, see ``fuzz/core.py``). A built-in family's position
+#: seeds its cases, a module family's name does (see :func:`family_seed`).
 BUILTIN_FAMILIES = ("banded", "periodic", "ilu", "multigrid", "jacobian", "sharded")
-MODULE_FAMILIES: tuple[str, ...] = ("ivp",)
+MODULE_FAMILIES: tuple[str, ...] = ("ivp", "gmres")
 FAMILIES = BUILTIN_FAMILIES + MODULE_FAMILIES
 #: Seconds a case may take (compilation included) before its worker is killed.
 TIMEOUTS = {"multigrid": 60.0, "sharded": 120.0}
@@ -123,9 +128,17 @@ DEFAULT_TIMEOUT = 60.0
 # -- cases ------------------------------------------------------------------------------------
 
 
+def family_seed(family: str) -> int:
+    """The number that seeds ``family``'s cases beside the run's seed: a built-in family's
+    position, a module family's name (so that adding a family changes no other's cases)."""
+    if family in BUILTIN_FAMILIES:
+        return BUILTIN_FAMILIES.index(family)
+    return zlib.crc32(family.encode())
+
+
 def generate(family: str, seed: int, index: int) -> Case:
     """Case ``index`` of ``family`` for ``seed`` (reproducible)."""
-    rng = np.random.default_rng([seed, FAMILIES.index(family), index])
+    rng = np.random.default_rng([seed, family_seed(family), index])
     params = GENERATORS[family](rng, seed)
     params["values"] = int(rng.integers(2**31))
     return Case(family, seed, index, params)
@@ -188,7 +201,7 @@ def _width(value, n: int) -> int:
 def _structure_pool(seed: int, family: str, size: int = 48) -> list[tuple[int, tuple[int, ...]]]:
     """The ``(n, offsets)`` structures a run of ``family`` draws from: a pool per seed, so
     that compiled programs are reused by many cases (compilation dominates a case)."""
-    rng = np.random.default_rng([seed, FAMILIES.index(family), 2**20])
+    rng = np.random.default_rng([seed, family_seed(family), 2**20])
     pool = []
     for _ in range(size):
         n = int(rng.choice(LARGE_N)) if rng.random() < 0.1 else int(rng.choice(SMALL_N))

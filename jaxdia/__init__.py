@@ -23,6 +23,7 @@ from ._linalg.factor import (
     solve_banded as solve_banded,
     solveh_banded as solveh_banded,
 )
+from ._linalg.gmres import gmres as gmres
 from ._linalg.incomplete import (
     IncompleteCholesky as IncompleteCholesky,
     IncompleteLU as IncompleteLU,
@@ -92,6 +93,7 @@ __all__ = [
     "expm_multiply",
     "eye",
     "factorized",
+    "gmres",
     "ic0",
     "ilu0",
     "IncompleteCholesky",

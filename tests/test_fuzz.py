@@ -1,8 +1,9 @@
 """A fixed slice of the differential fuzzer ``benchmarks/fuzz_solve.py``: cases of each
 family (banded and periodic solves, ILU(0)/IC(0), multigrid-CG, banded Jacobians,
-sharded matrices, stiff integration), each compared with its NumPy/SciPy/JAX oracle,
-none of which may FAIL (a wrong answer reported as a success, a crash, a hang). FLAGGED
-(a reported failure of a singular, indefinite or invalid case) is fine.
+sharded matrices, stiff integration, restarted GMRES), each compared with its
+NumPy/SciPy/JAX oracle, none of which may FAIL (a wrong answer reported as a success, a
+crash, a hang). FLAGGED (a reported failure of a singular, indefinite or invalid case) is
+fine.
 
 The fuzzer runs at scale as a script (``benchmarks/README.md``, "Differential fuzzing");
 here, cases whose parameters are drawn once by a fixed seed, and regression cases written
@@ -33,7 +34,8 @@ SLICE = [
     *(("multigrid", 1, i) for i in (33, 10, 39, 0, 36)),
     *(("jacobian", 1, i) for i in (103, 40, 93, 76, 17, 86)),
     ("sharded", 1, 18),
-    *(("ivp", 1, i) for i in (9, 11)),  # float32; periodic corners, eager
+    *(("ivp", 1, i) for i in (2, 13)),  # float32 periodic, jit; periodic corners, eager
+    *(("gmres", 1, i) for i in (15, 10, 33, 19)),  # left/vmap, A batch, singular, ILU(0)
 ]
 
 _MULTIGRID = {

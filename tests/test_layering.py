@@ -79,6 +79,7 @@ LAYERS = {
     "_linalg.stencil": 5.1,
     "_linalg.banded": 5.2,
     "_linalg.jacobi": 5.2,
+    "_linalg.gmres": 5.2,
     "_linalg.deep_halo": 5.2,
     "_linalg.factor": 5.3,
     "_linalg.lanczos": 5.3,

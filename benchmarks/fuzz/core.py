@@ -10,8 +10,8 @@ A family is a module ``benchmarks/fuzz/<family>.py`` with
   verdicts of several checks); it may raise, and :func:`raised` classifies the error;
 * ``TIMEOUT`` (optional): seconds a case may take before its worker is killed;
 
-and its name appended to ``FAMILIES`` in ``benchmarks/fuzz_solve.py`` (append only: a
-family's position seeds its cases).
+and its name added to ``MODULE_FAMILIES`` in ``benchmarks/fuzz_solve.py`` (its name seeds
+its cases: ``fuzz_solve.family_seed``).
 """
 
 from __future__ import annotations

@@ -448,11 +448,12 @@ def vector_product(A: DiaMatrix | Operator) -> MatVec:
 
 
 class SolveInfo(NamedTuple):
-    """What :func:`jaxdia.cg` and :func:`jaxdia.bicgstab` report (a pytree, one entry per
-    system of a batch).
+    """What :func:`jaxdia.cg`, :func:`jaxdia.bicgstab` and :func:`jaxdia.gmres` report (a
+    pytree, one entry per system of a batch).
 
     Attributes:
-      iterations: the iterations run (int32).
+      iterations: the iterations run (int32); for :func:`jaxdia.gmres`, the Arnoldi steps
+        over all restart cycles.
       residual_norm: ``|b - A x|`` of the returned ``x``, recomputed with one more product
         (not the recursively updated residual the iteration tracks).
       converged: whether ``residual_norm <= max(rtol * |b|, atol)``. False when
@@ -781,9 +782,34 @@ def bicgstab(
     return _solve("bicgstab", A, b, M, x0, rtol, atol, maxiter, variant)
 
 
-def _solve(method, A, b, M, x0, rtol, atol, maxiter, variant):
-    if variant not in VARIANTS:
-        raise ValueError(f"{method}: variant must be one of {VARIANTS}, got {variant!r}")
+class SolveOperands(NamedTuple):
+    """A Krylov solver's checked arguments, as its compiled call takes them: ``A`` and
+    ``M`` as jit arguments (see :func:`_static_callable`), ``b`` and ``x0`` as given, the
+    tolerances and ``maxiter`` checked, the batch shape and the working dtype."""
+
+    A: Any
+    b: Array | np.ndarray
+    x0: Array | np.ndarray | None
+    M: Any
+    rtol: Array | float
+    atol: Array | float
+    maxiter: Any
+    batch: tuple[int, ...]
+    dtype: np.dtype
+
+
+def solve_operands(
+    method: str,
+    A: DiaMatrix | Operator,
+    b: ArrayLike,
+    M: Operator | None,
+    x0: ArrayLike | None,
+    rtol: Scalar,
+    atol: Scalar,
+    maxiter: ArrayLike | None,
+) -> SolveOperands:
+    """The arguments of the solver ``method`` (its name in the messages) checked and made
+    ready for its compiled call (``maxiter`` None: ``10 * n``)."""
     A, b, M, x0, maxiter, batch, dtype = _solve_args(method, A, b, M, x0, maxiter)
     rtol = _tolerance(rtol, f"{method}: rtol")
     atol = _tolerance(atol, f"{method}: atol")
@@ -792,7 +818,7 @@ def _solve(method, A, b, M, x0, rtol, atol, maxiter, variant):
         shape = (*batch, b.shape[-1])
         sharding = getattr(b, "sharding", None) if b.shape == shape else None
         example = jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
-    return _run_krylov(
+    return SolveOperands(
         _static_callable(A, example),
         b,
         x0,
@@ -800,8 +826,17 @@ def _solve(method, A, b, M, x0, rtol, atol, maxiter, variant):
         rtol,
         atol,
         maxiter,
-        method=method,
-        variant=variant,
-        batch=batch,
-        dtype=dtype,
+        batch,
+        dtype,
+    )
+
+
+def _solve(method, A, b, M, x0, rtol, atol, maxiter, variant):
+    if variant not in VARIANTS:
+        raise ValueError(f"{method}: variant must be one of {VARIANTS}, got {variant!r}")
+    A, b, x0, M, rtol, atol, maxiter, batch, dtype = solve_operands(
+        method, A, b, M, x0, rtol, atol, maxiter
+    )
+    return _run_krylov(
+        A, b, x0, M, rtol, atol, maxiter, method=method, variant=variant, batch=batch, dtype=dtype
     )
