@@ -450,8 +450,8 @@ def test_cuda_default_exports():
 def _dense_products_cases():
     """Programs with dense block products on the solve side, sized to take their
     accelerator paths: cyclic reduction's blocks (one-shot, LU and Cholesky factors),
-    the periodic correction, multigrid's coarse inverse, Lanczos' reorthogonalization
-    and ``expm_multiply``'s norm estimate."""
+    the periodic correction, multigrid's coarse inverse, Lanczos' reorthogonalization,
+    ``expm_multiply``'s norm estimate, GMRES' Gram-Schmidt and BDF's difference tables."""
     rng = np.random.default_rng(0)
 
     def band(n, width, corners=False):
@@ -485,6 +485,13 @@ def _dense_products_cases():
         "eigsh": (lambda A: jaxdia.eigsh(A, k=2)[0], (tridiagonal.astype(np.float32),)),
         "expm_multiply": (
             lambda A, b: jaxdia.expm_multiply(0.01 * A, b),
+            (small, jnp.ones(64, jnp.float32)),
+        ),
+        "gmres": (lambda A, b: jaxdia.gmres(A, b)[0], (small, jnp.ones(64, jnp.float32))),
+        "solve_ivp": (
+            lambda A, y0: (
+                jaxdia.solve_ivp(lambda t, y: -(A @ y), (0.0, 1.0), y0, jac=lambda t, y: -A).y
+            ),
             (small, jnp.ones(64, jnp.float32)),
         ),
     }
