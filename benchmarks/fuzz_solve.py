@@ -59,14 +59,7 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 import numpy as np  # noqa: E402
-from fuzz.core import (  # noqa: E402
-    FAIL,
-    FLAGGED,
-    PASS,
-    Case,
-    Result,
-    raised,
-)
+from fuzz.core import FAIL, FLAGGED, PASS, Case, Result, raised  # noqa: E402
 
 #: The families, each a module ``benchmarks/fuzz/<family>.py`` (see ``fuzz/core.py``): the
 #: first ones, then those added since. Append only: a family's position seeds its cases.

@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .core import (
-    random_values,
-    wide_dtype,
-)
+from .core import random_values, wide_dtype
 
 STENCILS = {1: (3,), 2: (5, 9), 3: (7, 27)}
 

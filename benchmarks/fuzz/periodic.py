@@ -1,5 +1,5 @@
-"""The fuzzer's ``periodic`` family: bands plus corner diagonals (periodic stencils of half-
-width 1-3, one or both corners), small n where the corners overlap the band, bands that are
+"""The fuzzer's ``periodic`` family: bands plus corner diagonals (periodic stencils of
+half-width 1-3, one or both corners), small n where the corners overlap the band, bands that are
 singular or badly conditioned while the whole matrix is not, singular periodic Laplacians.
 
 The solves are the ``banded`` family's (:func:`fuzz.banded.check_solve`).
