@@ -24,6 +24,7 @@ __all__ = [
     "Operator",
     "Scalar",
     "Shape",
+    "TypedLinearMap",
 ]
 
 #: Diagonal offsets, SciPy's convention (``k > 0`` above the main diagonal).
@@ -45,6 +46,14 @@ class LinearMap(Protocol):
     def shape(self) -> tuple[int, ...]: ...
 
     def __matmul__(self, other: Array, /) -> Array: ...
+
+
+class TypedLinearMap(LinearMap, Protocol):
+    """A :class:`LinearMap` with a ``dtype``: what a preconditioner is built on and what a
+    solver reads the precision of (a ``DiaMatrix``, a ``ShardedDiaMatrix``, a dense array)."""
+
+    @property
+    def dtype(self) -> DTypeLike: ...
 
 
 #: What solvers and preconditioners accept as ``A`` or ``M``: a linear map, or a function

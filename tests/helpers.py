@@ -1,5 +1,6 @@
 """Shared test helpers: tolerances per dtype and oracle comparisons."""
 
+import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 from hypothesis import settings
@@ -85,3 +86,51 @@ def spmm_oracle(data, x, offsets, shape, transpose):
         y[b] = A @ x[b]
         scale[b] = abs(A) @ np.abs(x[b])
     return y, scale
+
+
+# -- problems on n x n (x n) grids (solves, Krylov solvers, preconditioners) ----------
+
+
+def laplacian_1d(n):
+    return sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+
+
+def poisson(n, dims):
+    """The ``dims``-D (3/5/7-point) Laplacian on an ``n^dims`` grid (Dirichlet)."""
+    T, I = laplacian_1d(n), sp.eye_array(n)
+    if dims == 1:
+        return T
+    if dims == 2:
+        return sp.kron(T, I) + sp.kron(I, T)
+    return sp.kron(sp.kron(T, I), I) + sp.kron(sp.kron(I, T), I) + sp.kron(sp.kron(I, I), T)
+
+
+def convection_diffusion(n, peclet=20.0):
+    """Upwinded 2-D convection-diffusion: nonsymmetric, diagonally dominant."""
+    h = 1.0 / (n + 1)
+    upwind = sp.diags_array([-1.0, 1.0], offsets=[-1, 0], shape=(n, n))
+    I = sp.eye_array(n)
+    return poisson(n, 2) / h**2 + peclet / h * (sp.kron(upwind, I) + 0.5 * sp.kron(I, upwind))
+
+
+def helmholtz(n, k2=30.0, damping=5.0):
+    """Complex shifted 2-D Helmholtz: ``-Laplacian - (k^2 + i sigma) I``: indefinite."""
+    h = 1.0 / (n + 1)
+    shift = (k2 + 1j * damping) * sp.eye_array(n * n)
+    return (poisson(n, 2) / h**2 - shift).astype(np.complex128)
+
+
+def rhs(n, dtype=np.float64, seed=0):
+    rng = np.random.default_rng(seed)
+    b = rng.standard_normal(n)
+    if np.dtype(dtype).kind == "c":
+        b = b + 1j * rng.standard_normal(n)
+    return b.astype(dtype)
+
+
+def relative_error(x, expected):
+    return np.linalg.norm(np.asarray(x) - expected) / np.linalg.norm(expected)
+
+
+def dense_solution(data, offsets, shape, b):
+    return jnp.linalg.solve(jaxdia.DiaMatrix(data, offsets, shape).todense(), b)

@@ -109,7 +109,7 @@ def test_one_system_on_cpu():
     """gtsv for a tridiagonal matrix, gbtrf + gbtrs for a wider band, the scan LU for
     n <= 16 (LAPACK's call costs more than the whole solve there); never cyclic
     reduction (its refinement loop and LAPACK fallback, a ``case``). Batches:
-    ``test_solve.py::test_cpu_one_shot_solves_call_lapack_or_the_scan``."""
+    ``test_banded.py::test_cpu_one_shot_solves_call_lapack_or_the_scan``."""
     n = 300
     tri = lowered_text(jaxdia.solve_banded, banded(n, (-1, 0, 1)), jnp.ones(n), platform="cpu")
     assert "gtsv" in tri and not lapack_calls(tri)

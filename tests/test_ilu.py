@@ -32,9 +32,9 @@ import jaxdia
 from jaxdia._kernels.ilu import wrapped_fill
 from jaxdia._linalg.incomplete import _downwind
 
+from .grids import stencil_matrix
 from .helpers import dense_f64, examples
 from .test_lowering import lowered_text
-from .test_multigrid import stencil_matrix
 
 # -- problems and oracles ----------------------------------------------------------------------
 

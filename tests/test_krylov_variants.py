@@ -11,7 +11,7 @@ import scipy.sparse.linalg as spla
 
 import jaxdia
 
-from .test_solve import convection_diffusion, poisson, relative_error
+from .helpers import convection_diffusion, poisson, relative_error
 
 
 def scipy_iterations(solver, S, b, rtol, M=None):

@@ -1,6 +1,6 @@
 """The compiled XLA FFI handlers of the LAPACK custom calls (jaxdia/_kernels/_lapack_ffi.c).
 
-Their results are tested against SciPy in test_factor.py and test_solve.py; here: that
+Their results are tested against SciPy in test_factor.py and test_banded.py; here: that
 they are compiled and registered, that what they cannot handle comes back as an XLA
 error rather than a crash, and that they are thread safe: factors solved at once from
 several Python threads, by independent calls of one program and under ``vmap`` with large
@@ -267,7 +267,7 @@ def _assert_script_solves(script: str, **environment: str) -> None:
 
 
 def test_the_handlers_keep_working_in_a_subprocess_holding_a_factor_at_exit():
-    """The exit test of test_solve.py holds a solution; this one a stored factor of each
+    """The exit test of test_banded.py holds a solution; this one a stored factor of each
     kind (their handlers ran on XLA's threads), with no keep-alive of XLA's client."""
     script = """
 import jax, numpy as np, scipy.sparse as sp

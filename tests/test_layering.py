@@ -222,3 +222,28 @@ def test_the_layering_test_sees_imports():
         "_linalg.multigrid_hierarchy"
     ]
     assert {"_linalg.factor", "_linalg.multigrid", "_matrix"} <= modules["__init__"]
+
+
+#: The test file of each ``_linalg`` module whose behaviour is reached through another
+#: module's public names (the others have ``tests/test_<module>.py``; CONTRIBUTING.md).
+TESTED_IN = {
+    "deep_halo": "sharded/test_sharded_precond.py",
+    "incomplete": "test_ilu.py",
+    "lanczos": "test_eigsh.py",
+    "multigrid_hierarchy": "test_multigrid.py",
+    "sharded_multigrid": "sharded/test_sharded_multigrid.py",
+    "smoothers": "test_multigrid.py",
+    "stencil": "test_multigrid.py",
+}
+
+
+def test_every_linalg_module_has_its_test_file():
+    tests = Path(__file__).resolve().parent
+    modules = {path.stem for path in (PACKAGE / "_linalg").glob("*.py")} - {"__init__"}
+    missing = {
+        name: TESTED_IN.get(name, f"test_{name}.py")
+        for name in sorted(modules)
+        if not (tests / TESTED_IN.get(name, f"test_{name}.py")).is_file()
+    }
+    assert not missing, f"_linalg modules without their test file (module: file): {missing}"
+    assert set(TESTED_IN) <= modules, f"TESTED_IN names no module: {set(TESTED_IN) - modules}"

@@ -12,8 +12,7 @@ import scipy.sparse.linalg as spla
 
 import jaxdia
 
-from .helpers import dense_f64
-from .test_solve import convection_diffusion, helmholtz, poisson, rhs
+from .helpers import convection_diffusion, dense_f64, helmholtz, poisson, rhs
 
 TOL = {"rtol": 1e-11, "atol": 1e-11}
 

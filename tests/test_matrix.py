@@ -5,6 +5,7 @@ import pickle
 
 import jax
 import jax.numpy as jnp
+import jax.scipy.sparse.linalg as jsl
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -15,7 +16,7 @@ from jax.experimental import sparse as jsparse
 import jaxdia
 from jaxdia.testing import dia_matrices, dtypes, offsets, shapes
 
-from .helpers import dense_f64, examples
+from .helpers import dense_f64, examples, poisson, rhs
 
 
 def in_bounds_mask(A):
@@ -536,3 +537,15 @@ def test_offsets_strategy_in_range(shape, data):
     drawn = data.draw(offsets(shape))
     assert len(set(drawn)) == len(drawn)
     assert all(-shape[0] < k < shape[1] for k in drawn)
+
+
+def test_operator_forms_agree():
+    """A itself, ``lambda v: A @ v`` and ``functools.partial(jaxdia.matmul, A)`` all work."""
+    S = poisson(8, 2)
+    A, b = jaxdia.DiaMatrix.from_scipy(S), rhs(64)
+    results = [
+        jsl.cg(operator, b, tol=1e-12)[0]
+        for operator in (A, lambda v: A @ v, jax.tree_util.Partial(jaxdia.matmul, A))
+    ]
+    for x in results[1:]:
+        np.testing.assert_allclose(x, results[0], rtol=1e-12, atol=1e-12)

@@ -1,11 +1,9 @@
-"""Multigrid and Chebyshev preconditioners, and the Krylov solvers that report
-(jaxdia.multigrid, jaxdia.chebyshev, jaxdia.cg, jaxdia.bicgstab).
+"""The multigrid preconditioner (jaxdia.multigrid: jaxdia/_linalg/multigrid.py and
+multigrid_hierarchy.py) as ``M`` of jaxdia's and JAX's Krylov solvers.
 
 Oracles: coarse operators against ``P^T A P`` built with SciPy, solutions against
-``scipy.sparse.linalg.spsolve``, iteration counts against SciPy's ``cg``, the Chebyshev
-polynomial against its closed form on the eigenvalues, gradients against dense
-``jnp.linalg.solve``. Grids are small, and few distinct ones, since each grid and
-coarsening compiles its own program.
+``scipy.sparse.linalg.spsolve``, gradients against dense ``jnp.linalg.solve``. Grids are
+small, and few distinct ones, since each grid and coarsening compiles its own program.
 """
 
 import math
@@ -21,7 +19,17 @@ import scipy.sparse.linalg as spla
 import jaxdia
 from jaxdia._linalg import multigrid_hierarchy, stencil
 
-from .helpers import dense_f64
+from .grids import (
+    GRID_2D,
+    assert_solution,
+    convection_diffusion,
+    diffusion,
+    jump,
+    operator_matrix,
+    poisson,
+    stencil_matrix,
+)
+from .helpers import dense_f64, rhs
 
 # -- problems --------------------------------------------------------------------------------
 
@@ -53,24 +61,6 @@ def _kron(factors):
     return out
 
 
-def stencil_matrix(grid, coefficients):
-    """The matrix with ``A[i, i + d] = coefficients[d][i]`` for the neighbours of ``i``
-    (``coefficients`` maps displacements to grid-shaped arrays)."""
-    n = math.prod(grid)
-    points = np.indices(grid).reshape(len(grid), n).T
-    rows, cols, values = [], [], []
-    for d, c in coefficients.items():
-        target = points + np.asarray(d)
-        inside = np.all((target >= 0) & (target < grid), axis=1)
-        rows.append(np.flatnonzero(inside))
-        cols.append(np.ravel_multi_index(target[inside].T, grid))
-        values.append(np.asarray(c).reshape(n)[inside])
-    S = sp.coo_array(
-        (np.concatenate(values), (np.concatenate(rows), np.concatenate(cols))), shape=(n, n)
-    )
-    return S.todia()
-
-
 def random_stencil(grid, seed=0):
     """A random (nonsymmetric) 3^dim-point stencil matrix, diagonally dominant."""
     rng = np.random.default_rng(seed)
@@ -79,69 +69,6 @@ def random_stencil(grid, seed=0):
     return stencil_matrix(grid, coefficients)
 
 
-def diffusion(grid, k, anisotropy=None):
-    """``-div(k grad u)`` with Dirichlet boundaries, 5/7-point, harmonic means on faces:
-    symmetric positive definite. ``anisotropy`` scales the coupling per axis."""
-    dim = len(grid)
-    k = np.broadcast_to(np.asarray(k, float), grid)
-    scale = anisotropy or (1.0,) * dim
-    coefficients = {(0,) * dim: np.zeros(grid)}
-    for axis in range(dim):
-        for step in (-1, 1):
-            neighbour = np.roll(k, -step, axis=axis)
-            face = scale[axis] * 2 * k * neighbour / (k + neighbour)
-            # A boundary face (the neighbour is outside) takes k itself (Dirichlet).
-            edge = [slice(None)] * dim
-            edge[axis] = -1 if step == 1 else 0
-            face[tuple(edge)] = scale[axis] * k[tuple(edge)]
-            coefficients[(0,) * dim] = coefficients[(0,) * dim] + face
-            d = tuple(step if a == axis else 0 for a in range(dim))
-            coefficients[d] = -face
-    return stencil_matrix(grid, coefficients)
-
-
-def poisson(grid):
-    return diffusion(grid, 1.0)
-
-
-def jump(grid, contrast=1e3):
-    """A coefficient ``contrast`` times larger in the middle of the domain."""
-    middle = np.ones(grid, bool)
-    for axis, n in enumerate(grid):
-        index = np.arange(n).reshape([n if a == axis else 1 for a in range(len(grid))])
-        middle = middle & (index >= n // 3) & (index < 2 * n // 3)
-    return diffusion(grid, np.where(middle, contrast, 1.0))
-
-
-def convection_diffusion(n, peclet=20.0):
-    """Upwinded 2-D convection-diffusion on an ``n x n`` grid: nonsymmetric."""
-    h = 1.0 / (n + 1)
-    T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n))
-    upwind = sp.diags_array([-1.0, 1.0], offsets=[-1, 0], shape=(n, n))
-    I = sp.eye_array(n)
-    S = (sp.kron(T, I) + sp.kron(I, T)) / h**2 + peclet / h * (
-        sp.kron(upwind, I) + 0.5 * sp.kron(I, upwind)
-    )
-    return S.todia()
-
-
-def assert_solution(x, expected, rtol):
-    """``x`` close to ``expected`` in norm (an iterative solution's error is a vector
-    bounded in norm, not entry by entry)."""
-    error = np.linalg.norm(np.asarray(x, np.float64) - expected) / np.linalg.norm(expected)
-    assert error <= rtol, error
-
-
-def operator_matrix(M, n):
-    """The dense matrix of a linear ``M``: column ``j`` is ``M(e_j)``."""
-    return np.asarray(M(jnp.eye(n))).T
-
-
-def rhs(n, seed=0):
-    return np.random.default_rng(seed).standard_normal(n)
-
-
-GRID_2D = (15, 16)  # odd and even axes
 GRID_3D = (7, 7, 6)  # coarse (3, 3, 3): 27 distinct offsets
 SMALL = (7, 8)  # for the transformations: 3 levels with max_coarse=4, quick to compile
 
@@ -432,76 +359,7 @@ def test_bicgstab_with_multigrid_solves_convection_diffusion():
         assert_solution(y, np.asarray(x), 1e-7)
 
 
-# -- the solvers -----------------------------------------------------------------------------
-
-
-def _scipy_iterations(solver, S, b, M, rtol):
-    count = [0]
-
-    def callback(_):
-        count[0] += 1
-
-    operator = spla.LinearOperator(S.shape, matvec=lambda v: np.asarray(M(v)))
-    x, flag = solver(S, b, rtol=rtol, M=operator, callback=callback, maxiter=10 * S.shape[0])
-    assert flag == 0
-    return x, count[0]
-
-
-def test_cg_matches_scipy():
-    S = jump(GRID_2D)
-    A = jaxdia.DiaMatrix.from_scipy(S)
-    b = rhs(S.shape[0])
-    for M in (jaxdia.multigrid(A, GRID_2D, max_coarse=4),):
-        x, info = jaxdia.cg(A, b, M=M, rtol=1e-10)
-        expected, iterations = _scipy_iterations(spla.cg, S, b, M, 1e-10)
-        assert abs(int(info.iterations) - iterations) <= 1
-        assert bool(info.converged)
-        residual = np.linalg.norm(b - S @ np.asarray(x))
-        np.testing.assert_allclose(float(info.residual_norm), residual, rtol=1e-3)
-        assert residual <= 1e-10 * np.linalg.norm(b)
-        assert_solution(x, spla.spsolve(S.tocsc(), b), 1e-7)
-
-
-def test_bicgstab_matches_jax():
-    S = convection_diffusion(15)
-    A = jaxdia.DiaMatrix.from_scipy(S)
-    b = rhs(S.shape[0])
-    M = jaxdia.jacobi(A)
-    x, info = jaxdia.bicgstab(A, b, M=M, rtol=1e-10)
-    expected, _ = jsl.bicgstab(A, jnp.asarray(b), M=M, tol=1e-10)
-    _, iterations = _scipy_iterations(spla.bicgstab, S, b, M, 1e-10)
-    assert bool(info.converged) and abs(int(info.iterations) - iterations) <= 1
-    np.testing.assert_allclose(np.asarray(x), np.asarray(expected), rtol=1e-8)
-
-
-@pytest.mark.parametrize("solver", [jaxdia.cg, jaxdia.bicgstab])
-def test_info_reports_non_convergence_and_trivial_cases(solver):
-    S = poisson(GRID_2D)
-    A = jaxdia.DiaMatrix.from_scipy(S)
-    b = rhs(S.shape[0])
-    x, info = solver(A, b, maxiter=3)
-    assert int(info.iterations) == 3 and not bool(info.converged)
-    np.testing.assert_allclose(
-        float(info.residual_norm), np.linalg.norm(b - S @ np.asarray(x)), rtol=1e-10
-    )
-    exact = spla.spsolve(S.tocsc(), b)
-    _, info = solver(A, b, x0=exact, rtol=1e-8)
-    assert int(info.iterations) == 0 and bool(info.converged)
-    x, info = solver(A, np.zeros_like(b))
-    assert int(info.iterations) == 0 and bool(info.converged) and not np.any(np.asarray(x))
-    _, info = solver(A, b, rtol=0.0, atol=1e3 * np.linalg.norm(b))
-    assert int(info.iterations) == 0 and bool(info.converged)
-
-
-def test_solvers_take_functions_and_complex_hermitian_matrices():
-    S = poisson(GRID_2D).astype(np.complex128)
-    S = (S + 0.5j * (sp.eye_array(S.shape[0], k=1) - sp.eye_array(S.shape[0], k=-1))).todia()
-    A = jaxdia.DiaMatrix.from_scipy(S)
-    b = rhs(S.shape[0]) + 1j * rhs(S.shape[0], seed=1)
-    x, info = jaxdia.cg(lambda v: A @ v, b, M=jaxdia.chebyshev(A, degree=3), rtol=1e-10)
-    assert bool(info.converged)
-    expected = spla.spsolve(S.tocsc(), b)
-    assert np.linalg.norm(np.asarray(x) - expected) <= 1e-8 * np.linalg.norm(expected)
+# -- the solvers (batches) ------------------------------------------------------------------
 
 
 def test_complex_vectors_run_one_cycle_on_both_parts():
@@ -650,73 +508,6 @@ def test_dtypes(dtype):
         assert_solution(x, reference, 100 * rtol)
 
 
-# -- Chebyshev --------------------------------------------------------------------------------
-
-
-def _chebyshev_reference(S, degree, lower, upper):
-    """``p(D^-1 A) D^-1`` from the closed form on the eigenvalues ``l`` of ``D^-1 A``:
-    ``(1 - T_k(s(l)) / T_k(s(0))) / l`` with ``s(l) = (upper + lower - 2 l) / (upper -
-    lower)``."""
-    dense = S.toarray()
-    d = np.sqrt(np.diag(dense))
-    eigenvalues, vectors = np.linalg.eigh(dense / d[:, None] / d[None, :])
-    coefficients = [0.0] * degree + [1.0]  # T_k
-
-    def s(x):
-        return (upper + lower - 2 * x) / (upper - lower)
-
-    T = np.polynomial.chebyshev.chebval(s(eigenvalues), coefficients)
-    q = (1 - T / np.polynomial.chebyshev.chebval(s(0.0), coefficients)) / eigenvalues
-    return (vectors * q) @ vectors.T / d[:, None] / d[None, :]
-
-
-@pytest.mark.parametrize("degree", [1, 2, 5, 8])
-def test_chebyshev_is_the_chebyshev_polynomial(degree):
-    S = jump((9, 10))
-    A = jaxdia.DiaMatrix.from_scipy(S)
-    M = jaxdia.chebyshev(A, degree=degree)
-    dense = S.toarray()
-    rho = np.max(np.abs(dense).sum(axis=1) / np.diag(dense))  # Gershgorin on D^-1 A
-    np.testing.assert_allclose(float(M.upper), rho, rtol=1e-12)
-    np.testing.assert_allclose(float(M.lower), rho / degree**2, rtol=1e-12)
-    matrix = operator_matrix(M, S.shape[0])
-    if degree == 1:  # lower == upper: the Jacobi preconditioner divided by rho
-        expected = np.diag(1 / (rho * np.diag(dense)))
-    else:
-        expected = _chebyshev_reference(S, degree, float(M.lower), float(M.upper))
-    np.testing.assert_allclose(matrix, expected, rtol=1e-8, atol=1e-10 * np.abs(expected).max())
-    assert np.linalg.eigvalsh((matrix + matrix.T) / 2).min() > 0
-
-
-def test_chebyshev_bounds_batches_and_jit():
-    S = jump(GRID_2D)
-    A = jaxdia.DiaMatrix.from_scipy(S)
-    b = rhs(S.shape[0])
-    M = jaxdia.chebyshev(A, degree=6, bounds=(0.05, 2.5))
-    matrix = operator_matrix(M, S.shape[0])
-    np.testing.assert_allclose(matrix, _chebyshev_reference(S, 6, 0.05, 2.5), rtol=1e-8, atol=1e-12)
-    _, plain = jaxdia.cg(A, b, M=jaxdia.jacobi(A), rtol=1e-8)
-    _, poly = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=6), rtol=1e-8)
-    assert bool(poly.converged) and 3 * int(poly.iterations) < int(plain.iterations)
-    # In single precision for a double-precision solve: the same iterations at 1e-8; at
-    # 1e-10, within a few (how many depends on the compiler's rounding, e.g. fused
-    # multiply-adds).
-    for rtol, extra in ((1e-8, 1), (1e-10, 5)):
-        M32 = jaxdia.chebyshev(A, degree=6, dtype=np.float32)
-        x, single = jaxdia.cg(A, b, M=M32, rtol=rtol)
-        _, double = jaxdia.cg(A, b, M=jaxdia.chebyshev(A, degree=6), rtol=rtol)
-        assert x.dtype == np.float64 and bool(single.converged)
-        exact = spla.spsolve(S.tocsc(), b)
-        assert np.linalg.norm(x - exact) <= 100 * rtol * np.linalg.norm(exact)
-        assert abs(int(single.iterations) - int(double.iterations)) <= extra
-    batch = jaxdia.DiaMatrix(jnp.stack([A.data, 2 * A.data]), A.offsets, A.shape)
-    Mb = jax.jit(lambda A: jaxdia.chebyshev(A, degree=6))(batch)
-    assert Mb.lower.shape == (2,)
-    np.testing.assert_allclose(
-        np.asarray(Mb(np.stack([b, b]))[1]) * 2, np.asarray(jaxdia.chebyshev(A, 6)(b)), rtol=1e-10
-    )
-
-
 # -- errors ------------------------------------------------------------------------------------
 
 
@@ -794,39 +585,6 @@ def test_multigrid_errors():
         jaxdia.multigrid(jaxdia.DiaMatrix(jnp.stack([A.data] * 2), A.offsets, A.shape), GRID_2D)(
             np.ones((3, 240))
         )
-
-
-def test_chebyshev_and_solver_errors():
-    A = jaxdia.DiaMatrix.from_scipy(poisson(GRID_2D))
-    with pytest.raises(TypeError, match="chebyshev: A must be a jaxdia.DiaMatrix"):
-        jaxdia.chebyshev(np.eye(3))
-    with pytest.raises(ValueError, match="degree must be >= 1"):
-        jaxdia.chebyshev(A, degree=0)
-    with pytest.raises(ValueError, match="0 < lower < upper"):
-        jaxdia.chebyshev(A, bounds=(2.0, 1.0))
-    with pytest.raises(TypeError, match="bounds must be a pair"):
-        jaxdia.chebyshev(A, bounds=1.0)
-    with pytest.raises(TypeError, match="dtype must be a float dtype for A of dtype float64"):
-        jaxdia.chebyshev(A, dtype=np.int32)
-    with pytest.raises(ValueError, match="chebyshev: A's diagonal must be nonzero"):
-        jaxdia.chebyshev(A.with_diagonal(np.zeros(240)))
-    b = np.ones(240)
-    for solver in (jaxdia.cg, jaxdia.bicgstab):
-        name = solver.__name__
-        with pytest.raises(TypeError, match=f"{name}: A must be a jaxdia.DiaMatrix or a function"):
-            solver(np.eye(240), b)
-        with pytest.raises(ValueError, match=rf"{name}: b must have shape \(240,\)"):
-            solver(A, np.ones(239))
-        with pytest.raises(ValueError, match=rf"{name}: x0 must have shape"):
-            solver(A, b, x0=np.ones(3))
-        with pytest.raises(TypeError, match=f"{name}: M must be a preconditioner function"):
-            solver(A, b, M=np.eye(240))
-        with pytest.raises(ValueError, match=f"{name}: rtol must be >= 0"):
-            solver(A, b, rtol=-1.0)
-        with pytest.raises(ValueError, match=f"{name}: maxiter must be >= 0"):
-            solver(A, b, maxiter=-1)
-        with pytest.raises(ValueError, match="must be square"):
-            solver(jaxdia.DiaMatrix(A.data, A.offsets, (240, 241)), b)
 
 
 def test_preconditioners_are_immutable_pytrees():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Protocol
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +22,7 @@ from .._parts import DiaParts
 from .._pytree import Immutable
 from .._scipy_operator import ScipyOperator
 from .._shard import ShardedDiaMatrix
-from .._typing import ArrayLike, DTypeLike, LinearMap
+from .._typing import ArrayLike, DTypeLike, TypedLinearMap
 from .deep_halo import DeepHaloMatrix, chebyshev_polynomial, widen
 from .krylov import vector_product
 from .smoothers import (
@@ -34,14 +33,6 @@ from .smoothers import (
     is_operator,
     smoothing_data,
 )
-
-
-class TypedLinearMap(LinearMap, Protocol):
-    """What a :class:`Chebyshev` polynomial is in: a linear map with a ``dtype`` (a
-    DiaMatrix, a ShardedDiaMatrix, any operator with ``@``, ``shape`` and ``dtype``)."""
-
-    @property
-    def dtype(self) -> np.dtype: ...
 
 
 def default_lower(degree: int) -> float:
@@ -83,7 +74,7 @@ class Chebyshev(Immutable, ScipyOperator):
     _leaves = ("operator", "inverse_diagonal", "lower", "upper")
     _static = ("degree",)
     _name = "Chebyshev"
-    operator: DiaMatrix | TypedLinearMap
+    operator: TypedLinearMap
     inverse_diagonal: Array | None
     lower: ArrayLike
     upper: ArrayLike
@@ -91,7 +82,7 @@ class Chebyshev(Immutable, ScipyOperator):
 
     def __init__(
         self,
-        operator: DiaMatrix | TypedLinearMap,
+        operator: TypedLinearMap,
         inverse_diagonal: Array | None,
         lower: ArrayLike,
         upper: ArrayLike,

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 import jax
 import jax.extend.core
@@ -36,7 +36,7 @@ from jax import Array, lax
 
 from .._checks import as_array, broadcast_batch, check_square, is_traced, scalar, static_int
 from .._matrix import DiaMatrix, as_square_matrix
-from .._typing import ArrayLike, DTypeLike, LinearMap, Operator, Scalar
+from .._typing import ArrayLike, Operator, Scalar, TypedLinearMap
 
 #: What the loops apply: ``A`` and ``M`` as functions of ``(*batch, n)`` arrays.
 MatVec = Callable[[Array], Array]
@@ -517,14 +517,7 @@ def _evaluate(jaxpr: jax.extend.core.Jaxpr, consts: list[Any], v: Array) -> Arra
     return out
 
 
-class _MatrixOperator(LinearMap, Protocol):
-    """A linear map with a ``dtype`` (a :class:`jaxdia.ShardedDiaMatrix`)."""
-
-    @property
-    def dtype(self) -> DTypeLike: ...
-
-
-def _is_operator(A: object) -> TypeGuard[_MatrixOperator]:
+def _is_operator(A: object) -> TypeGuard[TypedLinearMap]:
     """Whether ``A`` is a matrix-like operator other than a DiaMatrix: ``@`` and a square
     ``shape``, vectors of length ``padded_size`` when it has one (a
     :class:`jaxdia.ShardedDiaMatrix`)."""

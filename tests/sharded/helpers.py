@@ -1,6 +1,6 @@
 """Shared builders and HLO readers of the sharded tests (tests/sharded/).
 
-Matrices (``random_matrix``, ``poisson_2d``, and tests/test_multigrid.py's ``poisson`` and
+Matrices (``random_matrix``, ``poisson_2d``, and tests/grids.py's ``poisson`` and
 ``jump``), meshes of the 8 fake CPU devices (``auto_mesh``, ``explicit_mesh_of``),
 placement and comparison (``put``, ``spec_of``, ``close``, ``expect_error``), and the
 collectives of compiled HLO text (``collective_traffic``, ``loop_traffic``, ...), which
@@ -20,7 +20,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec
 import jaxdia
 from jaxdia import _dispatch
 from jaxdia._geometry import band_widths
-from tests.test_multigrid import jump, poisson
+from tests.grids import jump, poisson
 
 __all__ = [
     "COLLECTIVES",

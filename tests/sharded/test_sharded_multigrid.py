@@ -36,7 +36,7 @@ from .helpers import (
 
 def _multigrid_case(name):
     """(matrix, grid) of the sharded multigrid checks (the jumping coefficient is
-    tests/test_multigrid.py's)."""
+    tests/grids.py's)."""
 
     grid = {"poisson-2d": (32, 32), "poisson-3d": (16, 8, 8), "jump-2d": (32, 32)}[name]
     matrix = jump(grid) if name.startswith("jump") else poisson(grid)
