@@ -86,6 +86,7 @@ LAYERS = {
     "_linalg.multigrid_hierarchy": 5.3,
     "_linalg.chebyshev": 5.3,
     "_linalg.sharded_multigrid": 5.4,
+    "_linalg.lstsq": 5.4,
     "_linalg.multigrid": 5.5,
     "_io": 6,
     "_lineax": 6,
