@@ -32,6 +32,7 @@ from ._geometry import diagonal_bounds
 from ._jacobian import dia_from_linear, pattern
 from ._linalg.factor import BandedCholesky, BandedLU, cholesky_unchecked, lu_unchecked
 from ._linalg.krylov import bicgstab, cg
+from ._linalg.lstsq import LeastSquares, factor_least_squares
 from ._linalg.multigrid import Multigrid, multigrid
 from ._linalg.sharded_multigrid import ShardedMultigrid
 from ._matrix import DiaMatrix, as_matrix
@@ -309,10 +310,10 @@ def offsets_tag(offsets: Offsets, mask: ArrayLike | None = None) -> OffsetsTag:
 _Structure: TypeAlias = tuple[Any, tuple[tuple[int, ...], ...]]
 #: The input and output structures of an operator, as static state.
 _Structures: TypeAlias = eqxi.Static[tuple[_Structure, _Structure]]
-#: BandedSolver's state: the factor, whether solves are transposed and conjugated, and
-#: the operator's structures.
+#: BandedSolver's state: the factor (a least-squares one for a tall operator), whether
+#: solves are transposed and conjugated, and the operator's structures.
 _BandedState: TypeAlias = tuple[
-    BandedLU | BandedCholesky, eqxi.Static[bool], eqxi.Static[bool], _Structures
+    BandedLU | BandedCholesky | LeastSquares, eqxi.Static[bool], eqxi.Static[bool], _Structures
 ]
 #: MultigridSolver's state: the matrix, its preconditioner, whether it is symmetric and
 #: whether solves are transposed, and the operator's structures.
@@ -371,37 +372,61 @@ def _offsets_of(
     return tags[0].offsets, tags[0].mask
 
 
+def _size(structure: Any) -> int:
+    return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(structure))
+
+
+def _check_shape(m: int, n: int, tall: bool, solver: str) -> None:
+    if m == n or (tall and m > n):
+        return
+    expected = "a square or tall (m >= n, least squares) operator" if tall else "a square operator"
+    raise ValueError(f"jaxdia.{solver} needs {expected}, got {m} outputs for {n} inputs")
+
+
+def _damping_rows(in_structure: Any, out_structure: Any) -> int | None:
+    """``m`` where the operator's output is a pair ``(J y, c y)`` (``J`` with ``m`` rows,
+    ``c y`` of the input's structure): the operator is ``[J; c I]``, whose lower block is
+    the diagonal at offset ``-m`` (optimistix's Levenberg-Marquardt solves with it)."""
+    if not (isinstance(out_structure, tuple) and len(out_structure) == 2):
+        return None
+    if _structure(out_structure[1]) != _structure(in_structure):
+        return None
+    return _size(out_structure[0])
+
+
 def _as_dia(
     operator: lx.AbstractLinearOperator,
     offsets: tuple[int, ...] | None,
     mask: _Mask | None,
     chunk_size: int | None,
     solver: str,
+    tall: bool = False,
 ) -> DiaMatrix:
-    """The operator's matrix as a square DiaMatrix: a DiaLinearOperator's as it is, any
-    other operator's materialised from one product per colour of its pattern."""
+    """The operator's matrix as a DiaMatrix, square (or with more rows than columns if
+    ``tall``): a DiaLinearOperator's as it is, any other operator's materialised from one
+    product per colour of its pattern. A tall operator whose output is ``(J y, c y)``
+    (see :func:`_damping_rows`) has the offsets of ``J`` and the diagonal ``-m``."""
     if isinstance(operator, DiaLinearOperator):
-        m, n = operator.matrix.shape
-        if m != n:
-            raise ValueError(
-                f"jaxdia.{solver} needs a square operator, got shape {operator.matrix.shape}"
-            )
+        _check_shape(*operator.matrix.shape, tall, solver)
         return operator.matrix
     in_structure, out_structure = operator.in_structure(), operator.out_structure()
     dtype = _vector_dtype(in_structure, solver, "input")
     _vector_dtype(out_structure, solver, "output")
-    n = sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(in_structure))
-    m = sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(out_structure))
-    if m != n:
-        raise ValueError(f"jaxdia.{solver} needs a square operator, got {m} outputs for {n} inputs")
+    n, m = _size(in_structure), _size(out_structure)
+    _check_shape(m, n, tall, solver)
     offsets, mask = _offsets_of(operator, offsets, mask, solver)
+    damping_rows = _damping_rows(in_structure, out_structure) if m > n else None
+    if damping_rows is not None and -damping_rows not in offsets:
+        offsets = (*offsets, -damping_rows)
+        if mask is not None:
+            mask = _Mask(np.concatenate([mask.array, np.ones((1, n), bool)]))
     linear = lx.linearise(operator)  # the primal computed once, not once per product
     structure = _structure(in_structure)
 
     def product(vector: jax.Array) -> jax.Array:
         return _ravel(linear.mv(_unravel(vector, structure)))
 
-    structure_ = pattern(offsets, (n, n), None if mask is None else mask.array, solver)
+    structure_ = pattern(offsets, (m, n), None if mask is None else mask.array, solver)
     return dia_from_linear(product, structure_, dtype, chunk_size=chunk_size)
 
 
@@ -504,8 +529,13 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _BandedState:
         del options
-        matrix = _as_dia(operator, self.offsets, self.mask, self.chunk_size, "BandedSolver")
-        if self.positive_definite or lx.is_positive_semidefinite(operator):
+        matrix = _as_dia(
+            operator, self.offsets, self.mask, self.chunk_size, "BandedSolver", tall=True
+        )
+        m, n = matrix.shape
+        if m > n:
+            factor = factor_least_squares(matrix)
+        elif self.positive_definite or lx.is_positive_semidefinite(operator):
             factor = cholesky_unchecked(matrix, lower=False)
         else:
             factor = lu_unchecked(matrix)
@@ -518,7 +548,10 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
         factor, transposed, conjugated, structures = state
         transposed, conjugated = transposed.value, conjugated.value
         vector = _ravel(vector)
-        if isinstance(factor, BandedCholesky):
+        if isinstance(factor, LeastSquares):
+            solution = _least_squares_solve(factor, vector, transposed, conjugated)
+            ok = factor.ok
+        elif isinstance(factor, BandedCholesky):
             # A is Hermitian: A^T = conj(A), A^H = A.
             flip = transposed != conjugated
             solution = factor.solve(vector.conj()).conj() if flip else factor.solve(vector)
@@ -526,9 +559,11 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
             solution = factor.solve(vector.conj()).conj()
         else:
             solution = factor.solve(vector, trans=2 if conjugated else int(transposed))
+        if not isinstance(factor, LeastSquares):
+            ok = factor.ok
         in_structure, out_structure = structures.value
         solution = _unravel(solution, out_structure if transposed else in_structure)
-        result = lx.RESULTS.where(jnp.all(factor.ok), lx.RESULTS.successful, lx.RESULTS.singular)
+        result = lx.RESULTS.where(jnp.all(ok), lx.RESULTS.successful, lx.RESULTS.singular)
         return solution, result, {}
 
     def transpose(
@@ -545,6 +580,18 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
 
     def assume_full_rank(self) -> bool:
         return True
+
+
+def _least_squares_solve(
+    problem: LeastSquares, vector: jax.Array, transposed: bool, conjugated: bool
+) -> jax.Array:
+    """The pseudoinverse solution with a tall ``A`` (lineax's contract): the least-squares
+    ``x`` of ``A x = b`` (or ``conj(A) x = b``), the minimum-norm ``y`` of ``A^H y = c``
+    (or ``A^T y = c``), whose derivatives lineax takes through these four."""
+    flip = transposed != conjugated  # conj(A) or A^T: solve the conjugate problem
+    vector = vector.conj() if flip else vector
+    solution = problem.solve_adjoint(vector) if transposed else problem.solve(vector)
+    return solution.conj() if flip else solution
 
 
 class MultigridSolver(lx.AbstractLinearSolver[_MultigridState]):
