@@ -379,8 +379,15 @@ def _size(structure: Any) -> int:
 def _check_shape(m: int, n: int, tall: bool, solver: str) -> None:
     if m == n or (tall and m > n):
         return
-    expected = "a square or tall (m >= n, least squares) operator" if tall else "a square operator"
-    raise ValueError(f"jaxdia.{solver} needs {expected}, got {m} outputs for {n} inputs")
+    tall_too = (
+        " (or a tall one, more outputs than inputs, solved in the least-squares sense; an "
+        "underdetermined system has no unique solution)"
+        if tall
+        else ""
+    )
+    raise ValueError(
+        f"jaxdia.{solver} needs a square operator, got {m} outputs for {n} inputs{tall_too}"
+    )
 
 
 def _damping_rows(in_structure: Any, out_structure: Any) -> int | None:

@@ -102,28 +102,26 @@ class LeastSquares(NamedTuple):
     def solve(self, b: Array) -> Array:
         """``x`` minimizing ``||A x - b||`` (``b`` of shape ``(m,)`` or ``(..., m, k)``),
         NaN where ``ok`` is false."""
+        if b.ndim == 1:  # one vector, for every matrix of a batch
+            return self.solve(b[:, None])[..., 0]
         A, factor = self.scaled, self.factor
         y = factor.solve(A.H @ b)
         for _ in range(REFINEMENTS):
             y = y + factor.solve(A.H @ (b - A @ y))
-        return _nan_unless(self.ok, _divide_rows(y, self.scale))
+        return _nan_unless(self.ok, y / self.scale[..., :, None])
 
     def solve_adjoint(self, c: Array) -> Array:
         """The minimum-norm ``y`` with ``A^H y = c`` (``c`` of shape ``(n,)`` or
         ``(..., n, k)``): ``y = A (A^H A)^-1 c``, NaN where ``ok`` is false."""
-        A = self.scaled
-        y = A @ self.factor.solve(_divide_rows(c, self.scale))
+        if c.ndim == 1:
+            return self.solve_adjoint(c[:, None])[..., 0]
+        y = self.scaled @ self.factor.solve(c / self.scale[..., :, None])
         return _nan_unless(self.ok, y)
 
 
-def _divide_rows(x: Array, scale: Array) -> Array:
-    """``x / scale`` along ``x``'s rows (``x`` of shape ``(n,)`` or ``(..., n, k)``)."""
-    return x / (scale if x.ndim == 1 else scale[..., :, None])
-
-
 def _nan_unless(ok: Array, x: Array) -> Array:
-    flag = ok if x.ndim == 1 else ok[..., None, None]
-    return jnp.where(flag, x, jnp.nan)
+    """``x`` (``(..., rows, k)``) where ``ok`` (``(*batch,)``), else NaN."""
+    return jnp.where(ok[..., None, None], x, jnp.nan)
 
 
 def factor_least_squares(A: DiaMatrix) -> LeastSquares:
