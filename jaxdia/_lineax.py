@@ -408,14 +408,15 @@ def _as_dia(
     chunk_size: int | None,
     solver: str,
     tall: bool = False,
-) -> DiaMatrix:
+) -> tuple[DiaMatrix, np.ndarray | None]:
     """The operator's matrix as a DiaMatrix, square (or with more rows than columns if
     ``tall``): a DiaLinearOperator's as it is, any other operator's materialised from one
     product per colour of its pattern. A tall operator whose output is ``(J y, c y)``
-    (see :func:`_damping_rows`) has the offsets of ``J`` and the diagonal ``-m``."""
+    (see :func:`_damping_rows`) has the offsets of ``J`` and the diagonal ``-m``. Also
+    returns the mask of its structural zeros (rows in the order of its offsets), if any."""
     if isinstance(operator, DiaLinearOperator):
         _check_shape(*operator.matrix.shape, tall, solver)
-        return operator.matrix
+        return operator.matrix, None
     in_structure, out_structure = operator.in_structure(), operator.out_structure()
     dtype = _vector_dtype(in_structure, solver, "input")
     _vector_dtype(out_structure, solver, "output")
@@ -434,7 +435,9 @@ def _as_dia(
         return _ravel(linear.mv(_unravel(vector, structure)))
 
     structure_ = pattern(offsets, (m, n), None if mask is None else mask.array, solver)
-    return dia_from_linear(product, structure_, dtype, chunk_size=chunk_size)
+    matrix = dia_from_linear(product, structure_, dtype, chunk_size=chunk_size)
+    aligned = matrix.offsets == structure_.offsets
+    return matrix, (structure_.mask if aligned else None)
 
 
 def _structures(operator: lx.AbstractLinearOperator) -> _Structures:
@@ -536,12 +539,12 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _BandedState:
         del options
-        matrix = _as_dia(
+        matrix, mask = _as_dia(
             operator, self.offsets, self.mask, self.chunk_size, "BandedSolver", tall=True
         )
         m, n = matrix.shape
         if m > n:
-            factor = factor_least_squares(matrix)
+            factor = factor_least_squares(matrix, None if mask is None else np.asarray(mask))
         elif self.positive_definite or lx.is_positive_semidefinite(operator):
             factor = cholesky_unchecked(matrix, lower=False)
         else:
@@ -681,7 +684,7 @@ class MultigridSolver(lx.AbstractLinearSolver[_MultigridState]):
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _MultigridState:
         del options
-        matrix = _as_dia(operator, self.offsets, self.mask, self.chunk_size, "MultigridSolver")
+        matrix, _ = _as_dia(operator, self.offsets, self.mask, self.chunk_size, "MultigridSolver")
         symmetric = self.positive_definite or lx.is_positive_semidefinite(operator)
         return (
             matrix,

@@ -13,6 +13,7 @@ import scipy.sparse as sp
 import jaxdia
 from jaxdia import _dispatch
 from jaxdia._geometry import in_bounds
+from jaxdia._linalg import lstsq
 
 from .helpers import dense_f64
 from .test_dispatch import lapack_calls, loops_grow_with_n
@@ -344,7 +345,10 @@ def whittaker(n, lam=3.0, seed=0):
         return jnp.concatenate([jnp.exp(y) - obs, penalty])
 
     sparsity = sp.vstack([sp.eye(n), sp.diags([1.0, 1.0, 1.0], [0, 1, 2], shape=(n - 2, n))])
-    return fun, sparsity, (0, -n, -n + 1, -n + 2)
+    mask = np.ones((4, n), bool)  # the penalty's diagonals start in the fit's rows
+    mask[2, 0] = False
+    mask[3, :2] = False
+    return fun, sparsity, (0, -n, -n + 1, -n + 2), mask
 
 
 @pytest.mark.parametrize(
@@ -352,7 +356,7 @@ def whittaker(n, lam=3.0, seed=0):
 )
 def test_overdetermined_fit_matches_scipy(solver):
     n = 80
-    fun, sparsity, offsets = whittaker(n)
+    fun, sparsity, offsets, mask = whittaker(n)
     expected = scipy.optimize.least_squares(
         lambda y: np.asarray(fun(jnp.asarray(y))),
         np.zeros(n),
@@ -364,7 +368,7 @@ def test_overdetermined_fit_matches_scipy(solver):
     cost = 0.5 * np.sum(expected.fun**2)
     result = optx.least_squares(
         fun,
-        solver(rtol=1e-12, atol=1e-12, linear_solver=jaxdia.BandedSolver(offsets)),
+        solver(rtol=1e-12, atol=1e-12, linear_solver=jaxdia.BandedSolver(offsets, mask=mask)),
         jnp.zeros(n),
         max_steps=200,
     )
@@ -373,3 +377,30 @@ def test_overdetermined_fit_matches_scipy(solver):
     # to 1e-6, and a cost no larger.
     np.testing.assert_allclose(result.value, expected.x, atol=1e-6)
     assert 0.5 * float(jnp.sum(fun(result.value) ** 2)) <= cost * (1 + 1e-10)
+
+
+def test_stacked_blocks_keep_the_normal_band_narrow():
+    """A fit stacked over its penalty: the penalty's diagonals start in the fit's rows.
+    Their structural zeros (read from a concrete A's values, or from ``mask`` under
+    ``jit``) keep ``A^H A`` pentadiagonal instead of as wide as the matrix."""
+    n = 40
+    _, _, offsets, mask = whittaker(n)
+    rng = np.random.default_rng(3)
+    data = rng.standard_normal((4, n)) * mask
+    A = jaxdia.DiaMatrix(data, offsets, (2 * n - 2, n))
+    mask = mask[np.argsort(offsets)]  # rows in the order of A.offsets (sorted)
+    b = rhs(2 * n - 2)
+    expected = oracle(A, b)
+    for x in (
+        jaxdia.lstsq_banded(A, b),
+        jax.jit(lambda A, b: jaxdia.lstsq_banded(A, b, mask=mask))(A, b),
+        jax.jit(jaxdia.lstsq_banded)(A, b),  # no mask: the wide band, the same answer
+    ):
+        np.testing.assert_allclose(x, expected.real, rtol=1e-10, atol=1e-12)
+    narrow = lstsq.factor_least_squares(A, mask).factor
+    wide = lstsq.factor_least_squares(A).factor
+    assert narrow.bandwidth == 2 and wide.bandwidth == n - 1
+    with pytest.raises(
+        ValueError, match=r"mask must be a boolean array of shape \(len\(A.offsets\)"
+    ):
+        jaxdia.lstsq_banded(A, b, mask=mask[:2])

@@ -50,26 +50,53 @@ REFINEMENTS = 2
 MAX_SQUARED_CONDITION = 1e-2
 
 
-def normal_upper(A: DiaParts) -> DiaParts:
+#: The pairs ``(ia, ib)`` of diagonals of ``A`` whose products make ``A^H A``: static.
+Pairs = tuple[tuple[int, int], ...]
+
+
+def _columns_of_pair(a: int, b: int, shape: tuple[int, int]) -> tuple[int, int]:
+    """``[start, stop)``: the columns ``j`` of diagonal ``b - a`` of ``A^H A`` that
+    diagonals ``a`` and ``b`` of ``A`` (``m x n``) reach in a shared row ``j - b``."""
+    m, n = shape
+    return max(b - a, b, 0), min(n, m + b)
+
+
+def normal_pairs(offsets: tuple[int, ...], shape: tuple[int, int], slots: np.ndarray) -> Pairs:
+    """The pairs of diagonals ``a <= b`` that share a row where both may hold a nonzero
+    (``slots``, host booleans in ``data``'s layout): a structural zero (a slot outside
+    the matrix, or one a mask marks) adds no diagonal to ``A^H A``. Stacked blocks (a fit
+    and its penalty rows) otherwise couple their far diagonals' few in-bounds slots into
+    a band as wide as the matrix."""
+    pairs = []
+    for ia, a in enumerate(offsets):
+        for ib, b in enumerate(offsets):
+            start, stop = _columns_of_pair(a, b, shape)
+            d = b - a
+            if (
+                d >= 0
+                and start < stop
+                and np.any(slots[ia, start - d : stop - d] & slots[ib, start:stop])
+            ):
+                pairs.append((ia, ib))
+    return tuple(pairs)
+
+
+def normal_upper(A: DiaParts, pairs: Pairs) -> DiaParts:
     """The upper triangle (offsets ``>= 0``) of ``A^H A`` (``n x n``) for an ``m x n``
     DIA ``A`` whose padding slots hold zeros: diagonal ``b - a`` collects
-    ``conj(A[r, i]) A[r, i + b - a]`` for each pair of diagonals ``a <= b`` that share a
-    row inside the matrix (pairs that never do add no diagonal)."""
-    m, n = A.shape
+    ``conj(A[r, i]) A[r, i + b - a]`` for each pair of diagonals ``a <= b`` of
+    ``pairs`` (see :func:`normal_pairs`)."""
+    n = A.shape[1]
     batch = A.data.shape[:-2]
     sums: dict[int, Array] = {}
-    for ia, a in enumerate(A.offsets):
-        for ib, b in enumerate(A.offsets):
-            d = b - a
-            # Column j of diagonal d: rows r = j - b in [0, m) and column j - d in [0, n).
-            start, stop = max(d, b, 0), min(n, m + b)
-            if d < 0 or start >= stop:
-                continue
-            left = A.data[..., ia, start - d : stop - d]  # A[r, j - d], r = j - b
-            right = A.data[..., ib, start:stop]  # A[r, j]
-            term = jnp.conj(left) * right
-            term = jnp.pad(term, [(0, 0)] * len(batch) + [(start, n - stop)])
-            sums[d] = sums[d] + term if d in sums else term
+    for ia, ib in pairs:
+        a, b = A.offsets[ia], A.offsets[ib]
+        d = b - a
+        start, stop = _columns_of_pair(a, b, A.shape)
+        left = A.data[..., ia, start - d : stop - d]  # A[r, j - d], r = j - b
+        right = A.data[..., ib, start:stop]  # A[r, j]
+        term = jnp.pad(jnp.conj(left) * right, [(0, 0)] * len(batch) + [(start, n - stop)])
+        sums[d] = sums[d] + term if d in sums else term
     offsets = tuple(sorted(sums))
     if not offsets:  # no entry at all: a zero matrix (its rank check fails)
         return DiaParts(jnp.zeros((*batch, 1, n), A.data.dtype), (0,), (n, n))
@@ -124,12 +151,16 @@ def _nan_unless(ok: Array, x: Array) -> Array:
     return jnp.where(ok[..., None, None], x, jnp.nan)
 
 
-def factor_least_squares(A: DiaMatrix) -> LeastSquares:
+def factor_least_squares(A: DiaMatrix, slots: np.ndarray | None = None) -> LeastSquares:
     """The :class:`LeastSquares` factor of an ``m x n`` DiaMatrix, ``m >= n`` (unchecked:
-    callers check the shape; never raises on a rank-deficient matrix, ``ok`` says so)."""
+    callers check the shape; never raises on a rank-deficient matrix, ``ok`` says so).
+    ``slots``: host booleans in ``data``'s layout, false on structural zeros (whose
+    values are taken as zero); None: every slot inside the matrix."""
     m, n = A.shape
+    inside = np.asarray(in_bounds(A.offsets, A.shape, host=True))
+    slots = inside if slots is None else inside & slots
     data = A.data.astype(accumulation_dtype(A.dtype))
-    data = jnp.where(in_bounds(A.offsets, A.shape), data, 0)
+    data = jnp.where(slots, data, 0)
     real = np.dtype(np.finfo(data.dtype).dtype)
     # The column scaling only conditions the problem (x does not depend on it): no
     # derivative flows through it.
@@ -137,7 +168,7 @@ def factor_least_squares(A: DiaMatrix) -> LeastSquares:
     nonzero = jnp.all((norms > 0) & jnp.isfinite(norms), axis=-1)
     scale = jnp.where(norms > 0, norms, 1).astype(real)
     scaled = DiaParts(data / scale[..., None, :], A.offsets, (m, n))
-    G = normal_upper(scaled)
+    G = normal_upper(scaled, normal_pairs(A.offsets, A.shape, slots))
     factor = cholesky_unchecked(DiaMatrix._wrap(G), lower=False)
     ok = nonzero & factor.ok & _well_conditioned(jax.lax.stop_gradient(G), factor)
     return LeastSquares(DiaMatrix._wrap(scaled), scale, factor, ok)
@@ -161,13 +192,49 @@ def _well_conditioned(G: DiaParts, factor: BandedCholesky) -> Array:
     return jnp.isfinite(estimate) & (estimate <= MAX_SQUARED_CONDITION)
 
 
-@partial(jax.jit, static_argnames=("offsets", "shape"))
-def _lstsq(data: Array, b: Array, *, offsets: tuple[int, ...], shape: tuple[int, int]):
-    problem = factor_least_squares(DiaMatrix._wrap(DiaParts(data, offsets, shape)))
+class _Slots:
+    """Host booleans as static data: hashable, compared by value."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        self._key = (array.shape, np.packbits(array).tobytes())
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Slots) and self._key == other._key
+
+
+@partial(jax.jit, static_argnames=("offsets", "shape", "slots"))
+def _lstsq(data: Array, b: Array, *, offsets: tuple[int, ...], shape: tuple[int, int], slots):
+    A = DiaMatrix._wrap(DiaParts(data, offsets, shape))
+    problem = factor_least_squares(A, slots.array)
     return problem.solve(b), problem.ok
 
 
-def lstsq_banded(A: DiaMatrix, b: ArrayLike) -> Array:
+def _slots(A: DiaMatrix, mask: ArrayLike | None) -> np.ndarray:
+    """The slots of ``A.data`` that may hold nonzeros: ``mask``'s, else, for a concrete
+    ``A``, those holding a nonzero in some matrix of the batch, else all."""
+    expected = (len(A.offsets), A.shape[1])
+    if mask is not None:
+        if is_traced(mask):
+            raise TypeError("lstsq_banded: mask must be a concrete (static) boolean array")
+        mask = np.asarray(mask)
+        if mask.shape != expected or mask.dtype != np.bool_:
+            raise ValueError(
+                f"lstsq_banded: mask must be a boolean array of shape (len(A.offsets), n) = "
+                f"{expected} (data's layout, rows in the order of A.offsets), got "
+                f"{mask.dtype} of shape {mask.shape}"
+            )
+        return mask
+    if is_traced(A.data):
+        return np.ones(expected, bool)
+    values = np.asarray(A.data).reshape(-1, *expected)
+    return np.any(values != 0, axis=0)
+
+
+def lstsq_banded(A: DiaMatrix, b: ArrayLike, *, mask: ArrayLike | None = None) -> Array:
     """The least-squares solution of ``A @ x ≈ b`` for a banded ``m x n`` DiaMatrix
     ``A``, ``m >= n``, of full column rank: ``x`` minimizing ``||A x - b||_2``.
 
@@ -197,6 +264,15 @@ def lstsq_banded(A: DiaMatrix, b: ArrayLike) -> Array:
     no unique solution: regularize it (append ``sqrt(lam) I`` rows, as
     Levenberg-Marquardt does) or drop the dependent columns.
 
+    **Stacked blocks.** A fit stacked over its penalty (``[F; P]``: ``F``'s rows, then
+    ``P``'s) puts ``P``'s diagonals far below the main one, and their first slots fall
+    in ``F``'s rows: structurally they couple columns far apart, and ``A^H A``'s band
+    would span the matrix. Slots that are always zero are therefore left out of
+    ``A^H A``'s pattern: where ``A.data`` is concrete, every slot that holds a zero in
+    each matrix of the batch; under ``jit`` (``A.data`` traced), the slots ``mask``
+    marks (``mask[k, j]`` false: ``A.data[..., k, j]`` is a structural zero, read as
+    zero), as for :func:`jaxdia.jacobian`.
+
     Batches follow :func:`jaxdia.solve_banded`'s rules: a 1-D ``b`` of length ``m`` is a
     vector, an N-D ``b`` a stack of ``(m, k)`` right-hand sides whose batch dims
     broadcast with ``A.batch_shape``. Works under ``jit`` and ``vmap`` and is
@@ -208,6 +284,9 @@ def lstsq_banded(A: DiaMatrix, b: ArrayLike) -> Array:
       A: an ``m x n`` DiaMatrix with ``m >= n`` (possibly batched). 16-bit matrices are
         solved in float32.
       b: the right-hand side(s): shape ``(m,)``, or ``(..., m, k)``.
+      mask: optional host booleans of ``A.data``'s shape ``(len(A.offsets), n)`` (rows
+        in the order of ``A.offsets``): false on the structural zeros of ``A``, whose
+        values are ignored.
 
     Returns:
       ``x``: shape ``(n,)``, or ``(*batch, n, k)``, in the promoted dtype of ``A`` and
@@ -215,7 +294,8 @@ def lstsq_banded(A: DiaMatrix, b: ArrayLike) -> Array:
 
     Raises:
       TypeError: if ``A`` is not a DiaMatrix, or ``b`` is not numeric.
-      ValueError: if ``A`` has fewer rows than columns, or ``b``'s shape does not fit.
+      ValueError: if ``A`` has fewer rows than columns, or ``b``'s or ``mask``'s shape
+        does not fit.
       numpy.linalg.LinAlgError: outside ``jit``, if ``A`` is rank deficient, or too
         ill-conditioned for the method (see above), or holds a NaN or infinity.
 
@@ -248,7 +328,9 @@ def lstsq_banded(A: DiaMatrix, b: ArrayLike) -> Array:
     broadcast_batch("lstsq_banded: A and b", A.batch_shape, b.shape[:-2])
     dtype = result_dtype(A.dtype, b)
     solve_dtype = accumulation_dtype(dtype)
-    x, ok = _lstsq(A.data, jnp.asarray(b, solve_dtype), offsets=A.offsets, shape=A.shape)
+    slots = _Slots(_slots(A, mask))
+    b = jnp.asarray(b, solve_dtype)
+    x, ok = _lstsq(A.data, b, offsets=A.offsets, shape=A.shape, slots=slots)
     if not is_traced(ok) and not bool(jnp.all(ok)):
         _raise_rank_deficient(A, np.asarray(ok))
     return x.astype(dtype)
