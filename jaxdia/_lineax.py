@@ -425,9 +425,11 @@ def _as_dia(
     offsets, mask = _offsets_of(operator, offsets, mask, solver)
     damping_rows = _damping_rows(in_structure, out_structure) if m > n else None
     if damping_rows is not None and -damping_rows not in offsets:
+        # J's diagonals hold nothing in the damping rows, the damping diagonal nothing else.
+        rows = np.arange(n)[None, :] - np.asarray(offsets)[:, None]
+        in_j = (rows < damping_rows) & (mask.array if mask is not None else True)
         offsets = (*offsets, -damping_rows)
-        if mask is not None:
-            mask = _Mask(np.concatenate([mask.array, np.ones((1, n), bool)]))
+        mask = _Mask(np.concatenate([in_j, np.ones((1, n), bool)]))
     linear = lx.linearise(operator)  # the primal computed once, not once per product
     structure = _structure(in_structure)
 
