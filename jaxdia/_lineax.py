@@ -481,6 +481,16 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
     fails (a singular matrix, or one that is not positive definite) reports
     ``lineax.RESULTS.singular`` (with ``throw=True``, lineax's error).
 
+    A tall operator (more outputs ``m`` than inputs ``n``: a Jacobian of
+    ``optimistix.least_squares`` with ``GaussNewton``) is solved in the least-squares
+    sense, as :func:`jaxdia.lstsq_banded` solves (the banded normal equations' Cholesky
+    and two refinement steps; ``mask``'s structural zeros keep their band narrow), with
+    lineax's pseudoinverse contract: transposed solves give the minimum-norm solution,
+    so derivatives and adjoints work. An operator whose output is a pair ``(J y, c y)``
+    (``LevenbergMarquardt``'s ``[J; sqrt(lambda) I]``) is read with the offsets of ``J``
+    plus its damping diagonal. A rank-deficient (or, for this method, too
+    ill-conditioned) tall operator reports ``lineax.RESULTS.singular``.
+
     Entries of the operator outside the offsets add into the entries of their colour:
     check a new operator once with :func:`jaxdia.jacobian`'s ``check=True``.
 
@@ -496,7 +506,7 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
 
     Raises:
       ValueError: for duplicate offsets or a malformed mask; in ``init``, for an
-        operator that is not square, has no offsets, or mixes dtypes.
+        operator with fewer outputs than inputs, no offsets, or mixed dtypes.
 
     Example:
       >>> import jax
