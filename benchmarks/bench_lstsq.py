@@ -92,6 +92,7 @@ def linear(n: int, repeats: int, dense: bool) -> None:
     fun, _, _, offsets, mask = whittaker(n)
     y0 = jnp.asarray(np.sin(np.linspace(0, 3, n)))
     J = jaxdia.jacobian(fun, offsets)(y0)
+    assert isinstance(J, jaxdia.DiaMatrix)
     b = jnp.asarray(np.random.default_rng(1).standard_normal(2 * n - 2))
     Js = sp.csr_array(J.to_scipy())
     rows = []
@@ -168,7 +169,7 @@ def report(rows) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--dense", action="store_true", help="dense baselines too (slow)")

@@ -570,9 +570,9 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
         factor, transposed, conjugated, structures = state
         transposed, conjugated = transposed.value, conjugated.value
         vector = _ravel(vector)
+        ok = factor.ok
         if isinstance(factor, LeastSquares):
             solution = _least_squares_solve(factor, vector, transposed, conjugated)
-            ok = factor.ok
         elif isinstance(factor, BandedCholesky):
             # A is Hermitian: A^T = conj(A), A^H = A.
             flip = transposed != conjugated
@@ -581,8 +581,6 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
             solution = factor.solve(vector.conj()).conj()
         else:
             solution = factor.solve(vector, trans=2 if conjugated else int(transposed))
-        if not isinstance(factor, LeastSquares):
-            ok = factor.ok
         in_structure, out_structure = structures.value
         solution = _unravel(solution, out_structure if transposed else in_structure)
         result = lx.RESULTS.where(jnp.all(ok), lx.RESULTS.successful, lx.RESULTS.singular)

@@ -136,8 +136,8 @@ def check(params: dict) -> Result:
             x = np.concatenate([_columns(both[0]), _columns(2 * both[1])], axis=-1)
     except Exception as error:  # noqa: BLE001 - every exception is judged
         kappa, _ = _conditioning(dense)
-        unexpected = kappa**2 * machine_epsilon(dtype) < EXPECTED_TO_SOLVE
-        result = raised(error, unexpected=unexpected and np.all(np.isfinite(dense)))
+        unexpected = bool(kappa**2 * machine_epsilon(dtype) < EXPECTED_TO_SOLVE)
+        result = raised(error, unexpected=unexpected and bool(np.all(np.isfinite(dense))))
         if result.verdict == FLAGGED and not isinstance(error, np.linalg.LinAlgError):
             return Result(FAIL, f"not a LinAlgError: {result.detail}")
         return result
@@ -193,7 +193,7 @@ def _judge(x: np.ndarray, dense: np.ndarray, b: np.ndarray, dtype) -> Result:
         rho = residual / (np.linalg.norm(scaled, 2) * size)
     n = dense.shape[1]
     tolerance = 5 * math.sqrt(n + 1) * eps * (kappa + kappa**2 * rho) + 10 * eps
-    ratio = error / tolerance
+    ratio = float(error / tolerance)
     if ratio > 1:
         outcome.add(
             FAIL, f"error {error:.2e} > tolerance {tolerance:.2e} (kappa {kappa:.2e})", ratio
