@@ -271,7 +271,8 @@ def lstsq_banded(A: DiaMatrix, b: ArrayLike, *, mask: ArrayLike | None = None) -
     ``A^H A``'s pattern: where ``A.data`` is concrete, every slot that holds a zero in
     each matrix of the batch; under ``jit`` (``A.data`` traced), the slots ``mask``
     marks (``mask[k, j]`` false: ``A.data[..., k, j]`` is a structural zero, read as
-    zero), as for :func:`jaxdia.jacobian`.
+    zero), as for :func:`jaxdia.jacobian`. (An eager call compiles once per pattern of
+    zeros; a loop of solves with changing values belongs under ``jit``, with ``mask``.)
 
     Batches follow :func:`jaxdia.solve_banded`'s rules: a 1-D ``b`` of length ``m`` is a
     vector, an N-D ``b`` a stack of ``(m, k)`` right-hand sides whose batch dims
