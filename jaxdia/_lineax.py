@@ -32,6 +32,7 @@ from ._geometry import diagonal_bounds
 from ._jacobian import dia_from_linear, pattern
 from ._linalg.factor import BandedCholesky, BandedLU, cholesky_unchecked, lu_unchecked
 from ._linalg.krylov import bicgstab, cg
+from ._linalg.lstsq import LeastSquares, factor_least_squares
 from ._linalg.multigrid import Multigrid, multigrid
 from ._linalg.sharded_multigrid import ShardedMultigrid
 from ._matrix import DiaMatrix, as_matrix
@@ -309,10 +310,10 @@ def offsets_tag(offsets: Offsets, mask: ArrayLike | None = None) -> OffsetsTag:
 _Structure: TypeAlias = tuple[Any, tuple[tuple[int, ...], ...]]
 #: The input and output structures of an operator, as static state.
 _Structures: TypeAlias = eqxi.Static[tuple[_Structure, _Structure]]
-#: BandedSolver's state: the factor, whether solves are transposed and conjugated, and
-#: the operator's structures.
+#: BandedSolver's state: the factor (a least-squares one for a tall operator), whether
+#: solves are transposed and conjugated, and the operator's structures.
 _BandedState: TypeAlias = tuple[
-    BandedLU | BandedCholesky, eqxi.Static[bool], eqxi.Static[bool], _Structures
+    BandedLU | BandedCholesky | LeastSquares, eqxi.Static[bool], eqxi.Static[bool], _Structures
 ]
 #: MultigridSolver's state: the matrix, its preconditioner, whether it is symmetric and
 #: whether solves are transposed, and the operator's structures.
@@ -371,38 +372,74 @@ def _offsets_of(
     return tags[0].offsets, tags[0].mask
 
 
+def _size(structure: Any) -> int:
+    return sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(structure))
+
+
+def _check_shape(m: int, n: int, tall: bool, solver: str) -> None:
+    if m == n or (tall and m > n):
+        return
+    tall_too = (
+        " (or a tall one, more outputs than inputs, solved in the least-squares sense; an "
+        "underdetermined system has no unique solution)"
+        if tall
+        else ""
+    )
+    raise ValueError(
+        f"jaxdia.{solver} needs a square operator, got {m} outputs for {n} inputs{tall_too}"
+    )
+
+
+def _damping_rows(in_structure: Any, out_structure: Any) -> int | None:
+    """``m`` where the operator's output is a pair ``(J y, c y)`` (``J`` with ``m`` rows,
+    ``c y`` of the input's structure): the operator is ``[J; c I]``, whose lower block is
+    the diagonal at offset ``-m`` (optimistix's Levenberg-Marquardt solves with it)."""
+    if not (isinstance(out_structure, tuple) and len(out_structure) == 2):
+        return None
+    if _structure(out_structure[1]) != _structure(in_structure):
+        return None
+    return _size(out_structure[0])
+
+
 def _as_dia(
     operator: lx.AbstractLinearOperator,
     offsets: tuple[int, ...] | None,
     mask: _Mask | None,
     chunk_size: int | None,
     solver: str,
-) -> DiaMatrix:
-    """The operator's matrix as a square DiaMatrix: a DiaLinearOperator's as it is, any
-    other operator's materialised from one product per colour of its pattern."""
+    tall: bool = False,
+) -> tuple[DiaMatrix, np.ndarray | None]:
+    """The operator's matrix as a DiaMatrix, square (or with more rows than columns if
+    ``tall``): a DiaLinearOperator's as it is, any other operator's materialised from one
+    product per colour of its pattern. A tall operator whose output is ``(J y, c y)``
+    (see :func:`_damping_rows`) has the offsets of ``J`` and the diagonal ``-m``. Also
+    returns the mask of its structural zeros (rows in the order of its offsets), if any."""
     if isinstance(operator, DiaLinearOperator):
-        m, n = operator.matrix.shape
-        if m != n:
-            raise ValueError(
-                f"jaxdia.{solver} needs a square operator, got shape {operator.matrix.shape}"
-            )
-        return operator.matrix
+        _check_shape(*operator.matrix.shape, tall, solver)
+        return operator.matrix, None
     in_structure, out_structure = operator.in_structure(), operator.out_structure()
     dtype = _vector_dtype(in_structure, solver, "input")
     _vector_dtype(out_structure, solver, "output")
-    n = sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(in_structure))
-    m = sum(math.prod(leaf.shape) for leaf in jax.tree_util.tree_leaves(out_structure))
-    if m != n:
-        raise ValueError(f"jaxdia.{solver} needs a square operator, got {m} outputs for {n} inputs")
+    n, m = _size(in_structure), _size(out_structure)
+    _check_shape(m, n, tall, solver)
     offsets, mask = _offsets_of(operator, offsets, mask, solver)
+    damping_rows = _damping_rows(in_structure, out_structure) if m > n else None
+    if damping_rows is not None and -damping_rows not in offsets:
+        # J's diagonals hold nothing in the damping rows, the damping diagonal nothing else.
+        rows = np.arange(n)[None, :] - np.asarray(offsets)[:, None]
+        in_j = (rows < damping_rows) & (mask.array if mask is not None else True)
+        offsets = (*offsets, -damping_rows)
+        mask = _Mask(np.concatenate([in_j, np.ones((1, n), bool)]))
     linear = lx.linearise(operator)  # the primal computed once, not once per product
     structure = _structure(in_structure)
 
     def product(vector: jax.Array) -> jax.Array:
         return _ravel(linear.mv(_unravel(vector, structure)))
 
-    structure_ = pattern(offsets, (n, n), None if mask is None else mask.array, solver)
-    return dia_from_linear(product, structure_, dtype, chunk_size=chunk_size)
+    structure_ = pattern(offsets, (m, n), None if mask is None else mask.array, solver)
+    matrix = dia_from_linear(product, structure_, dtype, chunk_size=chunk_size)
+    aligned = matrix.offsets == structure_.offsets
+    return matrix, (structure_.mask if aligned else None)
 
 
 def _structures(operator: lx.AbstractLinearOperator) -> _Structures:
@@ -444,6 +481,16 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
     fails (a singular matrix, or one that is not positive definite) reports
     ``lineax.RESULTS.singular`` (with ``throw=True``, lineax's error).
 
+    A tall operator (more outputs ``m`` than inputs ``n``: a Jacobian of
+    ``optimistix.least_squares`` with ``GaussNewton``) is solved in the least-squares
+    sense, as :func:`jaxdia.lstsq_banded` solves (the banded normal equations' Cholesky
+    and two refinement steps; ``mask``'s structural zeros keep their band narrow), with
+    lineax's pseudoinverse contract: transposed solves give the minimum-norm solution,
+    so derivatives and adjoints work. An operator whose output is a pair ``(J y, c y)``
+    (``LevenbergMarquardt``'s ``[J; sqrt(lambda) I]``) is read with the offsets of ``J``
+    plus its damping diagonal. A rank-deficient (or, for this method, too
+    ill-conditioned) tall operator reports ``lineax.RESULTS.singular``.
+
     Entries of the operator outside the offsets add into the entries of their colour:
     check a new operator once with :func:`jaxdia.jacobian`'s ``check=True``.
 
@@ -459,7 +506,7 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
 
     Raises:
       ValueError: for duplicate offsets or a malformed mask; in ``init``, for an
-        operator that is not square, has no offsets, or mixes dtypes.
+        operator with fewer outputs than inputs, no offsets, or mixed dtypes.
 
     Example:
       >>> import jax
@@ -504,8 +551,13 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _BandedState:
         del options
-        matrix = _as_dia(operator, self.offsets, self.mask, self.chunk_size, "BandedSolver")
-        if self.positive_definite or lx.is_positive_semidefinite(operator):
+        matrix, mask = _as_dia(
+            operator, self.offsets, self.mask, self.chunk_size, "BandedSolver", tall=True
+        )
+        m, n = matrix.shape
+        if m > n:
+            factor = factor_least_squares(matrix, None if mask is None else np.asarray(mask))
+        elif self.positive_definite or lx.is_positive_semidefinite(operator):
             factor = cholesky_unchecked(matrix, lower=False)
         else:
             factor = lu_unchecked(matrix)
@@ -518,7 +570,10 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
         factor, transposed, conjugated, structures = state
         transposed, conjugated = transposed.value, conjugated.value
         vector = _ravel(vector)
-        if isinstance(factor, BandedCholesky):
+        ok = factor.ok
+        if isinstance(factor, LeastSquares):
+            solution = _least_squares_solve(factor, vector, transposed, conjugated)
+        elif isinstance(factor, BandedCholesky):
             # A is Hermitian: A^T = conj(A), A^H = A.
             flip = transposed != conjugated
             solution = factor.solve(vector.conj()).conj() if flip else factor.solve(vector)
@@ -528,7 +583,7 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
             solution = factor.solve(vector, trans=2 if conjugated else int(transposed))
         in_structure, out_structure = structures.value
         solution = _unravel(solution, out_structure if transposed else in_structure)
-        result = lx.RESULTS.where(jnp.all(factor.ok), lx.RESULTS.successful, lx.RESULTS.singular)
+        result = lx.RESULTS.where(jnp.all(ok), lx.RESULTS.successful, lx.RESULTS.singular)
         return solution, result, {}
 
     def transpose(
@@ -545,6 +600,18 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
 
     def assume_full_rank(self) -> bool:
         return True
+
+
+def _least_squares_solve(
+    problem: LeastSquares, vector: jax.Array, transposed: bool, conjugated: bool
+) -> jax.Array:
+    """The pseudoinverse solution with a tall ``A`` (lineax's contract): the least-squares
+    ``x`` of ``A x = b`` (or ``conj(A) x = b``), the minimum-norm ``y`` of ``A^H y = c``
+    (or ``A^T y = c``), whose derivatives lineax takes through these four."""
+    flip = transposed != conjugated  # conj(A) or A^T: solve the conjugate problem
+    vector = vector.conj() if flip else vector
+    solution = problem.solve_adjoint(vector) if transposed else problem.solve(vector)
+    return solution.conj() if flip else solution
 
 
 class MultigridSolver(lx.AbstractLinearSolver[_MultigridState]):
@@ -627,7 +694,7 @@ class MultigridSolver(lx.AbstractLinearSolver[_MultigridState]):
 
     def init(self, operator: lx.AbstractLinearOperator, options: dict[str, Any]) -> _MultigridState:
         del options
-        matrix = _as_dia(operator, self.offsets, self.mask, self.chunk_size, "MultigridSolver")
+        matrix, _ = _as_dia(operator, self.offsets, self.mask, self.chunk_size, "MultigridSolver")
         symmetric = self.positive_definite or lx.is_positive_semidefinite(operator)
         return (
             matrix,

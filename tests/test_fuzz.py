@@ -40,6 +40,9 @@ SLICE = [
     ("sharded", 1, 18),
     *(("ivp", 1, i) for i in (2, 13)),  # float32 periodic, jit; periodic corners, eager
     *(("gmres", 1, i) for i in (15, 10, 33, 19)),  # left/vmap, A batch, singular, ILU(0)
+    # lstsq (a run of seed 0): near rank-deficient solved and refused, rank-deficient,
+    # column-scaled, NaN; eager, jit and vmap.
+    *(("lstsq", 0, i) for i in (38, 53, 14, 29, 45, 3)),
 ]
 
 _MULTIGRID = {

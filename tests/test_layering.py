@@ -87,6 +87,7 @@ LAYERS = {
     "_linalg.multigrid_hierarchy": 5.3,
     "_linalg.chebyshev": 5.3,
     "_linalg.sharded_multigrid": 5.4,
+    "_linalg.lstsq": 5.4,
     "_linalg.multigrid": 5.5,
     "_bdf": 5.6,
     "_ivp": 5.7,
