@@ -8,6 +8,7 @@ from ._functions import align as align, matmul as matmul, traces as traces
 from ._io import load_npz as load_npz, save_npz as save_npz
 from ._jacobian import jacobian as jacobian, value_and_jacobian as value_and_jacobian
 from ._linalg.chebyshev import Chebyshev as Chebyshev, chebyshev as chebyshev
+from ._linalg.determinant import slogdet as slogdet
 from ._linalg.expm import expm_multiply as expm_multiply
 from ._linalg.factor import (
     BandedCholesky as BandedCholesky,
@@ -30,6 +31,7 @@ from ._linalg.jacobi import Jacobi as Jacobi, jacobi as jacobi
 from ._linalg.krylov import SolveInfo as SolveInfo, bicgstab as bicgstab, cg as cg
 from ._linalg.lanczos import eigsh as eigsh
 from ._linalg.multigrid import Multigrid as Multigrid, multigrid as multigrid
+from ._linalg.selected_inverse import selected_inverse as selected_inverse
 from ._linalg.sharded_multigrid import ShardedMultigrid as ShardedMultigrid
 from ._matrix import DiaMatrix as DiaMatrix
 from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard
@@ -93,7 +95,9 @@ __all__ = [
     "Multigrid",
     "multigrid",
     "save_npz",
+    "selected_inverse",
     "shard",
+    "slogdet",
     "ShardedDiaMatrix",
     "ShardedMultigrid",
     "solve_banded",
