@@ -111,7 +111,7 @@ from jaxdia._linalg import banded as _banded  # noqa: E402
 #: (``benchmarks/fuzz/<family>.py``, see ``fuzz/core.py``). Append only: a family's position
 #: seeds its cases.
 BUILTIN_FAMILIES = ("banded", "periodic", "ilu", "multigrid", "jacobian", "sharded")
-MODULE_FAMILIES: tuple[str, ...] = ()
+MODULE_FAMILIES: tuple[str, ...] = ("logdet",)
 FAMILIES = BUILTIN_FAMILIES + MODULE_FAMILIES
 #: Seconds a case may take (compilation included) before its worker is killed.
 TIMEOUTS = {"multigrid": 60.0, "sharded": 120.0}
