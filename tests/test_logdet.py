@@ -190,7 +190,7 @@ def test_empty_and_arguments():
     sign, logabsdet = jaxdia.slogdet(empty)
     assert float(sign) == 1.0 and float(logabsdet) == 0.0
     with pytest.raises(TypeError, match="slogdet"):
-        jaxdia.slogdet(np.eye(3))
+        jaxdia.slogdet(np.eye(3))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="square"):
         jaxdia.slogdet(jaxdia.DiaMatrix(np.ones((1, 3)), (0,), (2, 3)))
     A = jaxdia.eye(3)
@@ -305,7 +305,9 @@ def test_hessian_matches_dense():
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32])
-@pytest.mark.parametrize("n, lower, upper", [(1, 0, 0), (2, 1, 1), (3, 2, 2), (8, 1, 3), (33, 2, 2)])
+@pytest.mark.parametrize(
+    "n, lower, upper", [(1, 0, 0), (2, 1, 1), (3, 2, 2), (8, 1, 3), (33, 2, 2)]
+)
 def test_selected_inverse_general(n, lower, upper, dtype):
     A = random_band(n, lower, upper, dtype, batch=(2,), seed=n)
     expected = np.linalg.inv(dense_f64(A))
@@ -314,8 +316,12 @@ def test_selected_inverse_general(n, lower, upper, dtype):
     for X in (jaxdia.selected_inverse(A), jax.jit(jaxdia.selected_inverse)(A)):
         assert X.offsets == A.offsets and X.data.shape == A.data.shape
         np.testing.assert_allclose(dense_f64(X)[..., mask], expected[..., mask], rtol=tol, atol=tol)
-    vmapped = jax.vmap(lambda d: jaxdia.selected_inverse(jaxdia.DiaMatrix(d, A.offsets, A.shape)).data)
-    np.testing.assert_allclose(on_pattern(A, vmapped(A.data))[..., mask], expected[..., mask], rtol=tol, atol=tol)
+    vmapped = jax.vmap(
+        lambda d: jaxdia.selected_inverse(jaxdia.DiaMatrix(d, A.offsets, A.shape)).data
+    )
+    np.testing.assert_allclose(
+        on_pattern(A, vmapped(A.data))[..., mask], expected[..., mask], rtol=tol, atol=tol
+    )
 
 
 @pytest.mark.parametrize("lower", [False, True])
@@ -397,7 +403,7 @@ def test_no_loop_over_rows_on_accelerators(platform, monkeypatch):
         return jaxdia.selected_inverse(A).diagonal(), jaxdia.slogdet(A)
 
     def make_args(n):
-        return (random_band(n, 2, 2, np.float32).data,)
+        return (random_band(n, 2, 2, np.dtype(np.float32)).data,)
 
     try:
         for fn in (value_and_grad, variances):

@@ -114,7 +114,8 @@ def factor_slogdet(factor: banded.Factor, n: int) -> tuple[Array, Array]:
     1 for a Cholesky factor), NaN where ``info`` says the factor cannot tell (see the
     module docstring)."""
     if n == 0:
-        dtype = factor.arrays[factor.layout.typed_array].dtype if factor.arrays else np.float32
+        arrays = factor.arrays
+        dtype = np.dtype(arrays[factor.layout.typed_array].dtype if arrays else np.float32)
         shape = factor.info.shape
         return jnp.ones(shape, dtype), jnp.zeros(shape, _real(dtype))
     sign, logabs = band_slogdet(factor)
@@ -165,10 +166,8 @@ def _slogdet_jvp(offsets, lower, primals, tangents):
         return (sign, logabs), (jnp.zeros_like(sign), trace)
     trace = jnp.sum(jnp.where(inside, transposed * tangent, 0), axis=(-2, -1))
     trace = trace.astype(jnp.result_type(sign.dtype, trace.dtype))
-    if jnp.iscomplexobj(sign):
-        sign_tangent = sign * 1j * trace.imag
-    else:
-        sign_tangent = jnp.zeros_like(sign)
+    complex_ = jnp.iscomplexobj(sign)
+    sign_tangent = sign * 1j * trace.imag if complex_ else jnp.zeros_like(sign)
     return (sign, logabs), (sign_tangent.astype(sign.dtype), trace.real.astype(logabs.dtype))
 
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 import numpy as np
-from jax import Array
+from jax import Array, lax
 
 from .._geometry import accumulation_dtype, band_widths, in_bounds
 from .._kernels import band_parallel
@@ -42,9 +42,7 @@ def _triangle(lower: bool | None) -> str | None:
     return "lower" if lower else "upper"
 
 
-def block_inverse(
-    A: DiaParts, lower: bool | None
-) -> tuple[tuple[Array, Array, Array], Array]:
+def block_inverse(A: DiaParts, lower: bool | None) -> tuple[tuple[Array, Array, Array], Array]:
     """``((lower, diagonal, upper), ok)``: the blocks ``(S, N, m, m)`` of ``A^-1`` on
     ``A``'s block tridiagonal pattern, ``A``'s batch flattened to ``S`` systems (``lower``
     given: of the Hermitian matrix that triangle defines), and ``ok`` ``(S,)``: whether
@@ -82,16 +80,16 @@ def gather(
     m, m)`` of :func:`block_inverse`; zero in the padding slots."""
     lower, diagonal, upper = inverse
     m = diagonal.shape[-1]
-    slots = np.arange(n)[None, :]
-    offs = np.asarray(offsets)[:, None]
-    rows, cols = slots - offs, np.broadcast_to(slots, (len(offsets), n))
+    # Indices computed in the program (iota), not folded in as (nd, n) constants.
+    slots = lax.broadcasted_iota(np.int32, (len(offsets), n), 1)
+    rows = slots - jnp.asarray(offsets, np.int32)[:, None]  # A[rows, slots] sits here
+    inside = (rows >= 0) & (rows < n)
+    cols = slots
     if transpose:
         rows, cols = cols, rows
-    inside = in_bounds(offsets, (n, n), host=True)
-    rows, cols = np.where(inside, rows, 0), np.where(inside, cols, 0)
+    rows, cols = jnp.where(inside, rows, 0), jnp.where(inside, cols, 0)
     block = rows // m
-    local = cols - (block - 1) * m  # in [0, 3 m) for |rows - cols| <= m
-    local = np.clip(local, 0, 3 * m - 1)
+    local = jnp.clip(cols - (block - 1) * m, 0, 3 * m - 1)  # [0, 3 m) for |rows - cols| <= m
     joined = jnp.concatenate([lower, diagonal, upper], axis=-1)  # (S, N, m, 3 m)
     values = joined[:, block, rows % m, local]
     return jnp.where(inside, values, 0)
