@@ -33,6 +33,7 @@ SLICE = [
     *(("multigrid", 1, i) for i in (33, 10, 39, 0, 36)),
     *(("jacobian", 1, i) for i in (103, 40, 93, 76, 17, 86)),
     ("sharded", 1, 18),
+    *(("logdet", 0, i) for i in (3, 26)),  # an eager slogdet; a singular selected inverse
 ]
 
 _MULTIGRID = {
