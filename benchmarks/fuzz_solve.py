@@ -24,7 +24,7 @@ Every FAIL prints a one-line reproducer. Not run by the tests: ``tests/test_fuzz
 runs a fixed slice of it.
 
     PYTHONPATH=. .venv/bin/python benchmarks/fuzz_solve.py --cases 200 --seed 0 \\
-        --family all|banded|periodic|ilu|multigrid|jacobian|sharded|ivp|gmres|lstsq [--quick]
+        --family all|banded|periodic|ilu|multigrid|jacobian|sharded|ivp|gmres|lstsq|logdet [--quick]
     PYTHONPATH=. .venv/bin/python benchmarks/fuzz_solve.py --family banded --seed 0 \\
         --index 17             # one case again, in this process, with its details
 """
@@ -66,7 +66,7 @@ from fuzz.core import FAIL, FLAGGED, PASS, Case, Result, raised  # noqa: E402
 #: first ones, whose position seeds their cases, then those added since, whose name does
 #: (:func:`family_seed`: adding a family changes no other's cases).
 BUILTIN_FAMILIES = ("banded", "periodic", "ilu", "multigrid", "jacobian", "sharded")
-MODULE_FAMILIES: tuple[str, ...] = ("ivp", "gmres", "lstsq")
+MODULE_FAMILIES: tuple[str, ...] = ("ivp", "gmres", "lstsq", "logdet")
 FAMILIES = BUILTIN_FAMILIES + MODULE_FAMILIES
 #: Seconds a case may take (compilation included) before its worker is killed, unless its
 #: module sets ``TIMEOUT``.

@@ -11,6 +11,7 @@ from ._io import load_npz as load_npz, save_npz as save_npz
 from ._ivp import OdeResult as OdeResult, odeint as odeint, solve_ivp as solve_ivp
 from ._jacobian import jacobian as jacobian, value_and_jacobian as value_and_jacobian
 from ._linalg.chebyshev import Chebyshev as Chebyshev, chebyshev as chebyshev
+from ._linalg.determinant import slogdet as slogdet
 from ._linalg.expm import expm_multiply as expm_multiply
 from ._linalg.factor import (
     BandedCholesky as BandedCholesky,
@@ -35,6 +36,7 @@ from ._linalg.krylov import SolveInfo as SolveInfo, bicgstab as bicgstab, cg as 
 from ._linalg.lanczos import eigsh as eigsh
 from ._linalg.lstsq import lstsq_banded as lstsq_banded
 from ._linalg.multigrid import Multigrid as Multigrid, multigrid as multigrid
+from ._linalg.selected_inverse import selected_inverse as selected_inverse
 from ._linalg.sharded_multigrid import ShardedMultigrid as ShardedMultigrid
 from ._matrix import DiaMatrix as DiaMatrix
 from ._shard import ShardedDiaMatrix as ShardedDiaMatrix, shard as shard
@@ -113,7 +115,9 @@ __all__ = [
     "odeint",
     "OdeResult",
     "save_npz",
+    "selected_inverse",
     "shard",
+    "slogdet",
     "ShardedDiaMatrix",
     "ShardedMultigrid",
     "solve_banded",

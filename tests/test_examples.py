@@ -23,6 +23,8 @@ HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
         ("bratu.py", None),
         ("brusselator.py", None),
         ("gray_scott.py", None),
+        ("gmrf_fit.py", None),
+        ("state_space_smoother.py", None),
     ],
 )
 def test_example_runs_and_checks_pass(tmp_path, name, plot):

@@ -43,6 +43,7 @@ SLICE = [
     # lstsq (a run of seed 0): near rank-deficient solved and refused, rank-deficient,
     # column-scaled, NaN; eager, jit and vmap.
     *(("lstsq", 0, i) for i in (38, 53, 14, 29, 45, 3)),
+    *(("logdet", 0, i) for i in (12, 67)),  # a jitted Cholesky logdet; a singular selected inverse
 ]
 
 _MULTIGRID = {

@@ -78,6 +78,8 @@ LAYERS = {
     "_linalg.expm": 5.1,
     "_linalg.stencil": 5.1,
     "_linalg.banded": 5.2,
+    "_linalg.selected_inverse": 5.25,
+    "_linalg.determinant": 5.26,
     "_linalg.jacobi": 5.2,
     "_linalg.gmres": 5.2,
     "_linalg.deep_halo": 5.2,

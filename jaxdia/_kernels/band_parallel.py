@@ -273,6 +273,72 @@ def _interleave(even: Array, odd: Array) -> Array:
     return joined
 
 
+# -- the selected inverse -------------------------------------------------------------------
+
+
+def selected_inverse(arrays) -> tuple[Array, Array, Array]:
+    """The blocks of ``A^-1`` on ``A``'s block tridiagonal pattern, from :func:`factor`'s
+    arrays (``(S, ...)``: systems leading, no ``Q``): ``(lower, diagonal, upper)``
+    ``(S, N, m, m)``, ``lower[k] = X[k, k - 1]``, ``diagonal[k] = X[k, k]``, ``upper[k] =
+    X[k, k + 1]`` for ``X = A^-1`` (zero blocks past the ends).
+
+    Cyclic reduction run backwards (the block form of Takahashi's recurrences): with the
+    odd blocks of a level eliminated, ``A^-1`` of the permuted matrix ``[[D_o, C], [R,
+    D_e]]`` is ``[[E + E C X R E, -E C X], [-X R E, X]]`` for ``X = S^-1`` the inverse of
+    the Schur complement, the next level's matrix. ``E C`` is the stored ``[alpha
+    gamma]``, ``R`` the kept blocks' ``[L U]``: each odd block's entries of ``A^-1`` next to
+    the band need only ``X``'s blocks on the (coarser) block tridiagonal pattern. So the
+    levels are unwound from the last block up, each a few batched ``m x m`` products: O(n
+    m^2) work and O(log n) sequential steps, as the factorization.
+    """
+    *levels, final = arrays
+    levels = [levels[i : i + 3] for i in range(0, len(levels), 3)]
+    m = final.shape[-1]
+    diagonal = final
+    lower = upper = jnp.zeros_like(final)
+    for inverse, couplings, kept in reversed(levels):
+        odds, evens = inverse.shape[AXIS], kept.shape[AXIS]
+        alpha, gamma = couplings[..., :m], couplings[..., m:]
+        # X on the even blocks q and q + 1 around odd block q.
+        d0, d1 = _take(diagonal, 0, odds), _fit(diagonal, odds, -1)
+        u0, l1 = _take(upper, 0, odds), _fit(lower, odds, -1)
+        # R E: even q couples to odd q through its U, even q + 1 through its L.
+        right = _mm(_take(kept[..., m:], 0, odds), inverse)
+        left = _mm(_fit(kept[..., :m], odds, -1), inverse)
+        y0 = -(_mm(d0, right) + _mm(u0, left))  # X[even q, odd q]
+        y1 = -(_mm(l1, right) + _mm(d1, left))  # X[even q + 1, odd q]
+        z0 = -(_mm(alpha, d0) + _mm(gamma, l1))  # X[odd q, even q]
+        z1 = -(_mm(alpha, u0) + _mm(gamma, d1))  # X[odd q, even q + 1]
+        odd = inverse - _mm(alpha, y0) - _mm(gamma, y1)
+        diagonal = _interleave(diagonal, odd)
+        upper = _interleave(_fit(y0, evens, 0), z1)
+        lower = _interleave(_fit(y1, evens, 1), z0)
+    return lower, diagonal, upper
+
+
+def inverse_residual(
+    blocks: tuple[Array, Array, Array], inverse: tuple[Array, Array, Array]
+) -> Array:
+    """Per system ``(S,)``: the largest componentwise residual of the diagonal blocks of
+    ``A X = I`` (``blocks`` ``A``'s ``(L, D, U)``, ``inverse`` :func:`selected_inverse`'s
+    ``X``, both ``(S, N, m, m)``): ``max |A X - I| / (|A| |X|)`` over those blocks, which
+    the selected blocks of ``X`` determine. About ``eps`` where cyclic reduction is
+    stable; large where the reduction grew (a matrix that needs row interchanges across
+    blocks)."""
+    L, D, U = blocks
+    lower, diagonal, upper = inverse
+    size = D.shape[AXIS]
+    above, below = _fit(upper, size, 1), _fit(lower, size, -1)  # X[k - 1, k], X[k + 1, k]
+    product = _mm(L, above) + _mm(D, diagonal) + _mm(U, below)
+    residual = _magnitude(product - jnp.eye(D.shape[-1], dtype=D.dtype))
+    scale = _mm(_magnitude(L), _magnitude(above)) + _mm(_magnitude(D), _magnitude(diagonal))
+    scale = scale + _mm(_magnitude(U), _magnitude(below))
+    tiny = np.finfo(residual.dtype).tiny
+    ratio = residual / jnp.maximum(scale, tiny)
+    ratio = jnp.where(jnp.isfinite(ratio), ratio, jnp.inf)
+    return jnp.max(ratio, axis=(1, 2, 3)) if size else jnp.zeros(D.shape[:1], ratio.dtype)
+
+
 # -- from the band ---------------------------------------------------------------------------
 
 

@@ -37,7 +37,7 @@ from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable
 from .._scipy_operator import ScipyOperator
-from . import banded, periodic
+from . import banded, determinant, periodic
 
 
 def _parallel_leaf_names(count: int) -> tuple[str, ...]:
@@ -344,6 +344,19 @@ class BandedLU(_BandedFactor):
         """
         return lu_solve(self, b, trans)
 
+    def slogdet(self) -> tuple[Array, Array]:
+        """``(sign, logabsdet)`` of the factored matrix, read from the stored factor (see
+        :func:`jaxdia.slogdet`, which it matches; differentiable in the matrix's data).
+
+        Example:
+          >>> import jaxdia
+          >>> A = jaxdia.diags([1.0, -3.0, 2.0], offsets=[-1, 0, 1], shape=(3, 3))
+          >>> sign, logabsdet = jaxdia.lu_factor(A).slogdet()
+          >>> float(sign), round(float(logabsdet), 4)  # det A = -15
+          (-1.0, 2.7081)
+        """
+        return determinant.slogdet_of(self._parts, self._factor, None)
+
     def __repr__(self) -> str:
         return self._describe(f", lower={self.lower}, upper={self.upper}")
 
@@ -425,6 +438,21 @@ class BandedCholesky(_BandedFactor):
           [2.0, 3.0, 3.0, 2.0]
         """
         return cho_solve(self, b)
+
+    def logdet(self) -> Array:
+        """``log det A`` of the factored Hermitian positive definite matrix (real, shape
+        ``batch_shape``), read from the stored factor; NaN where the factorization failed
+        (``info != 0``). Differentiable in the matrix's data: the gradient is ``A^-1`` on
+        the triangle read (off the diagonal twice, the Hermitian matrix counting each
+        entry there twice), by :func:`jaxdia.selected_inverse`'s banded recurrences.
+
+        Example:
+          >>> import jaxdia
+          >>> A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(4, 4))
+          >>> round(float(jaxdia.cho_factor(A).logdet()), 4)  # det A = 5
+          1.6094
+        """
+        return determinant.slogdet_of(self._parts, self._factor, self.lower)[1]
 
     def __repr__(self) -> str:
         return self._describe(f", lower={self.lower}, bandwidth={self.bandwidth}")

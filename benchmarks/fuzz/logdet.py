@@ -1,0 +1,194 @@
+"""The fuzzer's ``logdet`` family: ``jaxdia.slogdet``, ``BandedLU.slogdet``,
+``BandedCholesky.logdet``, ``jaxdia.selected_inverse`` and the gradient of the
+log-determinant, against NumPy's dense ``slogdet`` and ``inv``.
+
+Cases draw the size (0 to 40, bands wider than the matrix included), the offsets (bands,
+gaps, periodic corners), the matrix (random general, diagonally dominant, Hermitian
+positive definite, singular with a zero column), the dtype, the implementation forced
+(LAPACK on the host, the ``lax.scan`` kernels, cyclic reduction), eager or jitted. A
+NaN is a reported failure (FLAGGED); a finite answer beyond the rounding that the
+condition number allows is FAIL, as is a finite determinant of a singular matrix.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import jaxdia
+from jaxdia._linalg import banded
+
+from .core import (
+    DTYPES,
+    FAIL,
+    FLAGGED,
+    PASS,
+    Outcome,
+    Result,
+    condition_number,
+    dia_data,
+    pick,
+    raised,
+)  # fmt: skip
+
+TIMEOUT = 90.0
+
+APIS = {"slogdet": 3, "lu_slogdet": 2, "cho_logdet": 2, "selected_inverse": 2, "grad": 2}
+KINDS = {"general": 2, "dominant": 2, "hpd": 2, "singular": 1}
+METHODS = {"host": 2, "scan": 1, "parallel": 1}
+FLOATS = {"float64": 3, "float32": 1, "complex128": 2, "complex64": 1}
+
+
+def generate(rng: np.random.Generator, seed: int) -> dict:
+    n = int(rng.choice([0, 1, 2, 3, 5, 8, 17, 40]))
+    shape = pick(rng, {"band": 4, "gaps": 2, "periodic": 1})
+    lower, upper = int(rng.integers(0, 4)), int(rng.integers(0, 4))
+    offsets = list(range(-lower, upper + 1))
+    if shape == "gaps" and len(offsets) > 2:
+        offsets = sorted({0, *rng.choice(offsets, size=len(offsets) - 1, replace=False).tolist()})
+    if shape == "periodic" and n > 2:
+        offsets = sorted({*offsets, n - 1, -(n - 1)})
+    offsets = sorted({k for k in offsets if -n < k < n} | ({0} if n else set()))
+    return {
+        "n": n,
+        "offsets": [int(k) for k in offsets],
+        "kind": pick(rng, KINDS),
+        "dtype": pick(rng, FLOATS),
+        "api": pick(rng, APIS),
+        "method": pick(rng, METHODS),
+        "jit": bool(rng.integers(0, 2)),
+        "values": int(rng.integers(0, 2**31)),
+    }
+
+
+def _dense(params: dict) -> np.ndarray:
+    n, offsets, kind = params["n"], params["offsets"], params["kind"]
+    rng = np.random.default_rng(params["values"])
+    complex_ = np.dtype(DTYPES[params["dtype"]]).kind == "c"
+    mask = np.zeros((n, n), bool)
+    for k in offsets:
+        mask |= np.eye(n, k=k, dtype=bool)
+    dense = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if complex_ else 0)
+    dense = np.where(mask, dense, 0)
+    if kind == "hpd":
+        dense = np.where(mask & mask.T, dense + dense.conj().T, 0)
+        np.fill_diagonal(dense, np.abs(dense).sum(axis=1) + 1.0)
+    elif kind == "dominant":
+        np.fill_diagonal(dense, np.abs(dense).sum(axis=1) + 1.0)
+    elif kind == "singular" and n:
+        dense[:, int(rng.integers(0, n))] = 0
+    return dense
+
+
+def check(params: dict) -> Result:
+    dtype = DTYPES[params["dtype"]]
+    n, offsets = params["n"], tuple(params["offsets"])
+    dense = _dense(params)
+    A = jaxdia.DiaMatrix(dia_data(dense, offsets).astype(dtype), offsets, (n, n))
+    dense = np.asarray(A.todense()).astype(np.complex128)  # what A holds, rounded
+    outcome = Outcome()
+    eps = float(jnp.finfo(dtype).eps)
+    cond = condition_number(dense) if n else 1.0
+    scale = 100 * eps * max(cond, 1) * max(n, 1)
+    api = params["api"]
+    if api == "cho_logdet" and params["kind"] != "hpd":
+        api = "slogdet"
+    banded.METHOD = params["method"]
+    jax.clear_caches()
+    try:
+        result = _run(api, A, params["jit"])
+    except Exception as error:  # noqa: BLE001 (classified)
+        return raised(error)
+    finally:
+        banded.METHOD = "auto"
+    if api in ("slogdet", "lu_slogdet", "cho_logdet"):
+        _judge_slogdet(outcome, api, result, dense, scale)
+    elif api == "selected_inverse":
+        inverse = None
+        if n and cond < 1e300:
+            try:
+                inverse = np.linalg.inv(dense)
+            except np.linalg.LinAlgError:  # singular to NumPy's LU: nothing to compare
+                inverse = None
+        _judge_entries(outcome, "selected inverse", result, inverse, A, scale)
+    else:  # JAX's gradient of the dense slogdet: A^-T, conjugated for complex A
+        gradient = None
+        if n and cond < 1e300:
+            gradient = jax.grad(lambda M: jnp.linalg.slogdet(M)[1])(jnp.asarray(dense))
+        _judge_entries(outcome, "gradient", result, gradient, A, scale)
+    return outcome.result()
+
+
+def _run(api: str, A: jaxdia.DiaMatrix, jit: bool):
+    def run(data):
+        M = jaxdia.DiaMatrix(data, A.offsets, A.shape)
+        if api == "slogdet":
+            return jaxdia.slogdet(M)
+        if api == "lu_slogdet":
+            return jaxdia.lu_factor(M).slogdet()
+        if api == "cho_logdet":
+            return jnp.ones(()), jaxdia.cho_factor(M).logdet()
+        if api == "selected_inverse":
+            return jaxdia.selected_inverse(M).data
+        return jax.grad(lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape))[1])(data)
+
+    if api == "lu_slogdet" and not jit and A.shape[0]:
+        try:
+            jaxdia.lu_factor(A)
+        except np.linalg.LinAlgError:  # singular: lu_factor refuses outside jit
+            return jax.jit(run)(A.data)
+    return jax.jit(run)(A.data) if jit else run(A.data)
+
+
+def _judge_slogdet(outcome: Outcome, api: str, result, dense: np.ndarray, scale: float) -> None:
+    sign, logabsdet = (np.asarray(x).astype(np.complex128) for x in result)
+    expected_sign, expected = np.linalg.slogdet(dense) if dense.size else (1.0, 0.0)
+    singular = expected_sign == 0
+    if np.isnan(logabsdet) or np.isnan(sign):
+        outcome.add(FLAGGED, f"{api}: NaN (a reported failure)")
+        return
+    if singular:
+        if sign == 0 and logabsdet.real == -np.inf:
+            outcome.add(PASS)
+        elif scale > 1e-2:
+            outcome.add(PASS, "singular to rounding: any answer")
+        else:
+            outcome.add(FAIL, f"{api}: singular matrix gave ({sign}, {logabsdet})")
+        return
+    if scale > 1e-2:
+        outcome.add(PASS, "too ill-conditioned to check")
+        return
+    error = abs(logabsdet.real - expected) / max(1.0, abs(expected))
+    sign_error = abs(sign - expected_sign)
+    ratio = max(error, sign_error) / scale
+    if ratio > 1:
+        got = f"({sign}, {logabsdet.real})"
+        outcome.add(FAIL, f"{api}: {got} vs NumPy ({expected_sign}, {expected})", ratio)
+    else:
+        outcome.add(PASS, ratio=ratio)
+
+
+def _judge_entries(outcome, what, data, expected_dense, A, scale) -> None:
+    data = np.asarray(data).astype(np.complex128)
+    n = A.shape[0]
+    if n == 0:
+        outcome.add(PASS)
+        return
+    inside = np.isfinite(np.asarray(A.data))
+    if expected_dense is None or scale > 1e-2:
+        outcome.add(PASS, "too ill-conditioned to check")
+        return
+    if np.isnan(data[inside]).any():
+        outcome.add(FLAGGED, f"{what}: NaN (a reported failure)")
+        return
+    worst = 0.0
+    expected_dense = np.asarray(expected_dense)
+    magnitude = np.abs(expected_dense).max()
+    for k, offset in enumerate(A.offsets):
+        for j in range(n):
+            if not inside[k, j]:
+                continue
+            i = j - offset
+            worst = max(worst, abs(data[k, j] - expected_dense[i, j]) / (scale * magnitude))
+    outcome.add(FAIL if worst > 1 else PASS, f"{what}: error {worst:.2g} x tolerance", worst)

@@ -1,0 +1,423 @@
+"""Log-determinants and the selected inverse: slogdet, BandedLU.slogdet,
+BandedCholesky.logdet, selected_inverse.
+
+Oracles: ``numpy.linalg.slogdet`` and ``numpy.linalg.inv`` on the dense matrix, and
+``jax.grad``/``jax.hessian`` of ``jnp.linalg.slogdet`` for the derivatives. Every factor
+layout is forced: LAPACK on the host (``GB``, ``GT``, ``PB``, ``PT``), the ``lax.scan``
+kernels (the same layouts), block cyclic reduction (``CR``, ``CH``) and periodic factors.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import jaxdia
+from jaxdia import _dispatch
+from jaxdia._linalg import banded
+from jaxdia.testing import batch_shapes, dia_matrices
+
+from .helpers import dense_f64, examples
+from .test_dispatch import loops_grow_with_n
+from .test_factor import hermitian_band, random_band
+from .test_lowering import lowered_text
+
+METHODS = ("host", "scan", "parallel")
+
+
+@pytest.fixture(params=METHODS)
+def method(request, monkeypatch):
+    """Runs a test with each implementation forced (read when a factor is traced)."""
+    jax.clear_caches()
+    monkeypatch.setattr(banded, "METHOD", request.param)
+    yield request.param
+    jax.clear_caches()
+
+
+def pattern(A):
+    """The entries of ``A``'s pattern, as a dense boolean mask."""
+    ones = jaxdia.DiaMatrix(np.ones(A.data.shape[-2:]), A.offsets, A.shape)
+    return dense_f64(ones) != 0
+
+
+def on_pattern(A, data):
+    """Dense ``(..., n, n)`` of DIA ``data`` with ``A``'s offsets."""
+    return dense_f64(jaxdia.DiaMatrix(np.asarray(data), A.offsets, A.shape))
+
+
+def logdet_scale(dense):
+    """The rounding error scale of ``log |det|``: eps times the condition number."""
+    return np.linalg.cond(dense) * dense.shape[-1]
+
+
+def assert_slogdet(actual, dense, dtype):
+    sign, logabsdet = (np.asarray(x) for x in actual)
+    expected_sign, expected = np.linalg.slogdet(dense)
+    eps = np.finfo(np.dtype(dtype)).eps
+    for index in np.ndindex(sign.shape):
+        matrix = dense[index]
+        if expected_sign[index] == 0:
+            assert sign[index] == 0 and logabsdet[index] == -np.inf
+            continue
+        tol = 50 * eps * logdet_scale(matrix) + 50 * eps
+        if tol > 1e-2:  # too ill-conditioned for any answer to be checked
+            continue
+        assert abs(logabsdet[index] - expected[index]) <= tol * max(1, abs(expected[index]))
+        assert abs(sign[index] - expected_sign[index]) <= 10 * tol
+
+
+# -- slogdet ---------------------------------------------------------------------------------
+
+
+CASES = [
+    (1, 0, 0),
+    (2, 1, 1),
+    (3, 2, 1),
+    (3, 2, 2),  # a band wider than the matrix
+    (7, 2, 2),
+    (12, 3, 1),
+    (40, 1, 1),
+    (40, 2, 3),
+]
+
+
+FAST = {(1, np.float64), (3, np.complex128), (12, np.float32), (40, np.float64)}
+
+
+def grid(cases, dtypes):
+    """Every case in every dtype: the fast tier runs those in :data:`FAST`, the full tier
+    all."""
+    return [
+        pytest.param(*case, dtype, marks=() if (case[0], dtype) in FAST else pytest.mark.full)
+        for case in cases
+        for dtype in dtypes
+    ]
+
+
+@pytest.mark.parametrize(
+    "n, lower, upper, dtype", grid(CASES, [np.float64, np.complex128, np.float32])
+)
+def test_slogdet_matches_numpy(method, n, lower, upper, dtype):
+    A = random_band(n, lower, upper, dtype, batch=(2,), seed=n, dominant=False)
+    dense = dense_f64(A)
+    assert_slogdet(jaxdia.slogdet(A), dense, dtype)
+    assert_slogdet(jax.jit(jaxdia.slogdet)(A), dense, dtype)
+    assert_slogdet(jaxdia.lu_factor(A).slogdet(), dense, dtype) if np.all(
+        np.linalg.det(dense) != 0
+    ) else None
+    vmapped = jax.vmap(lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape)))
+    assert_slogdet(vmapped(A.data), dense, dtype)
+
+
+def test_slogdet_of_every_layout(method):
+    """The factor's kind (tridiagonal, band, parallel, periodic) and its determinant."""
+    expected_kinds = {
+        "host": {"tridiagonal", "band", "periodic"},
+        "scan": {"tridiagonal", "band", "periodic"},
+        "parallel": {"parallel", "periodic"},
+    }[method]
+    kinds = set()
+    n = 24
+    for offsets in [(-1, 0, 1), (-2, 0, 3), (-(n - 1), -1, 0, 1, n - 1), (-(n - 2), 0, 1, n - 1)]:
+        rng = np.random.default_rng(len(offsets))
+        data = rng.standard_normal((len(offsets), n))
+        data[offsets.index(0)] += 4 * np.sign(data[offsets.index(0)])
+        A = jaxdia.DiaMatrix(data, offsets, (n, n))
+        lu = jaxdia.lu_factor(A)
+        kinds.add(lu.kind)
+        assert_slogdet(lu.slogdet(), dense_f64(A), np.float64)
+        if offsets == (-1, 0, 1):
+            jitted = jax.jit(lambda A: jaxdia.lu_factor(A).slogdet())(A)
+            assert_slogdet(jitted, dense_f64(A), A.dtype)
+    assert kinds == expected_kinds
+
+
+@pytest.mark.parametrize(
+    "kd, lower, dtype",
+    [
+        (1, False, np.float64),
+        (3, True, np.complex128),
+        (5, False, np.float32),
+        pytest.param(1, True, np.complex128, marks=pytest.mark.full),
+        pytest.param(3, False, np.float64, marks=pytest.mark.full),
+        pytest.param(5, True, np.float64, marks=pytest.mark.full),
+    ],
+)
+def test_cholesky_logdet(method, kd, lower, dtype):
+    A = hermitian_band(9, kd, dtype, batch=(2,), seed=kd, lower=lower)
+    c = jaxdia.cho_factor(A, lower=lower)
+    expected = np.linalg.slogdet(dense_f64(A))[1]
+    tol = 1e-4 if np.dtype(dtype) == np.float32 else 1e-11
+    np.testing.assert_allclose(c.logdet(), expected, rtol=tol, atol=tol)
+    np.testing.assert_allclose(jax.jit(lambda c: c.logdet())(c), expected, rtol=tol, atol=tol)
+
+
+def test_singular_is_zero_and_minus_infinity(method):
+    """An exactly singular matrix gives NumPy's (0, -inf) from LAPACK's layouts; cyclic
+    reduction, which cannot tell a singular matrix from one needing row interchanges
+    across blocks, gives NaN; never a finite wrong answer."""
+    for n, offsets in [(1, (0,)), (6, (-2, 0, 1))]:
+        data = np.random.default_rng(n).standard_normal((2, len(offsets), n))
+        data[1, :, 2 % n] = 0  # a zero column in the second matrix
+        A = jaxdia.DiaMatrix(data, offsets, (n, n))
+        for sign, logabsdet in [jaxdia.slogdet(A), jax.jit(jaxdia.slogdet)(A)]:
+            if method == "parallel":
+                assert np.isnan(sign[1]) or (sign[1] == 0 and logabsdet[1] == -np.inf)
+            else:
+                assert sign[1] == 0 and logabsdet[1] == -np.inf
+            assert_slogdet((sign[:1], logabsdet[:1]), dense_f64(A)[:1], np.float64)
+
+
+def test_failures_are_nan():
+    A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(5, 5))  # negative definite
+    c = banded.factor_cholesky(A._parts, False)
+    from jaxdia._linalg.determinant import factor_slogdet
+
+    assert np.isnan(factor_slogdet(c, 5)[1])
+    nan = jaxdia.DiaMatrix(np.array([[1.0, np.nan, 1.0]]), (0,), (3, 3))
+    assert np.isnan(jax.jit(jaxdia.slogdet)(nan)[1])
+    # A band whose corners a periodic factor cannot correct (B singular): NaN under jit.
+    n = 10
+    shift = jaxdia.diags([1.0, 1.0], offsets=[1, -(n - 1)], shape=(n, n))
+    sign, logabsdet = jax.jit(jaxdia.slogdet)(shift)
+    assert np.isnan(logabsdet) or np.isclose(logabsdet, 0.0)
+    assert np.allclose(jaxdia.slogdet(shift), np.linalg.slogdet(dense_f64(shift)))  # refactored
+
+
+def test_empty_and_arguments():
+    empty = jaxdia.DiaMatrix(np.zeros((1, 0)), (0,), (0, 0))
+    sign, logabsdet = jaxdia.slogdet(empty)
+    assert float(sign) == 1.0 and float(logabsdet) == 0.0
+    with pytest.raises(TypeError, match="slogdet"):
+        jaxdia.slogdet(np.eye(3))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="square"):
+        jaxdia.slogdet(jaxdia.DiaMatrix(np.ones((1, 3)), (0,), (2, 3)))
+    A = jaxdia.eye(3)
+    with pytest.raises(ValueError, match="assume_a"):
+        jaxdia.selected_inverse(A, assume_a="sym")
+    with pytest.raises(TypeError, match="lower"):
+        jaxdia.selected_inverse(A, assume_a="pos", lower=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.full
+@settings(max_examples=examples(15), deadline=None)
+@given(data=st.data(), method=st.sampled_from(METHODS))
+def test_slogdet_hypothesis(data, method):
+    n = data.draw(st.integers(1, 9))
+    dtype = data.draw(st.sampled_from([np.float32, np.float64, np.complex64, np.complex128]))
+    A = data.draw(dia_matrices(shape=(n, n), dtype=dtype, batch_shape=None))
+    banded.METHOD = method
+    try:
+        actual = jaxdia.slogdet(A)
+    finally:
+        banded.METHOD = "auto"
+    dense = dense_f64(A)
+    if method == "parallel":  # NaN is a reported failure; anything finite must be right
+        keep = np.isfinite(np.asarray(actual[1])) | (np.asarray(actual[0]) == 0)
+        if not keep.any():
+            return
+        dense = dense[keep]
+        actual = tuple(np.asarray(x)[keep] for x in actual)
+    assert_slogdet(actual, dense, A.dtype)
+
+
+# -- derivatives -------------------------------------------------------------------------------
+
+
+def dense_gradient(A):
+    dense = jnp.asarray(dense_f64(A))
+    return np.asarray(jax.grad(lambda M: jnp.linalg.slogdet(M)[1].sum())(dense))
+
+
+@pytest.mark.parametrize(
+    "n, lower, upper, dtype",
+    [
+        (3, 2, 2, np.complex128),
+        (17, 2, 3, np.float64),
+        pytest.param(1, 0, 0, np.float64, marks=pytest.mark.full),
+        pytest.param(9, 1, 1, np.complex128, marks=pytest.mark.full),
+    ],
+)
+def test_slogdet_gradient(n, lower, upper, dtype):
+    A = random_band(n, lower, upper, dtype, batch=(2,), seed=n)
+
+    def loss(data):
+        return jaxdia.slogdet(jaxdia.DiaMatrix(data, A.offsets, A.shape))[1].sum()
+
+    mask = pattern(A)
+    expected = dense_gradient(A)
+    for grad in (jax.grad(loss), jax.jit(jax.grad(loss))):
+        actual = on_pattern(A, grad(A.data))
+        np.testing.assert_allclose(actual[..., mask], expected[..., mask], rtol=1e-9, atol=1e-12)
+    # vmap of the gradient of one matrix
+    one = jax.vmap(jax.grad(lambda d: loss(d[None])))(A.data)
+    np.testing.assert_allclose(on_pattern(A, one)[..., mask], expected[..., mask], rtol=1e-9)
+    # forward mode: the sign's derivative (complex: i Im tr(A^-1 dA) times the sign)
+    tangent = np.random.default_rng(0).standard_normal(A.data.shape).astype(A.dtype)
+    tangent = np.where(np.isfinite(np.asarray(A.data)), tangent, 0)
+    fn = lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape))  # noqa: E731
+    _, (dsign, dlog) = jax.jvp(fn, (A.data,), (jnp.asarray(tangent),))
+    dense = jnp.asarray(dense_f64(A))
+    _, (esign, elog) = jax.jvp(jnp.linalg.slogdet, (dense,), (jnp.asarray(on_pattern(A, tangent)),))
+    np.testing.assert_allclose(dsign, esign, atol=1e-10)
+    np.testing.assert_allclose(dlog, elog, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "lower, dtype",
+    [(False, np.float64), pytest.param(True, np.complex128, marks=pytest.mark.full)],
+)
+def test_cholesky_logdet_gradient(method, lower, dtype):
+    A = hermitian_band(11, 2, dtype, lower=lower, seed=3)
+
+    def loss(data):
+        return jaxdia.cho_factor(jaxdia.DiaMatrix(data, A.offsets, A.shape), lower=lower).logdet()
+
+    def dense_loss(data):  # the Hermitian matrix the triangle defines
+        keep = np.array([(k <= 0) if lower else (k >= 0) for k in A.offsets])
+        data = jnp.where(jnp.asarray(keep)[:, None], data, 0)
+        triangle = jaxdia.DiaMatrix(data, A.offsets, A.shape).todense()
+        diagonal = jnp.diag(jnp.diagonal(triangle).real)
+        full = triangle + triangle.conj().T - jnp.diag(jnp.diagonal(triangle)) + 0 * diagonal
+        full = full - jnp.diag(jnp.diagonal(full)) + diagonal
+        return jnp.linalg.slogdet(full)[1]
+
+    clean = jnp.where(jnp.isfinite(A.data), A.data, 0)
+    np.testing.assert_allclose(
+        jax.grad(loss)(A.data), jnp.where(jnp.isfinite(A.data), jax.grad(dense_loss)(clean), 0),
+        rtol=1e-9, atol=1e-12,
+    )  # fmt: skip
+
+
+def test_hessian_matches_dense():
+    """Second derivatives differentiate the selected inverse (itself pure jax.numpy)."""
+    A = random_band(4, 1, 1, seed=5)
+    mask = pattern(A)
+
+    def loss(data):
+        return jaxdia.slogdet(jaxdia.DiaMatrix(data, A.offsets, A.shape))[1]
+
+    hessian = np.asarray(jax.hessian(loss)(A.data))  # (nd, n, nd, n)
+    dense = jnp.asarray(dense_f64(A))
+    expected = np.asarray(jax.hessian(lambda M: jnp.linalg.slogdet(M)[1])(dense))
+    inside = np.isfinite(np.asarray(A.data))
+    rows = [(k, j) for k in range(len(A.offsets)) for j in range(4) if inside[k, j]]
+    for k, j in rows:
+        for k2, j2 in rows:
+            i, i2 = j - A.offsets[k], j2 - A.offsets[k2]
+            np.testing.assert_allclose(hessian[k, j, k2, j2], expected[i, j, i2, j2], atol=1e-10)
+    assert mask.sum() == len(rows)
+
+
+# -- selected_inverse --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32])
+@pytest.mark.parametrize(
+    "n, lower, upper", [(1, 0, 0), (2, 1, 1), (3, 2, 2), (8, 1, 3), (33, 2, 2)]
+)
+def test_selected_inverse_general(n, lower, upper, dtype):
+    A = random_band(n, lower, upper, dtype, batch=(2,), seed=n)
+    expected = np.linalg.inv(dense_f64(A))
+    mask = pattern(A)
+    tol = 1e-5 if np.dtype(dtype) in (np.float32,) else 1e-11
+    for X in (jaxdia.selected_inverse(A), jax.jit(jaxdia.selected_inverse)(A)):
+        assert X.offsets == A.offsets and X.data.shape == A.data.shape
+        np.testing.assert_allclose(dense_f64(X)[..., mask], expected[..., mask], rtol=tol, atol=tol)
+    vmapped = jax.vmap(
+        lambda d: jaxdia.selected_inverse(jaxdia.DiaMatrix(d, A.offsets, A.shape)).data
+    )
+    np.testing.assert_allclose(
+        on_pattern(A, vmapped(A.data))[..., mask], expected[..., mask], rtol=tol, atol=tol
+    )
+
+
+@pytest.mark.parametrize("lower", [False, True])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+def test_selected_inverse_hermitian(lower, dtype):
+    A = hermitian_band(12, 3, dtype, batch=(3,), seed=1, lower=lower)
+    X = jaxdia.selected_inverse(A, assume_a="pos", lower=lower)
+    expected = np.linalg.inv(dense_f64(A))
+    tol = 1e-5 if np.dtype(dtype) == np.complex64 else 1e-11
+    mask = pattern(A)
+    np.testing.assert_allclose(dense_f64(X)[..., mask], expected[..., mask], rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        X.diagonal(), np.diagonal(expected, axis1=-2, axis2=-1), rtol=tol, atol=tol
+    )
+
+
+def test_selected_inverse_gradient():
+    """The posterior variances' derivative, at banded cost, against dense."""
+    A = random_band(10, 2, 2, seed=2)
+
+    def variances(data):
+        return jaxdia.selected_inverse(jaxdia.DiaMatrix(data, A.offsets, A.shape)).diagonal()
+
+    def dense_variances(M):
+        return jnp.diagonal(jnp.linalg.inv(M))
+
+    weights = jnp.arange(10.0)
+    actual = jax.grad(lambda d: variances(d) @ weights)(A.data)
+    expected = jax.grad(lambda M: dense_variances(M) @ weights)(jnp.asarray(dense_f64(A)))
+    mask = pattern(A)
+    np.testing.assert_allclose(on_pattern(A, actual)[mask], np.asarray(expected)[mask], rtol=1e-9)
+
+
+def test_selected_inverse_refuses_what_it_cannot_do():
+    """A matrix that needs row interchanges across blocks (zero diagonal) or a singular
+    one: NaN, never a wrong finite answer."""
+    swap = jaxdia.diags([1.0, 0.0, 1.0], offsets=[-1, 0, 1], shape=(4, 4))  # zero diagonal
+    assert np.isnan(np.asarray(jaxdia.selected_inverse(swap).data)).all()
+    singular = jaxdia.diags([1.0, 1.0], offsets=[0, 1], shape=(4, 4)) - jaxdia.eye(4)
+    assert np.isnan(np.asarray(jaxdia.selected_inverse(singular).data)).all()
+    # its determinant is still LAPACK's, exact; the gradient reports the failure as NaN
+    sign, logabsdet = jaxdia.slogdet(swap)
+    np.testing.assert_allclose(logabsdet, np.linalg.slogdet(dense_f64(swap))[1])
+
+
+@pytest.mark.full
+@settings(max_examples=examples(10), deadline=None)
+@given(data=st.data(), n=st.integers(1, 12), kd=st.integers(0, 4), batch=batch_shapes())
+def test_selected_inverse_hypothesis(data, n, kd, batch):
+    dtype = data.draw(st.sampled_from([np.float64, np.complex128, np.float32]))
+    A = hermitian_band(n, kd, dtype, batch=batch, seed=data.draw(st.integers(0, 99)))
+    X = jaxdia.selected_inverse(A, assume_a="pos")
+    tol = 1e-4 if np.dtype(dtype) == np.float32 else 1e-10
+    mask = pattern(A)
+    expected = np.linalg.inv(dense_f64(A))
+    np.testing.assert_allclose(dense_f64(X)[..., mask], expected[..., mask], rtol=tol, atol=tol)
+    Y = jaxdia.selected_inverse(A)
+    np.testing.assert_allclose(dense_f64(Y)[..., mask], expected[..., mask], rtol=tol, atol=tol)
+
+
+# -- accelerators: no loop over the rows ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+def test_no_loop_over_rows_on_accelerators(platform, monkeypatch):
+    monkeypatch.setattr(
+        _dispatch, "default_platform", lambda: "gpu" if platform == "cuda" else platform
+    )
+    jax.clear_caches()
+
+    def value_and_grad(data):
+        A = jaxdia.DiaMatrix(data, (-2, -1, 0, 1, 2), (data.shape[-1],) * 2)
+        return jax.value_and_grad(
+            lambda d: jaxdia.cho_factor(jaxdia.DiaMatrix(d, A.offsets, A.shape)).logdet()
+        )(data)
+
+    def variances(data):
+        A = jaxdia.DiaMatrix(data, (-2, -1, 0, 1, 2), (data.shape[-1],) * 2)
+        return jaxdia.selected_inverse(A).diagonal(), jaxdia.slogdet(A)
+
+    def make_args(n):
+        return (random_band(n, 2, 2, np.dtype(np.float32)).data,)
+
+    try:
+        for fn in (value_and_grad, variances):
+            text = lowered_text(fn, *make_args(256), platform=platform)
+            assert "jaxdia_lapack" not in text
+            assert not loops_grow_with_n(fn, make_args, platform, 256)
+    finally:
+        jax.clear_caches()
