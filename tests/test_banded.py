@@ -458,6 +458,7 @@ print("mappings", before, mappings())
 """
 
 
+@pytest.mark.full
 def test_many_shapes_keep_the_memory_mappings_bounded():
     """A process that solves 200 distinct shapes (one system and batches of 1, 8 and 100,
     bands of 3 to 7 diagonals, eagerly and under one jitted ``vmap``) keeps about 20

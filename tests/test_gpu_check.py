@@ -9,6 +9,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.py"
 
 
@@ -24,6 +26,7 @@ def test_exits_cleanly_without_an_accelerator():
     assert "No GPU or TPU found" in result.stdout
 
 
+@pytest.mark.full
 def test_dry_run_checks_every_pallas_family_and_runs_every_section():
     result = run("--dry-run")
     assert result.returncode == 0, result.stdout + result.stderr

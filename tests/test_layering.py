@@ -231,9 +231,11 @@ def test_the_layering_test_sees_imports():
 #: module's public names (the others have ``tests/test_<module>.py``; CONTRIBUTING.md).
 TESTED_IN = {
     "deep_halo": "sharded/test_sharded_precond.py",
+    "determinant": "test_logdet.py",
     "incomplete": "test_ilu.py",
     "lanczos": "test_eigsh.py",
     "multigrid_hierarchy": "test_multigrid.py",
+    "selected_inverse": "test_logdet.py",
     "sharded_multigrid": "sharded/test_sharded_multigrid.py",
     "smoothers": "test_multigrid.py",
     "stencil": "test_multigrid.py",

@@ -313,9 +313,18 @@ def test_hessian_matches_dense():
 # -- selected_inverse --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32])
+SELECTED_FAST = {(1, np.float64), (2, np.complex128), (8, np.float32), (33, np.float64)}
+
+
 @pytest.mark.parametrize(
-    "n, lower, upper", [(1, 0, 0), (2, 1, 1), (3, 2, 2), (8, 1, 3), (33, 2, 2)]
+    "n, lower, upper, dtype",
+    [
+        pytest.param(
+            *case, dtype, marks=() if (case[0], dtype) in SELECTED_FAST else pytest.mark.full
+        )
+        for case in [(1, 0, 0), (2, 1, 1), (3, 2, 2), (8, 1, 3), (33, 2, 2)]
+        for dtype in (np.float64, np.complex128, np.float32)
+    ],
 )
 def test_selected_inverse_general(n, lower, upper, dtype):
     A = random_band(n, lower, upper, dtype, batch=(2,), seed=n)
@@ -394,7 +403,7 @@ def test_selected_inverse_hypothesis(data, n, kd, batch):
 # -- accelerators: no loop over the rows ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("platform", ["cuda", "tpu"])
+@pytest.mark.parametrize("platform", [pytest.param("cuda", marks=pytest.mark.full), "tpu"])
 def test_no_loop_over_rows_on_accelerators(platform, monkeypatch):
     monkeypatch.setattr(
         _dispatch, "default_platform", lambda: "gpu" if platform == "cuda" else platform

@@ -379,7 +379,9 @@ SOLVERS = {
 }
 
 
-@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize(
+    "solver", [pytest.param(s, marks=pytest.mark.full) if s == "gmres" else s for s in SOLVERS]
+)
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
 def test_iterative_solvers_forward_and_gradients(solver, dtype):
     n = 12

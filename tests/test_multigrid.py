@@ -265,6 +265,7 @@ def test_vcycle_contracts(grid, limit):
     assert _contraction(S, M) < limit
 
 
+@pytest.mark.full
 def test_iterations_do_not_grow_with_the_grid():
     iterations = []
     for n in (15, 31, 63):
@@ -276,6 +277,7 @@ def test_iterations_do_not_grow_with_the_grid():
     assert max(iterations) - min(iterations) <= 2 and max(iterations) <= 10, iterations
 
 
+@pytest.mark.full
 def test_auto_coarsening_follows_the_strong_axis():
     grid = (31, 32)
     S = diffusion(grid, 1.0, anisotropy=(1.0, 0.01))

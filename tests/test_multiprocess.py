@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 WORKER = Path(__file__).with_name("multiprocess_worker.py")
 CHECKS = (
     "product",
@@ -35,6 +37,7 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.full
 def test_two_processes():
     env = dict(
         os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu"
