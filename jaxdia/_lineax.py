@@ -36,6 +36,7 @@ from ._linalg.lstsq import LeastSquares, factor_least_squares
 from ._linalg.multigrid import Multigrid, multigrid
 from ._linalg.sharded_multigrid import ShardedMultigrid
 from ._matrix import DiaMatrix, as_matrix
+from ._pytree import StaticBooleans
 from ._typing import ArrayLike, Grid, Offsets
 
 
@@ -209,23 +210,7 @@ def _(operator):
 # -- the solver ------------------------------------------------------------------------------
 
 
-class _Mask:
-    """A structural mask as static data: hashable and compared by value."""
-
-    __slots__ = ("array", "_key")
-
-    def __init__(self, array: np.ndarray):
-        self.array = array
-        self._key = (array.shape, np.packbits(array).tobytes())
-
-    def __hash__(self) -> int:
-        return hash(self._key)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Mask) and self._key == other._key
-
-
-def _static_mask(mask: ArrayLike | None, function: str) -> _Mask | None:
+def _static_mask(mask: ArrayLike | None, function: str) -> StaticBooleans | None:
     if mask is None:
         return None
     array = np.asarray(mask)
@@ -236,7 +221,7 @@ def _static_mask(mask: ArrayLike | None, function: str) -> _Mask | None:
         )
     array = array.copy()
     array.setflags(write=False)
-    return _Mask(array)
+    return StaticBooleans(array)
 
 
 def _static_offsets(offsets: Offsets, function: str) -> tuple[int, ...]:
@@ -249,7 +234,7 @@ class OffsetsTag:
 
     __slots__ = ("offsets", "mask")
 
-    def __init__(self, offsets: tuple[int, ...], mask: _Mask | None):
+    def __init__(self, offsets: tuple[int, ...], mask: StaticBooleans | None):
         self.offsets = offsets
         self.mask = mask
 
@@ -355,9 +340,9 @@ def _vector_dtype(structure: Any, function: str, side: str) -> np.dtype:
 def _offsets_of(
     operator: lx.AbstractLinearOperator,
     offsets: tuple[int, ...] | None,
-    mask: _Mask | None,
+    mask: StaticBooleans | None,
     solver: str,
-) -> tuple[tuple[int, ...], _Mask | None]:
+) -> tuple[tuple[int, ...], StaticBooleans | None]:
     """The solver's offsets and mask, else those of the operator's offsets tag."""
     if offsets is not None:
         return offsets, mask
@@ -404,7 +389,7 @@ def _damping_rows(in_structure: Any, out_structure: Any) -> int | None:
 def _as_dia(
     operator: lx.AbstractLinearOperator,
     offsets: tuple[int, ...] | None,
-    mask: _Mask | None,
+    mask: StaticBooleans | None,
     chunk_size: int | None,
     solver: str,
     tall: bool = False,
@@ -429,7 +414,7 @@ def _as_dia(
         rows = np.arange(n)[None, :] - np.asarray(offsets)[:, None]
         in_j = (rows < damping_rows) & (mask.array if mask is not None else True)
         offsets = (*offsets, -damping_rows)
-        mask = _Mask(np.concatenate([in_j, np.ones((1, n), bool)]))
+        mask = StaticBooleans(np.concatenate([in_j, np.ones((1, n), bool)]))
     linear = lx.linearise(operator)  # the primal computed once, not once per product
     structure = _structure(in_structure)
 
@@ -530,7 +515,7 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
     """
 
     offsets: tuple[int, ...] | None = eqx.field(static=True)
-    mask: _Mask | None = eqx.field(static=True)
+    mask: StaticBooleans | None = eqx.field(static=True)
     positive_definite: bool = eqx.field(static=True)
     chunk_size: int | None = eqx.field(static=True)
 
@@ -663,7 +648,7 @@ class MultigridSolver(lx.AbstractLinearSolver[_MultigridState]):
 
     offsets: tuple[int, ...] | None = eqx.field(static=True)
     grid: tuple[int, ...] = eqx.field(static=True)
-    mask: _Mask | None = eqx.field(static=True)
+    mask: StaticBooleans | None = eqx.field(static=True)
     positive_definite: bool = eqx.field(static=True)
     rtol: float = eqx.field(static=True)
     atol: float = eqx.field(static=True)

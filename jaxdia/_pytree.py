@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any, ClassVar, Self
 
 import jax
+import numpy as np
 
 
 class Immutable:
@@ -82,3 +83,20 @@ class Immutable:
     @classmethod
     def tree_unflatten(cls, aux: tuple[Any, ...], children: Iterable[Any]) -> Self:
         return cls._make(*children, *aux)
+
+
+class StaticBooleans:
+    """A host boolean array as static data (a structural mask, the slots a factorization
+    keeps): hashable and compared by value, so that equal masks share a compiled program."""
+
+    __slots__ = ("array", "_key")
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+        self._key = (array.shape, np.packbits(array).tobytes())
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StaticBooleans) and self._key == other._key

@@ -38,6 +38,7 @@ from .._checks import as_array, broadcast_batch, integers_as, is_traced, result_
 from .._geometry import accumulation_dtype, in_bounds
 from .._matrix import DiaMatrix, as_matrix
 from .._parts import DiaParts
+from .._pytree import StaticBooleans
 from .._typing import ArrayLike
 from .factor import BandedCholesky, cholesky_unchecked
 
@@ -192,20 +193,6 @@ def _well_conditioned(G: DiaParts, factor: BandedCholesky) -> Array:
     return jnp.isfinite(estimate) & (estimate <= MAX_SQUARED_CONDITION)
 
 
-class _Slots:
-    """Host booleans as static data: hashable, compared by value."""
-
-    def __init__(self, array: np.ndarray):
-        self.array = array
-        self._key = (array.shape, np.packbits(array).tobytes())
-
-    def __hash__(self) -> int:
-        return hash(self._key)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Slots) and self._key == other._key
-
-
 @partial(jax.jit, static_argnames=("offsets", "shape", "slots"))
 def _lstsq(data: Array, b: Array, *, offsets: tuple[int, ...], shape: tuple[int, int], slots):
     A = DiaMatrix._wrap(DiaParts(data, offsets, shape))
@@ -329,7 +316,7 @@ def lstsq_banded(A: DiaMatrix, b: ArrayLike, *, mask: ArrayLike | None = None) -
     broadcast_batch("lstsq_banded: A and b", A.batch_shape, b.shape[:-2])
     dtype = result_dtype(A.dtype, b)
     solve_dtype = accumulation_dtype(dtype)
-    slots = _Slots(_slots(A, mask))
+    slots = StaticBooleans(_slots(A, mask))
     b = jnp.asarray(b, solve_dtype)
     x, ok = _lstsq(A.data, b, offsets=A.offsets, shape=A.shape, slots=slots)
     if not is_traced(ok) and not bool(jnp.all(ok)):
