@@ -405,8 +405,8 @@ def result_dtype(matrix_dtype: DTypeLike, b: jax.Array | np.ndarray) -> np.dtype
         np.dtype(matrix_dtype),
         np.dtype(b.dtype),
         isinstance(b, jax.Array) and b.weak_type,  # tracers too; NumPy arrays never
-        jax.config.jax_enable_x64,
-        jax.config.jax_numpy_dtype_promotion,
+        jax.config.jax_enable_x64,  # pyright: ignore[reportAttributeAccessIssue]
+        jax.config.jax_numpy_dtype_promotion,  # pyright: ignore[reportAttributeAccessIssue]
     )
     dtype = _PROMOTED.get(key)
     if dtype is None:
