@@ -196,3 +196,35 @@ def condition_number(A: np.ndarray) -> float:
         except np.linalg.LinAlgError:
             return math.inf
     return float(s[0] / s[-1]) if s[-1] > 0 else math.inf
+
+
+def judge_converged(
+    outcome: Outcome,
+    *,
+    solution: np.ndarray,
+    true: float,
+    limit: float,
+    slack: float,
+    reported: float,
+) -> bool:
+    """Judges one system an iterative solver reported converged, into ``outcome``: FAIL if
+    its ``solution`` is not finite, if its ``true`` residual exceeds the tolerance
+    ``limit`` by more than rounding (``slack``), or if the residual it ``reported`` is not
+    the true one; else PASS. Returns whether it passed (the caller may then check more)."""
+    if not np.all(np.isfinite(solution)):
+        outcome.add(FAIL, "converged reported, solution not finite")
+        return False
+    ratio = true / (limit + slack) if limit + slack > 0 else 0.0
+    if true > limit + slack:
+        outcome.add(
+            FAIL,
+            f"converged reported but the true residual {true:.2e} > the tolerance "
+            f"{limit:.2e} (+ rounding {slack:.1e})",
+            ratio,
+        )
+        return False
+    if abs(reported - true) > slack + 1e-2 * true + 1e-300:
+        outcome.add(FAIL, f"reported residual {reported:.2e}, true {true:.2e}")
+        return False
+    outcome.add(PASS, "", ratio)
+    return True
