@@ -38,6 +38,14 @@ def to_scipy_f64(A: jaxdia.DiaMatrix) -> sp.dia_array:
     return sp.dia_array((np.asarray(A.data).astype(wide), A.offsets), shape=A.shape)
 
 
+def in_bounds_mask(A):
+    """True at every in-bounds slot of A.data (NumPy oracle)."""
+    m, n = A.shape
+    cols = np.arange(n)
+    rows = cols[None, :] - np.asarray(A.offsets, dtype=np.int64).reshape(-1, 1)
+    return (rows >= 0) & (rows < m)
+
+
 def dense_f64(A: jaxdia.DiaMatrix) -> np.ndarray:
     """The dense oracle of a (possibly batched) matrix, built with NumPy only."""
     wide = np.complex128 if A.dtype.kind == "c" else np.float64

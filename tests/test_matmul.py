@@ -15,7 +15,7 @@ from jax.test_util import check_grads
 import jaxdia
 from jaxdia.testing import dia_matrices, dtypes, random_values
 
-from .helpers import assert_close, dense_f64, to_scipy_f64
+from .helpers import assert_close, dense_f64, in_bounds_mask, to_scipy_f64
 
 
 def rhs(seed, shape, dtype):
@@ -230,17 +230,12 @@ def matrix(seed=0, dtype=np.float64, batch=()):
 
 def test_jit_and_padding_never_read():
     A = matrix()
-    nan_padded = with_data(A, jnp.asarray(np.where(_padding_mask(A), np.nan, A.data)))
+    nan_padded = with_data(A, jnp.asarray(np.where(~in_bounds_mask(A), np.nan, A.data)))
     X = rhs(1, (N, 3), np.float64)
     out = jax.jit(lambda A, X: A @ X)(nan_padded, X)
     np.testing.assert_allclose(out, to_scipy_f64(A) @ X, rtol=1e-12)
     grad = jax.grad(lambda d: jnp.sum(with_data(A, d) @ X))(nan_padded.data)
-    assert np.all(np.asarray(grad)[_padding_mask(A)] == 0)
-
-
-def _padding_mask(A):
-    rows = np.arange(A.shape[1])[None, :] - np.asarray(A.offsets)[:, None]
-    return (rows < 0) | (rows >= A.shape[0])
+    assert np.all(np.asarray(grad)[~in_bounds_mask(A)] == 0)
 
 
 def test_vmap_over_x_data_both_nested_and_other_axes():
@@ -269,7 +264,7 @@ def test_vmap_over_x_data_both_nested_and_other_axes():
 def test_grad_vjp_jvp_jacfwd_against_dense(dtype):
     A = matrix(dtype=dtype)
     X = rhs(1, (N, 2), dtype)
-    mask = 1.0 - _padding_mask(A)
+    mask = 1.0 - ~in_bounds_mask(A)
 
     def sparse_loss(data, X):
         return jnp.sum(jnp.abs(jnp.sin(with_data(A, data) @ X)) ** 2)
@@ -317,7 +312,7 @@ def test_second_order():
     )
     h_sparse = jax.hessian(loss, 0)(A.data, x)
     h_dense = jax.hessian(dense_loss, 0)(A.data, x)
-    mask = 1.0 - _padding_mask(A)
+    mask = 1.0 - ~in_bounds_mask(A)
     np.testing.assert_allclose(h_sparse, h_dense * mask[:, :, None, None] * mask, atol=1e-10)
 
 
@@ -328,7 +323,7 @@ def test_linear_transpose():
     np.testing.assert_allclose(transposed, to_scipy_f64(A).T @ X, rtol=1e-12)
     (data_t,) = jax.linear_transpose(lambda d: with_data(A, d) @ X, A.data)(X)
     expected = jax.vjp(lambda d: with_data(A, d).todense() @ X, A.data)[1](X)[0]
-    np.testing.assert_allclose(data_t, expected * (1 - _padding_mask(A)), atol=1e-12)
+    np.testing.assert_allclose(data_t, expected * (1 - ~in_bounds_mask(A)), atol=1e-12)
 
 
 def test_cond_scan_while_loop():
@@ -406,7 +401,7 @@ def test_iterative_solvers_forward_and_gradients(solver, dtype):
     def dense_solve(data, b):
         return jnp.linalg.solve(with_data(A, data).todense(), b)
 
-    mask = 1.0 - _padding_mask(A)
+    mask = 1.0 - ~in_bounds_mask(A)
     for argnum in (0, 1):
         got = jax.grad(lambda *a: loss(sparse_solve(*a)), argnum)(A.data, b)
         want = jax.grad(lambda *a: loss(dense_solve(*a)), argnum)(A.data, b)

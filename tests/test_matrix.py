@@ -16,15 +16,7 @@ from jax.experimental import sparse as jsparse
 import jaxdia
 from jaxdia.testing import dia_matrices, dtypes, offsets, shapes
 
-from .helpers import dense_f64, examples, poisson, rhs
-
-
-def in_bounds_mask(A):
-    """True at every in-bounds slot of A.data (NumPy oracle)."""
-    m, n = A.shape
-    cols = np.arange(n)
-    rows = cols[None, :] - np.asarray(A.offsets, dtype=np.int64).reshape(-1, 1)
-    return (rows >= 0) & (rows < m)
+from .helpers import dense_f64, examples, in_bounds_mask, poisson, rhs
 
 
 def assert_same_matrix(A, B):
