@@ -91,21 +91,21 @@ class DiaLinearOperator(lx.AbstractLinearOperator):
         self.matrix = matrix
         self.tags = _frozenset(tags)
 
-    def mv(self, vector):
+    def mv(self, vector: jax.Array) -> jax.Array:
         return self.matrix @ vector
 
-    def as_matrix(self):
+    def as_matrix(self) -> jax.Array:
         return self.matrix.todense()
 
-    def transpose(self):
+    def transpose(self) -> DiaLinearOperator:
         if lx.is_symmetric(self):
             return self
         return DiaLinearOperator(self.matrix.T, lx.transpose_tags(self.tags))
 
-    def in_structure(self):
+    def in_structure(self) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct((self.matrix.shape[1],), self.matrix.dtype)
 
-    def out_structure(self):
+    def out_structure(self) -> jax.ShapeDtypeStruct:
         return jax.ShapeDtypeStruct((self.matrix.shape[0],), self.matrix.dtype)
 
 
@@ -235,8 +235,8 @@ class OffsetsTag:
     __slots__ = ("offsets", "mask")
 
     def __init__(self, offsets: tuple[int, ...], mask: StaticBooleans | None):
-        self.offsets = offsets
-        self.mask = mask
+        self.offsets: tuple[int, ...] = offsets
+        self.mask: StaticBooleans | None = mask
 
     def __hash__(self) -> int:
         return hash((OffsetsTag, self.offsets, self.mask))

@@ -92,7 +92,7 @@ class StaticBooleans:
     __slots__ = ("array", "_key")
 
     def __init__(self, array: np.ndarray):
-        self.array = array
+        self.array: np.ndarray = array
         self._key = (array.shape, np.packbits(array).tobytes())
 
     def __hash__(self) -> int:
