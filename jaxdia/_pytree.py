@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, ClassVar, Self
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any, ClassVar, Self, TypeVar
 
 import jax
 import numpy as np
@@ -83,6 +84,26 @@ class Immutable:
     @classmethod
     def tree_unflatten(cls, aux: tuple[Any, ...], children: Iterable[Any]) -> Self:
         return cls._make(*children, *aux)
+
+
+_Class = TypeVar("_Class", bound=type)
+
+
+def built_by(function: str) -> Callable[[_Class], _Class]:
+    """A class decorator: instances come only from ``jaxdia.<function>`` (and ``_make``);
+    calling the class raises ``TypeError`` saying so, and its signature reads ``Cls()``."""
+
+    def decorate(cls: _Class) -> _Class:
+        def refuse(self: object, *args: object, **kwargs: object) -> None:
+            raise TypeError(f"{cls.__name__} is not built directly: call jaxdia.{function}(A)")
+
+        refuse.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
+        )
+        cls.__init__ = refuse  # type: ignore[misc]
+        return cls
+
+    return decorate
 
 
 class StaticBooleans:

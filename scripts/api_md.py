@@ -111,9 +111,8 @@ def _parameters(params: list[inspect.Parameter]) -> str:
 
 def signature(name: str, obj: object) -> str:
     """``name(params) -> return``, without ``self``/``cls`` and without string quotes."""
-    target = obj.__init__ if inspect.isclass(obj) else obj  # type: ignore[misc]
     try:
-        sig = inspect.signature(target)  # type: ignore[arg-type]
+        sig = inspect.signature(obj)  # type: ignore[arg-type]  # a class: what calling it takes
     except (TypeError, ValueError):
         return f"{name}(...)"
     params = list(sig.parameters.values())

@@ -595,6 +595,21 @@ def test_matrices_that_do_not_fit_are_rejected():
         jaxdia.ilu0(lines, (4, 4))  # a 1-D chain of 16 points is no stencil on a 4 x 4 grid
 
 
+@pytest.mark.parametrize(
+    "cls, function", [(jaxdia.IncompleteLU, jaxdia.ilu0), (jaxdia.IncompleteCholesky, jaxdia.ic0)]
+)
+def test_preconditioners_come_from_their_functions_and_describe_themselves(cls, function):
+    with pytest.raises(
+        TypeError, match=rf"{cls.__name__} is not built directly: .*{function.__name__}"
+    ):
+        cls(jaxdia.eye(3))
+    A = jaxdia.diags([-1.0, 4.0, -1.0], offsets=[-1, 0, 1], shape=(9, 9))
+    assert (
+        repr(function(A, 9))
+        == f"{cls.__name__}(shape=(9, 9), dtype=float64, grid=(9,), method='auto')"
+    )
+
+
 # -- accelerators ----------------------------------------------------------------------------------
 
 

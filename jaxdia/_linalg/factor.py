@@ -20,9 +20,8 @@ stored factor solving the transposed system, so a gradient never factors again.
 from __future__ import annotations
 
 import functools
-import inspect
 from collections.abc import Callable, Iterable
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -35,7 +34,7 @@ from .._geometry import band_widths
 from .._kernels.band_layouts import Layout
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
-from .._pytree import Immutable
+from .._pytree import Immutable, built_by
 from .._scipy_operator import ScipyOperator
 from . import banded, determinant, periodic
 
@@ -49,7 +48,6 @@ def _parallel_leaf_names(count: int) -> tuple[str, ...]:
     return (*names, "inverse")
 
 
-_FactorClass = TypeVar("_FactorClass", bound=type)
 _Factor = TypeVar("_Factor", bound="_BandedFactor")
 
 
@@ -63,18 +61,6 @@ _Aux = tuple[
 def _leaf_shape(value: object) -> tuple[int, ...] | None:
     shape = getattr(value, "shape", None)
     return tuple(shape) if isinstance(shape, tuple) else None
-
-
-def _no_constructor(name: str, function: str) -> NoReturn:
-    raise TypeError(f"{name} is not built directly: call jaxdia.{function}(A)")
-
-
-def _factories_only(cls: _FactorClass) -> _FactorClass:
-    """Shows the class's signature as ``Cls()`` (instances come from the factor functions)."""
-    cls.__init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-        [inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)]
-    )
-    return cls
 
 
 class _BandedFactor(Immutable, ScipyOperator):
@@ -207,7 +193,7 @@ class _BandedFactor(Immutable, ScipyOperator):
 
 
 @jax.tree_util.register_pytree_with_keys_class
-@_factories_only
+@built_by("lu_factor")
 class BandedLU(_BandedFactor):
     """The LU factorization with partial pivoting of a square banded matrix; see
     :func:`jaxdia.lu_factor`.
@@ -265,9 +251,6 @@ class BandedLU(_BandedFactor):
     """
 
     __slots__ = ()
-
-    def __init__(self, *args: object, **kwargs: object):
-        _no_constructor("BandedLU", "lu_factor")
 
     _name = "BandedLU"
 
@@ -362,7 +345,7 @@ class BandedLU(_BandedFactor):
 
 
 @jax.tree_util.register_pytree_with_keys_class
-@_factories_only
+@built_by("cho_factor")
 class BandedCholesky(_BandedFactor):
     """The Cholesky factorization of a Hermitian positive definite banded matrix; see
     :func:`jaxdia.cho_factor`.
@@ -401,9 +384,6 @@ class BandedCholesky(_BandedFactor):
     """
 
     __slots__ = ()
-
-    def __init__(self, *args: object, **kwargs: object):
-        _no_constructor("BandedCholesky", "cho_factor")
 
     _name = "BandedCholesky"
 

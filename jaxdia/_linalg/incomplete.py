@@ -23,7 +23,7 @@ from jax import Array, lax
 from .._checks import as_array, broadcast_batch, is_int, is_traced, static_int
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
-from .._pytree import Immutable
+from .._pytree import Immutable, built_by
 from .._typing import ArrayLike, DTypeLike, Grid
 from . import ilu as _ilu
 from .stencil import (
@@ -91,6 +91,13 @@ class _Incomplete(Immutable):
     def batch_shape(self) -> tuple[int, ...]:
         return self._factor.batch_shape
 
+    def __repr__(self) -> str:
+        batch = f", batch_shape={self.batch_shape}" if self.batch_shape else ""
+        return (
+            f"{type(self).__name__}(shape={self.shape}, dtype={self.dtype.name}, "
+            f"grid={self.grid}, method={self.method!r}{batch})"
+        )
+
     def __call__(self, v: ArrayLike) -> Array:
         return self._apply(v, adjoint=False)
 
@@ -152,6 +159,7 @@ def _two_dimensional(X: ArrayLike, name: str, method: str) -> np.ndarray:
 
 
 @jax.tree_util.register_pytree_with_keys_class
+@built_by("ilu0")
 class IncompleteLU(_Incomplete):
     """An ILU(0) preconditioner, the one :func:`jaxdia.ilu0` returns.
 
@@ -207,6 +215,7 @@ class IncompleteLU(_Incomplete):
 
 
 @jax.tree_util.register_pytree_with_keys_class
+@built_by("ic0")
 class IncompleteCholesky(_Incomplete):
     """An IC(0) preconditioner, the one :func:`jaxdia.ic0` returns.
 
