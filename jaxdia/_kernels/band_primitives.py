@@ -350,11 +350,15 @@ def _gb_placement(offsets: tuple[int, ...], widths: tuple[int, ...]) -> tuple[tu
     return tuple((offset, kl + ku - offset) for offset in offsets)
 
 
-def _systems(data: Array, offsets: tuple[int, ...]) -> Array:
-    """``data`` ``(..., nd, n)`` as ``(S, nd, n)``, its padding slots zero."""
+def _systems(data: Array) -> Array:
+    """``data`` ``(..., nd, n)`` as ``(S, nd, n)``."""
+    return data.reshape(math.prod(data.shape[:-2]), *data.shape[-2:])
+
+
+def _zero_padding(data: Array, offsets: tuple[int, ...]) -> Array:
+    """``data`` with its padding slots (which hold anything) zero."""
     n = data.shape[-1]
-    flat = data.reshape(math.prod(data.shape[:-2]), *data.shape[-2:])
-    return jnp.where(in_bounds(offsets, (n, n)), flat, 0)
+    return jnp.where(in_bounds(offsets, (n, n)), data, 0)
 
 
 def _triangle(layout: Layout, widths: tuple[int, ...]) -> str | None:
@@ -369,7 +373,7 @@ def _factor_parallel(data, *, layout, widths, offsets, cpu: bool):
         shapes = parallel_shapes(layout, widths, 0)
         empty = [jnp.zeros((*batch, *shape), data.dtype) for shape in shapes]
         return [*empty, jnp.zeros(batch, np.int32)]
-    flat = _systems(data, offsets)
+    flat = _zero_padding(_systems(data), offsets)
     m = block_size(layout, widths)
     arrays, failed = band_parallel.factor_systems(flat, offsets, m, _triangle(layout, widths))
     info = jnp.where(failed >= 0, failed + 1, 0).astype(np.int32)
@@ -469,7 +473,9 @@ def _solve_parallel(*operands, layout, widths, trans, offsets, method, platform:
     if layout.hermitian:
         flat = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
         return band_parallel.solve_systems(flat, b, trans=0).reshape(*lead, *b.shape[-2:])
-    data = _systems(arrays.pop(), offsets)
+    # Not yet zero-padded: ?gtsv's diagonals, ?gbtrf's fill and the scan's band arrays
+    # read the slots inside the matrix only (a mask costs a small batch more than gtsv).
+    data = _systems(arrays.pop())
     implementation = "parallel"
     if layout is ONESHOT:
         implementation = _dispatch.oneshot_implementation(
@@ -482,6 +488,7 @@ def _solve_parallel(*operands, layout, widths, trans, offsets, method, platform:
         factor_and_solve = _lapack_solve if implementation == "lapack" else _scan_solve
         x = factor_and_solve(data, b, offsets=offsets, widths=widths, trans=trans)
         return x.reshape(*lead, *b.shape[-2:])
+    data = _zero_padding(data, offsets)
     m = block_size(layout, widths)
     if layout is ONESHOT:
         arrays, failed = band_parallel.factor_systems(data, offsets, m)
