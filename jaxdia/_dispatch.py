@@ -99,7 +99,7 @@ def oneshot_implementation(
       call (LAPACK's ``?gtsv`` on CPU, cuSPARSE's ``gtsv2`` on GPUs; both pivot): a
       tridiagonal matrix on CPU, whatever the size and batch, and on GPUs;
     * ``"lapack"``: ``?gbtrf`` + ``?gbtrs`` through :mod:`jaxdia._kernels.lapack`, one call
-      each that loops over the systems: the other bands on CPU;
+      (``gbsv``) that loops over the systems: the other bands on CPU;
     * ``"scan"``: the ``lax.scan`` LU, the systems side by side: on CPU, the other bands
       where LAPACK's cost per call and per system outweighs the work
       (:func:`host_is_faster`);

@@ -389,13 +389,13 @@ def _factor_parallel(data, *, layout, widths, offsets, cpu: bool):
 
 
 def _lapack_solve(data, b, *, offsets, widths, trans):
-    """LAPACK's ``?gbtrf`` + ``?gbtrs`` on ``data`` ``(S or 1, nd, n)``; NaN where a
-    matrix is singular."""
+    """LAPACK's ``?gbtrf`` + ``?gbtrs`` (one call: ``lapack.gbsv``) on ``data``
+    ``(S or 1, nd, n)``; NaN where a matrix is singular."""
     if not offsets:  # the zero matrix
         return jnp.full(b.shape, jnp.nan, b.dtype)
     kl, ku = widths
-    lu, pivots, info = lapack.gbtrf(data, placement=_gb_placement(offsets, widths), kl=kl, ku=ku)
-    x = lapack.gbtrs(lu, pivots, b, kl=kl, ku=ku, trans=trans)
+    placement = _gb_placement(offsets, widths)
+    x, info = lapack.gbsv(data, b, placement=placement, kl=kl, ku=ku, trans=trans)
     return jnp.where((info != 0)[:, None, None], jnp.nan, x)
 
 
