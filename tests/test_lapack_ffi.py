@@ -153,7 +153,9 @@ def test_what_the_handlers_cannot_handle_is_an_xla_error():
     solved = [jax.ShapeDtypeStruct((3, 1, n), b.dtype), jax.ShapeDtypeStruct((3,), np.int32)]
     with pytest.raises(Exception, match="gbsv: operands of inconsistent shapes"):
         # two matrices for three batches
-        jax.block_until_ready(_call("gbsv", solved, data, placement, jnp.ones((3, 1, n)), **attributes))
+        jax.block_until_ready(
+            _call("gbsv", solved, data, placement, jnp.ones((3, 1, n)), **attributes)
+        )
     with pytest.raises(Exception, match="gbsv: band column 4 out of range"):
         jax.block_until_ready(
             _call("gbsv", solved, data[:1], placement + 1, jnp.ones((3, 1, n)), **attributes)
@@ -492,7 +494,7 @@ def test_one_shot_factor_and_solve_is_gbtrf_then_gbtrs(n, kl, ku, dominant, dtyp
         def check(i, got, info, b, trans):
             want, want_info = scipy_factor_and_solve(matrices[i], kl, ku, b, trans)
             assert int(info) == want_info
-            if want_info == 0:
+            if want is not None:  # info 0
                 scale = conditions[i] * np.abs(want).max()
                 np.testing.assert_allclose(np.asarray(got).T, want, rtol=0, atol=50 * eps * scale)
 

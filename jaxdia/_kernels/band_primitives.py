@@ -46,10 +46,9 @@ Lowering is chosen per platform from the full (batched) shapes:
   and is NaN elsewhere. On CPU ``info`` of a failed ``CR`` factor is LAPACK's.
 * The one-shot solve (:func:`jaxdia._dispatch.oneshot_implementation` chooses): on CPU
   LAPACK, a batch in one call (``gtsv`` through ``lax.linalg.tridiagonal_solve`` for a
-  tridiagonal matrix, ``?gbtrf`` + ``?gbtrs`` else), or the scan for small systems of the
-  other bands and large batches of them; on GPUs ``lax.linalg.tridiagonal_solve``
-  (cuSPARSE's ``gtsv2``, parallel and pivoting) for a tridiagonal matrix, cyclic
-  reduction else; on TPU cyclic reduction.
+  tridiagonal matrix, ``?gbtrf`` + ``?gbtrs`` in one call, ``gbsv``, else); on GPUs
+  ``lax.linalg.tridiagonal_solve`` (cuSPARSE's ``gtsv2``, parallel and pivoting) for a
+  tridiagonal matrix, cyclic reduction else; on TPU cyclic reduction.
 
 There are no differentiation rules: the factorization is never differentiated (callers
 stop its gradient and differentiate the solve implicitly with
