@@ -977,7 +977,7 @@ static XLA_FFI_Error *gbsv_handler(XLA_FFI_CallFrame *frame) {
     TRY(lapack_int(frame, "gbsv", ku, &ku_));
     TRY(lapack_int(frame, "gbsv", ldab, &ldab_));
     TRY(lapack_int(frame, "gbsv", columns, &columns_));
-    int64_t lanes = kl <= WRITTEN_OUT_KL ? LANES : 1;
+    int64_t lanes = kl > WRITTEN_OUT_KL ? 1 : factors < LANES ? factors : LANES;
     size_t band_bytes = (size_t)(n * ldab) * ITEMSIZE[p];
     char *scratch = malloc((size_t)lanes * (band_bytes + (size_t)n * sizeof(int32_t)));
     if (scratch == NULL)
