@@ -99,10 +99,12 @@ def oneshot_implementation(
       call (LAPACK's ``?gtsv`` on CPU, cuSPARSE's ``gtsv2`` on GPUs; both pivot): a
       tridiagonal matrix on CPU, whatever the size and batch, and on GPUs;
     * ``"lapack"``: ``?gbtrf`` + ``?gbtrs`` through :mod:`jaxdia._kernels.lapack`, one call
-      each that loops over the systems: the other bands on CPU;
-    * ``"scan"``: the ``lax.scan`` LU, the systems side by side: on CPU, the other bands
-      where LAPACK's cost per call and per system outweighs the work
-      (:func:`host_is_faster`);
+      (``gbsv``, each system factored and solved in a scratch in cache) that loops over the
+      systems: the other bands on CPU, whatever the size and batch;
+    * ``"scan"``: the ``lax.scan`` LU, the systems side by side: not chosen (the sweep of
+      ``benchmarks/bench_parallel_banded.py`` forces it; ``gbsv`` measured faster at every
+      batch of 1-1000 systems of 4-128 rows, where stored factors still take the scan,
+      :func:`host_is_faster`);
     * ``"parallel"``: block cyclic reduction: the other bands on GPUs, everything on TPU
       (whose ``tridiagonal_solve`` is a loop over the rows), systems too large for
       LAPACK's 32-bit indices, and ``method == "parallel"`` (tests force it).
@@ -118,9 +120,7 @@ def oneshot_implementation(
         return "gtsv" if tridiagonal else "parallel"
     if band_size > LAPACK_INDEX_LIMIT:
         return "parallel"
-    if tridiagonal:
-        return "gtsv"
-    return "lapack" if host_is_faster(n, systems, band_size) else "scan"
+    return "gtsv" if tridiagonal else "lapack"
 
 
 # -- multigrid ---------------------------------------------------------------------------------

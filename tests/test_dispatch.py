@@ -106,22 +106,22 @@ def test_stored_factors_are_cyclic_reduction_on_accelerators(
 
 
 def test_one_system_on_cpu():
-    """gtsv for a tridiagonal matrix, gbtrf + gbtrs for a wider band, the scan LU for
-    n <= 16 (LAPACK's call costs more than the whole solve there); never cyclic
-    reduction (its refinement loop and LAPACK fallback, a ``case``). Batches:
-    ``test_banded.py::test_cpu_one_shot_solves_call_lapack_or_the_scan``."""
+    """gtsv for a tridiagonal matrix, gbsv (gbtrf + gbtrs in one call) for a wider band,
+    also for n <= 16, where stored factors take the scan LU; never cyclic reduction (its
+    refinement loop and LAPACK fallback, a ``case``). Batches:
+    ``test_banded.py::test_cpu_one_shot_solves_call_lapack``."""
     n = 300
     tri = lowered_text(jaxdia.solve_banded, banded(n, (-1, 0, 1)), jnp.ones(n), platform="cpu")
     assert "gtsv" in tri and not lapack_calls(tri)
     wide = lowered_text(
         jaxdia.solve_banded, banded(n, (-2, -1, 0, 1, 2)), jnp.ones(n), platform="cpu"
     )
-    assert lapack_calls(wide) == {"gbtrf", "gbtrs"} and "gtsv" not in wide
+    assert lapack_calls(wide) == {"gbsv"} and "gtsv" not in wide
     small = _dispatch.SCAN_ROWS
     args = banded(small, (-2, 0, 1)), jnp.ones(small)
     text = lowered_text(jaxdia.solve_banded, *args, platform="cpu")
-    assert "gtsv" not in text and not lapack_calls(text) and "stablehlo.case" not in text
-    assert any(small in trips for trips in while_loops(jaxdia.solve_banded, *args, platform="cpu"))
+    assert lapack_calls(text) == {"gbsv"} and "gtsv" not in text
+    assert "stablehlo.while" not in text and "stablehlo.case" not in text
 
 
 @pytest.mark.parametrize("platform", ACCELERATORS)

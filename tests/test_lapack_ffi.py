@@ -100,7 +100,7 @@ def test_the_handlers_are_compiled():
     }
     targets = _lapack_ffi.targets(capsules)  # again: the same routines, accepted
     assert sorted(targets) == sorted(
-        ["gbtrf", "gbtrs", "pbtrf", "pbtrs", "gttrf", "gttrs", "pttrf", "pttrs"]
+        ["gbtrf", "gbtrs", "gbsv", "pbtrf", "pbtrs", "gttrf", "gttrs", "pttrf", "pttrs"]
     )
     del capsules["ztbsv"]
     with pytest.raises(KeyError, match="ztbsv"):
@@ -149,6 +149,17 @@ def test_what_the_handlers_cannot_handle_is_an_xla_error():
         jax.block_until_ready(_call("gbtrs", wrong, lu, pivots, jnp.ones((1, n + 1)), **attributes))
     with pytest.raises(Exception, match="expected 3 operands, got 2"):
         jax.block_until_ready(_call("gbtrs", result, lu, pivots, **attributes))
+    data, placement = jnp.ones((2, 3, n)), jnp.asarray([[-1, 3], [0, 2], [1, 1]])
+    solved = [jax.ShapeDtypeStruct((3, 1, n), b.dtype), jax.ShapeDtypeStruct((3,), np.int32)]
+    with pytest.raises(Exception, match="gbsv: operands of inconsistent shapes"):
+        # two matrices for three batches
+        jax.block_until_ready(
+            _call("gbsv", solved, data, placement, jnp.ones((3, 1, n)), **attributes)
+        )
+    with pytest.raises(Exception, match="gbsv: band column 4 out of range"):
+        jax.block_until_ready(
+            _call("gbsv", solved, data[:1], placement + 1, jnp.ones((3, 1, n)), **attributes)
+        )
     # and the handlers still work
     A = band(n, 1, 1, dominant=True)
     np.testing.assert_allclose(A @ jaxdia.solve_banded(A, np.ones(n)), 1.0, rtol=1e-12)
@@ -430,6 +441,75 @@ def test_wide_bands_still_match_lapack():
     with jax.enable_x64():
         for kl, ku in ((5, 4), (9, 0), (6, 12)):
             compare_factors(random_band(60, kl, ku, np.float64, kl), kl, ku)
+
+
+def scipy_factor_and_solve(A, kl, ku, b, trans):
+    """SciPy's ?gbtrf then ?gbtrs of ``A`` for ``b`` ``(n, k)``: ``(x, info)``, ``x`` None
+    for a singular ``A``."""
+    ab, _, _ = lapack_band(A, kl, ku)
+    prefix = PREFIXES[A.dtype.type]
+    factor, pivots, info = getattr(scipy.linalg.lapack, prefix + "gbtrf")(ab, kl, ku)
+    if info:
+        return None, info
+    x, info = getattr(scipy.linalg.lapack, prefix + "gbtrs")(factor, kl, ku, b, pivots, trans=trans)
+    assert info == 0
+    return x, 0
+
+
+@pytest.mark.parametrize("dtype", list(PREFIXES))
+@pytest.mark.parametrize(
+    "n, kl, ku, dominant",
+    [
+        (1, 0, 0, False),
+        (2, 1, 1, False),
+        (2, 3, 2, False),
+        (6, 4, 4, False),
+        (40, 2, 2, False),
+        (40, 1, 4, False),
+        (40, 2, 12, False),
+        (40, 2, 2, True),  # no row interchanges
+        (60, 5, 4, False),  # LAPACK's own routines
+        (260, 5, 1, True),  # LAPACK's, and ?tbsv: no interchanges
+    ],
+)
+def test_one_shot_factor_and_solve_is_gbtrf_then_gbtrs(n, kl, ku, dominant, dtype):
+    """``lapack.gbsv`` (the one-shot solve: each system factored and solved in a scratch)
+    on six systems (four at a time, then two) against SciPy's ?gbtrf and ?gbtrs of each,
+    for ``trans`` 0, 1 and 2: the same info, solutions to rounding (the condition number
+    times eps), a singular system in the batch (its info LAPACK's, the others
+    unaffected); one matrix for every batch; a batch of one."""
+    count, eps = 6, EPS[dtype]
+    with jax.enable_x64():
+        matrices = [random_band(n, kl, ku, dtype, seed) for seed in range(count)]
+        if dominant:
+            matrices = [A + (kl + ku + 2) * np.eye(n, dtype=dtype) for A in matrices]
+        matrices[2][:, n // 2] = 0  # singular
+        data = jnp.asarray(np.stack([lapack_band(A, kl, ku)[1] for A in matrices]))
+        placement = lapack_band(matrices[0], kl, ku)[2]
+        b = np.stack([random_band(n, n, n, dtype, 20 + s)[:, :3] for s in range(count)])
+        columns = jnp.asarray(b.transpose(0, 2, 1))  # (count, k, n)
+
+        conditions = [np.linalg.cond(A.astype(np.complex128), 1) for A in matrices]
+
+        def check(i, got, info, b, trans):
+            want, want_info = scipy_factor_and_solve(matrices[i], kl, ku, b, trans)
+            assert int(info) == want_info
+            if want is not None:  # info 0
+                scale = conditions[i] * np.abs(want).max()
+                np.testing.assert_allclose(np.asarray(got).T, want, rtol=0, atol=50 * eps * scale)
+
+        for trans in (0, 1, 2):
+            x, info = lapack.gbsv(data, columns, placement=placement, kl=kl, ku=ku, trans=trans)
+            assert x.shape == columns.shape and info.shape == (count,)
+            for i in range(count):
+                check(i, x[i], info[i], b[i], trans)
+            x, info = lapack.gbsv(data[:1], columns, placement=placement, kl=kl, ku=ku, trans=trans)
+            for i in range(count):
+                check(0, x[i], info[i], b[i], trans)
+            x, info = lapack.gbsv(
+                data[2:3], columns[2:3], placement=placement, kl=kl, ku=ku, trans=trans
+            )
+            check(2, x[0], info[0], b[2], trans)
 
 
 @pytest.mark.usefixtures("host")

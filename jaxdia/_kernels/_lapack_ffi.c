@@ -3,10 +3,11 @@
    The handlers of jaxdia's LAPACK custom calls (jaxdia/_kernels/lapack.py documents the
    operations, layouts and attributes): ?gbtrf/?gbtrs (with ?tbsv for a factor computed
    without row interchanges; for a band with few subdiagonals, their algorithms written out
-   here instead, without BLAS calls), ?pbtrf/?pbtrs, ?gttrf/?gttrs, ?pttrf/?pttrs. XLA calls
-   them on its own threads with pointers to its buffers; they never touch Python or the GIL,
-   and keep no state but the LAPACK function pointers set once by `targets` (so they are
-   thread safe: LAPACK's routines are reentrant).
+   here instead, without BLAS calls; `gbsv`: both in one call, for a one-shot solve),
+   ?pbtrf/?pbtrs, ?gttrf/?gttrs, ?pttrf/?pttrs. XLA calls them on its own threads with
+   pointers to its buffers; they never touch Python or the GIL, and keep no state but the
+   LAPACK function pointers set once by `targets` (so they are thread safe: LAPACK's
+   routines are reentrant).
 
    LAPACK and BLAS are SciPy's: `targets` takes the capsules of
    `scipy.linalg.cython_lapack.__pyx_capi__` and `cython_blas.__pyx_capi__` (Fortran calling
@@ -353,7 +354,7 @@ static int64_t entry(const Buffer *buffer, int64_t i) {
 
 #define FILL_BANDS(TYPE)                                                                       \
     for (int64_t system = first; system < first + count; system++) {                          \
-        TYPE *target = (TYPE *)bands->data + system * n * ldab;                                \
+        TYPE *target = (TYPE *)into + (system - first) * n * ldab;                             \
         const TYPE *source = (const TYPE *)data->data + system * diagonals * n;                \
         for (int64_t k = 0; k < diagonals; k++) {                                              \
             int64_t offset = entry(layout, 2 * k), column = entry(layout, 2 * k + 1);          \
@@ -363,43 +364,63 @@ static int64_t entry(const Buffer *buffer, int64_t i) {
         }                                                                                      \
     }
 
-/* Checks that DIA `data` (..., diagonals, n) and its `layout` fit the bands (..., n, ldab),
-   and asks for huge pages for the bands (see huge_pages). */
-static XLA_FFI_Error *prepare_bands(const XLA_FFI_CallFrame *frame, const char *routine,
-                                    const Buffer *data, const Buffer *layout,
-                                    const Buffer *bands, int p) {
-    TRY(expect(frame, routine, "the DIA data", data, bands->dtype, 2));
+/* Checks that DIA `data` (..., diagonals, n) of `dtype` and its `layout` fit bands of n
+   columns of `ldab` elements. */
+static XLA_FFI_Error *check_placement(const XLA_FFI_CallFrame *frame, const char *routine,
+                                      const Buffer *data, const Buffer *layout, int dtype,
+                                      int64_t n, int64_t ldab) {
+    TRY(expect(frame, routine, "the DIA data", data, dtype, 2));
     if (layout->dtype != S32)
         TRY(expect(frame, routine, "the placement", layout, S64, 0));
-    int64_t n = bands->dims[bands->rank - 2], ldab = bands->dims[bands->rank - 1];
-    int64_t diagonals = data->dims[data->rank - 2], systems = systems_of(bands, 2);
-    if (data->dims[data->rank - 1] != n || systems_of(data, 2) != systems ||
-        size_of(layout) != 2 * diagonals)
+    int64_t diagonals = data->dims[data->rank - 2];
+    if (data->dims[data->rank - 1] != n || size_of(layout) != 2 * diagonals)
         return fail(frame, ERROR_INVALID_ARGUMENT, "%s: the DIA data does not match the band",
                     routine);
     for (int64_t k = 0; k < diagonals; k++)
         if (entry(layout, 2 * k + 1) >= ldab)
             return fail(frame, ERROR_INVALID_ARGUMENT, "%s: band column %lld out of range",
                         routine, (long long)entry(layout, 2 * k + 1));
+    return NULL;
+}
+
+/* Checks that DIA `data` (..., diagonals, n) and its `layout` fit the bands (..., n, ldab),
+   and asks for huge pages for the bands (see huge_pages). */
+static XLA_FFI_Error *prepare_bands(const XLA_FFI_CallFrame *frame, const char *routine,
+                                    const Buffer *data, const Buffer *layout,
+                                    const Buffer *bands, int p) {
+    int64_t n = bands->dims[bands->rank - 2], ldab = bands->dims[bands->rank - 1];
+    TRY(check_placement(frame, routine, data, layout, bands->dtype, n, ldab));
+    int64_t systems = systems_of(bands, 2);
+    if (systems_of(data, 2) != systems)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "%s: the DIA data does not match the band",
+                    routine);
     huge_pages(bands->data, (size_t)(systems * n * ldab) * ITEMSIZE[p]);
     return NULL;
 }
 
-/* The LAPACK band arrays of systems first to first + count - 1 in `bands` from the DIA
-   data checked by prepare_bands: diagonal k of offset placement[k][0] fills column
-   placement[k][1] (none if negative) over the rows inside the matrix; the rest is 0. */
-static void fill_systems(const Buffer *data, const Buffer *layout, const Buffer *bands, int p,
-                         int64_t first, int64_t count) {
-    int64_t n = bands->dims[bands->rank - 2], ldab = bands->dims[bands->rank - 1];
+/* The LAPACK band arrays (n columns of `ldab` elements each, one after the other from
+   `into`) of systems first to first + count - 1 of the DIA data checked by
+   check_placement: diagonal k of offset placement[k][0] fills column placement[k][1] (none
+   if negative) over the rows inside the matrix; the rest is 0. */
+static void fill_into(const Buffer *data, const Buffer *layout, char *into, int64_t n,
+                      int64_t ldab, int p, int64_t first, int64_t count) {
     int64_t diagonals = data->dims[data->rank - 2];
     size_t bytes = (size_t)(count * n * ldab) * ITEMSIZE[p];
     if (bytes == 0) return;
-    memset(bands->data + (size_t)(first * n * ldab) * ITEMSIZE[p], 0, bytes);
+    memset(into, 0, bytes);
     switch (ITEMSIZE[p]) {
     case 4: FILL_BANDS(uint32_t) break;
     case 8: FILL_BANDS(uint64_t) break;
     default: FILL_BANDS(Complex128) break;
     }
+}
+
+/* fill_into the bands of those systems in `bands` (..., n, ldab). */
+static void fill_systems(const Buffer *data, const Buffer *layout, const Buffer *bands, int p,
+                         int64_t first, int64_t count) {
+    int64_t n = bands->dims[bands->rank - 2], ldab = bands->dims[bands->rank - 1];
+    fill_into(data, layout, bands->data + (size_t)(first * n * ldab) * ITEMSIZE[p], n, ldab, p,
+              first, count);
 }
 
 /* Every system's LAPACK band array in `bands` from DIA `data` (see fill_systems). */
@@ -527,14 +548,32 @@ COMPLEX_ARITHMETIC(z, ComplexDouble, double)
    processor overlaps them (one system's steps wait on each other). */
 #define LANES 4
 
+#if defined(__GNUC__)
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define ALWAYS_INLINE inline
+#endif
+
+/* The bands whose factorization is compiled with kl, ku and ldab constant, its loops over
+   the band unrolled (a third fewer instructions; the solve gains nothing from it): the
+   pentadiagonal and 7-diagonal bands in ?gbtrf's layout (ldab = 2 kl + ku + 1). */
+#define CONSTANT_BANDS(CALL, ...)                                                              \
+    if (kl == 2 && ku == 2 && ldab == 7)                                                       \
+        CALL(__VA_ARGS__, 2, 2, 7);                                                            \
+    else if (kl == 3 && ku == 3 && ldab == 10)                                                 \
+        CALL(__VA_ARGS__, 3, 3, 10);                                                           \
+    else                                                                                       \
+        CALL(__VA_ARGS__, kl, ku, ldab)
+
 #define BAND_LU(P, T, R)                                                                        \
     /* Column j of ?gbtf2 on one system's band `ab` (n columns of `ldab` elements, the matrix in   \
        rows kl to 2 kl + ku, the rows above it room for U's fill-in), in place: its 0-based        \
        pivot into pivots[j], the last column its updates reached so far in `last`, the first       \
        zero pivot (1-based, LAPACK's info) in `info`. Column j's diagonal is ab[j ldab + kv];      \
        one column right and one row up in the matrix is ldab - 1 elements on in the band. */       \
-    static inline void P##_lu_column(int64_t n, int64_t kl, int64_t ku, int64_t ldab, T *ab,       \
-                                     int32_t *pivots, int64_t j, int64_t *last, int *info) {       \
+    static ALWAYS_INLINE void P##_lu_column(int64_t n, int64_t kl, int64_t ku, int64_t ldab,       \
+                                            T *ab, int32_t *pivots, int64_t j, int64_t *last,      \
+                                            int *info) {                                           \
         int64_t kv = kl + ku, step = ldab - 1;                                                     \
         T *column = ab + j * ldab + kv;                                                            \
         if (j + kv < n)                                                                            \
@@ -571,8 +610,9 @@ COMPLEX_ARITHMETIC(z, ComplexDouble, double)
     }                                                                                              \
                                                                                                    \
     /* ?gbtf2 on `systems` bands one after the other in `bands`, LANES at a time. */               \
-    static void P##_band_lu(int64_t systems, int64_t n, int64_t kl, int64_t ku, int64_t ldab,      \
-                            void *bands, int32_t *pivots, int32_t *infos) {                        \
+    static ALWAYS_INLINE void P##_band_lu_of(void *bands, int32_t *pivots, int32_t *infos,         \
+                                             int64_t systems, int64_t n, int64_t kl, int64_t ku,   \
+                                             int64_t ldab) {                                       \
         int64_t kv = kl + ku;                                                                      \
         for (int64_t first = 0; first < systems; first += LANES) {                                 \
             int64_t lanes = systems - first < LANES ? systems - first : LANES, last[LANES];        \
@@ -591,6 +631,11 @@ COMPLEX_ARITHMETIC(z, ComplexDouble, double)
                                   &last[lane], &info[lane]);                                       \
             for (int64_t lane = 0; lane < lanes; lane++) infos[first + lane] = info[lane];         \
         }                                                                                          \
+    }                                                                                              \
+                                                                                                   \
+    static void P##_band_lu(int64_t systems, int64_t n, int64_t kl, int64_t ku, int64_t ldab,      \
+                            void *bands, int32_t *pivots, int32_t *infos) {                        \
+        CONSTANT_BANDS(P##_band_lu_of, bands, pivots, infos, systems, n);                          \
     }                                                                                              \
                                                                                                    \
     static inline void P##_swap(T *x, int64_t i, int64_t j) {                                      \
@@ -867,6 +912,103 @@ static XLA_FFI_Error *gbtrs_handler(XLA_FFI_CallFrame *frame) {
     return error;
 }
 
+/* -- banded LU and solve in one call ---------------------------------------------------- */
+
+/* One wide band (more than WRITTEN_OUT_KL subdiagonals) filled in `band`: ?gbtrf, then its
+   `columns` right-hand sides in `x` solved as gbtrs_handler solves them; LAPACK's info. */
+static int lapack_factor_and_solve(int p, char trans, int n, int kl, int ku, int ldab,
+                                   char *band, int *pivots, char *x, int columns) {
+    int status = 0;
+    ((gbtrf_t *)routines[p][GBTRF])(&n, &n, &kl, &ku, band, &ldab, pivots, &status);
+    if (status != 0) return status; /* singular (> 0), or a bug (< 0): no solve */
+    int interchanges = 0;
+    for (int i = 0; i < n; i++) interchanges |= pivots[i] != i + 1;
+    if (!interchanges && n >= NARROW_FROM) {
+        tbsv_lu(p, trans, n, kl, ku, ldab, band, x, columns);
+        return 0;
+    }
+    ((gbtrs_t *)routines[p][GBTRS])(&trans, &n, &kl, &ku, &columns, band, &ldab, pivots, x, &n,
+                                    &status);
+    return status;
+}
+
+/* ?gbtrf + ?gbtrs of the matrices of DIA data (a one-shot solve): operands the DIA data
+   (..., diagonals, n) (or one matrix for every batch), its placement in LAPACK's bands
+   (as for gbtrf) and the right-hand sides (..., k, n); results the solutions (aliased to
+   the right-hand sides) and info (...). LANES bands at a time are filled, factored and
+   solved in a scratch that stays in cache: no factor of the whole batch is written to
+   memory (nor, first, page-faulted in) and read back. A system whose info is not 0 is
+   not solved, or solved with its failed factor: the caller discards its solution. */
+static XLA_FFI_Error *gbsv_handler(XLA_FFI_CallFrame *frame) {
+    if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
+    Buffer args[3], rets[2];
+    int64_t kl, ku;
+    char trans = 'N';
+    int p;
+    TRY(buffers(frame, &frame->args, "operands", 3, args));
+    TRY(buffers(frame, &frame->rets, "results", 2, rets));
+    TRY(attribute(frame, "kl", &kl));
+    TRY(attribute(frame, "ku", &ku));
+    TRY(transpose_letter(frame, "gbsv", &trans));
+    const Buffer *data = &args[0], *b = &args[2], *x = &rets[0], *info = &rets[1];
+    TRY(floating(frame, "gbsv", x, 2, &p));
+    TRY(expect(frame, "gbsv", "the right-hand sides", b, x->dtype, 2));
+    TRY(expect(frame, "gbsv", "info", info, S32, 0));
+    int64_t n = x->dims[x->rank - 1], k = x->dims[x->rank - 2], systems = systems_of(x, 2);
+    int64_t ldab = 2 * kl + ku + 1;
+    if (kl < 0 || ku < 0)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "gbsv: negative kl or ku");
+    TRY(check_placement(frame, "gbsv", data, &args[1], x->dtype, n, ldab));
+    int64_t factors = systems_of(data, 2);
+    if (size_of(b) != size_of(x) || size_of(info) != systems ||
+        (factors != 1 && factors != systems))
+        return fail(frame, ERROR_INVALID_ARGUMENT, "gbsv: operands of inconsistent shapes");
+    copy_into(b, x, ITEMSIZE[p]);
+    int32_t *infos = (int32_t *)info->data;
+    if (n == 0 || systems == 0) {
+        for (int64_t system = 0; system < systems; system++) infos[system] = 0;
+        return NULL;
+    }
+    /* One matrix for every batch: one system with all of their columns. */
+    int64_t columns = factors == 1 ? k * systems : k;
+    int n_ = 0, kl_ = 0, ku_ = 0, ldab_ = 0, columns_ = 0;
+    TRY(lapack_int(frame, "gbsv", n, &n_));
+    TRY(lapack_int(frame, "gbsv", kl, &kl_));
+    TRY(lapack_int(frame, "gbsv", ku, &ku_));
+    TRY(lapack_int(frame, "gbsv", ldab, &ldab_));
+    TRY(lapack_int(frame, "gbsv", columns, &columns_));
+    int64_t lanes = kl > WRITTEN_OUT_KL ? 1 : factors < LANES ? factors : LANES;
+    size_t band_bytes = (size_t)(n * ldab) * ITEMSIZE[p];
+    char *scratch = malloc((size_t)lanes * (band_bytes + (size_t)n * sizeof(int32_t)));
+    if (scratch == NULL)
+        return fail(frame, ERROR_RESOURCE_EXHAUSTED, "gbsv: no memory for %lld bands of %lld rows",
+                    (long long)lanes, (long long)n);
+    int32_t *pivots = (int32_t *)(scratch + (size_t)lanes * band_bytes);
+    size_t x_step = (size_t)(columns * n) * ITEMSIZE[p];
+    int32_t status[LANES];
+    XLA_FFI_Error *error = NULL;
+    for (int64_t first = 0; first < factors && error == NULL; first += lanes) {
+        int64_t count = factors - first < lanes ? factors - first : lanes;
+        char *solution = x->data + (size_t)first * x_step;
+        fill_into(data, &args[1], scratch, n, ldab, p, first, count);
+        if (kl <= WRITTEN_OUT_KL) {
+            BAND_LU_ROUTINES[p](count, n, kl, ku, ldab, scratch, pivots, status);
+            BAND_SOLVE_ROUTINES[p](trans, n, kl, ku, ldab, scratch, n * ldab, pivots, n, solution,
+                                   count, columns);
+        } else {
+            status[0] = lapack_factor_and_solve(p, trans, n_, kl_, ku_, ldab_, scratch, pivots,
+                                                solution, columns_);
+            error = check_info(frame, "gbsv", status[0]);
+        }
+        for (int64_t lane = 0; lane < count && factors > 1; lane++)
+            infos[first + lane] = status[lane];
+    }
+    free(scratch);
+    if (factors == 1)
+        for (int64_t system = 0; system < systems; system++) infos[system] = status[0];
+    return error;
+}
+
 /* -- banded Cholesky -------------------------------------------------------------------- */
 
 static XLA_FFI_Error *pbtrf_handler(XLA_FFI_CallFrame *frame) {
@@ -1117,7 +1259,8 @@ static const struct {
     const char *name;
     Handler *handler;
 } HANDLERS[] = {
-    {"gbtrf", gbtrf_handler}, {"gbtrs", gbtrs_handler}, {"pbtrf", pbtrf_handler},
+    {"gbtrf", gbtrf_handler}, {"gbtrs", gbtrs_handler}, {"gbsv", gbsv_handler},
+    {"pbtrf", pbtrf_handler},
     {"pbtrs", pbtrs_handler}, {"gttrf", gttrf_handler}, {"gttrs", gttrs_handler},
     {"pttrf", pttrf_handler}, {"pttrs", pttrs_handler},
 };
@@ -1177,9 +1320,10 @@ static PyObject *targets(PyObject *module, PyObject *capsules) {
 PyDoc_STRVAR(targets_doc,
              "targets(routines, /)\n--\n\n"
              "XLA FFI handlers of jaxdia's LAPACK custom calls, as ``{name: capsule}``\n"
-             "(``gbtrf``, ``gbtrs``, ``pbtrf``, ``pbtrs``, ``gttrf``, ``gttrs``, ``pttrf``,\n"
-             "``pttrs``), calling the routines of ``routines``: a mapping of LAPACK/BLAS names\n"
-             "(``dgbtrf``, ``ztbsv``, ...) to SciPy's ``__pyx_capi__`` capsules.");
+             "(``gbtrf``, ``gbtrs``, ``gbsv``, ``pbtrf``, ``pbtrs``, ``gttrf``, ``gttrs``,\n"
+             "``pttrf``, ``pttrs``), calling the routines of ``routines``: a mapping of\n"
+             "LAPACK/BLAS names (``dgbtrf``, ``ztbsv``, ...) to SciPy's ``__pyx_capi__``\n"
+             "capsules.");
 
 static PyMethodDef METHODS[] = {
     {"targets", targets, METH_O, targets_doc},

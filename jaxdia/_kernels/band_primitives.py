@@ -46,10 +46,9 @@ Lowering is chosen per platform from the full (batched) shapes:
   and is NaN elsewhere. On CPU ``info`` of a failed ``CR`` factor is LAPACK's.
 * The one-shot solve (:func:`jaxdia._dispatch.oneshot_implementation` chooses): on CPU
   LAPACK, a batch in one call (``gtsv`` through ``lax.linalg.tridiagonal_solve`` for a
-  tridiagonal matrix, ``?gbtrf`` + ``?gbtrs`` else), or the scan for small systems of the
-  other bands and large batches of them; on GPUs ``lax.linalg.tridiagonal_solve``
-  (cuSPARSE's ``gtsv2``, parallel and pivoting) for a tridiagonal matrix, cyclic
-  reduction else; on TPU cyclic reduction.
+  tridiagonal matrix, ``?gbtrf`` + ``?gbtrs`` in one call, ``gbsv``, else); on GPUs
+  ``lax.linalg.tridiagonal_solve`` (cuSPARSE's ``gtsv2``, parallel and pivoting) for a
+  tridiagonal matrix, cyclic reduction else; on TPU cyclic reduction.
 
 There are no differentiation rules: the factorization is never differentiated (callers
 stop its gradient and differentiate the solve implicitly with
@@ -350,11 +349,15 @@ def _gb_placement(offsets: tuple[int, ...], widths: tuple[int, ...]) -> tuple[tu
     return tuple((offset, kl + ku - offset) for offset in offsets)
 
 
-def _systems(data: Array, offsets: tuple[int, ...]) -> Array:
-    """``data`` ``(..., nd, n)`` as ``(S, nd, n)``, its padding slots zero."""
+def _systems(data: Array) -> Array:
+    """``data`` ``(..., nd, n)`` as ``(S, nd, n)``."""
+    return data.reshape(math.prod(data.shape[:-2]), *data.shape[-2:])
+
+
+def _zero_padding(data: Array, offsets: tuple[int, ...]) -> Array:
+    """``data`` with its padding slots (which hold anything) zero."""
     n = data.shape[-1]
-    flat = data.reshape(math.prod(data.shape[:-2]), *data.shape[-2:])
-    return jnp.where(in_bounds(offsets, (n, n)), flat, 0)
+    return jnp.where(in_bounds(offsets, (n, n)), data, 0)
 
 
 def _triangle(layout: Layout, widths: tuple[int, ...]) -> str | None:
@@ -369,7 +372,7 @@ def _factor_parallel(data, *, layout, widths, offsets, cpu: bool):
         shapes = parallel_shapes(layout, widths, 0)
         empty = [jnp.zeros((*batch, *shape), data.dtype) for shape in shapes]
         return [*empty, jnp.zeros(batch, np.int32)]
-    flat = _systems(data, offsets)
+    flat = _zero_padding(_systems(data), offsets)
     m = block_size(layout, widths)
     arrays, failed = band_parallel.factor_systems(flat, offsets, m, _triangle(layout, widths))
     info = jnp.where(failed >= 0, failed + 1, 0).astype(np.int32)
@@ -385,13 +388,13 @@ def _factor_parallel(data, *, layout, widths, offsets, cpu: bool):
 
 
 def _lapack_solve(data, b, *, offsets, widths, trans):
-    """LAPACK's ``?gbtrf`` + ``?gbtrs`` on ``data`` ``(S or 1, nd, n)``; NaN where a
-    matrix is singular."""
+    """LAPACK's ``?gbtrf`` + ``?gbtrs`` (one call: ``lapack.gbsv``) on ``data``
+    ``(S or 1, nd, n)``; NaN where a matrix is singular."""
     if not offsets:  # the zero matrix
         return jnp.full(b.shape, jnp.nan, b.dtype)
     kl, ku = widths
-    lu, pivots, info = lapack.gbtrf(data, placement=_gb_placement(offsets, widths), kl=kl, ku=ku)
-    x = lapack.gbtrs(lu, pivots, b, kl=kl, ku=ku, trans=trans)
+    placement = _gb_placement(offsets, widths)
+    x, info = lapack.gbsv(data, b, placement=placement, kl=kl, ku=ku, trans=trans)
     return jnp.where((info != 0)[:, None, None], jnp.nan, x)
 
 
@@ -469,7 +472,9 @@ def _solve_parallel(*operands, layout, widths, trans, offsets, method, platform:
     if layout.hermitian:
         flat = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
         return band_parallel.solve_systems(flat, b, trans=0).reshape(*lead, *b.shape[-2:])
-    data = _systems(arrays.pop(), offsets)
+    # Not yet zero-padded: ?gtsv's diagonals, ?gbtrf's fill and the scan's band arrays
+    # read the slots inside the matrix only (a mask costs a small batch more than gtsv).
+    data = _systems(arrays.pop())
     implementation = "parallel"
     if layout is ONESHOT:
         implementation = _dispatch.oneshot_implementation(
@@ -482,6 +487,7 @@ def _solve_parallel(*operands, layout, widths, trans, offsets, method, platform:
         factor_and_solve = _lapack_solve if implementation == "lapack" else _scan_solve
         x = factor_and_solve(data, b, offsets=offsets, widths=widths, trans=trans)
         return x.reshape(*lead, *b.shape[-2:])
+    data = _zero_padding(data, offsets)
     m = block_size(layout, widths)
     if layout is ONESHOT:
         arrays, failed = band_parallel.factor_systems(data, offsets, m)

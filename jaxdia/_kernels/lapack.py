@@ -38,12 +38,14 @@ or absent (size 1) for the factor of a solve: one factor for a batch of right-ha
 system's ``n * ldab`` elements once (assembled by XLA from ``ldab`` column pieces, one pass
 each, it took longer than LAPACK then takes to factor it); ``gbtrs`` solves a factor
 computed without row interchanges, of at least 256 rows, by two ``?tbsv`` over the bands
-``L`` and ``U`` really have rather than ``?gbtrs``'s ``kl + ku`` (see the C source). A band
-of at most 4 subdiagonals is factored and solved without LAPACK, by ``?gbtf2``'s (the
-unblocked ``?gbtrf``, which LAPACK uses for such a band) and ``?gbtrs``'s algorithms written
-out in the C source: the same band layout, pivots and ``info``, the factors and solutions to
-rounding, without the BLAS calls on vectors of a few elements made per column that take
-most of LAPACK's time there.
+``L`` and ``U`` really have rather than ``?gbtrs``'s ``kl + ku`` (see the C source);
+``gbsv`` (the one-shot solve) fills, factors and solves a few systems at a time in a scratch
+that stays in cache, so that no factor of the whole batch is written to memory and read
+back. A band of at most 4 subdiagonals is factored and solved without LAPACK, by
+``?gbtf2``'s (the unblocked ``?gbtrf``, which LAPACK uses for such a band) and ``?gbtrs``'s
+algorithms written out in the C source: the same band layout, pivots and ``info``, the
+factors and solutions to rounding, without the BLAS calls on vectors of a few elements made
+per column that take most of LAPACK's time there.
 """
 
 from __future__ import annotations
@@ -117,6 +119,18 @@ def gbtrs(lu, pivots, b, *, kl: int, ku: int, trans: int):
     """``x`` ``(..., k, n)`` solving ``op(A) x = b`` with ``gbtrf``'s factor."""
     result = jax.ShapeDtypeStruct(b.shape, b.dtype)
     return _call("gbtrs", [result], lu, pivots, b, aliases={2: 0}, kl=kl, ku=ku, trans=trans)[0]
+
+
+def gbsv(data, b, *, placement, kl: int, ku: int, trans: int):
+    """``(x, info)``: :func:`gbtrf` and :func:`gbtrs` in one call, each matrix's factor
+    kept in a scratch the size of a few bands (never returned); ``data`` is one matrix
+    for every batch of ``b`` or one per batch. ``x`` is meaningless where ``info`` is not
+    0."""
+    batch = b.shape[:-2]
+    results = [jax.ShapeDtypeStruct(b.shape, b.dtype), jax.ShapeDtypeStruct(batch, np.int32)]
+    return _call(
+        "gbsv", results, data, _layout(placement), b, aliases={2: 0}, kl=kl, ku=ku, trans=trans
+    )
 
 
 def pbtrf(data, *, placement, kd: int, lower: bool):

@@ -26,9 +26,9 @@ come from the products and from solves with the *stored* factor (the transposed 
 reverse mode), never from differentiating or repeating the factorization.
 
 :func:`solve_once` solves with :func:`oneshot`'s factor: on CPU LAPACK (``gtsv`` for a
-tridiagonal matrix; a batch in one call) or, for small systems of other bands and large
-batches of them, the ``lax.scan`` LU; cuSPARSE's ``gtsv2`` for a tridiagonal matrix on GPUs,
-cyclic reduction for other bands there and on TPU (see
+tridiagonal matrix, ``?gbtrf`` + ``?gbtrs`` in one call else; a batch in one call);
+cuSPARSE's ``gtsv2`` for a tridiagonal matrix on GPUs, cyclic reduction for other bands
+there and on TPU (see
 :func:`jaxdia._dispatch.oneshot_implementation`).
 
 16-bit matrices are factored in float32. The factor keeps its dtype; a solve runs in the
