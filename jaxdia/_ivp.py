@@ -15,6 +15,7 @@ from jax import Array
 from . import _bdf
 from ._checks import is_traced, static_int
 from ._jacobian import jacobian as banded_jacobian
+from ._kernels.primitives import forward_only
 from ._linalg.factor import lu_unchecked
 from ._linalg.incomplete import ilu0
 from ._linalg.krylov import bicgstab
@@ -25,6 +26,12 @@ from ._typing import ArrayLike, Offsets
 _LINEAR_SOLVERS = ("banded", "bicgstab")
 #: Without ``jac_offsets`` or ``jac`` the Jacobian is the whole matrix: for small systems.
 _DENSE_LIMIT = 1024
+_REVERSE_MODE = (
+    "jaxdia.solve_ivp (and odeint) cannot be differentiated in reverse mode (jax.grad, "
+    "jax.vjp, jax.jacrev): the integration is a lax.while_loop of unbounded length. Use "
+    "forward mode, jax.jacfwd or jax.jvp (one integration per input direction), e.g. "
+    "jax.jacfwd(loss)(y0) for the gradient of a scalar loss"
+)
 
 
 class OdeResult(NamedTuple):
@@ -109,8 +116,9 @@ def _bicgstab_solver(rtol: float) -> _bdf.LinearSolver:
 
     def solve(state, b):
         M, preconditioner = state
-        x, _ = bicgstab(M, b, M=preconditioner, rtol=rtol, atol=0.0)
-        return x
+        x, info = bicgstab(M, b, M=preconditioner, rtol=rtol, atol=0.0)
+        # A solve that did not converge (or a non-finite b) fails the Newton iteration.
+        return jnp.where(info.converged, x, jnp.nan)
 
     return _bdf.LinearSolver(prepare, solve)
 
@@ -243,8 +251,9 @@ def solve_ivp(
     Differentiation: forward mode (``jax.jvp``, ``jax.jacfwd``) with respect to ``y0``
     and ``args``; the step sizes, orders and Newton matrices are held fixed, so the
     tangent is that of the computed solution along its steps. Reverse mode
-    (``jax.grad``) is not supported (the loop has no bound): JAX raises for
-    ``while_loop``; use ``jax.jacfwd`` for a few parameters.
+    (``jax.grad``, ``jax.vjp``) is not supported (the loop has no bound): it raises a
+    ``ValueError`` that says so; ``jax.jacfwd(loss)`` gives the gradient of a scalar
+    loss in one integration per input.
 
     Args:
       fun: the right-hand side ``fun(t, y, *args)``, returning an array shaped like ``y``.
@@ -282,7 +291,7 @@ def solve_ivp(
       ValueError: for a method other than ``"BDF"``, a ``y0`` that is not 1-D,
         ``t_span``/``t_eval`` of the wrong shape, outside ``t_span`` or unsorted,
         negative tolerances, ``jac`` together with ``jac_offsets``, or no
-        ``jac_offsets`` for ``n > 1024``.
+        ``jac_offsets`` for ``n > 1024``; and when reverse mode differentiates it.
       TypeError: for a ``fun`` whose output is not shaped like ``y0``, or a ``jac`` that
         does not return a DiaMatrix of shape ``(n, n)``.
 
@@ -345,7 +354,7 @@ def solve_ivp(
     ys, _, status, counts = _bdf.integrate(
         problem, t0, t1, y0, times, rtol_, atol_, jnp.asarray(max_step, real), max_steps
     )
-    return OdeResult(times, ys.T, status, *counts)
+    return OdeResult(times, forward_only(ys.T, _REVERSE_MODE), status, *counts)
 
 
 def odeint(

@@ -234,12 +234,22 @@ def test_forward_mode_derivatives_match_the_exact_sensitivities():
     np.testing.assert_allclose(np.asarray(d_r), np.asarray(fd), rtol=1e-4, atol=1e-7)
 
 
-def test_reverse_mode_raises():
+def test_reverse_mode_raises_a_jaxdia_error_that_names_forward_mode():
     def loss(y0):
         return jnp.sum(jaxdia.solve_ivp(lambda t, y: -y, (0.0, 1.0), y0).y)
 
-    with pytest.raises(ValueError, match="Reverse-mode differentiation"):
-        jax.grad(loss)(jnp.ones(2))
+    def odeint_loss(y0):
+        return jnp.sum(jaxdia.odeint(lambda y, t: -y, y0, jnp.array([0.0, 1.0]), ml=0, mu=0))
+
+    match = r"cannot be differentiated in reverse mode.*jax\.jacfwd"
+    # Under jit the error comes while tracing, before anything runs.
+    for reverse, y0 in [
+        (jax.grad(loss), jnp.ones(2)),
+        (lambda y0: jax.vjp(loss, y0)[1](1.0), jnp.ones(2)),
+        (jax.vmap(jax.grad(odeint_loss)), jnp.ones((3, 2))),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            jax.jit(reverse).lower(y0)
 
 
 def test_blow_up_fails_with_nan_past_the_singularity():
