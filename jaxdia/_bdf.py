@@ -200,8 +200,8 @@ def _newton(
         )
         # A non-finite f makes dy non-finite (LinearSolver.solve propagates it).
         failed = ~jnp.isfinite(dy_norm) | slow
-        y = jnp.where(failed, y, y + dy)
-        d = jnp.where(failed, d, d + dy)
+        # After a failure y and d are garbage, unused: the attempt is rejected.
+        y, d = y + dy, d + dy
         converged = ~failed & ((dy_norm == 0) | (have_rate & (rate / (1 - rate) * dy_norm < tol)))
         return k + 1, y, d, dy_norm, failed | converged, converged
 
