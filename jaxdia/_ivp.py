@@ -47,7 +47,7 @@ class OdeResult(NamedTuple):
         -3 when ``y0`` or ``fun(t0, y0)`` is not finite.
       nfev: evaluations of ``fun`` (the Jacobian's linearizations not counted).
       njev: Jacobians computed.
-      nlu: factorizations of ``I - c J`` (preconditioners, for ``linear_solver="bicgstab"``).
+      nlu: factorizations of ``I - c J`` (preconditioners, for the Krylov ``linear_solver``s).
       nsteps: accepted steps.
       nattempts: step attempts (accepted and rejected; ``max_steps`` bounds them).
 
@@ -122,7 +122,11 @@ def _bicgstab_solver(
 
     def solve(state, b):
         M, preconditioner = state
-        x, info = bicgstab(M, b, M=preconditioner, rtol=rtol, atol=0.0, maxiter=maxiter)
+        # A relative residual below 100 eps is not attainable (float32's 1e-6, say).
+        floor = 100 * jnp.finfo(b.dtype).eps
+        x, info = bicgstab(
+            M, b, M=preconditioner, rtol=jnp.maximum(rtol, floor), atol=0.0, maxiter=maxiter
+        )
         # A solve that did not converge (or a non-finite b) fails the Newton iteration.
         return jnp.where(info.converged, x, jnp.nan)
 
@@ -310,7 +314,7 @@ def solve_ivp(
         point of a large 2-D or 3-D grid, ``J`` a 5-, 7-, 9- or 27-point stencil; the
         docs' "which solver" table).
       krylov_rtol: the relative residual of each ``"bicgstab"`` or ``"multigrid"``
-        solve; a solve that does not reach it in ``krylov_maxiter`` iterations fails the
+        solve (at least 100 eps of ``y``'s dtype); a solve that does not reach it in ``krylov_maxiter`` iterations fails the
         Newton iteration, which then retries with a smaller step, as after any Newton
         failure (a run whose steps shrink below the spacing of floats ends with status -1).
       krylov_maxiter: the most iterations of each Krylov solve (None: ``10 n``).
