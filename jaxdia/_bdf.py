@@ -25,7 +25,9 @@ Newton iteration, which converges to the sensitivity of each step's implicit equ
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import operator
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import jax
@@ -149,9 +151,14 @@ def transform_rows(D: tuple[Array, ...], M: Array) -> tuple[Array, ...]:
     a 6 x 6 by a 6 x n matrix, or a ``stack`` of updated rows, is several times slower
     on CPU)."""
     M = M.astype(D[0].dtype)
-    head = tuple(sum(M[i, j] * D[i] for i in range(MAX_ORDER + 1)) for j in range(MAX_ORDER + 1))
+    head = tuple(_total(M[i, j] * D[i] for i in range(MAX_ORDER + 1)) for j in range(MAX_ORDER + 1))
     # Materialized once: fused into its consumers, XLA would recompute it in each.
     return lax.optimization_barrier(head) + D[MAX_ORDER + 1 :]
+
+
+def _total(terms: Iterable[Array]) -> Array:
+    """The sum of ``terms`` (one fused elementwise expression)."""
+    return functools.reduce(operator.add, terms)
 
 
 def pick(D: tuple[Array, ...], index: Array) -> Array:
@@ -168,7 +175,7 @@ def interpolate(D: tuple[Array, ...], order: Array, t: Array, h: Array, at: Arra
     k = np.arange(MAX_ORDER)
     x = (at - (t - h * k)) / (h * (1 + k))
     p = jnp.where(k < order, jnp.cumprod(x), 0).astype(D[0].dtype)
-    return D[0] + sum(p[i] * D[i + 1] for i in range(MAX_ORDER))
+    return D[0] + _total(p[i] * D[i + 1] for i in range(MAX_ORDER))
 
 
 def _newton(
@@ -317,12 +324,12 @@ def integrate(
         current_jac = jnp.where(s.new_step, problem.constant_jacobian, s.current_jac)
 
         rows = range(MAX_ORDER + 3)
-        y_predict = sum(jnp.where(k <= order, D[k], 0) for k in range(MAX_ORDER + 1))
+        y_predict = _total(jnp.where(k <= order, D[k], 0) for k in range(MAX_ORDER + 1))
         scale = atol + rtol * jnp.abs(y_predict)
         psi_weights = (
             jnp.where(np.arange(MAX_ORDER + 1) <= order, gamma, 0) / alpha[order]
         ).astype(D[0].dtype)
-        psi = sum(psi_weights[k] * D[k] for k in range(1, MAX_ORDER + 1))
+        psi = _total(psi_weights[k] * D[k] for k in range(1, MAX_ORDER + 1))
         c = h / alpha[order]
 
         counts = s.counts

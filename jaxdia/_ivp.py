@@ -111,7 +111,7 @@ def _banded_solver() -> _bdf.LinearSolver:
 
 
 def _bicgstab_solver(
-    rtol: ArrayLike, maxiter: ArrayLike | None, grid: tuple[int, ...] | None
+    rtol: ArrayLike, maxiter: int | None, grid: tuple[int, ...] | None
 ) -> _bdf.LinearSolver:
     """BiCGStab on ``I - c J`` preconditioned by its ILU(0), or, on a ``grid``, by a
     multigrid V-cycle of it."""
@@ -314,9 +314,10 @@ def solve_ivp(
         point of a large 2-D or 3-D grid, ``J`` a 5-, 7-, 9- or 27-point stencil; the
         docs' "which solver" table).
       krylov_rtol: the relative residual of each ``"bicgstab"`` or ``"multigrid"``
-        solve (at least 100 eps of ``y``'s dtype); a solve that does not reach it in ``krylov_maxiter`` iterations fails the
-        Newton iteration, which then retries with a smaller step, as after any Newton
-        failure (a run whose steps shrink below the spacing of floats ends with status -1).
+        solve (at least 100 eps of ``y``'s dtype); a solve that does not reach it in
+        ``krylov_maxiter`` iterations fails the Newton iteration, which then retries
+        with a smaller step, as after any Newton failure (a run whose steps shrink below
+        the spacing of floats ends with status -1).
       krylov_maxiter: the most iterations of each Krylov solve (None: ``10 n``).
       grid: for ``linear_solver="multigrid"``, the grid ``(n1, n2)`` or ``(n1, n2, n3)``
         whose points in C order are ``y``'s components (``prod(grid) == n``).

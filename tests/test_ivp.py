@@ -352,9 +352,8 @@ def test_multigrid_linear_solver_matches_scipy_bdf_and_fails_honestly():
         )
     )  # fmt: skip
     ours = solve(y0, 100)
-    sparsity = sp.csc_array(
-        sp.diags_array([np.ones(points**2 - abs(k)) for k in offsets], offsets=offsets)
-    )
+    diagonals = [np.ones(points**2 - abs(k)) for k in offsets]
+    sparsity = sp.csc_array(sp.diags_array(diagonals, offsets=list(offsets)))  # pyright: ignore[reportArgumentType]
     theirs = si.solve_ivp(
         for_scipy(allen_cahn), (0, 0.05), y0, method="BDF", jac_sparsity=sparsity, **kwargs
     )
