@@ -25,7 +25,9 @@ Newton iteration, which converges to the sensitivity of each step's implicit equ
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+import operator
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import jax
@@ -64,7 +66,8 @@ MESSAGES = {
 class LinearSolver(NamedTuple):
     """How the loop solves ``(I - c J) x = b``: ``prepare(J, c)`` returns the state
     reused across steps (a factor, a preconditioner) and whether it is usable;
-    ``solve(state, b)`` solves with it."""
+    ``solve(state, b)`` solves with it, and returns a non-finite solution for a
+    non-finite ``b`` (the Newton iteration reads a non-finite ``f`` from it)."""
 
     prepare: Callable[[Any, Array], tuple[Any, Array]]
     solve: Callable[[Any, Array], Array]
@@ -92,12 +95,15 @@ class Counts(NamedTuple):
 class _State(NamedTuple):
     t: Array
     h_abs: Array
-    D: Array  # (MAX_ORDER + 3, n) backward differences
+    D: tuple[Array, ...]  # MAX_ORDER + 3 backward differences, for h_abs / pending_factor
+    rescale_pending: Array  # the next attempt rescales D by pending_factor first
+    pending_factor: Array
     order: Array
     n_equal_steps: Array
     jac: Any
     factor: Any
     factor_ok: Array  # the factor is of the current I - c J (or SciPy keeps it)
+    factor_usable: Array  # what prepare said of it
     current_jac: Array  # J was computed during this step
     need_jac: Array  # the next attempt recomputes J (Newton failed with an old one)
     new_step: Array  # the next attempt starts a step
@@ -126,31 +132,50 @@ def _r_matrix(order: Array, factor: Array, dtype: Any) -> Array:
     return jnp.where(inside, R, jnp.eye(MAX_ORDER + 1, dtype=dtype))
 
 
-def change_D(D: Array, order: Array, factor: Array) -> Array:
-    """SciPy's ``change_D``: the differences of the same polynomial for the step size
-    multiplied by ``factor``."""
-    dtype = jnp.real(D).dtype
-    RU = jnp.matmul(
+def change_matrix(order: Array, factor: Array, dtype: Any) -> Array:
+    """The ``(MAX_ORDER + 1)`` square matrix ``RU`` of SciPy's ``change_D``: the rows
+    ``0 .. MAX_ORDER`` of the differences for the step size multiplied by ``factor`` are
+    ``RU.T @ D[: MAX_ORDER + 1]`` (the identity beyond ``order``)."""
+    return jnp.matmul(
         _r_matrix(order, factor, dtype),
         _r_matrix(order, jnp.ones((), dtype), dtype),
         precision="highest",
     )
-    head = jnp.einsum("ij,in->jn", RU.astype(D.dtype), D[: MAX_ORDER + 1], precision="highest")
-    return D.at[: MAX_ORDER + 1].set(head)
 
 
-def _rows_upto(order: Array, count: int) -> Array:
-    """A ``(count, 1)`` mask of the rows ``0 .. order``."""
-    return (jnp.arange(count) <= order)[:, None]
+def transform_rows(D: tuple[Array, ...], M: Array) -> tuple[Array, ...]:
+    """``D`` with its rows ``0 .. MAX_ORDER`` replaced by ``M.T @ D[: MAX_ORDER + 1]``.
+
+    ``D`` is a tuple of rows rather than one array so that this and every other
+    update of the differences is one elementwise pass that XLA vectorizes (a ``dot`` of
+    a 6 x 6 by a 6 x n matrix, or a ``stack`` of updated rows, is several times slower
+    on CPU)."""
+    M = M.astype(D[0].dtype)
+    head = tuple(_total(M[i, j] * D[i] for i in range(MAX_ORDER + 1)) for j in range(MAX_ORDER + 1))
+    # Materialized once: fused into its consumers, XLA would recompute it in each.
+    return lax.optimization_barrier(head) + D[MAX_ORDER + 1 :]
 
 
-def interpolate(D: Array, order: Array, t: Array, h: Array, at: Array) -> Array:
+def _total(terms: Iterable[Array]) -> Array:
+    """The sum of ``terms`` (one fused elementwise expression)."""
+    return functools.reduce(operator.add, terms)
+
+
+def pick(D: tuple[Array, ...], index: Array) -> Array:
+    """The row ``D[index]`` for a traced ``index``."""
+    row = D[0]
+    for k in range(1, len(D)):
+        row = jnp.where(index == k, D[k], row)
+    return row
+
+
+def interpolate(D: tuple[Array, ...], order: Array, t: Array, h: Array, at: Array) -> Array:
     """SciPy's ``BdfDenseOutput`` at one time ``at``: the interpolating polynomial of the
     step that ended at ``t`` with step ``h`` (signed)."""
     k = np.arange(MAX_ORDER)
     x = (at - (t - h * k)) / (h * (1 + k))
-    p = jnp.where(k < order, jnp.cumprod(x), 0).astype(D.dtype)
-    return D[0] + jnp.einsum("k,kn->n", p, D[1 : MAX_ORDER + 1], precision="highest")
+    p = jnp.where(k < order, jnp.cumprod(x), 0).astype(D[0].dtype)
+    return D[0] + _total(p[i] * D[i + 1] for i in range(MAX_ORDER))
 
 
 def _newton(
@@ -173,7 +198,6 @@ def _newton(
     def body(carry):
         k, y, d, dy_norm_old, _, _ = carry
         f = problem.rhs(t_new, y)
-        finite = jnp.all(jnp.isfinite(f))
         dy = problem.linear_solver.solve(factor, c * f - psi - d)
         dy_norm = lax.stop_gradient(rms(dy / scale))
         have_rate = k > 0
@@ -181,9 +205,10 @@ def _newton(
         slow = have_rate & (
             (rate >= 1) | (rate ** (NEWTON_MAXITER - k) / (1 - rate) * dy_norm > tol)
         )
-        failed = ~finite | ~jnp.isfinite(dy_norm) | slow
-        y = jnp.where(failed, y, y + dy)
-        d = jnp.where(failed, d, d + dy)
+        # A non-finite f makes dy non-finite (LinearSolver.solve propagates it).
+        failed = ~jnp.isfinite(dy_norm) | slow
+        # After a failure y and d are garbage, unused: the attempt is rejected.
+        y, d = y + dy, d + dy
         converged = ~failed & ((dy_norm == 0) | (have_rate & (rate / (1 - rate) * dy_norm < tol)))
         return k + 1, y, d, dy_norm, failed | converged, converged
 
@@ -238,8 +263,8 @@ def integrate(
     f0 = problem.rhs(t0, y0)
     h0 = initial_step(problem, t0, y0, f0, t_bound, rtol, atol, max_step)
     jac0 = problem.jacobian(t0, y0)
-    D = jnp.zeros((MAX_ORDER + 3, y0.size), y0.dtype).at[0].set(y0)
-    D = D.at[1].set(f0 * (h0 * direction).astype(y0.dtype))
+    zero = jnp.zeros_like(y0)
+    D = (y0, f0 * (h0 * direction).astype(y0.dtype)) + (zero,) * (MAX_ORDER + 1)
     shapes = jax.eval_shape(problem.linear_solver.prepare, jac0, h0)[0]
     factor0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
@@ -254,11 +279,14 @@ def integrate(
         t=t0,
         h_abs=h0,
         D=D,
+        rescale_pending=jnp.bool_(False),
+        pending_factor=jnp.ones((), real),
         order=one,
         n_equal_steps=jnp.int32(0),
         jac=jac0,
         factor=factor0,
         factor_ok=jnp.bool_(False),
+        factor_usable=jnp.bool_(False),
         current_jac=jnp.bool_(True),
         need_jac=jnp.bool_(False),
         new_step=jnp.bool_(True),
@@ -269,7 +297,7 @@ def integrate(
     )
 
     def attempt(s: _State) -> _State:
-        t, order, D = s.t, s.order, s.D
+        t, order = s.t, s.order
         min_step = 10 * jnp.abs(jnp.nextafter(t, direction * jnp.inf) - t)
         # At a step's start the step size is clamped to [min_step, max_step]; a retry
         # below min_step fails. Past t_bound, the step ends at t_bound.
@@ -282,21 +310,26 @@ def integrate(
         h = t_new - t
         rescale = jnp.where(past, jnp.abs(h), h_abs) / s.h_abs
         changed = clamped | past
-        D = jnp.where(changed, change_D(D, order, rescale), D)
+        # The one rescaling of D this attempt: the previous attempt's (its new step size
+        # or order), then this one's clamp; the identity when neither changed it.
+        rescaled = changed | s.rescale_pending
+        factor = jnp.where(changed, rescale, 1) * jnp.where(s.rescale_pending, s.pending_factor, 1)
+        M = jnp.where(
+            rescaled, change_matrix(order, factor, real), jnp.eye(MAX_ORDER + 1, dtype=real)
+        )
+        D = transform_rows(s.D, M)
         n_equal = jnp.where(changed, 0, s.n_equal_steps)
         h_abs = jnp.abs(h)
         factor_ok = s.factor_ok & ~past
         current_jac = jnp.where(s.new_step, problem.constant_jacobian, s.current_jac)
 
-        y_predict = jnp.sum(jnp.where(_rows_upto(order, MAX_ORDER + 3), D, 0), axis=0)
+        rows = range(MAX_ORDER + 3)
+        y_predict = _total(jnp.where(k <= order, D[k], 0) for k in range(MAX_ORDER + 1))
         scale = atol + rtol * jnp.abs(y_predict)
-        weights = jnp.where(np.arange(1, MAX_ORDER + 1) <= order, gamma[1:], 0)
-        psi = (
-            jnp.einsum(
-                "k,kn->n", weights.astype(D.dtype), D[1 : MAX_ORDER + 1], precision="highest"
-            )
-            / alpha[order]
-        )
+        psi_weights = (
+            jnp.where(np.arange(MAX_ORDER + 1) <= order, gamma, 0) / alpha[order]
+        ).astype(D[0].dtype)
+        psi = _total(psi_weights[k] * D[k] for k in range(1, MAX_ORDER + 1))
         c = h / alpha[order]
 
         counts = s.counts
@@ -308,15 +341,17 @@ def integrate(
         current_jac = current_jac | s.need_jac
         factor_ok = factor_ok & ~s.need_jac
 
-        def refactor():
-            factor, ok = problem.linear_solver.prepare(jac, c)
-            return factor, ok, counts.nlu + 1
+        def refactor(carry):
+            lu, ok = problem.linear_solver.prepare(jac, c)
+            return jnp.bool_(False), lu, ok, carry[-1] + 1
 
-        factor, usable, nlu = lax.cond(
-            factor_ok, lambda: (s.factor, jnp.bool_(True), counts.nlu), refactor
+        # A loop run once or not at all rather than a lax.cond: XLA updates the factor
+        # in place where a cond's branch that keeps it would copy it.
+        _, lu, usable, nlu = lax.while_loop(
+            lambda carry: carry[0], refactor, (~factor_ok, s.factor, s.factor_usable, counts.nlu)
         )
         converged, n_iter, y_new, d = _newton(
-            problem, t_new, y_predict, c, psi, factor, scale, newton_tol
+            problem, t_new, y_predict, c, psi, lu, scale, newton_tol
         )
         converged = converged & usable
 
@@ -334,20 +369,24 @@ def integrate(
             0.5,
         )
         shrink_now = ~accepted & (converged | current_jac)
-        D_rejected = change_D(D, order, shrink)
 
-        # An accepted step: update the differences, then every order + 1 equal steps
-        # choose the order and the step size.
-        rows = np.arange(MAX_ORDER + 3)[:, None]
-        D_acc = jnp.where(rows == order + 2, d - D[jnp.minimum(order + 1, MAX_ORDER + 2)], D)
-        D_acc = jnp.where(rows == order + 1, d, D_acc)
-        tail = jnp.cumsum(jnp.where(rows <= order + 1, D_acc, 0)[::-1], axis=0)[::-1]
-        D_acc = jnp.where(rows <= order, tail, D_acc)
+        # An accepted step: SciPy's update of the differences (rows order + 1 and
+        # order + 2, then D[i] += D[i + 1] from i = order down), selected row by row.
+        above = pick(D, order + 1)
+        updated = [
+            jnp.where(k == order + 2, d - above, jnp.where(k == order + 1, d, D[k])) for k in rows
+        ]
+        for k in reversed(range(MAX_ORDER + 2)):
+            updated[k] = jnp.where(k <= order, updated[k] + updated[k + 1], updated[k])
+        D_next = tuple(jnp.where(accepted, updated[k], D[k]) for k in rows)
+        # Every order + 1 equal steps: choose the order and the step size, from the
+        # error estimates of orders order - 1 and order + 1 (rows order and order + 2).
         n_equal_acc = n_equal + 1
-        error_m = jnp.where(order > 1, rms(error_const[order - 1] * D_acc[order] / scale), jnp.inf)
+        lower_row, upper_row = pick(D, order) + d, d - above
+        error_m = jnp.where(order > 1, rms(error_const[order - 1] * lower_row / scale), jnp.inf)
         error_p = jnp.where(
             order < MAX_ORDER,
-            rms(error_const[jnp.minimum(order + 1, MAX_ORDER)] * D_acc[order + 2] / scale),
+            rms(error_const[jnp.minimum(order + 1, MAX_ORDER)] * upper_row / scale),
             jnp.inf,
         )
         norms = lax.stop_gradient(jnp.stack([error_m, error_norm, error_p]))
@@ -355,7 +394,6 @@ def integrate(
         choose = n_equal_acc >= order + 1
         new_order = jnp.where(choose, order + jnp.argmax(factors) - 1, order).astype(jnp.int32)
         grow = jnp.minimum(MAX_FACTOR, safety * jnp.max(factors))
-        D_acc = jnp.where(choose, change_D(D_acc, new_order, grow), D_acc)
         h_acc = jnp.where(choose, h_abs * grow, h_abs)
 
         t_next = jnp.where(accepted, t_new, t)
@@ -368,23 +406,24 @@ def integrate(
         status = jnp.where(
             (status == RUNNING) & (nattempts >= max_steps), MAX_STEPS_REACHED, status
         )
-        D_next = jnp.where(accepted, D_acc, jnp.where(shrink_now, D_rejected, D))
         order_next = jnp.where(accepted, new_order, order)
-        h_signed = jnp.where(accepted, h_acc, h_abs) * direction
-
+        # D_next is still in the step size h; the next attempt rescales it.
         ys, next_out = _write_outputs(
-            s.ys, s.next_out, t_eval, t_next, direction, D_next, order_next, h_signed, accepted
+            s.ys, s.next_out, t_eval, t_next, direction, D_next, order_next, h, accepted
         )
         return _State(
             t=t_next,
             h_abs=jnp.where(accepted, h_acc, jnp.where(shrink_now, h_abs * shrink, h_abs)),
             D=D_next,
+            rescale_pending=jnp.where(accepted, choose, shrink_now),
+            pending_factor=jnp.where(accepted, grow, shrink).astype(real),
             order=order_next,
             n_equal_steps=jnp.where(
                 accepted, jnp.where(choose, 0, n_equal_acc), jnp.where(shrink_now, 0, n_equal)
             ),
             jac=jac,
-            factor=factor,
+            factor=lu,
+            factor_usable=usable,
             factor_ok=jnp.where(accepted, ~choose, converged),
             current_jac=current_jac,
             need_jac=~converged & ~current_jac & ~too_small,
@@ -411,7 +450,7 @@ def _write_outputs(
     t_eval: Array,
     t: Array,
     direction: Array,
-    D: Array,
+    D: tuple[Array, ...],
     order: Array,
     h: Array,
     accepted: Array,

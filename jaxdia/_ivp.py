@@ -15,16 +15,24 @@ from jax import Array
 from . import _bdf
 from ._checks import is_traced, static_int
 from ._jacobian import jacobian as banded_jacobian
+from ._kernels.primitives import forward_only
 from ._linalg.factor import lu_unchecked
 from ._linalg.incomplete import ilu0
 from ._linalg.krylov import bicgstab
+from ._linalg.multigrid import multigrid
 from ._matrix import DiaMatrix
 from ._parts import DiaParts
-from ._typing import ArrayLike, Offsets
+from ._typing import ArrayLike, Grid, Offsets
 
-_LINEAR_SOLVERS = ("banded", "bicgstab")
+_LINEAR_SOLVERS = ("banded", "bicgstab", "multigrid")
 #: Without ``jac_offsets`` or ``jac`` the Jacobian is the whole matrix: for small systems.
 _DENSE_LIMIT = 1024
+_REVERSE_MODE = (
+    "jaxdia.solve_ivp (and odeint) cannot be differentiated in reverse mode (jax.grad, "
+    "jax.vjp, jax.jacrev): the integration is a lax.while_loop of unbounded length. Use "
+    "forward mode, jax.jacfwd or jax.jvp (one integration per input direction), e.g. "
+    "jax.jacfwd(loss)(y0) for the gradient of a scalar loss"
+)
 
 
 class OdeResult(NamedTuple):
@@ -39,7 +47,7 @@ class OdeResult(NamedTuple):
         -3 when ``y0`` or ``fun(t0, y0)`` is not finite.
       nfev: evaluations of ``fun`` (the Jacobian's linearizations not counted).
       njev: Jacobians computed.
-      nlu: factorizations of ``I - c J`` (preconditioners, for ``linear_solver="bicgstab"``).
+      nlu: factorizations of ``I - c J`` (preconditioners, for the Krylov ``linear_solver``s).
       nsteps: accepted steps.
       nattempts: step attempts (accepted and rejected; ``max_steps`` bounds them).
 
@@ -102,15 +110,25 @@ def _banded_solver() -> _bdf.LinearSolver:
     return _bdf.LinearSolver(prepare, lambda lu, b: lu.solve(b))
 
 
-def _bicgstab_solver(rtol: float) -> _bdf.LinearSolver:
+def _bicgstab_solver(
+    rtol: ArrayLike, maxiter: int | None, grid: tuple[int, ...] | None
+) -> _bdf.LinearSolver:
+    """BiCGStab on ``I - c J`` preconditioned by its ILU(0), or, on a ``grid``, by a
+    multigrid V-cycle of it."""
+
     def prepare(J, c):
         M = _newton_matrix(J, c)
-        return (M, ilu0(M)), jnp.bool_(True)
+        return (M, ilu0(M) if grid is None else multigrid(M, grid)), jnp.bool_(True)
 
     def solve(state, b):
         M, preconditioner = state
-        x, _ = bicgstab(M, b, M=preconditioner, rtol=rtol, atol=0.0)
-        return x
+        # A relative residual below 100 eps is not attainable (float32's 1e-6, say).
+        floor = 100 * jnp.finfo(b.dtype).eps
+        x, info = bicgstab(
+            M, b, M=preconditioner, rtol=jnp.maximum(rtol, floor), atol=0.0, maxiter=maxiter
+        )
+        # A solve that did not converge (or a non-finite b) fails the Newton iteration.
+        return jnp.where(info.converged, x, jnp.nan)
 
     return _bdf.LinearSolver(prepare, solve)
 
@@ -138,6 +156,24 @@ def _as_times(t_span: Any, t_eval: Any, dtype: np.dtype) -> tuple[Array, Array, 
         if np.any(steps < 0):
             raise ValueError("solve_ivp: t_eval must be sorted in the direction of t_span")
     return t0, t1, times
+
+
+def _grid(grid: Grid | None, linear_solver: str, n: int) -> tuple[int, ...] | None:
+    """``grid`` checked: given exactly for ``linear_solver="multigrid"``, of ``n`` points."""
+    if linear_solver != "multigrid":
+        if grid is not None:
+            raise ValueError(
+                f"solve_ivp: grid is for linear_solver='multigrid', got it with {linear_solver!r}"
+            )
+        return None
+    if grid is None:
+        raise ValueError("solve_ivp: linear_solver='multigrid' needs grid, e.g. grid=(64, 64)")
+    shape = tuple(static_int(size, "solve_ivp: grid") for size in np.atleast_1d(grid))
+    if not 1 <= len(shape) <= 3 or min(shape) < 1 or int(np.prod(shape)) != n:
+        raise ValueError(
+            f"solve_ivp: grid must be 1 to 3 positive sizes whose product is n = {n}, got {grid!r}"
+        )
+    return shape
 
 
 def _tolerance(value: Any, name: str, n: int, dtype: np.dtype) -> Array:
@@ -216,6 +252,8 @@ def solve_ivp(
     jac_mask: ArrayLike | None = None,
     linear_solver: str = "banded",
     krylov_rtol: float = 1e-6,
+    krylov_maxiter: int | None = None,
+    grid: Grid | None = None,
     max_step: float = float("inf"),
     max_steps: int = 100_000,
 ) -> OdeResult:
@@ -243,8 +281,9 @@ def solve_ivp(
     Differentiation: forward mode (``jax.jvp``, ``jax.jacfwd``) with respect to ``y0``
     and ``args``; the step sizes, orders and Newton matrices are held fixed, so the
     tangent is that of the computed solution along its steps. Reverse mode
-    (``jax.grad``) is not supported (the loop has no bound): JAX raises for
-    ``while_loop``; use ``jax.jacfwd`` for a few parameters.
+    (``jax.grad``, ``jax.vjp``) is not supported (the loop has no bound): it raises a
+    ``ValueError`` that says so; ``jax.jacfwd(loss)`` gives the gradient of a scalar
+    loss in one integration per input.
 
     Args:
       fun: the right-hand side ``fun(t, y, *args)``, returning an array shaped like ``y``.
@@ -267,10 +306,21 @@ def solve_ivp(
       jac_mask: structural zeros within ``jac_offsets`` (see :func:`jaxdia.jacobian`),
         e.g. for interleaved species; fewer colours.
       linear_solver: ``"banded"`` (:func:`jaxdia.lu_factor`: the default, best for
-        bands up to a few hundred wide) or ``"bicgstab"`` (:func:`jaxdia.bicgstab`
+        bands up to a few hundred wide), ``"bicgstab"`` (:func:`jaxdia.bicgstab`
         preconditioned by :func:`jaxdia.ilu0` of ``I - c J``, rebuilt when SciPy would
-        refactor: for 2-D and 3-D grids whose band is too wide to factor).
-      krylov_rtol: the relative residual of each ``"bicgstab"`` solve.
+        refactor: for 2-D and 3-D grids whose band is too wide to factor) or
+        ``"multigrid"`` (:func:`jaxdia.bicgstab` preconditioned by a
+        :func:`jaxdia.multigrid` V-cycle of ``I - c J`` on ``grid``: for one unknown per
+        point of a large 2-D or 3-D grid, ``J`` a 5-, 7-, 9- or 27-point stencil; the
+        docs' "which solver" table).
+      krylov_rtol: the relative residual of each ``"bicgstab"`` or ``"multigrid"``
+        solve (at least 100 eps of ``y``'s dtype); a solve that does not reach it in
+        ``krylov_maxiter`` iterations fails the Newton iteration, which then retries
+        with a smaller step, as after any Newton failure (a run whose steps shrink below
+        the spacing of floats ends with status -1).
+      krylov_maxiter: the most iterations of each Krylov solve (None: ``10 n``).
+      grid: for ``linear_solver="multigrid"``, the grid ``(n1, n2)`` or ``(n1, n2, n3)``
+        whose points in C order are ``y``'s components (``prod(grid) == n``).
       max_step: the largest step size.
       max_steps: the most step attempts (accepted and rejected); status -2 beyond.
 
@@ -282,7 +332,7 @@ def solve_ivp(
       ValueError: for a method other than ``"BDF"``, a ``y0`` that is not 1-D,
         ``t_span``/``t_eval`` of the wrong shape, outside ``t_span`` or unsorted,
         negative tolerances, ``jac`` together with ``jac_offsets``, or no
-        ``jac_offsets`` for ``n > 1024``.
+        ``jac_offsets`` for ``n > 1024``; and when reverse mode differentiates it.
       TypeError: for a ``fun`` whose output is not shaped like ``y0``, or a ``jac`` that
         does not return a DiaMatrix of shape ``(n, n)``.
 
@@ -335,7 +385,11 @@ def solve_ivp(
     def rhs(t, y):
         return jnp.asarray(fun(t, y, *args)).astype(dtype)
 
-    solver = _banded_solver() if linear_solver == "banded" else _bicgstab_solver(krylov_rtol)
+    grid_shape = _grid(grid, linear_solver, n)
+    if linear_solver == "banded":
+        solver = _banded_solver()
+    else:
+        solver = _bicgstab_solver(krylov_rtol, krylov_maxiter, grid_shape)
     problem = _bdf.Problem(
         rhs=rhs,
         jacobian=_jacobian_function(fun, jac, jac_offsets, jac_mask, n, args),
@@ -345,7 +399,7 @@ def solve_ivp(
     ys, _, status, counts = _bdf.integrate(
         problem, t0, t1, y0, times, rtol_, atol_, jnp.asarray(max_step, real), max_steps
     )
-    return OdeResult(times, ys.T, status, *counts)
+    return OdeResult(times, forward_only(ys.T, _REVERSE_MODE), status, *counts)
 
 
 def odeint(

@@ -38,7 +38,9 @@ SLICE = [
     *(("multigrid", 1, i) for i in (33, 10, 39, 0, 36)),
     *(("jacobian", 1, i) for i in (103, 40, 93, 76, 17, 86)),
     ("sharded", 1, 18),
-    *(("ivp", 1, i) for i in (2, 13)),  # float32 periodic, jit; periodic corners, eager
+    # float32 periodic, jit; periodic corners, eager; multigrid V-cycles, eager; float32
+    # ILU(0)-preconditioned BiCGStab, vmap
+    *(("ivp", 1, i) for i in (2, 57, 23, 16)),
     *(("gmres", 1, i) for i in (15, 10, 33, 19)),  # left/vmap, A batch, singular, ILU(0)
     # lstsq (a run of seed 0): near rank-deficient solved and refused, rank-deficient,
     # column-scaled, NaN; eager, jit and vmap.

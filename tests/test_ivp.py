@@ -234,12 +234,22 @@ def test_forward_mode_derivatives_match_the_exact_sensitivities():
     np.testing.assert_allclose(np.asarray(d_r), np.asarray(fd), rtol=1e-4, atol=1e-7)
 
 
-def test_reverse_mode_raises():
+def test_reverse_mode_raises_a_jaxdia_error_that_names_forward_mode():
     def loss(y0):
         return jnp.sum(jaxdia.solve_ivp(lambda t, y: -y, (0.0, 1.0), y0).y)
 
-    with pytest.raises(ValueError, match="Reverse-mode differentiation"):
-        jax.grad(loss)(jnp.ones(2))
+    def odeint_loss(y0):
+        return jnp.sum(jaxdia.odeint(lambda y, t: -y, y0, jnp.array([0.0, 1.0]), ml=0, mu=0))
+
+    match = r"cannot be differentiated in reverse mode.*jax\.jacfwd"
+    # Under jit the error comes while tracing, before anything runs.
+    for reverse, y0 in [
+        (jax.grad(loss), jnp.ones(2)),
+        (lambda y0: jax.vjp(loss, y0)[1](1.0), jnp.ones(2)),
+        (jax.vmap(jax.grad(odeint_loss)), jnp.ones((3, 2))),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            jax.jit(reverse).lower(y0)
 
 
 def test_blow_up_fails_with_nan_past_the_singularity():
@@ -319,6 +329,45 @@ def test_bicgstab_linear_solver_matches_the_banded_one():
     np.testing.assert_allclose(np.asarray(krylov.y), np.asarray(banded.y), rtol=1e-6, atol=1e-9)
 
 
+def test_multigrid_linear_solver_matches_scipy_bdf_and_fails_honestly():
+    # Allen-Cahn on a 12 x 12 grid (zero boundary values): I - c J is a 5-point stencil.
+    points = 12
+    h = 1.0 / (points + 1)
+
+    def allen_cahn(t, y):
+        u = y.reshape(points, points)
+        p = jnp.pad(u, 1)
+        lap = p[:-2, 1:-1] + p[2:, 1:-1] + p[1:-1, :-2] + p[1:-1, 2:] - 4 * u
+        return (lap / h**2 + (u - u**3) / 0.01).reshape(-1)
+
+    x = np.arange(1, points + 1) * h
+    y0 = np.outer(np.sin(np.pi * x), np.sin(2 * np.pi * x)).reshape(-1)
+    offsets = (-points, -1, 0, 1, points)
+    kwargs: dict[str, Any] = dict(rtol=1e-6, atol=1e-9, t_eval=np.array([0.0, 0.02, 0.05]))
+    # One program for both runs: krylov_maxiter is traced.
+    solve = jax.jit(
+        lambda y0, krylov_maxiter: jaxdia.solve_ivp(
+            allen_cahn, (0.0, 0.05), y0, jac_offsets=offsets, linear_solver="multigrid",
+            grid=(points, points), krylov_rtol=1e-8, krylov_maxiter=krylov_maxiter, **kwargs,
+        )
+    )  # fmt: skip
+    ours = solve(y0, 100)
+    diagonals = [np.ones(points**2 - abs(k)) for k in offsets]
+    sparsity = sp.csc_array(sp.diags_array(diagonals, offsets=list(offsets)))  # pyright: ignore[reportArgumentType]
+    theirs = si.solve_ivp(
+        for_scipy(allen_cahn), (0, 0.05), y0, method="BDF", jac_sparsity=sparsity, **kwargs
+    )
+    assert bool(ours.success)
+    assert (int(ours.nfev), int(ours.njev), int(ours.nlu)) == (theirs.nfev, theirs.njev, theirs.nlu)
+    np.testing.assert_allclose(np.asarray(ours.y), theirs.y, rtol=1e-6, atol=1e-9)
+    # An inner solve that cannot converge (no iteration) fails every Newton iteration: the
+    # step shrinks below the spacing of floats and the integration says so, NaN past t0.
+    failed = solve(y0, 0)
+    assert int(failed.status) == -1 and not bool(failed.success)
+    np.testing.assert_array_equal(np.asarray(failed.y[:, 0]), y0)
+    assert np.all(np.isnan(np.asarray(failed.y[:, 1:])))
+
+
 def test_odeint_matches_scipy_odeint_banded():
     def f(y, t, k):
         p = jnp.pad(y, 1)
@@ -355,6 +404,9 @@ def test_odeint_matches_scipy_odeint_banded():
         (dict(jac=lambda t, y: jnp.eye(2)), TypeError, "jac must return a jaxdia.DiaMatrix"),
         (dict(linear_solver="cholesky"), ValueError, "linear_solver must be one of"),
         (dict(max_steps=0), ValueError, "max_steps must be positive"),
+        (dict(linear_solver="multigrid"), ValueError, "needs grid"),
+        (dict(linear_solver="multigrid", grid=(3,)), ValueError, "product is n = 2"),
+        (dict(grid=(2,)), ValueError, "grid is for linear_solver='multigrid'"),
     ],
 )
 def test_bad_arguments_raise_early(kwargs, error, match):

@@ -6,7 +6,9 @@ with a negative diagonal spread over up to 6 decades and off-diagonals small eno
 Gershgorin's discs to stay left of the axis (stable, stiff up to 1e6); the solution is
 ``exp(A t) (y0 + A^-1 f) - A^-1 f`` (``scipy.linalg.expm``, n <= 12). Tolerances are drawn
 (``rtol`` 1e-10 .. 1e-2, float32 above 1e-4), ``t_eval`` random, the call eager, jitted
-or ``vmap``-ed over two initial values, the Jacobian by ``jac_offsets`` or a ``jac``.
+or ``vmap``-ed over two initial values, the Jacobian by ``jac_offsets`` or a ``jac``, the
+linear solver banded LU, ILU(0)-preconditioned BiCGStab or a multigrid V-cycle's (on the
+grid ``(n,)``, for a tridiagonal ``A``).
 
 Verdicts: the global error in units of the tolerance (``|y - exact| / (atol + rtol
 |exact|)``) is compared with SciPy's ``solve_ivp(method="BDF")`` on the same case:
@@ -55,6 +57,8 @@ def generate(rng: np.random.Generator, seed: int) -> dict:
         "mode": str(rng.choice(["eager", "jit", "vmap"])),
         "jacobian": str(rng.choice(["offsets", "jac"])),
         "values": int(rng.integers(0, 2**31)),
+        # Drawn last, so that the draws above (and the cases tests/test_fuzz.py pins) stay.
+        "solver": str(rng.choice(["banded", "banded", "bicgstab", "multigrid"])),
     }
 
 
@@ -107,6 +111,12 @@ def check(params: dict) -> Result:
     options: dict[str, Any] = (
         {"jac_offsets": offsets} if params["jacobian"] == "offsets" else {"jac": lambda t, y: J}
     )
+    solver = params.get("solver", "banded")
+    if solver == "multigrid" and max(abs(k) for k in offsets) > 1:
+        solver = "bicgstab"  # a multigrid needs a stencil: offsets -1 .. 1 on the grid (n,)
+    options["linear_solver"] = solver
+    if solver == "multigrid":
+        options["grid"] = (n,)
 
     def solve(y0):
         return jaxdia.solve_ivp(

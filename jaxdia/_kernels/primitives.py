@@ -392,3 +392,30 @@ def _run_sums_batch(args, dims, *, runs):
 
 
 batching.primitive_batchers[run_sums_p] = _run_sums_batch
+
+
+# -- forward only (the identity, whose transpose raises) --------------------------------------
+
+forward_only_p = Primitive("jaxdia_forward_only")
+forward_only_p.def_impl(lambda x, *, message: x)
+forward_only_p.def_abstract_eval(lambda x, *, message: x)
+mlir.register_lowering(forward_only_p, lambda ctx, x, *, message: [x])
+
+
+def forward_only(x, message: str):
+    """``x``, marked as differentiable in forward mode only: its JVP is itself on the
+    tangent, and its transpose (reached first when reverse mode transposes a program that
+    ends in it) raises ``ValueError(message)``, before JAX would fail deeper inside (a
+    ``while_loop``, say) with a message that does not name the function."""
+    return forward_only_p.bind(x, message=message)
+
+
+def _forward_only_transpose(ct, x, *, message):
+    raise ValueError(message)
+
+
+ad.deflinear2(forward_only_p, _forward_only_transpose)
+batching.primitive_batchers[forward_only_p] = lambda args, dims, *, message: (
+    forward_only_p.bind(args[0], message=message),
+    dims[0],
+)
