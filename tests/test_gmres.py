@@ -172,7 +172,10 @@ def test_stagnation_and_singular_systems_report_false_and_stop():
     b = rhs(n)
     x, info = jaxdia.gmres(A, b, rtol=1e-10, maxiter=1000)
     assert not bool(info.converged) and np.all(np.isfinite(np.asarray(x)))
-    assert int(info.iterations) < 1000
+    # The true residual approaches its least-squares minimum, halving the gap each cycle,
+    # until rounding stops it decreasing (about 50 cycles): then it stops, far before
+    # maxiter's 1000 cycles of 20 steps.
+    assert int(info.iterations) < 100 * 20
     np.testing.assert_allclose(float(info.residual_norm), true_residual(S, b, x), rtol=1e-8)
     # A zero matrix: no step is possible.
     Z = jaxdia.DiaMatrix(np.zeros((1, 5)), [0], (5, 5))
