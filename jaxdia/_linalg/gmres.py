@@ -115,7 +115,9 @@ def _rotated(rotations: Array, j: Array, c: Array, s: Array) -> Array:
     new_next = -s.conj() * row_j + c * row_next
     index = jnp.arange(rotations.shape[-2])[:, None]
     return jnp.where(
-        index == j, new_j[..., None, :], jnp.where(index == j + 1, new_next[..., None, :], rotations)
+        index == j,
+        new_j[..., None, :],
+        jnp.where(index == j + 1, new_next[..., None, :], rotations),
     )
 
 
@@ -320,7 +322,8 @@ def gmres(
     four basis vectors, modified across them), with a second pass where the first
     cancelled more than 70 % of the vector's norm, which keeps the basis orthogonal to
     the working precision (SciPy runs one pass of modified Gram-Schmidt, whose basis
-    loses its orthogonality as the Krylov vectors become nearly dependent). ``restart`` is capped at ``n``, as SciPy does.
+    loses its orthogonality as the Krylov vectors become nearly dependent). ``restart``
+    is capped at ``n``, as SciPy does.
 
     Batches (leading dims of ``A`` and/or ``b``), ``jit``, ``vmap``, implicit
     differentiation in ``b`` and ``A.data`` and function operators work as for
