@@ -81,7 +81,7 @@ def _gram_schmidt(V: Array, w: Array, j: Array) -> tuple[Array, Array]:
 def _orthogonalize(V: Array, w: Array, j: Array, size: Array) -> tuple[Array, Array, Array]:
     """``w`` (of norm ``size``) orthogonalized against rows ``0..j`` of ``V``, its
     coefficients on them (zero beyond ``j``) and its new norm. One pass of
-    :func:`_gram_schmidt`, and a second only where the first cancelled more than
+    :func:`_gram_schmidt`, and a second only where the first left less than
     :data:`REORTHOGONALIZE` of ``w``'s norm (the criterion of Daniel, Gragg, Kaufman and
     Stewart, whose 1 / sqrt(2) ARPACK uses; Rutishauser's was 1 / 10): a pass leaves
     components of the order of its rounding times ``|w| / |w'|`` along the basis, so
