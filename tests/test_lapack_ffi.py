@@ -100,7 +100,7 @@ def test_the_handlers_are_compiled():
     }
     targets = _lapack_ffi.targets(capsules)  # again: the same routines, accepted
     assert sorted(targets) == sorted(
-        ["gbtrf", "gbtrs", "pbtrf", "pbtrs", "gttrf", "gttrs", "pttrf", "pttrs"]
+        ["gbtrf", "gbtrs", "pbtrf", "pbtrs", "gttrf", "gttrs", "pttrf", "pttrs", "pbsinv"]
     )
     del capsules["ztbsv"]
     with pytest.raises(KeyError, match="ztbsv"):
@@ -152,6 +152,41 @@ def test_what_the_handlers_cannot_handle_is_an_xla_error():
     # and the handlers still work
     A = band(n, 1, 1, dominant=True)
     np.testing.assert_allclose(A @ jaxdia.solve_banded(A, np.ones(n)), 1.0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("n, kd", [(1, 0), (1, 2), (2, 3), (3, 1), (9, 2), (12, 4)])
+@pytest.mark.parametrize("lower", [False, True])
+def test_pbsinv_is_the_inverse_on_scipys_cholesky_band(n, kd, lower, dtype):
+    """``pbsinv`` of SciPy's ``?pbtrf`` factor (``cholesky_banded``) holds the dense
+    inverse on the factor's triangle, in its band storage, zeros outside the matrix; a
+    batch (vmap) is one call with leading systems."""
+    rng = np.random.default_rng(n + kd)
+    offsets = np.subtract.outer(np.arange(n), np.arange(n))
+    M = rng.standard_normal((n, n))
+    if np.dtype(dtype).kind == "c":
+        M = M + 1j * rng.standard_normal((n, n))
+    A = np.where(np.abs(offsets) <= kd, M @ M.conj().T, 0) + 4 * n * np.eye(n)
+    A = ((A + A.conj().T) / 2).astype(dtype)
+    ab = np.zeros((kd + 1, n), dtype)  # LAPACK's band: ab[r, j] = A[i, j]
+    for r in range(kd + 1):
+        for j in range(n):
+            i = j + r if lower else j - (kd - r)
+            if 0 <= i < n:
+                ab[r, j] = A[i, j]
+    c = jnp.asarray(scipy.linalg.cholesky_banded(ab, lower=lower).T.copy())
+    z = np.asarray(lapack.pbsinv(c, kd=kd, lower=lower)).T
+    inverse = np.linalg.inv(A.astype(np.complex128))
+    tol = 1e-4 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12
+    for r in range(kd + 1):
+        offset = -r if lower else kd - r
+        inside = slice(0, max(n - r, 0)) if lower else slice(min(offset, n), n)
+        np.testing.assert_allclose(z[r, inside], np.diagonal(inverse, offset), rtol=tol, atol=tol)
+        outside = np.ones(n, bool)
+        outside[inside] = False
+        assert np.all(z[r, outside] == 0)
+    batched = jax.vmap(lambda c: lapack.pbsinv(c, kd=kd, lower=lower))(jnp.stack([c, 2 * c]))
+    np.testing.assert_allclose(batched[1], np.asarray(z).T / 4, rtol=tol, atol=tol)
 
 
 def test_a_zero_pivot_is_a_result_not_an_error():

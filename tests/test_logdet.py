@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 import jaxdia
 from jaxdia import _dispatch
-from jaxdia._linalg import banded
+from jaxdia._linalg import banded, selected_inverse
 from jaxdia.testing import batch_shapes, dia_matrices
 
 from .helpers import dense_f64, examples
@@ -308,6 +308,130 @@ def test_hessian_matches_dense():
             i, i2 = j - A.offsets[k], j2 - A.offsets[k2]
             np.testing.assert_allclose(hessian[k, j, k2, j2], expected[i, j, i2, j2], atol=1e-10)
     assert mask.sum() == len(rows)
+
+
+# -- the Cholesky gradient on CPU: Takahashi's recurrences on LAPACK's factor -------------------
+
+
+def with_unread_diagonal(A, lower, seed):
+    """``A`` with one more diagonal in the triangle a Cholesky factor does not read,
+    farther out than its band: the factor ignores it, the band of the inverse leaves it
+    zero."""
+    offset = -(max(A.offsets) + 1) if not lower else max(A.offsets) + 1
+    extra = np.random.default_rng(seed).standard_normal((*A.batch_shape, 1, A.shape[0]))
+    data = np.concatenate([np.asarray(A.data), extra.astype(A.dtype)], axis=-2)
+    return jaxdia.DiaMatrix(data, (*A.offsets, offset), A.shape), offset
+
+
+FACTOR_DATA_FAST = {(2, False), (3, True), (9, False), (12, True)}
+
+
+@pytest.mark.parametrize(
+    "n, kd, dtype, lower",
+    [
+        pytest.param(
+            *case, lower, marks=() if (case[0], lower) in FACTOR_DATA_FAST else pytest.mark.full
+        )
+        for case in [
+            (1, 1, np.float64),
+            (2, 3, np.complex128),  # a band wider than the matrix
+            (3, 0, np.float64),  # diagonal: the tridiagonal factor (PT)
+            (3, 2, np.float32),
+            (9, 1, np.complex64),  # tridiagonal: PT's L D L^H
+            (12, 3, np.complex128),
+        ]
+        for lower in (False, True)
+    ],
+)
+def test_factor_data_is_the_inverse_on_the_band(n, kd, dtype, lower):
+    """The band of the inverse read from LAPACK's Cholesky factor (``PB``, or ``PT`` for a
+    tridiagonal matrix) against the dense inverse, transposed or not, batched, under
+    ``jit`` and ``vmap``; zero on the unread triangle's diagonals beyond the band and in
+    the padding."""
+    A = hermitian_band(n, kd, dtype, batch=(2,), seed=n + kd, lower=lower)
+    inverse = np.linalg.inv(dense_f64(A))
+    A, unread = with_unread_diagonal(A, lower, seed=n)
+    parts = A._parts
+    factor = banded.factor_cholesky(parts, lower, "host")
+    assert factor.layout.code == ("pt" if min(kd, n - 1) <= 1 else "pb")
+    tol = 1e-4 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-11
+    for transpose in (False, True):
+        expected = np.swapaxes(inverse, -1, -2) if transpose else inverse
+        expected_data = np.zeros(A.data.shape, expected.dtype)
+        for k, offset in enumerate(A.offsets):
+            for j in range(n):
+                if 0 <= j - offset < n and offset != unread:
+                    expected_data[..., k, j] = expected[..., j - offset, j]
+
+        def read(data, factor, transpose=transpose):
+            return selected_inverse.factor_data(
+                parts.with_data(data), factor, lower, transpose=transpose
+            )
+
+        for fn in (read, jax.jit(read), jax.vmap(read)):
+            np.testing.assert_allclose(fn(A.data, factor), expected_data, rtol=tol, atol=tol)
+
+
+def test_factor_data_of_a_failed_factor_is_nan():
+    A = hermitian_band(6, 2, batch=(2,), seed=4)
+    data = np.asarray(A.data).copy()
+    data[1, 2, 3] = -100.0  # the second matrix is not positive definite
+    parts = A._parts.with_data(jnp.asarray(data))
+    factor = banded.factor_cholesky(parts, False, "host")
+    values = np.asarray(selected_inverse.factor_data(parts, factor, False))
+    assert np.isfinite(values[0]).all() and np.isnan(values[1]).all()
+    with pytest.raises(ValueError, match="needs a banded Cholesky factor"):
+        selected_inverse.factor_data(parts, banded.factor_lu(parts, "host"), False)
+
+
+@pytest.mark.parametrize(
+    "kd, lower",
+    [
+        pytest.param(1, False, marks=pytest.mark.full),
+        (2, True),
+        pytest.param(3, False, marks=pytest.mark.full),
+    ],
+)
+def test_cholesky_logdet_hessian_matches_dense(kd, lower):
+    """Second derivatives of ``cho_factor(A).logdet()``: the gradient read from LAPACK's
+    factor differentiates as cyclic reduction's selected inverse."""
+    A = hermitian_band(6, kd, seed=kd, lower=lower)
+    data = jnp.where(jnp.isfinite(A.data), A.data, 0)
+    keep = jnp.asarray([(k <= 0) if lower else (k >= 0) for k in A.offsets])[:, None]
+
+    def loss(data):
+        return jaxdia.cho_factor(jaxdia.DiaMatrix(data, A.offsets, A.shape), lower=lower).logdet()
+
+    def dense_loss(data):  # the symmetric matrix the triangle defines
+        triangle = jaxdia.DiaMatrix(jnp.where(keep, data, 0), A.offsets, A.shape).todense()
+        full = triangle + triangle.T - jnp.diag(jnp.diagonal(triangle))
+        return jnp.linalg.slogdet(full)[1]
+
+    inside = np.isfinite(np.asarray(A.data))
+    np.testing.assert_allclose(jax.grad(loss)(data), jax.grad(dense_loss)(data), atol=1e-12)
+    hessian, expected = (np.asarray(jax.hessian(f)(data)) for f in (loss, dense_loss))
+    np.testing.assert_allclose(hessian[inside][:, inside], expected[inside][:, inside], atol=1e-10)
+
+
+@pytest.mark.parametrize("kd", [1, 2])
+def test_cpu_gradient_reads_the_cholesky_factor(kd, monkeypatch):
+    """On CPU the gradient of ``cho_factor(A).logdet()`` calls ``pbsinv`` on LAPACK's
+    factor; with cyclic reduction's factor it does not (it unwinds that reduction)."""
+    A = hermitian_band(64, kd, seed=1)
+
+    def value_and_grad(data):
+        return jax.value_and_grad(
+            lambda d: jaxdia.cho_factor(jaxdia.DiaMatrix(d, A.offsets, A.shape)).logdet()
+        )(data)
+
+    jax.clear_caches()
+    try:
+        assert "jaxdia_lapack_pbsinv" in lowered_text(value_and_grad, A.data, platform="cpu")
+        monkeypatch.setattr(banded, "METHOD", "parallel")
+        jax.clear_caches()
+        assert "jaxdia_lapack" not in lowered_text(value_and_grad, A.data, platform="cpu")
+    finally:
+        jax.clear_caches()
 
 
 # -- selected_inverse --------------------------------------------------------------------------

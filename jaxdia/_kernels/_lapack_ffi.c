@@ -3,8 +3,9 @@
    The handlers of jaxdia's LAPACK custom calls (jaxdia/_kernels/lapack.py documents the
    operations, layouts and attributes): ?gbtrf/?gbtrs (with ?tbsv for a factor computed
    without row interchanges; for a band with few subdiagonals, their algorithms written out
-   here instead, without BLAS calls), ?pbtrf/?pbtrs, ?gttrf/?gttrs, ?pttrf/?pttrs. XLA calls
-   them on its own threads with pointers to its buffers; they never touch Python or the GIL,
+   here instead, without BLAS calls), ?pbtrf/?pbtrs, ?gttrf/?gttrs, ?pttrf/?pttrs, and pbsinv
+   (the band of the inverse from ?pbtrf's factor, written out here). XLA calls them on its
+   own threads with pointers to its buffers; they never touch Python or the GIL,
    and keep no state but the LAPACK function pointers set once by `targets` (so they are
    thread safe: LAPACK's routines are reentrant).
 
@@ -683,6 +684,48 @@ BAND_LU(d, double, double)
 BAND_LU(c, ComplexFloat, float)
 BAND_LU(z, ComplexDouble, double)
 
+/* -- the selected inverse of a banded Cholesky factor ----------------------------------- */
+
+/* Z = A^-1 on the band of A = R^H R (R = U of ?pbtrf's upper factor, or L^H of its lower
+   one), by Takahashi's recurrences: R Z = R^-H, whose right side is lower triangular with
+   diagonal 1 / r_ii, gives for j >= i
+
+       Z[i, j] = (delta_ij / r_ii - sum_{k = i+1}^{i+kd} R[i, k] Z[k, j]) / r_ii,
+
+   and every Z[k, j] it reads (|k - j| <= kd, k > i, Z[k, j] = conj(Z[j, k]) for k > j) is
+   in rows below i, or in row i at a larger j: rows from the last up, each from its last
+   column left. O(n kd^2), the same order of work as the factorization. `z` is written in
+   `c`'s band storage (the triangle ?pbtrf factored), its slots outside the matrix zero. */
+#define BAND_SELECTED_INVERSE(P, T)                                                             \
+    static void P##_band_selected_inverse(int64_t n, int64_t kd, int lower, const T *c,       \
+                                          T *z) {                                             \
+        int64_t ldab = kd + 1;                                                                \
+        memset(z, 0, (size_t)(n * ldab) * sizeof(T));                                          \
+        for (int64_t i = n - 1; i >= 0; i--) {                                                \
+            int64_t last = i + kd < n - 1 ? i + kd : n - 1;                                   \
+            T pivot = lower ? c[i * ldab] : c[i * ldab + kd];                                 \
+            for (int64_t j = last; j >= i; j--) {                                             \
+                T sum = j == i ? P##_reciprocal(pivot) : P##_zero();                          \
+                for (int64_t k = i + 1; k <= last; k++) {                                     \
+                    T r = lower ? P##_conj(c[i * ldab + k - i]) : c[k * ldab + kd + i - k];   \
+                    int64_t row = k <= j ? k : j, d = k <= j ? j - k : k - j;                 \
+                    T value = lower ? P##_conj(z[row * ldab + d]) : z[(row + d) * ldab + kd - d]; \
+                    sum = P##_minus_product(sum, r, k <= j ? value : P##_conj(value));        \
+                }                                                                             \
+                T result = P##_div(sum, pivot);                                               \
+                if (lower)                                                                    \
+                    z[i * ldab + j - i] = P##_conj(result);                                   \
+                else                                                                          \
+                    z[j * ldab + kd - (j - i)] = result;                                      \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+BAND_SELECTED_INVERSE(s, float)
+BAND_SELECTED_INVERSE(d, double)
+BAND_SELECTED_INVERSE(c, ComplexFloat)
+BAND_SELECTED_INVERSE(z, ComplexDouble)
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif
@@ -694,6 +737,13 @@ typedef void band_solve_t(char, int64_t, int64_t, int64_t, int64_t, const void *
 static band_lu_t *const BAND_LU_ROUTINES[4] = {s_band_lu, d_band_lu, c_band_lu, z_band_lu};
 static band_solve_t *const BAND_SOLVE_ROUTINES[4] = {s_band_solve, d_band_solve, c_band_solve,
                                                      z_band_solve};
+typedef void band_selected_inverse_t(int64_t, int64_t, int, const void *, void *);
+static band_selected_inverse_t *const BAND_SELECTED_INVERSE_ROUTINES[4] = {
+    (band_selected_inverse_t *)s_band_selected_inverse,
+    (band_selected_inverse_t *)d_band_selected_inverse,
+    (band_selected_inverse_t *)c_band_selected_inverse,
+    (band_selected_inverse_t *)z_band_selected_inverse,
+};
 
 /* Bands with at most this many subdiagonals are factored and solved by the loops above,
    whatever ku (LAPACK's ?gbtrf factors them with ?gbtf2 too: it blocks only bands with kl at
@@ -944,6 +994,35 @@ static XLA_FFI_Error *pbtrs_handler(XLA_FFI_CallFrame *frame) {
     return NULL;
 }
 
+/* The selected inverse of pbtrf's factor `c` (..., n, kd + 1): `z` of c's shape (see
+   BAND_SELECTED_INVERSE). A factor whose info was nonzero gives numbers without meaning:
+   the caller masks them. */
+static XLA_FFI_Error *pbsinv_handler(XLA_FFI_CallFrame *frame) {
+    if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
+    Buffer args[1], rets[1];
+    int64_t kd, lower;
+    int p;
+    TRY(buffers(frame, &frame->args, "operands", 1, args));
+    TRY(buffers(frame, &frame->rets, "results", 1, rets));
+    TRY(attribute(frame, "kd", &kd));
+    TRY(attribute(frame, "lower", &lower));
+    const Buffer *c = &args[0], *z = &rets[0];
+    TRY(floating(frame, "pbsinv", c, 2, &p));
+    TRY(expect(frame, "pbsinv", "the selected inverse", z, c->dtype, 2));
+    int64_t n = c->dims[c->rank - 2], ldab = c->dims[c->rank - 1];
+    if (size_of(z) != size_of(c))
+        return fail(frame, ERROR_INVALID_ARGUMENT, "pbsinv: c and z differ in size");
+    if (kd < 0 || ldab != kd + 1)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "pbsinv: %lld band columns for kd = %lld",
+                    (long long)ldab, (long long)kd);
+    int64_t systems = systems_of(c, 2);
+    size_t step = (size_t)(n * ldab) * ITEMSIZE[p];
+    for (int64_t system = 0; system < systems; system++)
+        BAND_SELECTED_INVERSE_ROUTINES[p](n, kd, lower != 0, c->data + system * step,
+                                          z->data + system * step);
+    return NULL;
+}
+
 /* -- tridiagonal LU: rows dl, d, du, du2 of a (..., 4, n) array ------------------------- */
 
 static XLA_FFI_Error *gttrf_handler(XLA_FFI_CallFrame *frame) {
@@ -1119,7 +1198,7 @@ static const struct {
 } HANDLERS[] = {
     {"gbtrf", gbtrf_handler}, {"gbtrs", gbtrs_handler}, {"pbtrf", pbtrf_handler},
     {"pbtrs", pbtrs_handler}, {"gttrf", gttrf_handler}, {"gttrs", gttrs_handler},
-    {"pttrf", pttrf_handler}, {"pttrs", pttrs_handler},
+    {"pttrf", pttrf_handler}, {"pttrs", pttrs_handler}, {"pbsinv", pbsinv_handler},
 };
 
 static int routines_set = 0;
@@ -1178,8 +1257,9 @@ PyDoc_STRVAR(targets_doc,
              "targets(routines, /)\n--\n\n"
              "XLA FFI handlers of jaxdia's LAPACK custom calls, as ``{name: capsule}``\n"
              "(``gbtrf``, ``gbtrs``, ``pbtrf``, ``pbtrs``, ``gttrf``, ``gttrs``, ``pttrf``,\n"
-             "``pttrs``), calling the routines of ``routines``: a mapping of LAPACK/BLAS names\n"
-             "(``dgbtrf``, ``ztbsv``, ...) to SciPy's ``__pyx_capi__`` capsules.");
+             "``pttrs``, ``pbsinv``), calling the routines of ``routines``: a mapping of\n"
+             "LAPACK/BLAS names (``dgbtrf``, ``ztbsv``, ...) to SciPy's ``__pyx_capi__``\n"
+             "capsules.");
 
 static PyMethodDef METHODS[] = {
     {"targets", targets, METH_O, targets_doc},
