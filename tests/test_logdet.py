@@ -480,6 +480,24 @@ def test_selected_inverse_hermitian(lower, dtype):
     )
 
 
+@pytest.mark.parametrize("lower", [False, True])
+def test_selected_inverse_hermitian_reads_one_triangle_whatever_the_other_holds(lower):
+    """The other triangle's diagonals, even beyond the band of the one read, hold the
+    inverse of the Hermitian matrix that triangle defines (they once held other entries)."""
+    n = 7
+    read = [0.7, -0.4] if not lower else [-0.4, 0.7]
+    A = jaxdia.diags([0.5, *read] if not lower else [*read, 0.5], offsets=(
+        [-3, 0, 1] if not lower else [-1, 0, 3]
+    ), shape=(n, n))  # fmt: skip
+    triangle = np.triu(dense_f64(A)) if not lower else np.tril(dense_f64(A))
+    hermitian = triangle + triangle.T - np.diag(np.diag(triangle)) + 2 * np.eye(n)
+    A = A + 2 * jaxdia.eye(n)
+    X = jaxdia.selected_inverse(A, assume_a="pos", lower=lower)
+    mask = pattern(A)
+    expected = np.linalg.inv(hermitian)
+    np.testing.assert_allclose(dense_f64(X)[mask], expected[mask], rtol=1e-12, atol=1e-14)
+
+
 def test_selected_inverse_gradient():
     """The posterior variances' derivative, at banded cost, against dense."""
     A = random_band(10, 2, 2, seed=2)

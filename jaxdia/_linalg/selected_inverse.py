@@ -45,7 +45,6 @@ from .._kernels.band_layouts import PB, PT
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from . import banded
-from .banded import cholesky_bandwidth
 
 
 def _triangle(lower: bool | None) -> str | None:
@@ -60,10 +59,9 @@ def block_inverse(A: DiaParts, lower: bool | None) -> tuple[tuple[Array, Array, 
     given: of the Hermitian matrix that triangle defines), and ``ok`` ``(S,)``: whether
     the residual check passed."""
     data, offsets, (n, _) = A
-    if lower is None:
-        m = band_parallel.block_size(*band_widths(offsets))
-    else:
-        m = band_parallel.block_size(cholesky_bandwidth(offsets, lower), 0)
+    # Blocks as wide as all the offsets, those of the triangle not read included: their
+    # entries of the inverse lie in the block tridiagonal part only then.
+    m = band_parallel.block_size(*band_widths(offsets))
     data = jnp.where(in_bounds(offsets, (n, n)), data, 0)
     data = data.astype(accumulation_dtype(data.dtype))
     flat = data.reshape(-1, *data.shape[-2:])
