@@ -460,6 +460,45 @@ def test_narrow_band_zero_pivots_are_lapacks(dtype):
             compare_factors(A, kl, ku)
 
 
+@pytest.mark.parametrize("dtype", list(PREFIXES))
+@pytest.mark.parametrize("n, kd", [(1, 0), (1, 3), (2, 2), (3, 1), (7, 4), (40, 2), (40, 5)])
+@pytest.mark.parametrize("lower", [False, True])
+def test_narrow_band_cholesky_is_lapacks(n, kd, lower, dtype):
+    """``pbtrf`` of a band of at most 4 off-diagonals (written out in C) against SciPy's
+    ``?pbtrf``, and of 5 (LAPACK's own): the same factor to rounding and the same ``info``,
+    for a positive definite matrix and for one whose leading minor of order ``n // 2 + 1``
+    is not."""
+    rng = np.random.default_rng(n + 10 * kd)
+    offsets = range(-kd, 1) if lower else range(0, kd + 1)
+    for definite in (True, False):
+        M = rng.standard_normal((n, n))
+        if np.dtype(dtype).kind == "c":
+            M = M + 1j * rng.standard_normal((n, n))
+        i, j = np.indices((n, n))
+        A = np.where(np.abs(i - j) <= kd, M + M.conj().T, 0) + 3 * (kd + 1) * np.eye(n)
+        if not definite:
+            A[n // 2, n // 2] = -1.0
+        A = A.astype(dtype)
+        data = np.zeros((len(offsets), n), dtype)
+        ab = np.zeros((kd + 1, n), dtype)  # LAPACK's band: row r holds A[i, j]
+        placement = []
+        for k, offset in enumerate(offsets):
+            row = -offset if lower else kd - offset
+            placement.append((offset, row))
+            for col in range(max(0, offset), min(n, n + offset)):
+                ab[row, col] = data[k, col] = A[col - offset, col]
+        want, want_info = getattr(scipy.linalg.lapack, PREFIXES[dtype] + "pbtrf")(
+            ab, lower=int(lower)
+        )
+        c, info = lapack.pbtrf(jnp.asarray(data), placement=placement, kd=kd, lower=lower)
+        assert int(info) == want_info
+        valid = n if want_info == 0 else want_info - 1  # the columns factored
+        scale = max(np.abs(want).max(), 1.0)
+        np.testing.assert_allclose(
+            np.asarray(c).T[:, :valid], want[:, :valid], rtol=0, atol=100 * EPS[dtype] * scale
+        )
+
+
 def test_wide_bands_still_match_lapack():
     """kl > 4: LAPACK's own ?gbtrf, the same comparison."""
     with jax.enable_x64():

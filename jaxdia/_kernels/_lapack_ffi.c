@@ -3,7 +3,8 @@
    The handlers of jaxdia's LAPACK custom calls (jaxdia/_kernels/lapack.py documents the
    operations, layouts and attributes): ?gbtrf/?gbtrs (with ?tbsv for a factor computed
    without row interchanges; for a band with few subdiagonals, their algorithms written out
-   here instead, without BLAS calls), ?pbtrf/?pbtrs, ?gttrf/?gttrs, ?pttrf/?pttrs, and pbsinv
+   here instead, without BLAS calls), ?pbtrf/?pbtrs (?pbtrf likewise written out for a
+   narrow band), ?gttrf/?gttrs, ?pttrf/?pttrs, and pbsinv
    (the band of the inverse from ?pbtrf's factor, written out here). XLA calls them on its
    own threads with pointers to its buffers; they never touch Python or the GIL,
    and keep no state but the LAPACK function pointers set once by `targets` (so they are
@@ -28,6 +29,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -479,7 +481,9 @@ typedef struct {
     static inline T P##_minus_product(T a, T b, T c) { return a - b * c; }                    \
     static inline T P##_div(T a, T b) { return a / b; }                                       \
     static inline T P##_reciprocal(T a) { return 1 / a; }                                     \
-    static inline T P##_conj(T a) { return a; }
+    static inline T P##_conj(T a) { return a; }                                              \
+    static inline T P##_real_part(T a) { return a; }                                          \
+    static inline T P##_of_real(T a) { return a; }
 
 /* |re| + |im| is i?amax's measure (LAPACK's ?cabs1); division is Smith's, as Fortran's. */
 #define COMPLEX_ARITHMETIC(P, T, R)                                                            \
@@ -516,6 +520,11 @@ typedef struct {
     }                                                                                          \
     static inline T P##_conj(T a) {                                                            \
         T z = {a.re, -a.im};                                                                   \
+        return z;                                                                              \
+    }                                                                                          \
+    static inline R P##_real_part(T a) { return a.re; }                                        \
+    static inline T P##_of_real(R a) {                                                         \
+        T z = {a, 0};                                                                          \
         return z;                                                                              \
     }
 
@@ -684,6 +693,52 @@ BAND_LU(d, double, double)
 BAND_LU(c, ComplexFloat, float)
 BAND_LU(z, ComplexDouble, double)
 
+/* ?pbtrf of a narrow band: ?pbtf2's algorithm (LAPACK's ?pbtrf uses it for kd below its
+   block size, 32), which calls BLAS (?scal, ?syr/?her, ?lacgv) once per column on vectors
+   of kd elements, written out. Column j: a_jj <= 0 stops with info = j + 1 (as ?pbtf2;
+   the factor is then partial), else r_jj = sqrt(a_jj), the kn = min(kd, n - 1 - j)
+   entries of row j of U (column j of L) beside it are scaled by 1 / r_jj, and the
+   trailing kn x kn block loses their outer product (its diagonal kept real, as ?her). */
+#define BAND_CHOLESKY(P, T, R, SQRT)                                                            \
+    static int32_t P##_band_cholesky(int64_t n, int64_t kd, int lower, T *c) {                \
+        int64_t ldab = kd + 1;                                                                \
+        for (int64_t j = 0; j < n; j++) {                                                     \
+            T *pivot = c + j * ldab + (lower ? 0 : kd);                                       \
+            R ajj = P##_real_part(*pivot);                                                    \
+            if (ajj <= 0) {                                                                   \
+                *pivot = P##_of_real(ajj);                                                    \
+                return (int32_t)(j + 1);                                                      \
+            }                                                                                 \
+            ajj = SQRT(ajj);                                                                  \
+            *pivot = P##_of_real(ajj);                                                        \
+            int64_t kn = kd < n - 1 - j ? kd : n - 1 - j;                                     \
+            T scale = P##_of_real(1 / ajj);                                                   \
+            /* x_p: U[j, j + p] (upper) or L[j + p, j] (lower), p = 1..kn */                  \
+            for (int64_t q = 1; q <= kn; q++) {                                               \
+                T *x = lower ? c + j * ldab + q : c + (j + q) * ldab + kd - q;                \
+                *x = P##_mul(*x, scale);                                                      \
+            }                                                                                 \
+            for (int64_t q = 1; q <= kn; q++) {                                               \
+                T xq = lower ? c[j * ldab + q] : c[(j + q) * ldab + kd - q];                  \
+                for (int64_t r = lower ? q : 1; r <= (lower ? kn : q); r++) {                 \
+                    T xr = lower ? c[j * ldab + r] : c[(j + r) * ldab + kd - r];              \
+                    /* lower: A[j+r, j+q] -= x_r conj(x_q); upper: A[j+r, j+q] -=             \
+                       conj(x_r) x_q (r <= q) */                                               \
+                    T *a = lower ? c + (j + q) * ldab + r - q : c + (j + q) * ldab + kd + r - q; \
+                    *a = lower ? P##_minus_product(*a, xr, P##_conj(xq))                      \
+                               : P##_minus_product(*a, P##_conj(xr), xq);                     \
+                    if (r == q) *a = P##_of_real(P##_real_part(*a));                          \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        return 0;                                                                             \
+    }
+
+BAND_CHOLESKY(s, float, float, sqrtf)
+BAND_CHOLESKY(d, double, double, sqrt)
+BAND_CHOLESKY(c, ComplexFloat, float, sqrtf)
+BAND_CHOLESKY(z, ComplexDouble, double, sqrt)
+
 /* -- the selected inverse of a banded Cholesky factor ----------------------------------- */
 
 /* Z = A^-1 on the band of A = R^H R (R = U of ?pbtrf's upper factor, or L^H of its lower
@@ -738,6 +793,13 @@ static band_lu_t *const BAND_LU_ROUTINES[4] = {s_band_lu, d_band_lu, c_band_lu, 
 static band_solve_t *const BAND_SOLVE_ROUTINES[4] = {s_band_solve, d_band_solve, c_band_solve,
                                                      z_band_solve};
 typedef void band_selected_inverse_t(int64_t, int64_t, int, const void *, void *);
+typedef int32_t band_cholesky_t(int64_t, int64_t, int, void *);
+static band_cholesky_t *const BAND_CHOLESKY_ROUTINES[4] = {
+    (band_cholesky_t *)s_band_cholesky,
+    (band_cholesky_t *)d_band_cholesky,
+    (band_cholesky_t *)c_band_cholesky,
+    (band_cholesky_t *)z_band_cholesky,
+};
 static band_selected_inverse_t *const BAND_SELECTED_INVERSE_ROUTINES[4] = {
     (band_selected_inverse_t *)s_band_selected_inverse,
     (band_selected_inverse_t *)d_band_selected_inverse,
@@ -947,6 +1009,11 @@ static XLA_FFI_Error *pbtrf_handler(XLA_FFI_CallFrame *frame) {
     char uplo = lower ? 'L' : 'U';
     pbtrf_t *routine = (pbtrf_t *)routines[p][PBTRF];
     size_t step = (size_t)(n * ldab) * ITEMSIZE[p];
+    if (kd <= WRITTEN_OUT_KL) {
+        for (int64_t system = 0; system < systems; system++)
+            infos[system] = BAND_CHOLESKY_ROUTINES[p](n, kd, lower != 0, c->data + system * step);
+        return NULL;
+    }
     for (int64_t system = 0; system < systems; system++) {
         int status = 0;
         routine(&uplo, &n_, &kd_, c->data + system * step, &ldab_, &status);

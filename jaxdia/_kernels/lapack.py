@@ -47,7 +47,8 @@ of at most 4 subdiagonals is factored and solved without LAPACK, by ``?gbtf2``'s
 unblocked ``?gbtrf``, which LAPACK uses for such a band) and ``?gbtrs``'s algorithms written
 out in the C source: the same band layout, pivots and ``info``, the factors and solutions to
 rounding, without the BLAS calls on vectors of a few elements made per column that take
-most of LAPACK's time there.
+most of LAPACK's time there; so is a Cholesky factor of at most 4 off-diagonals
+(``?pbtf2``'s algorithm, which ``?pbtrf`` uses for such a band).
 """
 
 from __future__ import annotations
