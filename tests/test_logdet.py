@@ -415,8 +415,9 @@ def test_cholesky_logdet_hessian_matches_dense(kd, lower):
 
 @pytest.mark.parametrize("kd", [1, 2])
 def test_cpu_gradient_reads_the_cholesky_factor(kd, monkeypatch):
-    """On CPU the gradient of ``cho_factor(A).logdet()`` calls ``pbsinv`` on LAPACK's
-    factor; with cyclic reduction's factor it does not (it unwinds that reduction)."""
+    """On CPU the gradient of ``cho_factor(A).logdet()`` and ``selected_inverse(A,
+    assume_a="pos")`` call ``pbsinv`` on LAPACK's factor; with cyclic reduction's factor
+    they do not (they unwind that reduction)."""
     A = hermitian_band(64, kd, seed=1)
 
     def value_and_grad(data):
@@ -424,12 +425,18 @@ def test_cpu_gradient_reads_the_cholesky_factor(kd, monkeypatch):
             lambda d: jaxdia.cho_factor(jaxdia.DiaMatrix(d, A.offsets, A.shape)).logdet()
         )(data)
 
+    def variances(data):
+        A_ = jaxdia.DiaMatrix(data, A.offsets, A.shape)
+        return jaxdia.selected_inverse(A_, assume_a="pos").diagonal()
+
     jax.clear_caches()
     try:
-        assert "jaxdia_lapack_pbsinv" in lowered_text(value_and_grad, A.data, platform="cpu")
+        for fn in (value_and_grad, variances):
+            assert "jaxdia_lapack_pbsinv" in lowered_text(fn, A.data, platform="cpu")
         monkeypatch.setattr(banded, "METHOD", "parallel")
         jax.clear_caches()
-        assert "jaxdia_lapack" not in lowered_text(value_and_grad, A.data, platform="cpu")
+        for fn in (value_and_grad, variances):
+            assert "jaxdia_lapack" not in lowered_text(fn, A.data, platform="cpu")
     finally:
         jax.clear_caches()
 
@@ -515,6 +522,32 @@ def test_selected_inverse_gradient():
     np.testing.assert_allclose(on_pattern(A, actual)[mask], np.asarray(expected)[mask], rtol=1e-9)
 
 
+@pytest.mark.parametrize("lower", [False, True])
+def test_selected_inverse_hermitian_gradient(lower):
+    """The derivative of the posterior variances (``assume_a="pos"``: read from the
+    Cholesky factor on CPU, differentiated through cyclic reduction) against dense."""
+    A = hermitian_band(9, 2, seed=6, lower=lower)
+    data = jnp.where(jnp.isfinite(A.data), A.data, 0)
+    keep = jnp.asarray([(k <= 0) if lower else (k >= 0) for k in A.offsets])[:, None]
+    weights = jnp.arange(9.0)
+
+    def variances(data):
+        X = jaxdia.selected_inverse(
+            jaxdia.DiaMatrix(data, A.offsets, A.shape), assume_a="pos", lower=lower
+        )
+        return X.diagonal() @ weights
+
+    def dense_variances(data):  # the symmetric matrix the triangle defines
+        triangle = jaxdia.DiaMatrix(jnp.where(keep, data, 0), A.offsets, A.shape).todense()
+        full = triangle + triangle.T - jnp.diag(jnp.diagonal(triangle))
+        return jnp.diagonal(jnp.linalg.inv(full)) @ weights
+
+    np.testing.assert_allclose(variances(data), dense_variances(data), rtol=1e-12)
+    np.testing.assert_allclose(
+        jax.grad(variances)(data), jax.grad(dense_variances)(data), rtol=1e-9, atol=1e-12
+    )
+
+
 def test_selected_inverse_refuses_what_it_cannot_do():
     """A matrix that needs row interchanges across blocks (zero diagonal) or a singular
     one: NaN, never a wrong finite answer."""
@@ -560,7 +593,8 @@ def test_no_loop_over_rows_on_accelerators(platform, monkeypatch):
 
     def variances(data):
         A = jaxdia.DiaMatrix(data, (-2, -1, 0, 1, 2), (data.shape[-1],) * 2)
-        return jaxdia.selected_inverse(A).diagonal(), jaxdia.slogdet(A)
+        hermitian = jaxdia.selected_inverse(A, assume_a="pos").diagonal()
+        return jaxdia.selected_inverse(A).diagonal(), hermitian, jaxdia.slogdet(A)
 
     def make_args(n):
         return (random_band(n, 2, 2, np.dtype(np.float32)).data,)

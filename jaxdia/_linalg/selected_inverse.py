@@ -18,8 +18,10 @@ On CPU, a Hermitian positive definite matrix's inverse on the band is read inste
 its LAPACK Cholesky factor (``?pbtrf``'s, or ``?pttrf``'s ``L D L^H`` for a tridiagonal
 one) by Takahashi's recurrences, one compiled pass over the rows
 (:func:`jaxdia._kernels.lapack.pbsinv`; :func:`factor_data`): the gradient of
-``cho_factor(A).logdet()`` then costs little more than the factor it reuses. Its own
-derivative differentiates the cyclic reduction above.
+``cho_factor(A).logdet()`` then costs little more than the factor it reuses, and
+``selected_inverse(A, assume_a="pos")`` a factor and that pass (where no diagonal of the
+triangle not read lies beyond the band of the one read). Its derivative differentiates
+the cyclic reduction above.
 
 Cyclic reduction pivots only inside its ``m x m`` blocks: it is exact (up to rounding,
 backward stable) for Hermitian positive definite matrices and matrices diagonally
@@ -39,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from .. import _dispatch
 from .._geometry import accumulation_dtype, band_widths, in_bounds
 from .._kernels import band_parallel, lapack
 from .._kernels.band_layouts import PB, PT
@@ -208,7 +211,8 @@ def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False
     gradient of ``log |det A|`` (:func:`jaxdia.slogdet` uses it). Computing all of
     ``A^-1`` would take O(n^2) memory; this takes O(n m^2) work and memory for offsets
     within ``[-m, m]``, by block cyclic reduction run backwards (Takahashi's recurrences in
-    block form; O(log n) sequential steps on every platform). See
+    block form; O(log n) sequential steps on every platform; on CPU, with ``"pos"``, by
+    those recurrences on LAPACK's Cholesky factor, one compiled pass over the rows). See
     ``docs/solvers.md`` ("Determinants and the selected inverse").
 
     ``assume_a="pos"`` (SciPy's name in ``scipy.linalg.solve``): ``A`` is Hermitian
@@ -251,4 +255,19 @@ def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False
     if not isinstance(lower, (bool, np.bool_)):
         raise TypeError(f"selected_inverse: lower must be a bool, got {type(lower).__name__}")
     triangle = bool(lower) if assume_a == "pos" else None
-    return DiaMatrix._wrap(A._parts.with_data(selected_data(A._parts, triangle)))
+    parts = A._parts
+    if triangle is not None and _from_cholesky_factor(parts.offsets, triangle):
+        factor = banded.factor_cholesky(parts, triangle)
+        if factor.layout in (PB, PT):
+            return DiaMatrix._wrap(parts.with_data(factor_data(parts, factor, triangle)))
+    return DiaMatrix._wrap(parts.with_data(selected_data(parts, triangle)))
+
+
+def _from_cholesky_factor(offsets: tuple[int, ...], lower: bool) -> bool:
+    """Whether :func:`selected_inverse` reads a Hermitian positive definite matrix's
+    inverse from its Cholesky factor (:func:`factor_data`): where
+    :func:`jaxdia._dispatch.selected_inverse_from_host_factor` says so, and no diagonal of
+    the other triangle lies beyond the band of the one read."""
+    kd = banded.cholesky_bandwidth(offsets, lower)
+    within = all(abs(offset) <= kd for offset in offsets)
+    return within and _dispatch.selected_inverse_from_host_factor()
