@@ -196,7 +196,7 @@ def _judge_slogdet(outcome: Outcome, api: str, result, dense: np.ndarray, scale:
         return
     error = abs(logabsdet.real - expected) / max(1.0, abs(expected))
     sign_error = abs(sign - expected_sign)
-    ratio = max(error, sign_error) / scale
+    ratio = float(max(error, sign_error) / scale)
     if ratio > 1:
         got = f"({sign}, {logabsdet.real})"
         outcome.add(FAIL, f"{api}: {got} vs NumPy ({expected_sign}, {expected})", ratio)
