@@ -88,6 +88,17 @@ def information(ys: np.ndarray) -> np.ndarray:
     return h
 
 
+def loglik_constant(ys: np.ndarray) -> tuple[float, float]:
+    """``(constant, c)``: the log-likelihood's terms that do not depend on ``J``'s factor
+    (see the module docstring), and ``c``, the one the solve's term cancels."""
+    T = ys.shape[0]
+    Ri, P0i = np.linalg.inv(R), np.linalg.inv(P0)
+    c = M0 @ P0i @ M0 + np.einsum("ti,ij,tj->", ys, Ri, ys)
+    logdets = np.linalg.slogdet(P0)[1] + (T - 1) * np.linalg.slogdet(Q)[1]
+    logdets += T * np.linalg.slogdet(R)[1]
+    return -0.5 * c - 0.5 * logdets - T * H.shape[0] / 2 * np.log(2 * np.pi), c
+
+
 def smooth(J: jaxdia.DiaMatrix, h, constant):
     """Smoothed means, variances and the log-likelihood, from one Cholesky factor."""
     factor = jaxdia.cho_factor(J)
@@ -132,18 +143,14 @@ def check(name: str, ok: bool, detail: str) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--small", action="store_true", help="a short series (a quick check)")
     parser.add_argument("--steps", type=int, default=None, help="the number of time steps")
     args = parser.parse_args()
     T = args.steps or (500 if args.small else 20_000)
     ys = simulate(T, np.random.default_rng(0))
     J, h = precision(T), jnp.asarray(information(ys))
-    Ri, P0i = np.linalg.inv(R), np.linalg.inv(P0)
-    c = M0 @ P0i @ M0 + np.einsum("ti,ij,tj->", ys, Ri, ys)
-    logdets = np.linalg.slogdet(P0)[1] + (T - 1) * np.linalg.slogdet(Q)[1]
-    logdets += T * np.linalg.slogdet(R)[1]
-    constant = -0.5 * c - 0.5 * logdets - T * H.shape[0] / 2 * np.log(2 * np.pi)
+    constant, c = loglik_constant(ys)
     print(f"A constant-velocity model over T = {T} steps, smoothed as one banded solve")
 
     run = jax.jit(smooth)
@@ -157,9 +164,9 @@ def main() -> int:
     print(f"  jaxdia {banded_time * 1e3:.1f} ms, NumPy Kalman + RTS {numpy_time * 1e3:.1f} ms")
     ok = True
     error = np.max(np.abs(np.asarray(mean) - expected_mean) / (1 + np.abs(expected_mean)))
-    ok &= check("smoothed means", error < 1e-8, f"max relative error {error:.1e}")
+    ok &= check("smoothed means", bool(error < 1e-8), f"max relative error {error:.1e}")
     error = np.max(np.abs(np.asarray(variances) / expected_variances - 1))
-    ok &= check("smoothed variances", error < 1e-8, f"max relative error {error:.1e}")
+    ok &= check("smoothed variances", bool(error < 1e-8), f"max relative error {error:.1e}")
     # Relative to the terms it is the difference of (1/2 h^T J^-1 h and c/2 cancel).
     error = abs(float(loglik) - expected_loglik) / (abs(c) + abs(expected_loglik))
     ok &= check("log-likelihood", error < 1e-10,

@@ -77,6 +77,15 @@ def factors_by_cyclic_reduction(method: str) -> bool:
     return method == "parallel"
 
 
+def selected_inverse_from_host_factor() -> bool:
+    """Whether the band of the inverse of a Hermitian positive definite matrix with a
+    LAPACK Cholesky factor (``PB``, ``PT``) is read from that factor by Takahashi's
+    recurrences on the host (one compiled pass over the rows), rather than by block cyclic
+    reduction run backwards (O(log n) steps): on CPU (where such factors are made with
+    ``method="auto"``); a forced LAPACK layout on a GPU or TPU keeps cyclic reduction."""
+    return not on_accelerator()
+
+
 def host_is_faster(n: int, systems: int, size: int) -> bool:
     """Whether CPU factorizations and solves of ``systems`` systems of ``n`` rows (``size``
     elements in the largest array of one system) call LAPACK rather than run the scan."""

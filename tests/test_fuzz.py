@@ -46,6 +46,9 @@ SLICE = [
     # column-scaled, NaN; eager, jit and vmap.
     *(("lstsq", 0, i) for i in (38, 53, 14, 29, 45, 3)),
     *(("logdet", 0, i) for i in (12, 67)),  # a jitted Cholesky logdet; a singular selected inverse
+    # read from LAPACK's Cholesky factor: the gradient of cho_factor(A).logdet() (float64
+    # jitted, complex64 eager) and selected_inverse(A, assume_a="pos") (float32, jitted)
+    *(("logdet", 0, i) for i in (6, 265, 46)),
 ]
 
 _MULTIGRID = {

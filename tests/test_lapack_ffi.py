@@ -100,7 +100,7 @@ def test_the_handlers_are_compiled():
     }
     targets = _lapack_ffi.targets(capsules)  # again: the same routines, accepted
     assert sorted(targets) == sorted(
-        ["gbtrf", "gbtrs", "gbsv", "pbtrf", "pbtrs", "gttrf", "gttrs", "pttrf", "pttrs"]
+        ["gbtrf", "gbtrs", "gbsv", "pbtrf", "pbtrs", "gttrf", "gttrs", "pttrf", "pttrs", "pbsinv"]
     )
     del capsules["ztbsv"]
     with pytest.raises(KeyError, match="ztbsv"):
@@ -163,6 +163,41 @@ def test_what_the_handlers_cannot_handle_is_an_xla_error():
     # and the handlers still work
     A = band(n, 1, 1, dominant=True)
     np.testing.assert_allclose(A @ jaxdia.solve_banded(A, np.ones(n)), 1.0, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("n, kd", [(1, 0), (1, 2), (2, 3), (3, 1), (9, 2), (12, 4)])
+@pytest.mark.parametrize("lower", [False, True])
+def test_pbsinv_is_the_inverse_on_scipys_cholesky_band(n, kd, lower, dtype):
+    """``pbsinv`` of SciPy's ``?pbtrf`` factor (``cholesky_banded``) holds the dense
+    inverse on the factor's triangle, in its band storage, zeros outside the matrix; a
+    batch (vmap) is one call with leading systems."""
+    rng = np.random.default_rng(n + kd)
+    offsets = np.subtract.outer(np.arange(n), np.arange(n))
+    M = rng.standard_normal((n, n))
+    if np.dtype(dtype).kind == "c":
+        M = M + 1j * rng.standard_normal((n, n))
+    A = np.where(np.abs(offsets) <= kd, M @ M.conj().T, 0) + 4 * n * np.eye(n)
+    A = ((A + A.conj().T) / 2).astype(dtype)
+    ab = np.zeros((kd + 1, n), dtype)  # LAPACK's band: ab[r, j] = A[i, j]
+    for r in range(kd + 1):
+        for j in range(n):
+            i = j + r if lower else j - (kd - r)
+            if 0 <= i < n:
+                ab[r, j] = A[i, j]
+    c = jnp.asarray(scipy.linalg.cholesky_banded(ab, lower=lower).T.copy())
+    z = np.asarray(lapack.pbsinv(c, kd=kd, lower=lower)).T
+    inverse = np.linalg.inv(A.astype(np.complex128))
+    tol = 1e-4 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12
+    for r in range(kd + 1):
+        offset = -r if lower else kd - r
+        inside = slice(0, max(n - r, 0)) if lower else slice(min(offset, n), n)
+        np.testing.assert_allclose(z[r, inside], np.diagonal(inverse, offset), rtol=tol, atol=tol)
+        outside = np.ones(n, bool)
+        outside[inside] = False
+        assert np.all(z[r, outside] == 0)
+    batched = jax.vmap(lambda c: lapack.pbsinv(c, kd=kd, lower=lower))(jnp.stack([c, 2 * c]))
+    np.testing.assert_allclose(batched[1], np.asarray(z).T / 4, rtol=tol, atol=tol)
 
 
 def test_a_zero_pivot_is_a_result_not_an_error():
@@ -434,6 +469,45 @@ def test_narrow_band_zero_pivots_are_lapacks(dtype):
             _, _, want = getattr(scipy.linalg.lapack, PREFIXES[dtype] + "gbtrf")(ab, kl, ku)
             assert want == info
             compare_factors(A, kl, ku)
+
+
+@pytest.mark.parametrize("dtype", list(PREFIXES))
+@pytest.mark.parametrize("n, kd", [(1, 0), (1, 3), (2, 2), (3, 1), (7, 4), (40, 2), (40, 5)])
+@pytest.mark.parametrize("lower", [False, True])
+def test_narrow_band_cholesky_is_lapacks(n, kd, lower, dtype):
+    """``pbtrf`` of a band of at most 4 off-diagonals (written out in C) against SciPy's
+    ``?pbtrf``, and of 5 (LAPACK's own): the same factor to rounding and the same ``info``,
+    for a positive definite matrix and for one whose leading minor of order ``n // 2 + 1``
+    is not."""
+    rng = np.random.default_rng(n + 10 * kd)
+    offsets = range(-kd, 1) if lower else range(0, kd + 1)
+    for definite in (True, False):
+        M = rng.standard_normal((n, n))
+        if np.dtype(dtype).kind == "c":
+            M = M + 1j * rng.standard_normal((n, n))
+        i, j = np.indices((n, n))
+        A = np.where(np.abs(i - j) <= kd, M + M.conj().T, 0) + 3 * (kd + 1) * np.eye(n)
+        if not definite:
+            A[n // 2, n // 2] = -1.0
+        A = A.astype(dtype)
+        data = np.zeros((len(offsets), n), dtype)
+        ab = np.zeros((kd + 1, n), dtype)  # LAPACK's band: row r holds A[i, j]
+        placement = []
+        for k, offset in enumerate(offsets):
+            row = -offset if lower else kd - offset
+            placement.append((offset, row))
+            for col in range(max(0, offset), min(n, n + offset)):
+                ab[row, col] = data[k, col] = A[col - offset, col]
+        want, want_info = getattr(scipy.linalg.lapack, PREFIXES[dtype] + "pbtrf")(
+            ab, lower=int(lower)
+        )
+        c, info = lapack.pbtrf(jnp.asarray(data), placement=placement, kd=kd, lower=lower)
+        assert int(info) == want_info
+        valid = n if want_info == 0 else want_info - 1  # the columns factored
+        scale = max(np.abs(want).max(), 1.0)
+        np.testing.assert_allclose(
+            np.asarray(c).T[:, :valid], want[:, :valid], rtol=0, atol=100 * EPS[dtype] * scale
+        )
 
 
 def test_wide_bands_still_match_lapack():

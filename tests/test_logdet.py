@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 import jaxdia
 from jaxdia import _dispatch
-from jaxdia._linalg import banded
+from jaxdia._linalg import banded, selected_inverse
 from jaxdia.testing import batch_shapes, dia_matrices
 
 from .helpers import dense_f64, examples
@@ -310,6 +310,137 @@ def test_hessian_matches_dense():
     assert mask.sum() == len(rows)
 
 
+# -- the Cholesky gradient on CPU: Takahashi's recurrences on LAPACK's factor -------------------
+
+
+def with_unread_diagonal(A, lower, seed):
+    """``A`` with one more diagonal in the triangle a Cholesky factor does not read,
+    farther out than its band: the factor ignores it, the band of the inverse leaves it
+    zero."""
+    offset = -(max(A.offsets) + 1) if not lower else max(A.offsets) + 1
+    extra = np.random.default_rng(seed).standard_normal((*A.batch_shape, 1, A.shape[0]))
+    data = np.concatenate([np.asarray(A.data), extra.astype(A.dtype)], axis=-2)
+    return jaxdia.DiaMatrix(data, (*A.offsets, offset), A.shape), offset
+
+
+FACTOR_DATA_FAST = {(2, False), (3, True), (9, False), (12, True)}
+
+
+@pytest.mark.parametrize(
+    "n, kd, dtype, lower",
+    [
+        pytest.param(
+            *case, lower, marks=() if (case[0], lower) in FACTOR_DATA_FAST else pytest.mark.full
+        )
+        for case in [
+            (1, 1, np.float64),
+            (2, 3, np.complex128),  # a band wider than the matrix
+            (3, 0, np.float64),  # diagonal: the tridiagonal factor (PT)
+            (3, 2, np.float32),
+            (9, 1, np.complex64),  # tridiagonal: PT's L D L^H
+            (12, 3, np.complex128),
+        ]
+        for lower in (False, True)
+    ],
+)
+def test_factor_data_is_the_inverse_on_the_band(n, kd, dtype, lower):
+    """The band of the inverse read from LAPACK's Cholesky factor (``PB``, or ``PT`` for a
+    tridiagonal matrix) against the dense inverse, transposed or not, batched, under
+    ``jit`` and ``vmap``; zero on the unread triangle's diagonals beyond the band and in
+    the padding."""
+    A = hermitian_band(n, kd, dtype, batch=(2,), seed=n + kd, lower=lower)
+    inverse = np.linalg.inv(dense_f64(A))
+    A, unread = with_unread_diagonal(A, lower, seed=n)
+    parts = A._parts
+    factor = banded.factor_cholesky(parts, lower, "host")
+    assert factor.layout.code == ("pt" if min(kd, n - 1) <= 1 else "pb")
+    tol = 1e-4 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-11
+    for transpose in (False, True):
+        expected = np.swapaxes(inverse, -1, -2) if transpose else inverse
+        expected_data = np.zeros(A.data.shape, expected.dtype)
+        for k, offset in enumerate(A.offsets):
+            for j in range(n):
+                if 0 <= j - offset < n and offset != unread:
+                    expected_data[..., k, j] = expected[..., j - offset, j]
+
+        def read(data, factor, transpose=transpose):
+            return selected_inverse.factor_data(
+                parts.with_data(data), factor, lower, transpose=transpose
+            )
+
+        for fn in (read, jax.jit(read), jax.vmap(read)):
+            np.testing.assert_allclose(fn(A.data, factor), expected_data, rtol=tol, atol=tol)
+
+
+def test_factor_data_of_a_failed_factor_is_nan():
+    A = hermitian_band(6, 2, batch=(2,), seed=4)
+    data = np.asarray(A.data).copy()
+    data[1, 2, 3] = -100.0  # the second matrix is not positive definite
+    parts = A._parts.with_data(jnp.asarray(data))
+    factor = banded.factor_cholesky(parts, False, "host")
+    values = np.asarray(selected_inverse.factor_data(parts, factor, False))
+    assert np.isfinite(values[0]).all() and np.isnan(values[1]).all()
+    with pytest.raises(ValueError, match="needs a banded Cholesky factor"):
+        selected_inverse.factor_data(parts, banded.factor_lu(parts, "host"), False)
+
+
+@pytest.mark.parametrize(
+    "kd, lower",
+    [
+        pytest.param(1, False, marks=pytest.mark.full),
+        (2, True),
+        pytest.param(3, False, marks=pytest.mark.full),
+    ],
+)
+def test_cholesky_logdet_hessian_matches_dense(kd, lower):
+    """Second derivatives of ``cho_factor(A).logdet()``: the gradient read from LAPACK's
+    factor differentiates as cyclic reduction's selected inverse."""
+    A = hermitian_band(6, kd, seed=kd, lower=lower)
+    data = jnp.where(jnp.isfinite(A.data), A.data, 0)
+    keep = jnp.asarray([(k <= 0) if lower else (k >= 0) for k in A.offsets])[:, None]
+
+    def loss(data):
+        return jaxdia.cho_factor(jaxdia.DiaMatrix(data, A.offsets, A.shape), lower=lower).logdet()
+
+    def dense_loss(data):  # the symmetric matrix the triangle defines
+        triangle = jaxdia.DiaMatrix(jnp.where(keep, data, 0), A.offsets, A.shape).todense()
+        full = triangle + triangle.T - jnp.diag(jnp.diagonal(triangle))
+        return jnp.linalg.slogdet(full)[1]
+
+    inside = np.isfinite(np.asarray(A.data))
+    np.testing.assert_allclose(jax.grad(loss)(data), jax.grad(dense_loss)(data), atol=1e-12)
+    hessian, expected = (np.asarray(jax.hessian(f)(data)) for f in (loss, dense_loss))
+    np.testing.assert_allclose(hessian[inside][:, inside], expected[inside][:, inside], atol=1e-10)
+
+
+@pytest.mark.parametrize("kd", [1, 2])
+def test_cpu_gradient_reads_the_cholesky_factor(kd, monkeypatch):
+    """On CPU the gradient of ``cho_factor(A).logdet()`` and ``selected_inverse(A,
+    assume_a="pos")`` call ``pbsinv`` on LAPACK's factor; with cyclic reduction's factor
+    they do not (they unwind that reduction)."""
+    A = hermitian_band(64, kd, seed=1)
+
+    def value_and_grad(data):
+        return jax.value_and_grad(
+            lambda d: jaxdia.cho_factor(jaxdia.DiaMatrix(d, A.offsets, A.shape)).logdet()
+        )(data)
+
+    def variances(data):
+        A_ = jaxdia.DiaMatrix(data, A.offsets, A.shape)
+        return jaxdia.selected_inverse(A_, assume_a="pos").diagonal()
+
+    jax.clear_caches()
+    try:
+        for fn in (value_and_grad, variances):
+            assert "jaxdia_lapack_pbsinv" in lowered_text(fn, A.data, platform="cpu")
+        monkeypatch.setattr(banded, "METHOD", "parallel")
+        jax.clear_caches()
+        for fn in (value_and_grad, variances):
+            assert "jaxdia_lapack" not in lowered_text(fn, A.data, platform="cpu")
+    finally:
+        jax.clear_caches()
+
+
 # -- selected_inverse --------------------------------------------------------------------------
 
 
@@ -356,6 +487,24 @@ def test_selected_inverse_hermitian(lower, dtype):
     )
 
 
+@pytest.mark.parametrize("lower", [False, True])
+def test_selected_inverse_hermitian_reads_one_triangle_whatever_the_other_holds(lower):
+    """The other triangle's diagonals, even beyond the band of the one read, hold the
+    inverse of the Hermitian matrix that triangle defines (they once held other entries)."""
+    n = 7
+    read = [0.7, -0.4] if not lower else [-0.4, 0.7]
+    A = jaxdia.diags([0.5, *read] if not lower else [*read, 0.5], offsets=(
+        [-3, 0, 1] if not lower else [-1, 0, 3]
+    ), shape=(n, n))  # fmt: skip
+    triangle = np.triu(dense_f64(A)) if not lower else np.tril(dense_f64(A))
+    hermitian = triangle + triangle.T - np.diag(np.diag(triangle)) + 2 * np.eye(n)
+    A = A + 2 * jaxdia.eye(n)
+    X = jaxdia.selected_inverse(A, assume_a="pos", lower=lower)
+    mask = pattern(A)
+    expected = np.linalg.inv(hermitian)
+    np.testing.assert_allclose(dense_f64(X)[mask], expected[mask], rtol=1e-12, atol=1e-14)
+
+
 def test_selected_inverse_gradient():
     """The posterior variances' derivative, at banded cost, against dense."""
     A = random_band(10, 2, 2, seed=2)
@@ -371,6 +520,32 @@ def test_selected_inverse_gradient():
     expected = jax.grad(lambda M: dense_variances(M) @ weights)(jnp.asarray(dense_f64(A)))
     mask = pattern(A)
     np.testing.assert_allclose(on_pattern(A, actual)[mask], np.asarray(expected)[mask], rtol=1e-9)
+
+
+@pytest.mark.parametrize("lower", [False, True])
+def test_selected_inverse_hermitian_gradient(lower):
+    """The derivative of the posterior variances (``assume_a="pos"``: read from the
+    Cholesky factor on CPU, differentiated through cyclic reduction) against dense."""
+    A = hermitian_band(9, 2, seed=6, lower=lower)
+    data = jnp.where(jnp.isfinite(A.data), A.data, 0)
+    keep = jnp.asarray([(k <= 0) if lower else (k >= 0) for k in A.offsets])[:, None]
+    weights = jnp.arange(9.0)
+
+    def variances(data):
+        X = jaxdia.selected_inverse(
+            jaxdia.DiaMatrix(data, A.offsets, A.shape), assume_a="pos", lower=lower
+        )
+        return X.diagonal() @ weights
+
+    def dense_variances(data):  # the symmetric matrix the triangle defines
+        triangle = jaxdia.DiaMatrix(jnp.where(keep, data, 0), A.offsets, A.shape).todense()
+        full = triangle + triangle.T - jnp.diag(jnp.diagonal(triangle))
+        return jnp.diagonal(jnp.linalg.inv(full)) @ weights
+
+    np.testing.assert_allclose(variances(data), dense_variances(data), rtol=1e-12)
+    np.testing.assert_allclose(
+        jax.grad(variances)(data), jax.grad(dense_variances)(data), rtol=1e-9, atol=1e-12
+    )
 
 
 def test_selected_inverse_refuses_what_it_cannot_do():
@@ -418,7 +593,8 @@ def test_no_loop_over_rows_on_accelerators(platform, monkeypatch):
 
     def variances(data):
         A = jaxdia.DiaMatrix(data, (-2, -1, 0, 1, 2), (data.shape[-1],) * 2)
-        return jaxdia.selected_inverse(A).diagonal(), jaxdia.slogdet(A)
+        hermitian = jaxdia.selected_inverse(A, assume_a="pos").diagonal()
+        return jaxdia.selected_inverse(A).diagonal(), hermitian, jaxdia.slogdet(A)
 
     def make_args(n):
         return (random_band(n, 2, 2, np.dtype(np.float32)).data,)

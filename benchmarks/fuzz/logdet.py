@@ -1,6 +1,7 @@
 """The fuzzer's ``logdet`` family: ``jaxdia.slogdet``, ``BandedLU.slogdet``,
-``BandedCholesky.logdet``, ``jaxdia.selected_inverse`` and the gradient of the
-log-determinant, against NumPy's dense ``slogdet`` and ``inv``.
+``BandedCholesky.logdet``, ``jaxdia.selected_inverse`` (general, and ``assume_a="pos"``)
+and the gradients of ``slogdet`` and ``BandedCholesky.logdet``, against NumPy's dense
+``slogdet`` and ``inv`` and JAX's gradient of the dense ``slogdet``.
 
 Cases draw the size (0 to 40, bands wider than the matrix included), the offsets (bands,
 gaps, periodic corners), the matrix (random general, diagonally dominant, Hermitian
@@ -94,10 +95,15 @@ def check(params: dict) -> Result:
     api = params["api"]
     if api == "cho_logdet" and params["kind"] != "hpd":
         api = "slogdet"
+    # Half the Hermitian positive definite cases (by the parity of their values' seed, so
+    # that no draw is added and every seed's cases stay as they were) ask selected_inverse
+    # with assume_a="pos" and the gradient of cho_factor(A).logdet() (on CPU both read
+    # LAPACK's Cholesky factor) instead of the general ones.
+    hermitian = params["kind"] == "hpd" and params["values"] % 2 == 1
     banded.METHOD = params["method"]
     jax.clear_caches()
     try:
-        result = _run(api, A, params["jit"])
+        result = _run(api, A, params["jit"], hermitian)
     except Exception as error:  # noqa: BLE001 (classified)
         return raised(error)
     finally:
@@ -112,6 +118,11 @@ def check(params: dict) -> Result:
             except np.linalg.LinAlgError:  # singular to NumPy's LU: nothing to compare
                 inverse = None
         _judge_entries(outcome, "selected inverse", result, inverse, A, scale)
+    elif hermitian:  # JAX's gradient of the dense logdet of the upper triangle's matrix
+        gradient = None
+        if n and cond < 1e300:
+            gradient = _hermitian_gradient(A)
+        _judge_entries(outcome, "Cholesky gradient", result, gradient, A, scale)
     else:  # JAX's gradient of the dense slogdet: A^-T, conjugated for complex A
         gradient = None
         if n and cond < 1e300:
@@ -120,7 +131,29 @@ def check(params: dict) -> Result:
     return outcome.result()
 
 
-def _run(api: str, A: jaxdia.DiaMatrix, jit: bool):
+def _hermitian_gradient(A: jaxdia.DiaMatrix) -> np.ndarray:
+    """The gradient with respect to ``A.data`` of ``log det`` of the Hermitian matrix
+    ``A``'s upper triangle defines (dense, in complex128), as an ``n x n`` array whose
+    entry ``(i, j)`` is that of ``A[i, j]``'s slot."""
+    data = jnp.asarray(np.where(np.isfinite(np.asarray(A.data)), A.data, 0), jnp.complex128)
+    upper = jnp.asarray([k >= 0 for k in A.offsets])[:, None]
+
+    def dense_logdet(data):
+        triangle = jaxdia.DiaMatrix(jnp.where(upper, data, 0), A.offsets, A.shape).todense()
+        full = triangle + triangle.conj().T - jnp.diag(jnp.diagonal(triangle))
+        full = full - jnp.diag(jnp.diagonal(full)) + jnp.diag(jnp.diagonal(triangle).real)
+        return jnp.linalg.slogdet(full)[1]
+
+    gradient = jax.grad(dense_logdet)(data)
+    if not np.iscomplexobj(np.asarray(A.data)):
+        gradient = gradient.real
+    return np.asarray(jaxdia.DiaMatrix(gradient, A.offsets, A.shape).todense())
+
+
+def _run(api: str, A: jaxdia.DiaMatrix, jit: bool, hermitian: bool = False):
+    def cholesky_logdet(d):
+        return jaxdia.cho_factor(jaxdia.DiaMatrix(d, A.offsets, A.shape)).logdet()
+
     def run(data):
         M = jaxdia.DiaMatrix(data, A.offsets, A.shape)
         if api == "slogdet":
@@ -130,7 +163,9 @@ def _run(api: str, A: jaxdia.DiaMatrix, jit: bool):
         if api == "cho_logdet":
             return jnp.ones(()), jaxdia.cho_factor(M).logdet()
         if api == "selected_inverse":
-            return jaxdia.selected_inverse(M).data
+            return jaxdia.selected_inverse(M, assume_a="pos" if hermitian else "gen").data
+        if hermitian:
+            return jax.grad(cholesky_logdet)(data)
         return jax.grad(lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape))[1])(data)
 
     if api == "lu_slogdet" and not jit and A.shape[0]:
@@ -161,7 +196,7 @@ def _judge_slogdet(outcome: Outcome, api: str, result, dense: np.ndarray, scale:
         return
     error = abs(logabsdet.real - expected) / max(1.0, abs(expected))
     sign_error = abs(sign - expected_sign)
-    ratio = max(error, sign_error) / scale
+    ratio = float(max(error, sign_error) / scale)
     if ratio > 1:
         got = f"({sign}, {logabsdet.real})"
         outcome.add(FAIL, f"{api}: {got} vs NumPy ({expected_sign}, {expected})", ratio)

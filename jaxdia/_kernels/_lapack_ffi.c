@@ -4,10 +4,11 @@
    operations, layouts and attributes): ?gbtrf/?gbtrs (with ?tbsv for a factor computed
    without row interchanges; for a band with few subdiagonals, their algorithms written out
    here instead, without BLAS calls; `gbsv`: both in one call, for a one-shot solve),
-   ?pbtrf/?pbtrs, ?gttrf/?gttrs, ?pttrf/?pttrs. XLA calls them on its own threads with
-   pointers to its buffers; they never touch Python or the GIL, and keep no state but the
-   LAPACK function pointers set once by `targets` (so they are thread safe: LAPACK's
-   routines are reentrant).
+   ?pbtrf/?pbtrs (?pbtrf likewise written out for a narrow band), ?gttrf/?gttrs,
+   ?pttrf/?pttrs, and pbsinv (the band of the inverse from ?pbtrf's factor, written out
+   here). XLA calls them on its own threads with pointers to its buffers; they never touch
+   Python or the GIL, and keep no state but the LAPACK function pointers set once by
+   `targets` (so they are thread safe: LAPACK's routines are reentrant).
 
    LAPACK and BLAS are SciPy's: `targets` takes the capsules of
    `scipy.linalg.cython_lapack.__pyx_capi__` and `cython_blas.__pyx_capi__` (Fortran calling
@@ -28,6 +29,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -499,7 +501,9 @@ typedef struct {
     static inline T P##_minus_product(T a, T b, T c) { return a - b * c; }                    \
     static inline T P##_div(T a, T b) { return a / b; }                                       \
     static inline T P##_reciprocal(T a) { return 1 / a; }                                     \
-    static inline T P##_conj(T a) { return a; }
+    static inline T P##_conj(T a) { return a; }                                              \
+    static inline T P##_real_part(T a) { return a; }                                          \
+    static inline T P##_of_real(T a) { return a; }
 
 /* |re| + |im| is i?amax's measure (LAPACK's ?cabs1); division is Smith's, as Fortran's. */
 #define COMPLEX_ARITHMETIC(P, T, R)                                                            \
@@ -536,6 +540,11 @@ typedef struct {
     }                                                                                          \
     static inline T P##_conj(T a) {                                                            \
         T z = {a.re, -a.im};                                                                   \
+        return z;                                                                              \
+    }                                                                                          \
+    static inline R P##_real_part(T a) { return a.re; }                                        \
+    static inline T P##_of_real(R a) {                                                         \
+        T z = {a, 0};                                                                          \
         return z;                                                                              \
     }
 
@@ -728,6 +737,94 @@ BAND_LU(d, double, double)
 BAND_LU(c, ComplexFloat, float)
 BAND_LU(z, ComplexDouble, double)
 
+/* ?pbtrf of a narrow band: ?pbtf2's algorithm (LAPACK's ?pbtrf uses it for kd below its
+   block size, 32), which calls BLAS (?scal, ?syr/?her, ?lacgv) once per column on vectors
+   of kd elements, written out. Column j: a_jj <= 0 stops with info = j + 1 (as ?pbtf2;
+   the factor is then partial), else r_jj = sqrt(a_jj), the kn = min(kd, n - 1 - j)
+   entries of row j of U (column j of L) beside it are scaled by 1 / r_jj, and the
+   trailing kn x kn block loses their outer product (its diagonal kept real, as ?her). */
+#define BAND_CHOLESKY(P, T, R, SQRT)                                                            \
+    static int32_t P##_band_cholesky(int64_t n, int64_t kd, int lower, T *c) {                \
+        int64_t ldab = kd + 1;                                                                \
+        for (int64_t j = 0; j < n; j++) {                                                     \
+            T *pivot = c + j * ldab + (lower ? 0 : kd);                                       \
+            R ajj = P##_real_part(*pivot);                                                    \
+            if (ajj <= 0) {                                                                   \
+                *pivot = P##_of_real(ajj);                                                    \
+                return (int32_t)(j + 1);                                                      \
+            }                                                                                 \
+            ajj = SQRT(ajj);                                                                  \
+            *pivot = P##_of_real(ajj);                                                        \
+            int64_t kn = kd < n - 1 - j ? kd : n - 1 - j;                                     \
+            T scale = P##_of_real(1 / ajj);                                                   \
+            /* x_p: U[j, j + p] (upper) or L[j + p, j] (lower), p = 1..kn */                  \
+            for (int64_t q = 1; q <= kn; q++) {                                               \
+                T *x = lower ? c + j * ldab + q : c + (j + q) * ldab + kd - q;                \
+                *x = P##_mul(*x, scale);                                                      \
+            }                                                                                 \
+            for (int64_t q = 1; q <= kn; q++) {                                               \
+                T xq = lower ? c[j * ldab + q] : c[(j + q) * ldab + kd - q];                  \
+                for (int64_t r = lower ? q : 1; r <= (lower ? kn : q); r++) {                 \
+                    T xr = lower ? c[j * ldab + r] : c[(j + r) * ldab + kd - r];              \
+                    /* lower: A[j+r, j+q] -= x_r conj(x_q); upper: A[j+r, j+q] -=             \
+                       conj(x_r) x_q (r <= q) */                                               \
+                    T *a = lower ? c + (j + q) * ldab + r - q : c + (j + q) * ldab + kd + r - q; \
+                    *a = lower ? P##_minus_product(*a, xr, P##_conj(xq))                      \
+                               : P##_minus_product(*a, P##_conj(xr), xq);                     \
+                    if (r == q) *a = P##_of_real(P##_real_part(*a));                          \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+        return 0;                                                                             \
+    }
+
+BAND_CHOLESKY(s, float, float, sqrtf)
+BAND_CHOLESKY(d, double, double, sqrt)
+BAND_CHOLESKY(c, ComplexFloat, float, sqrtf)
+BAND_CHOLESKY(z, ComplexDouble, double, sqrt)
+
+/* -- the selected inverse of a banded Cholesky factor ----------------------------------- */
+
+/* Z = A^-1 on the band of A = R^H R (R = U of ?pbtrf's upper factor, or L^H of its lower
+   one), by Takahashi's recurrences: R Z = R^-H, whose right side is lower triangular with
+   diagonal 1 / r_ii, gives for j >= i
+
+       Z[i, j] = (delta_ij / r_ii - sum_{k = i+1}^{i+kd} R[i, k] Z[k, j]) / r_ii,
+
+   and every Z[k, j] it reads (|k - j| <= kd, k > i, Z[k, j] = conj(Z[j, k]) for k > j) is
+   in rows below i, or in row i at a larger j: rows from the last up, each from its last
+   column left. O(n kd^2), the same order of work as the factorization. `z` is written in
+   `c`'s band storage (the triangle ?pbtrf factored), its slots outside the matrix zero. */
+#define BAND_SELECTED_INVERSE(P, T)                                                             \
+    static void P##_band_selected_inverse(int64_t n, int64_t kd, int lower, const T *c,       \
+                                          T *z) {                                             \
+        int64_t ldab = kd + 1;                                                                \
+        memset(z, 0, (size_t)(n * ldab) * sizeof(T));                                          \
+        for (int64_t i = n - 1; i >= 0; i--) {                                                \
+            int64_t last = i + kd < n - 1 ? i + kd : n - 1;                                   \
+            T pivot = lower ? c[i * ldab] : c[i * ldab + kd];                                 \
+            for (int64_t j = last; j >= i; j--) {                                             \
+                T sum = j == i ? P##_reciprocal(pivot) : P##_zero();                          \
+                for (int64_t k = i + 1; k <= last; k++) {                                     \
+                    T r = lower ? P##_conj(c[i * ldab + k - i]) : c[k * ldab + kd + i - k];   \
+                    int64_t row = k <= j ? k : j, d = k <= j ? j - k : k - j;                 \
+                    T value = lower ? P##_conj(z[row * ldab + d]) : z[(row + d) * ldab + kd - d]; \
+                    sum = P##_minus_product(sum, r, k <= j ? value : P##_conj(value));        \
+                }                                                                             \
+                T result = P##_div(sum, pivot);                                               \
+                if (lower)                                                                    \
+                    z[i * ldab + j - i] = P##_conj(result);                                   \
+                else                                                                          \
+                    z[j * ldab + kd - (j - i)] = result;                                      \
+            }                                                                                 \
+        }                                                                                     \
+    }
+
+BAND_SELECTED_INVERSE(s, float)
+BAND_SELECTED_INVERSE(d, double)
+BAND_SELECTED_INVERSE(c, ComplexFloat)
+BAND_SELECTED_INVERSE(z, ComplexDouble)
+
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC pop_options
 #endif
@@ -739,6 +836,20 @@ typedef void band_solve_t(char, int64_t, int64_t, int64_t, int64_t, const void *
 static band_lu_t *const BAND_LU_ROUTINES[4] = {s_band_lu, d_band_lu, c_band_lu, z_band_lu};
 static band_solve_t *const BAND_SOLVE_ROUTINES[4] = {s_band_solve, d_band_solve, c_band_solve,
                                                      z_band_solve};
+typedef void band_selected_inverse_t(int64_t, int64_t, int, const void *, void *);
+typedef int32_t band_cholesky_t(int64_t, int64_t, int, void *);
+static band_cholesky_t *const BAND_CHOLESKY_ROUTINES[4] = {
+    (band_cholesky_t *)s_band_cholesky,
+    (band_cholesky_t *)d_band_cholesky,
+    (band_cholesky_t *)c_band_cholesky,
+    (band_cholesky_t *)z_band_cholesky,
+};
+static band_selected_inverse_t *const BAND_SELECTED_INVERSE_ROUTINES[4] = {
+    (band_selected_inverse_t *)s_band_selected_inverse,
+    (band_selected_inverse_t *)d_band_selected_inverse,
+    (band_selected_inverse_t *)c_band_selected_inverse,
+    (band_selected_inverse_t *)z_band_selected_inverse,
+};
 
 /* Bands with at most this many subdiagonals are factored and solved by the loops above,
    whatever ku (LAPACK's ?gbtrf factors them with ?gbtf2 too: it blocks only bands with kl at
@@ -1039,6 +1150,11 @@ static XLA_FFI_Error *pbtrf_handler(XLA_FFI_CallFrame *frame) {
     char uplo = lower ? 'L' : 'U';
     pbtrf_t *routine = (pbtrf_t *)routines[p][PBTRF];
     size_t step = (size_t)(n * ldab) * ITEMSIZE[p];
+    if (kd <= WRITTEN_OUT_KL) {
+        for (int64_t system = 0; system < systems; system++)
+            infos[system] = BAND_CHOLESKY_ROUTINES[p](n, kd, lower != 0, c->data + system * step);
+        return NULL;
+    }
     for (int64_t system = 0; system < systems; system++) {
         int status = 0;
         routine(&uplo, &n_, &kd_, c->data + system * step, &ldab_, &status);
@@ -1083,6 +1199,35 @@ static XLA_FFI_Error *pbtrs_handler(XLA_FFI_CallFrame *frame) {
                 x->data + system * x_step, &n_, &status);
         TRY(check_info(frame, "pbtrs", status));
     }
+    return NULL;
+}
+
+/* The selected inverse of pbtrf's factor `c` (..., n, kd + 1): `z` of c's shape (see
+   BAND_SELECTED_INVERSE). A factor whose info was nonzero gives numbers without meaning:
+   the caller masks them. */
+static XLA_FFI_Error *pbsinv_handler(XLA_FFI_CallFrame *frame) {
+    if (answered_metadata(frame) || frame->stage != STAGE_EXECUTE) return NULL;
+    Buffer args[1], rets[1];
+    int64_t kd, lower;
+    int p;
+    TRY(buffers(frame, &frame->args, "operands", 1, args));
+    TRY(buffers(frame, &frame->rets, "results", 1, rets));
+    TRY(attribute(frame, "kd", &kd));
+    TRY(attribute(frame, "lower", &lower));
+    const Buffer *c = &args[0], *z = &rets[0];
+    TRY(floating(frame, "pbsinv", c, 2, &p));
+    TRY(expect(frame, "pbsinv", "the selected inverse", z, c->dtype, 2));
+    int64_t n = c->dims[c->rank - 2], ldab = c->dims[c->rank - 1];
+    if (size_of(z) != size_of(c))
+        return fail(frame, ERROR_INVALID_ARGUMENT, "pbsinv: c and z differ in size");
+    if (kd < 0 || ldab != kd + 1)
+        return fail(frame, ERROR_INVALID_ARGUMENT, "pbsinv: %lld band columns for kd = %lld",
+                    (long long)ldab, (long long)kd);
+    int64_t systems = systems_of(c, 2);
+    size_t step = (size_t)(n * ldab) * ITEMSIZE[p];
+    for (int64_t system = 0; system < systems; system++)
+        BAND_SELECTED_INVERSE_ROUTINES[p](n, kd, lower != 0, c->data + system * step,
+                                          z->data + system * step);
     return NULL;
 }
 
@@ -1262,7 +1407,7 @@ static const struct {
     {"gbtrf", gbtrf_handler}, {"gbtrs", gbtrs_handler}, {"gbsv", gbsv_handler},
     {"pbtrf", pbtrf_handler},
     {"pbtrs", pbtrs_handler}, {"gttrf", gttrf_handler}, {"gttrs", gttrs_handler},
-    {"pttrf", pttrf_handler}, {"pttrs", pttrs_handler},
+    {"pttrf", pttrf_handler}, {"pttrs", pttrs_handler}, {"pbsinv", pbsinv_handler},
 };
 
 static int routines_set = 0;
@@ -1321,7 +1466,7 @@ PyDoc_STRVAR(targets_doc,
              "targets(routines, /)\n--\n\n"
              "XLA FFI handlers of jaxdia's LAPACK custom calls, as ``{name: capsule}``\n"
              "(``gbtrf``, ``gbtrs``, ``gbsv``, ``pbtrf``, ``pbtrs``, ``gttrf``, ``gttrs``,\n"
-             "``pttrf``, ``pttrs``), calling the routines of ``routines``: a mapping of\n"
+             "``pttrf``, ``pttrs``, ``pbsinv``), calling the routines of ``routines``: a mapping of\n"
              "LAPACK/BLAS names (``dgbtrf``, ``ztbsv``, ...) to SciPy's ``__pyx_capi__``\n"
              "capsules.");
 

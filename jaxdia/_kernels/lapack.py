@@ -34,6 +34,10 @@ or absent (size 1) for the factor of a solve: one factor for a batch of right-ha
 * ``info`` ``(...,)`` int32: LAPACK's ``info`` (0, or the 1-based index of the first zero
   pivot / non-positive leading minor).
 
+``pbsinv`` is not LAPACK's: the band of the inverse from ``pbtrf``'s factor (Takahashi's
+recurrences, written out in the C source), for the gradient of a log-determinant and the
+selected inverse on CPU.
+
 ``gbtrf``/``pbtrf`` fill LAPACK's band array from DIA data themselves, writing each
 system's ``n * ldab`` elements once (assembled by XLA from ``ldab`` column pieces, one pass
 each, it took longer than LAPACK then takes to factor it); ``gbtrs`` solves a factor
@@ -45,7 +49,8 @@ back. A band of at most 4 subdiagonals is factored and solved without LAPACK, by
 ``?gbtf2``'s (the unblocked ``?gbtrf``, which LAPACK uses for such a band) and ``?gbtrs``'s
 algorithms written out in the C source: the same band layout, pivots and ``info``, the
 factors and solutions to rounding, without the BLAS calls on vectors of a few elements made
-per column that take most of LAPACK's time there.
+per column that take most of LAPACK's time there; so is a Cholesky factor of at most 4
+off-diagonals (``?pbtf2``'s algorithm, which ``?pbtrf`` uses for such a band).
 """
 
 from __future__ import annotations
@@ -88,10 +93,11 @@ def _target(name: str) -> str:
     return f"jaxdia_lapack_{name}"
 
 
-def _call(name: str, results, *operands, aliases: dict[int, int], **attributes):
-    return jax.ffi.ffi_call(_target(name), results, input_output_aliases=aliases)(
-        *operands, **{key: np.int64(value) for key, value in attributes.items()}
+def _call(name: str, results, *operands, aliases: dict[int, int], vmap_method=None, **attributes):
+    call = jax.ffi.ffi_call(
+        _target(name), results, input_output_aliases=aliases, vmap_method=vmap_method
     )
+    return call(*operands, **{key: np.int64(value) for key, value in attributes.items()})
 
 
 def _int_results(batch: tuple[int, ...], n: int) -> list[jax.ShapeDtypeStruct]:
@@ -145,6 +151,17 @@ def pbtrf(data, *, placement, kd: int, lower: bool):
 def pbtrs(c, b, *, kd: int, lower: bool):
     result = jax.ShapeDtypeStruct(b.shape, b.dtype)
     return _call("pbtrs", [result], c, b, aliases={1: 0}, kd=kd, lower=int(lower))[0]
+
+
+def pbsinv(c, *, kd: int, lower: bool):
+    """``z``: ``A^-1`` on the band of ``A = U^H U`` (or ``L L^H``), from ``pbtrf``'s factor
+    ``c`` ``(..., n, kd + 1)``, in ``c``'s band storage (its triangle), by Takahashi's
+    recurrences written out in the C source (one pass over the rows, O(n kd^2)); slots
+    outside the matrix are zero. Under ``vmap`` the batch becomes leading systems."""
+    result = jax.ShapeDtypeStruct(c.shape, c.dtype)
+    return _call(
+        "pbsinv", [result], c, aliases={}, vmap_method="broadcast_all", kd=kd, lower=int(lower)
+    )[0]
 
 
 def gttrf(bands):

@@ -23,7 +23,8 @@ finite number; the factor's ``info`` says why.
 
 Derivatives: ``d log|det A| = Re tr(A^-1 dA)`` (and ``d sign = sign i Im tr(A^-1 dA)``),
 so the gradient with respect to ``A.data`` is ``A^-T`` on ``A``'s pattern: a custom JVP
-computes it by :mod:`jaxdia._linalg.selected_inverse` (O(n m^2), never a dense inverse),
+computes it by :mod:`jaxdia._linalg.selected_inverse` (O(n m^2), never a dense inverse;
+for a LAPACK Cholesky factor on CPU, read from that factor by Takahashi's recurrences),
 which is itself differentiable, so second derivatives are exact too.
 """
 
@@ -36,12 +37,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from .. import _dispatch
 from .._geometry import in_bounds
 from .._kernels.band_layouts import GB, GT, PB, PT
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from . import banded
-from .selected_inverse import selected_data
+from .selected_inverse import factor_data, selected_data
 
 
 def _real(dtype: np.dtype) -> np.dtype:
@@ -137,6 +139,13 @@ def factor_slogdet(factor: banded.Factor, n: int) -> tuple[Array, Array]:
     return sign, logabs
 
 
+def _reads_factor(factor: banded.Factor, lower: bool | None) -> bool:
+    """Whether the gradient reads ``A^-1``'s band from the Cholesky ``factor`` itself (see
+    :func:`jaxdia._dispatch.selected_inverse_from_host_factor`)."""
+    lapack_cholesky = factor.layout in (PB, PT) and factor.correction is None
+    return lower is not None and lapack_cholesky and _dispatch.selected_inverse_from_host_factor()
+
+
 @partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def _slogdet(
     data: Array, factor: banded.Factor, offsets: tuple[int, ...], lower: bool | None
@@ -155,7 +164,10 @@ def _slogdet_jvp(offsets, lower, primals, tangents):
     n = data.shape[-1]
     parts = DiaParts(data, offsets, (n, n))
     # X^T on A's pattern: tr(A^-1 dA) = sum over A's slots of X[j, i] dA[i, j].
-    transposed = selected_data(parts, lower, transpose=True)
+    if _reads_factor(factor, lower):
+        transposed = factor_data(parts, factor, bool(lower), transpose=True)
+    else:
+        transposed = selected_data(parts, lower, transpose=True)
     inside = in_bounds(offsets, (n, n))
     if lower is not None:  # the Hermitian matrix of one triangle: 2 Re off it, Re on it
         weights = np.array([(k <= 0) if lower else (k >= 0) for k in offsets], bool)

@@ -14,6 +14,15 @@ O(n m^2) work, O(log n) sequential steps, on every platform, and no dense invers
 ``n`` solves. Everything is ``jax.numpy``, so the result is differentiable (at the same
 banded cost), batched, and usable under ``jit`` and ``vmap``.
 
+On CPU, a Hermitian positive definite matrix's inverse on the band is read instead from
+its LAPACK Cholesky factor (``?pbtrf``'s, or ``?pttrf``'s ``L D L^H`` for a tridiagonal
+one) by Takahashi's recurrences, one compiled pass over the rows
+(:func:`jaxdia._kernels.lapack.pbsinv`; :func:`factor_data`): the gradient of
+``cho_factor(A).logdet()`` then costs little more than the factor it reuses, and
+``selected_inverse(A, assume_a="pos")`` a factor and that pass (where no diagonal of the
+triangle not read lies beyond the band of the one read). Its derivative differentiates
+the cyclic reduction above.
+
 Cyclic reduction pivots only inside its ``m x m`` blocks: it is exact (up to rounding,
 backward stable) for Hermitian positive definite matrices and matrices diagonally
 dominant by rows or columns. For any other matrix the result is checked: the diagonal
@@ -25,15 +34,20 @@ singular) is all NaN, never a wrong finite answer.
 
 from __future__ import annotations
 
+from functools import partial
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from .. import _dispatch
 from .._geometry import accumulation_dtype, band_widths, in_bounds
-from .._kernels import band_parallel
+from .._kernels import band_parallel, lapack
+from .._kernels.band_layouts import PB, PT
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
-from .banded import cholesky_bandwidth
+from . import banded
 
 
 def _triangle(lower: bool | None) -> str | None:
@@ -48,10 +62,9 @@ def block_inverse(A: DiaParts, lower: bool | None) -> tuple[tuple[Array, Array, 
     given: of the Hermitian matrix that triangle defines), and ``ok`` ``(S,)``: whether
     the residual check passed."""
     data, offsets, (n, _) = A
-    if lower is None:
-        m = band_parallel.block_size(*band_widths(offsets))
-    else:
-        m = band_parallel.block_size(cholesky_bandwidth(offsets, lower), 0)
+    # Blocks as wide as all the offsets, those of the triangle not read included: their
+    # entries of the inverse lie in the block tridiagonal part only then.
+    m = band_parallel.block_size(*band_widths(offsets))
     data = jnp.where(in_bounds(offsets, (n, n)), data, 0)
     data = data.astype(accumulation_dtype(data.dtype))
     flat = data.reshape(-1, *data.shape[-2:])
@@ -108,6 +121,87 @@ def selected_data(A: DiaParts, lower: bool | None = None, *, transpose: bool = F
     return values.reshape(A.data.shape)
 
 
+def _shifted(row: Array, shift: int) -> Array:
+    """``out[..., j] = row[..., j - shift]``, zero where that is outside ``row``."""
+    n = row.shape[-1]
+    pad = [(0, 0)] * (row.ndim - 1)
+    if shift >= 0:
+        return jnp.pad(row[..., : max(n - shift, 0)], [*pad, (min(shift, n), 0)])
+    return jnp.pad(row[..., -shift:], [*pad, (0, min(-shift, n))])
+
+
+def _upper_band(factor: banded.Factor) -> tuple[Array, int, bool]:
+    """``(c, kd, lower)``: ``?pbtrf``'s band array of ``factor`` (``PB``'s own, or
+    ``R = D^1/2 L^H`` of ``PT``'s ``L D L^H`` as an upper band, ``kd = 1``)."""
+    if factor.layout is PB:
+        kd, lower = factor.widths
+        return factor.arrays[0], kd, bool(lower)
+    d, e = factor.arrays  # e[i] = L[i + 1, i]
+    root = jnp.sqrt(d).astype(e.dtype)
+    above = _shifted(root * e.conj(), 1)  # R[j - 1, j], column j
+    return jnp.stack([above, root], axis=-1), 1, False
+
+
+def _beyond(factor: banded.Factor, offsets: tuple[int, ...]) -> np.ndarray:
+    """``(nd, 1)``: the diagonals farther from the main one than ``factor``'s band."""
+    kd = factor.widths[0] if factor.layout is PB else 1
+    return np.array([abs(offset) > kd for offset in offsets], bool)[:, None]
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+def _factor_data(
+    data: Array, factor: banded.Factor, offsets: tuple[int, ...], lower: bool, transpose: bool
+) -> Array:
+    n = data.shape[-1]
+    c, kd, stored_lower = _upper_band(factor)
+    z = lapack.pbsinv(c, kd=kd, lower=stored_lower)  # Z = A^-1 on c's triangle
+    rows = []
+    for offset in offsets:
+        if abs(offset) > kd:  # zero: see factor_data
+            rows.append(jnp.zeros(z.shape[:-1], z.dtype))
+        elif stored_lower:  # z[j, i - j] = Z[i, j], i >= j
+            rows.append(z[..., -offset] if offset <= 0 else _shifted(z[..., offset].conj(), offset))
+        else:  # z[j, kd + i - j] = Z[i, j], i <= j
+            below = _shifted(z[..., kd + offset].conj(), offset)
+            rows.append(z[..., kd - offset] if offset >= 0 else below)
+    values = jnp.stack(rows, axis=-2)
+    if transpose:  # A^-T = conj(A^-1)
+        values = values.conj()
+    values = jnp.where(in_bounds(offsets, (n, n)) & ~_beyond(factor, offsets), values, 0)
+    return jnp.where((factor.info == 0)[..., None, None], values, jnp.nan)
+
+
+@_factor_data.defjvp
+def _factor_data_jvp(offsets, lower, transpose, primals, tangents):
+    data, factor = primals
+    n = data.shape[-1]
+    value = _factor_data(data, factor, offsets, lower, transpose)
+
+    def reduction(data: Array) -> Array:
+        return selected_data(DiaParts(data, offsets, (n, n)), lower, transpose=transpose)
+
+    _, tangent = jax.jvp(reduction, (data,), (tangents[0],))
+    return value, jnp.where(_beyond(factor, offsets), 0, tangent).astype(value.dtype)
+
+
+def factor_data(
+    A: DiaParts, factor: banded.Factor, lower: bool, *, transpose: bool = False
+) -> Array:
+    """:func:`selected_data` of the Hermitian positive definite matrix the triangle
+    ``lower`` of ``A`` defines, read from its LAPACK Cholesky ``factor`` (``PB`` or ``PT``:
+    :func:`jaxdia._dispatch.selected_inverse_from_host_factor` says when) by Takahashi's
+    recurrences: the same entries, except those of the other triangle farther from the
+    diagonal than the factor's band (zero here; unused by the log-determinant's gradient).
+    NaN for a system whose factor failed (``info`` nonzero). Differentiable in ``A.data``
+    (the derivative is cyclic reduction's, :func:`selected_data`'s)."""
+    if factor.layout not in (PB, PT) or factor.correction is not None:
+        raise ValueError(f"factor_data: needs a banded Cholesky factor, got {factor.layout!r}")
+    n = A.shape[0]
+    if n == 0:
+        return jnp.zeros(A.data.shape, accumulation_dtype(A.dtype))
+    return _factor_data(A.data, factor, A.offsets, lower, transpose)
+
+
 def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False) -> DiaMatrix:
     """``A^-1`` on ``A``'s pattern: a DiaMatrix with ``A``'s offsets holding ``A^-1``'s
     entries there (exact up to rounding, at banded cost).
@@ -117,7 +211,8 @@ def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False
     gradient of ``log |det A|`` (:func:`jaxdia.slogdet` uses it). Computing all of
     ``A^-1`` would take O(n^2) memory; this takes O(n m^2) work and memory for offsets
     within ``[-m, m]``, by block cyclic reduction run backwards (Takahashi's recurrences in
-    block form; O(log n) sequential steps on every platform). See
+    block form; O(log n) sequential steps on every platform; on CPU, with ``"pos"``, by
+    those recurrences on LAPACK's Cholesky factor, one compiled pass over the rows). See
     ``docs/solvers.md`` ("Determinants and the selected inverse").
 
     ``assume_a="pos"`` (SciPy's name in ``scipy.linalg.solve``): ``A`` is Hermitian
@@ -160,4 +255,19 @@ def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False
     if not isinstance(lower, (bool, np.bool_)):
         raise TypeError(f"selected_inverse: lower must be a bool, got {type(lower).__name__}")
     triangle = bool(lower) if assume_a == "pos" else None
-    return DiaMatrix._wrap(A._parts.with_data(selected_data(A._parts, triangle)))
+    parts = A._parts
+    if triangle is not None and _from_cholesky_factor(parts.offsets, triangle):
+        factor = banded.factor_cholesky(parts, triangle)
+        if factor.layout in (PB, PT):
+            return DiaMatrix._wrap(parts.with_data(factor_data(parts, factor, triangle)))
+    return DiaMatrix._wrap(parts.with_data(selected_data(parts, triangle)))
+
+
+def _from_cholesky_factor(offsets: tuple[int, ...], lower: bool) -> bool:
+    """Whether :func:`selected_inverse` reads a Hermitian positive definite matrix's
+    inverse from its Cholesky factor (:func:`factor_data`): where
+    :func:`jaxdia._dispatch.selected_inverse_from_host_factor` says so, and no diagonal of
+    the other triangle lies beyond the band of the one read."""
+    kd = banded.cholesky_bandwidth(offsets, lower)
+    within = all(abs(offset) <= kd for offset in offsets)
+    return within and _dispatch.selected_inverse_from_host_factor()
