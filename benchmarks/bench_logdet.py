@@ -15,6 +15,11 @@ Three measurements:
   stochastic estimate ``diag(Q^-1) ~ mean_k z_k * Q^-1 z_k`` (Rademacher ``z_k``, ``k``
   probes solved with the stored factor) at ``n = 1e5``: time and accuracy.
 
+* **periodic** (``--periodic 100000``, ``0`` skips; ``--periodic-only``): the selected
+  inverse and the log-determinant's gradient of periodic tridiagonal and pentadiagonal
+  matrices, against the plain band, and against the whole band before the corners' Woodbury
+  correction (at ``--periodic-small``).
+
 Medians of ``--rounds`` runs after a warm-up, competitors interleaved in the same run.
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/bench_logdet.py \\
@@ -163,6 +168,68 @@ def bench_variances(n: int, probes: list[int], rounds: int) -> None:
         print(f"{np.median(relative):.3f} |")
 
 
+def bench_periodic(n: int, small: int, rounds: int) -> None:
+    """Periodic tridiagonal and pentadiagonal matrices (corner diagonals at ``±(n - 1)``
+    and ``±(n - 2)``): ``selected_inverse`` and ``value_and_grad`` of ``slogdet`` (both
+    jitted) at ``n``, against the same on the plain band (no corners); at ``small``, the
+    selected inverse against the whole band its offsets span (what it cost before the
+    Woodbury correction; infeasible at ``n``: ``n x n`` blocks)."""
+    from jaxdia._linalg.selected_inverse import block_inverse, gather
+    from jaxdia._parts import DiaParts
+
+    def matrix(size: int, half: int, corners: bool):
+        offsets = tuple(range(-half, half + 1))
+        if corners:
+            offsets += tuple(size - k for k in range(1, half + 1))
+            offsets = tuple(sorted(offsets + tuple(-(size - k) for k in range(1, half + 1))))
+        rng = np.random.default_rng(0)
+        data = rng.standard_normal((len(offsets), size))
+        data[offsets.index(0)] = 2 * half + 2 + np.abs(data[offsets.index(0)])
+        return jnp.asarray(data), offsets
+
+    def selected(offsets, size):
+        return jax.jit(
+            lambda d: jaxdia.selected_inverse(jaxdia.DiaMatrix(d, offsets, (size, size))).data
+        )
+
+    def gradient(offsets, size):
+        return jax.jit(
+            jax.value_and_grad(
+                lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, offsets, (size, size)))[1]
+            )
+        )
+
+    def whole_band(offsets, size):
+        def run(d):
+            inverse, _ = block_inverse(DiaParts(d, offsets, (size, size)), None)
+            return gather(inverse, offsets, size)
+
+        return jax.jit(run)
+
+    def median_ms(fn, data) -> float:
+        jax.block_until_ready(fn(data))
+        return statistics.median(timed(lambda: jax.block_until_ready(fn(data)), rounds)) * 1e3
+
+    print("| periodic, half-width | what | n | periodic ms | plain band ms | ratio |")
+    for half in (1, 2):
+        data, offsets = matrix(n, half, True)
+        band, band_offsets = matrix(n, half, False)
+        for label, make in (("selected_inverse", selected), ("slogdet value + grad", gradient)):
+            periodic_ms = median_ms(make(offsets, n), data)
+            band_ms = median_ms(make(band_offsets, n), band)
+            ratio = periodic_ms / band_ms
+            print(f"| {half} | {label} | {n} | {periodic_ms:.1f} | {band_ms:.1f} | {ratio:.2f}x |")
+        data, offsets = matrix(small, half, True)
+        new, old = selected(offsets, small), whole_band(offsets, small)
+        dense = np.linalg.inv(np.asarray(jaxdia.DiaMatrix(data, offsets, (small, small)).todense()))
+        got = jaxdia.DiaMatrix(new(data), offsets, (small, small)).todense()
+        mask = np.asarray(jaxdia.DiaMatrix(jnp.ones_like(data), offsets, (small,) * 2).todense())
+        assert np.allclose(np.asarray(got)[mask != 0], dense[mask != 0], atol=1e-10)
+        new_ms, old_ms = median_ms(new, data), median_ms(old, data)
+        print(f"| {half} | selected_inverse vs whole band | {small} | {new_ms:.1f} | ", end="")
+        print(f"{old_ms:.1f} (whole band) | {new_ms / old_ms:.4f}x |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000)
@@ -170,7 +237,14 @@ def main() -> None:
     parser.add_argument("--variances", type=int, default=100_000)
     parser.add_argument("--probes", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--periodic", type=int, default=100_000, help="0: skip")
+    parser.add_argument("--periodic-small", type=int, default=1_000)
+    parser.add_argument("--periodic-only", action="store_true")
     args = parser.parse_args()
+    if args.periodic:
+        bench_periodic(args.periodic, args.periodic_small, args.rounds)
+    if args.periodic_only:
+        return
     bench_logdet(args.n, args.rounds)
     bench_smoother(args.steps, args.rounds)
     bench_variances(args.variances, args.probes, args.rounds)
