@@ -44,6 +44,10 @@ SLICE = [
     # column-scaled, NaN; eager, jit and vmap.
     *(("lstsq", 0, i) for i in (38, 53, 14, 29, 45, 3)),
     *(("logdet", 0, i) for i in (12, 67)),  # a jitted Cholesky logdet; a singular selected inverse
+    # periodic: a jitted slogdet whose band is nearly singular (S rounds singular: NaN, not
+    # a zero determinant); the gradient by cyclic reduction, one corner; assume_a="pos" in
+    # float32; a cycle's selected inverse, eagerly through the whole band
+    *(("logdet", 0, i) for i in (9, 27, 46, 81)),
 ]
 
 _MULTIGRID = {
