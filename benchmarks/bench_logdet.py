@@ -223,7 +223,7 @@ def bench_periodic(n: int, small: int, rounds: int) -> None:
         new, old = selected(offsets, small), whole_band(offsets, small)
         dense = np.linalg.inv(np.asarray(jaxdia.DiaMatrix(data, offsets, (small, small)).todense()))
         got = jaxdia.DiaMatrix(new(data), offsets, (small, small)).todense()
-        mask = np.asarray(jaxdia.DiaMatrix(jnp.ones_like(data), offsets, (small,) * 2).todense())
+        mask = np.asarray(jaxdia.DiaMatrix(jnp.ones_like(data), offsets, (small, small)).todense())
         assert np.allclose(np.asarray(got)[mask != 0], dense[mask != 0], atol=1e-10)
         new_ms, old_ms = median_ms(new, data), median_ms(old, data)
         print(f"| {half} | selected_inverse vs whole band | {small} | {new_ms:.1f} | ", end="")
