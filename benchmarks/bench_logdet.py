@@ -21,6 +21,12 @@ medians after a warm-up):
 * **variances** (``--variances``, default ``1e5``): ``selected_inverse(Q).diagonal()``
   (exact) against a Hutchinson estimate ``diag(Q^-1) ~ mean_k z_k * Q^-1 z_k``
   (Rademacher ``z_k`` solved with the stored factor).
+* **periodic** (``--periodic``, default ``1e5``): the selected inverse and the
+  log-determinant's gradient of periodic tridiagonal and pentadiagonal matrices, against
+  the plain band, and against the whole band before the corners' Woodbury correction (at
+  ``--periodic-small``).
+
+Medians of ``--rounds`` runs after a warm-up, competitors interleaved in the same run.
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/bench_logdet.py \\
         [--n 1000000] [--tau 0.01] [--steps 100000] [--estimate 100000] \\
@@ -256,6 +262,68 @@ def bench_variances(n: int, tau: float, probes: list[int], rounds: int) -> None:
         print(f"| {name} | {median * 1e3:.1f} | {errors.get(name, 'rounding | rounding')} |")
 
 
+def bench_periodic(n: int, small: int, rounds: int) -> None:
+    """Periodic tridiagonal and pentadiagonal matrices (corner diagonals at ``±(n - 1)``
+    and ``±(n - 2)``): ``selected_inverse`` and ``value_and_grad`` of ``slogdet`` (both
+    jitted) at ``n``, against the same on the plain band (no corners); at ``small``, the
+    selected inverse against the whole band its offsets span (what it cost before the
+    Woodbury correction; infeasible at ``n``: ``n x n`` blocks)."""
+    from jaxdia._linalg.selected_inverse import block_inverse, gather
+    from jaxdia._parts import DiaParts
+
+    def matrix(size: int, half: int, corners: bool):
+        offsets = tuple(range(-half, half + 1))
+        if corners:
+            offsets += tuple(size - k for k in range(1, half + 1))
+            offsets = tuple(sorted(offsets + tuple(-(size - k) for k in range(1, half + 1))))
+        rng = np.random.default_rng(0)
+        data = rng.standard_normal((len(offsets), size))
+        data[offsets.index(0)] = 2 * half + 2 + np.abs(data[offsets.index(0)])
+        return jnp.asarray(data), offsets
+
+    def selected(offsets, size):
+        return jax.jit(
+            lambda d: jaxdia.selected_inverse(jaxdia.DiaMatrix(d, offsets, (size, size))).data
+        )
+
+    def gradient(offsets, size):
+        return jax.jit(
+            jax.value_and_grad(
+                lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, offsets, (size, size)))[1]
+            )
+        )
+
+    def whole_band(offsets, size):
+        def run(d):
+            inverse, _ = block_inverse(DiaParts(d, offsets, (size, size)), None)
+            return gather(inverse, offsets, size)
+
+        return jax.jit(run)
+
+    def median_ms(fn, data) -> float:
+        run = {"fn": lambda: jax.block_until_ready(fn(data))}
+        return interleaved(run, rounds)["fn"] * 1e3
+
+    print("| periodic, half-width | what | n | periodic ms | plain band ms | ratio |")
+    for half in (1, 2):
+        data, offsets = matrix(n, half, True)
+        band, band_offsets = matrix(n, half, False)
+        for label, make in (("selected_inverse", selected), ("slogdet value + grad", gradient)):
+            periodic_ms = median_ms(make(offsets, n), data)
+            band_ms = median_ms(make(band_offsets, n), band)
+            ratio = periodic_ms / band_ms
+            print(f"| {half} | {label} | {n} | {periodic_ms:.1f} | {band_ms:.1f} | {ratio:.2f}x |")
+        data, offsets = matrix(small, half, True)
+        new, old = selected(offsets, small), whole_band(offsets, small)
+        dense = np.linalg.inv(np.asarray(jaxdia.DiaMatrix(data, offsets, (small, small)).todense()))
+        got = jaxdia.DiaMatrix(new(data), offsets, (small, small)).todense()
+        mask = np.asarray(jaxdia.DiaMatrix(jnp.ones_like(data), offsets, (small, small)).todense())
+        assert np.allclose(np.asarray(got)[mask != 0], dense[mask != 0], atol=1e-10)
+        new_ms, old_ms = median_ms(new, data), median_ms(old, data)
+        print(f"| {half} | selected_inverse vs whole band | {small} | {new_ms:.1f} | ", end="")
+        print(f"{old_ms:.1f} (whole band) | {old_ms / new_ms:.0f}x faster |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000)
@@ -266,11 +334,13 @@ def main() -> None:
     parser.add_argument("--probes", type=int, nargs="+", default=[10, 100])
     parser.add_argument("--lanczos", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--periodic", type=int, default=100_000)
+    parser.add_argument("--periodic-small", type=int, default=1_000)
     parser.add_argument(
-        "--only", nargs="+", choices=("logdet", "smoother", "estimate", "variances")
+        "--only", nargs="+", choices=("logdet", "smoother", "estimate", "variances", "periodic")
     )
     args = parser.parse_args()
-    parts = args.only or ("logdet", "smoother", "estimate", "variances")
+    parts = args.only or ("logdet", "smoother", "estimate", "variances", "periodic")
     if "logdet" in parts:
         bench_logdet(args.n, args.tau, args.rounds)
     if "smoother" in parts:
@@ -279,6 +349,8 @@ def main() -> None:
         bench_estimate(args.estimate, args.tau, args.probes, args.lanczos, args.rounds)
     if "variances" in parts:
         bench_variances(args.variances, args.tau, args.probes, args.rounds)
+    if "periodic" in parts:
+        bench_periodic(args.periodic, args.periodic_small, args.rounds)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ layout is forced: LAPACK on the host (``GB``, ``GT``, ``PB``, ``PT``), the ``lax
 kernels (the same layouts), block cyclic reduction (``CR``, ``CH``) and periodic factors.
 """
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -599,10 +601,293 @@ def test_no_loop_over_rows_on_accelerators(platform, monkeypatch):
     def make_args(n):
         return (random_band(n, 2, 2, np.dtype(np.float32)).data,)
 
+    def periodic_gradient(data):
+        n = data.shape[-1]
+        A = jaxdia.DiaMatrix(data, (-(n - 1), -1, 0, 1, n - 1), (n, n))
+        value, grad = jax.value_and_grad(
+            lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape))[1]
+        )(data)
+        return value, grad, jaxdia.selected_inverse(A).data
+
+    def make_periodic_args(n):
+        return (periodic_band(n, (-(n - 1), -1, 0, 1, n - 1), np.float32).data,)
+
     try:
+        text = lowered_text(periodic_gradient, *make_periodic_args(256), platform=platform)
+        assert "jaxdia_lapack" not in text
+        assert not loops_grow_with_n(periodic_gradient, make_periodic_args, platform, 256)
+        # banded cost: no array of n x n (the whole band's blocks would be ~ n/2 x n/2)
+        assert not re.search(r"\b(1[3-9]\d|2\d\d)x(1[3-9]\d|2\d\d)\b", text)
         for fn in (value_and_grad, variances):
             text = lowered_text(fn, *make_args(256), platform=platform)
             assert "jaxdia_lapack" not in text
             assert not loops_grow_with_n(fn, make_args, platform, 256)
     finally:
         jax.clear_caches()
+
+
+# -- periodic matrices: the corners as a Woodbury correction -----------------------------------
+
+
+def periodic_band(n, offsets, dtype=np.float64, batch=(), seed=0, shift=4.0):
+    """A random matrix on the diagonals ``offsets`` (corners included), its diagonal
+    shifted by ``shift`` times its sign (well conditioned for a large ``shift``)."""
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal((*batch, len(offsets), n))
+    if np.dtype(dtype).kind == "c":
+        data = data + 1j * rng.standard_normal(data.shape)
+    main = data[..., offsets.index(0), :]
+    data[..., offsets.index(0), :] = main + shift * np.sign(main.real)
+    return jaxdia.DiaMatrix(data.astype(dtype), offsets, (n, n))
+
+
+def tolerance(dtype):
+    return 2e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-11
+
+
+def assert_on_pattern(A, data, expected, dtype):
+    mask = pattern(A)
+    tol = tolerance(dtype)
+    np.testing.assert_allclose(
+        on_pattern(A, data)[..., mask], expected[..., mask], rtol=tol, atol=tol
+    )
+
+
+def spy_periodic(monkeypatch):
+    """Counts the calls of the banded-cost periodic selected inverse."""
+    from jaxdia._linalg import selected_inverse as module
+
+    calls = []
+    original = module.periodic_data
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, "periodic_data", spy)
+    return calls
+
+
+PERIODIC = [
+    # (n, offsets): tridiagonal, pentadiagonal, one corner (upwind), uneven corners
+    (12, (-11, -1, 0, 1, 11)),
+    (17, (-16, -15, -2, -1, 0, 1, 2, 15, 16)),
+    (10, (-1, 0, 9)),
+    (15, (-13, -1, 0, 1, 2, 14)),
+]
+PERIODIC_FAST = {(12, np.complex128), (10, np.float64), (15, np.float32)}
+GRADIENT_FAST = {(17, "parallel"), (15, "host")}
+TINY_FAST = {(2, np.complex64), (3, np.float64), (4, np.float64)}
+
+
+@pytest.mark.parametrize(
+    "n, offsets, dtype",
+    [
+        pytest.param(
+            *case, dtype, marks=() if (case[0], dtype) in PERIODIC_FAST else pytest.mark.full
+        )
+        for case in PERIODIC
+        for dtype in (np.float64, np.complex128, np.float32)
+    ],
+)
+def test_periodic_selected_inverse(n, offsets, dtype, monkeypatch):
+    calls = spy_periodic(monkeypatch)
+    A = periodic_band(n, offsets, dtype, batch=(2,), seed=n)
+    assert jaxdia.lu_factor(A).kind == "periodic"
+    expected = np.linalg.inv(dense_f64(A))
+    for X in (jaxdia.selected_inverse(A), jax.jit(jaxdia.selected_inverse)(A)):
+        assert X.offsets == A.offsets
+        assert_on_pattern(A, X.data, expected, dtype)
+    vmapped = jax.vmap(
+        lambda d: jaxdia.selected_inverse(jaxdia.DiaMatrix(d, A.offsets, A.shape)).data
+    )
+    assert_on_pattern(A, vmapped(A.data), expected, dtype)
+    assert len(calls) == 3  # the banded-cost path, not the whole band
+
+
+@pytest.mark.parametrize(
+    "n, offsets, method",
+    [
+        pytest.param(
+            *case, method, marks=() if (case[0], method) in GRADIENT_FAST else pytest.mark.full
+        )
+        for case in PERIODIC[:2] + PERIODIC[3:]
+        for method in METHODS
+    ],
+)
+def test_periodic_logdet_gradient(n, offsets, method, monkeypatch):
+    jax.clear_caches()
+    monkeypatch.setattr(banded, "METHOD", method)
+    calls = spy_periodic(monkeypatch)
+    dtype = np.complex128 if n % 2 else np.float64
+    A = periodic_band(n, offsets, dtype, batch=(2,), seed=n)
+
+    def loss(data):
+        return jaxdia.slogdet(jaxdia.DiaMatrix(data, A.offsets, A.shape))[1].sum()
+
+    def factor_loss(data):
+        return jaxdia.lu_factor(jaxdia.DiaMatrix(data, A.offsets, A.shape)).slogdet()[1].sum()
+
+    expected = dense_gradient(A)
+    for grad in (jax.grad(loss), jax.jit(jax.grad(loss)), jax.grad(factor_loss)):
+        assert_on_pattern(A, grad(A.data), expected, dtype)
+    one = jax.vmap(jax.grad(lambda d: loss(d[None])))(A.data)
+    assert_on_pattern(A, one, expected, dtype)
+    # forward mode, the sign's derivative included
+    tangent = np.random.default_rng(0).standard_normal(A.data.shape).astype(A.dtype)
+    fn = lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape))  # noqa: E731
+    _, (dsign, dlog) = jax.jvp(fn, (A.data,), (jnp.asarray(tangent),))
+    dense = jnp.asarray(dense_f64(A))
+    _, (esign, elog) = jax.jvp(jnp.linalg.slogdet, (dense,), (jnp.asarray(on_pattern(A, tangent)),))
+    np.testing.assert_allclose(dsign, esign, atol=1e-10)
+    np.testing.assert_allclose(dlog, elog, rtol=1e-9, atol=1e-12)
+    assert len(calls) == 5
+
+
+@pytest.mark.full
+def test_periodic_hessian_matches_dense():
+    """Second derivatives differentiate the Woodbury selected inverse: its solves and
+    ``B``'s selected inverse."""
+    n, offsets = 9, (-8, -1, 0, 1, 8)
+    A = periodic_band(n, offsets, seed=3)
+
+    def loss(data):
+        return jaxdia.slogdet(jaxdia.DiaMatrix(data, offsets, A.shape))[1]
+
+    hessian = np.asarray(jax.hessian(loss)(A.data))
+    dense = jnp.asarray(dense_f64(A))
+    expected = np.asarray(jax.hessian(lambda M: jnp.linalg.slogdet(M)[1])(dense))
+    slots = [(k, j) for k, o in enumerate(offsets) for j in range(n) if 0 <= j - o < n]
+    for k, j in slots:
+        for k2, j2 in slots:
+            i, i2 = j - offsets[k], j2 - offsets[k2]
+            np.testing.assert_allclose(hessian[k, j, k2, j2], expected[i, j, i2, j2], atol=1e-10)
+
+
+def test_periodic_variances_gradient():
+    """The derivative of the Woodbury selected inverse: its solves' and ``B``'s selected
+    inverse's."""
+    n, offsets = 9, (-8, -1, 0, 1, 8)
+    A = periodic_band(n, offsets, seed=3)
+    dense = jnp.asarray(dense_f64(A))
+    weights = jnp.arange(float(n))
+
+    def variances(data):
+        return jaxdia.selected_inverse(jaxdia.DiaMatrix(data, offsets, A.shape)).diagonal()
+
+    actual = jax.grad(lambda d: variances(d) @ weights)(A.data)
+    wanted = jax.grad(lambda M: jnp.diagonal(jnp.linalg.inv(M)) @ weights)(dense)
+    mask = pattern(A)
+    np.testing.assert_allclose(on_pattern(A, actual)[mask], np.asarray(wanted)[mask], rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "n, dtype",
+    [
+        pytest.param(n, dtype, marks=() if (n, dtype) in TINY_FAST else pytest.mark.full)
+        for n in (2, 3, 4)
+        for dtype in (np.float64, np.complex64)
+    ],
+)
+def test_periodic_stencils_on_tiny_matrices(n, dtype):
+    """Periodic stencils on 2 to 4 points, where the "corners" are diagonals of the band
+    seen from the other side (no split): right, eagerly and under jit."""
+    from .test_periodic import periodic_matrix
+
+    for half in range(1, n):
+        A, dense = periodic_matrix(n, half, dtype, seed=n)
+        assert max(A.offsets) == n - 1 and not periodic_split(A)
+        expected = np.linalg.inv(dense.astype(np.complex128))
+        for X in (jaxdia.selected_inverse(A), jax.jit(jaxdia.selected_inverse)(A)):
+            assert_on_pattern(A, X.data, expected, dtype)
+        grad = jax.grad(lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape))[1])
+        assert_on_pattern(A, grad(A.data), dense_gradient(A), dtype)
+
+
+def test_periodic_ill_conditioned_band(monkeypatch):
+    """A cyclic shift plus a little noise: well conditioned, while its band without the
+    corners is nearly singular (the correction's growth far above its bound). Eagerly the
+    whole band takes over (exact); under jit the periodic factor refuses and the selected
+    inverse and the gradient are NaN, as the determinant is: never a wrong finite
+    answer."""
+    from .test_periodic import shifted_cycle
+
+    calls = spy_periodic(monkeypatch)
+    n = 24
+    A, dense = shifted_cycle(n, 1e-3, np.float64, half=1, seed=2)
+    assert periodic_split(A) and np.linalg.cond(dense) < 10
+    expected = np.linalg.inv(dense)
+    assert_on_pattern(A, jaxdia.selected_inverse(A).data, expected, np.float64)
+    grad = jax.grad(lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape))[1])
+    assert_on_pattern(A, grad(A.data), dense_gradient(A), np.float64)
+    assert not calls  # the whole band, eagerly
+    assert np.isnan(np.asarray(jax.jit(jaxdia.selected_inverse)(A).data)).all()
+    assert np.isnan(np.asarray(jax.jit(grad)(A.data))).all()
+    assert np.isnan(np.asarray(jax.jit(jaxdia.slogdet)(A)[1]))
+    assert calls  # under jit: the periodic factor's refusal, as NaN
+
+
+def periodic_split(A):
+    from jaxdia._linalg import periodic
+
+    return periodic.split(A.offsets, A.shape[0]) is not None
+
+
+@pytest.mark.parametrize("lower", [False, True])
+def test_periodic_hermitian_selected_inverse(lower, monkeypatch):
+    """``assume_a="pos"`` reads one triangle (the other holds garbage here), and its
+    corners split off as a general matrix's; the Cholesky log-determinant's gradient
+    (over the whole band, as ``cho_factor`` factors it) is right too."""
+    calls = spy_periodic(monkeypatch)
+    n, offsets = 16, (-15, -14, -2, -1, 0, 1, 2, 14, 15)
+    dense = dense_f64(periodic_band(n, offsets, np.complex128, batch=(2,), seed=4))
+    triangle = np.tril(dense) if lower else np.triu(dense)
+    hermitian = triangle + np.conj(np.swapaxes(triangle, -1, -2))
+    hermitian[..., np.arange(n), np.arange(n)] = 12.0  # diagonally dominant: HPD
+    keep = np.array([(k <= 0) if lower else (k >= 0) for k in offsets])
+    data = np.where(keep[:, None], on_diagonals(hermitian, offsets), 123.0)
+    H = jaxdia.DiaMatrix(data, offsets, (n, n))
+    expected = np.linalg.inv(hermitian)
+    for X in (
+        jaxdia.selected_inverse(H, assume_a="pos", lower=lower),
+        jax.jit(lambda H: jaxdia.selected_inverse(H, assume_a="pos", lower=lower))(H),
+    ):
+        assert_on_pattern(H, X.data, expected, np.complex128)
+    assert len(calls) == 2
+
+    def loss(d):
+        return jaxdia.cho_factor(jaxdia.DiaMatrix(d, offsets, (n, n)), lower=lower).logdet()
+
+    def dense_loss(d):  # the Hermitian matrix the triangle defines
+        d = jnp.where(jnp.asarray(keep)[:, None], d, 0)
+        part = jaxdia.DiaMatrix(d, offsets, (n, n)).todense()
+        diagonal = jnp.diagonal(part)
+        full = part + part.conj().T - jnp.diag(diagonal.real)
+        return jnp.linalg.slogdet(full)[1]
+
+    np.testing.assert_allclose(
+        jax.grad(loss)(H.data[0]), jax.grad(dense_loss)(H.data[0]), rtol=1e-9, atol=1e-12
+    )
+
+
+def on_diagonals(dense, offsets):
+    """DIA ``data`` of ``dense`` ``(..., n, n)`` on ``offsets`` (zero padding)."""
+    n = dense.shape[-1]
+    data = np.zeros((*dense.shape[:-2], len(offsets), n), dense.dtype)
+    for k, offset in enumerate(offsets):
+        for j in range(max(offset, 0), min(n + offset, n)):
+            data[..., k, j] = dense[..., j - offset, j]
+    return data
+
+
+def test_hermitian_offsets_beyond_the_triangle():
+    """An offset stored beyond the band of the triangle ``assume_a="pos"`` reads (here
+    ``-3`` with the upper triangle reaching ``1``) holds the Hermitian matrix's inverse
+    there too."""
+    n = 7
+    A = jaxdia.DiaMatrix(np.array([[0.3] * n, [4.0] * n, [0.5] * n]), (-3, 0, 1), (n, n))
+    dense = np.diag([4.0] * n) + np.diag([0.5] * (n - 1), 1) + np.diag([0.5] * (n - 1), -1)
+    X = jaxdia.selected_inverse(A, assume_a="pos")
+    np.testing.assert_allclose(
+        on_pattern(A, X.data), np.where(pattern(A), np.linalg.inv(dense), 0), atol=1e-12
+    )

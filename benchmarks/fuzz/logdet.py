@@ -4,9 +4,12 @@ and the gradients of ``slogdet`` and ``BandedCholesky.logdet``, against NumPy's 
 ``slogdet`` and ``inv`` and JAX's gradient of the dense ``slogdet``.
 
 Cases draw the size (0 to 40, bands wider than the matrix included), the offsets (bands,
-gaps, periodic corners), the matrix (random general, diagonally dominant, Hermitian
-positive definite, singular with a zero column), the dtype, the implementation forced
-(LAPACK on the host, the ``lax.scan`` kernels, cyclic reduction), eager or jitted. A
+gaps, periodic corners one or two deep, on one side or both), the matrix (random
+general, diagonally dominant, Hermitian positive definite, singular with a zero column,
+and for periodic offsets a cyclic shift plus noise, whose band without the corners is
+nearly singular), the dtype, the implementation forced (LAPACK on the host, the
+``lax.scan`` kernels, cyclic reduction), eager or jitted, and for the selected inverse of
+a Hermitian positive definite matrix ``assume_a="pos"`` or not. A
 NaN is a reported failure (FLAGGED); a finite answer beyond the rounding that the
 condition number allows is FAIL, as is a finite determinant of a singular matrix.
 """
@@ -39,6 +42,7 @@ APIS = {"slogdet": 3, "lu_slogdet": 2, "cho_logdet": 2, "selected_inverse": 2, "
 KINDS = {"general": 2, "dominant": 2, "hpd": 2, "singular": 1}
 METHODS = {"host": 2, "scan": 1, "parallel": 1}
 FLOATS = {"float64": 3, "float32": 1, "complex128": 2, "complex64": 1}
+CORNERS = {"both": 3, "upper": 1, "lower": 1}
 
 
 def generate(rng: np.random.Generator, seed: int) -> dict:
@@ -48,12 +52,7 @@ def generate(rng: np.random.Generator, seed: int) -> dict:
     offsets = list(range(-lower, upper + 1))
     if shape == "gaps" and len(offsets) > 2:
         offsets = sorted({0, *rng.choice(offsets, size=len(offsets) - 1, replace=False).tolist()})
-    if shape == "periodic" and n > 2:
-        offsets = sorted({*offsets, n - 1, -(n - 1)})
-    offsets = sorted({k for k in offsets if -n < k < n} | ({0} if n else set()))
-    return {
-        "n": n,
-        "offsets": [int(k) for k in offsets],
+    params = {
         "kind": pick(rng, KINDS),
         "dtype": pick(rng, FLOATS),
         "api": pick(rng, APIS),
@@ -61,6 +60,31 @@ def generate(rng: np.random.Generator, seed: int) -> dict:
         "jit": bool(rng.integers(0, 2)),
         "values": int(rng.integers(0, 2**31)),
     }
+    # From a child stream (rng's own is left as it was), so that the cases drawn before
+    # these existed keep their parameters.
+    extra = rng.spawn(1)[0]
+    depth, corners = int(extra.integers(1, 3)), pick(extra, CORNERS)
+    cycle, pos = bool(extra.integers(0, 3) == 0), bool(extra.integers(0, 2))
+    if params["api"] in ("grad", "selected_inverse") and n >= 8 and extra.integers(0, 3) == 0:
+        shape = "periodic"  # the Woodbury selected inverse, more often
+    if shape == "periodic" and n > 2:
+        # Corner diagonals ±(n - 1) .. ±(n - depth), on one side or both; a cycle: the
+        # cyclic shift A[i, i + 1 mod n] = 1 plus a little noise, well conditioned while
+        # its band without the corners is nearly singular.
+        wrap = set(range(n - depth, n))
+        if corners in ("both", "upper") or cycle:
+            offsets = [*offsets, *wrap]
+        if corners in ("both", "lower") or cycle:
+            offsets = [*offsets, *(-k for k in wrap)]
+        if cycle:
+            offsets = [*offsets, 1]
+        params["cycle"] = cycle
+        if cycle:
+            params["kind"] = "general"
+    if params["api"] == "selected_inverse" and params["kind"] == "hpd":
+        params["pos"] = pos
+    offsets = sorted({k for k in offsets if -n < k < n} | ({0} if n else set()))
+    return {"n": n, "offsets": [int(k) for k in offsets], **params}
 
 
 def _dense(params: dict) -> np.ndarray:
@@ -72,6 +96,9 @@ def _dense(params: dict) -> np.ndarray:
         mask |= np.eye(n, k=k, dtype=bool)
     dense = rng.standard_normal((n, n)) + (1j * rng.standard_normal((n, n)) if complex_ else 0)
     dense = np.where(mask, dense, 0)
+    if params.get("cycle") and n:
+        delta = 10.0 ** -rng.uniform(1, 4)
+        dense = np.roll(np.eye(n), 1, axis=1) + delta * dense
     if kind == "hpd":
         dense = np.where(mask & mask.T, dense + dense.conj().T, 0)
         np.fill_diagonal(dense, np.abs(dense).sum(axis=1) + 1.0)
@@ -103,7 +130,7 @@ def check(params: dict) -> Result:
     banded.METHOD = params["method"]
     jax.clear_caches()
     try:
-        result = _run(api, A, params["jit"], hermitian)
+        result = _run(api, A, params["jit"], hermitian, params.get("pos", False))
     except Exception as error:  # noqa: BLE001 (classified)
         return raised(error)
     finally:
@@ -150,7 +177,7 @@ def _hermitian_gradient(A: jaxdia.DiaMatrix) -> np.ndarray:
     return np.asarray(jaxdia.DiaMatrix(gradient, A.offsets, A.shape).todense())
 
 
-def _run(api: str, A: jaxdia.DiaMatrix, jit: bool, hermitian: bool = False):
+def _run(api: str, A: jaxdia.DiaMatrix, jit: bool, hermitian: bool, pos: bool):
     def cholesky_logdet(d):
         return jaxdia.cho_factor(jaxdia.DiaMatrix(d, A.offsets, A.shape)).logdet()
 
@@ -163,7 +190,8 @@ def _run(api: str, A: jaxdia.DiaMatrix, jit: bool, hermitian: bool = False):
         if api == "cho_logdet":
             return jnp.ones(()), jaxdia.cho_factor(M).logdet()
         if api == "selected_inverse":
-            return jaxdia.selected_inverse(M, assume_a="pos" if hermitian else "gen").data
+            assume_a = "pos" if hermitian or pos else "gen"
+            return jaxdia.selected_inverse(M, assume_a=assume_a).data
         if hermitian:
             return jax.grad(cholesky_logdet)(data)
         return jax.grad(lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape))[1])(data)

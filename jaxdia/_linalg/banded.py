@@ -256,16 +256,26 @@ def factor_lu(A: DiaParts, method: str | None = None) -> Factor:
     for the correction to be accurate, or ``A`` is singular) is replaced by the factor of
     the whole band; under ``jit`` its ``info`` says so."""
     method = method or METHOD
-    where = periodic.split(A.offsets, A.shape[0])
-    if where is not None:
-        layout, widths = lu_layout(where.band_offsets(A.offsets), method)
-        arrays, correction, info = _periodic_factor(
-            A.data, offsets=A.offsets, p=where.p, q=where.q, layout=layout, widths=widths,
-            method=method,
-        )  # fmt: skip
-        if is_traced(info) or not np.any(np.asarray(info)):
-            return Factor(layout, widths, arrays, info, correction)
+    factor = factor_periodic(A, method)
+    if factor is not None and (is_traced(factor.info) or not np.any(np.asarray(factor.info))):
+        return factor
     return _factor_of(A, *lu_layout(A.offsets, method), None, method)
+
+
+def factor_periodic(A: DiaParts, method: str | None = None) -> Factor | None:
+    """The periodic factor of a square ``A`` (its band's factor and the corners'
+    :class:`periodic.Correction`), whatever its ``info`` says, or None when ``A``'s offsets
+    do not split into a band and corners (:func:`periodic.split`)."""
+    method = method or METHOD
+    where = periodic.split(A.offsets, A.shape[0])
+    if where is None:
+        return None
+    layout, widths = lu_layout(where.band_offsets(A.offsets), method)
+    arrays, correction, info = _periodic_factor(
+        A.data, offsets=A.offsets, p=where.p, q=where.q, layout=layout, widths=widths,
+        method=method,
+    )  # fmt: skip
+    return Factor(layout, widths, arrays, info, correction)
 
 
 #: ``info`` of a periodic factor whose band factored but whose correction ``S`` is

@@ -24,8 +24,9 @@ finite number; the factor's ``info`` says why.
 Derivatives: ``d log|det A| = Re tr(A^-1 dA)`` (and ``d sign = sign i Im tr(A^-1 dA)``),
 so the gradient with respect to ``A.data`` is ``A^-T`` on ``A``'s pattern: a custom JVP
 computes it by :mod:`jaxdia._linalg.selected_inverse` (O(n m^2), never a dense inverse;
-for a LAPACK Cholesky factor on CPU, read from that factor by Takahashi's recurrences),
-which is itself differentiable, so second derivatives are exact too.
+for a LAPACK Cholesky factor on CPU, read from that factor by Takahashi's recurrences; for
+a periodic LU factor, the band's plus the corners' correction), which is itself
+differentiable, so second derivatives are exact too.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from .._geometry import in_bounds
 from .._kernels.band_layouts import GB, GT, PB, PT
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
-from . import banded
+from . import banded, periodic
 from .selected_inverse import factor_data, selected_data
 
 
@@ -133,7 +134,10 @@ def factor_slogdet(factor: banded.Factor, n: int) -> tuple[Array, Array]:
         diagonal = jnp.diagonal(correction.capacitance_lu, axis1=-2, axis2=-1)
         s_sign, s_logabs = _pivot_terms(diagonal, swaps)
         sign, logabs = sign * s_sign, logabs + s_logabs
-        readable = (info == 0) | (info == banded.SINGULAR_CORRECTION)
+        # S exactly singular says A is only where the correction is accurate: a band
+        # nearly singular next to A (large growth) rounds S to singular too.
+        accurate = periodic.growth(correction.corrections) <= periodic.MAX_GROWTH
+        readable = (info == 0) | ((info == banded.SINGULAR_CORRECTION) & accurate)
     sign = jnp.where(readable, sign, jnp.nan)
     logabs = jnp.where(readable, logabs, jnp.nan)
     return sign, logabs
@@ -167,7 +171,7 @@ def _slogdet_jvp(offsets, lower, primals, tangents):
     if _reads_factor(factor, lower):
         transposed = factor_data(parts, factor, bool(lower), transpose=True)
     else:
-        transposed = selected_data(parts, lower, transpose=True)
+        transposed = selected_data(parts, lower, transpose=True, factor=factor)
     inside = in_bounds(offsets, (n, n))
     if lower is not None:  # the Hermitian matrix of one triangle: 2 Re off it, Re on it
         weights = np.array([(k <= 0) if lower else (k >= 0) for k in offsets], bool)

@@ -30,6 +30,11 @@ blocks of ``A X = I`` depend only on the selected blocks of ``X``, and a system 
 componentwise residual there exceeds :func:`max_residual` (``sqrt(eps)``: the reduction
 grew, as it does for a matrix that needs row interchanges across blocks, or ``A`` is
 singular) is all NaN, never a wrong finite answer.
+
+Periodic matrices (:mod:`jaxdia._linalg.periodic`): ``A = B + U V^T`` with ``B`` the
+band and the corners of rank ``r``; :func:`periodic_data` corrects ``B``'s selected
+inverse by ``r`` solves each with ``B`` and ``A^T`` (the periodic factor's), O(n m^2 + n
+r (m + r)) in all.
 """
 
 from __future__ import annotations
@@ -42,12 +47,13 @@ import numpy as np
 from jax import Array, lax
 
 from .. import _dispatch
+from .._checks import is_traced
 from .._geometry import accumulation_dtype, band_widths, in_bounds
 from .._kernels import band_parallel, lapack
 from .._kernels.band_layouts import PB, PT
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
-from . import banded
+from . import banded, periodic
 
 
 def _triangle(lower: bool | None) -> str | None:
@@ -108,13 +114,31 @@ def gather(
     return jnp.where(inside, values, 0)
 
 
-def selected_data(A: DiaParts, lower: bool | None = None, *, transpose: bool = False) -> Array:
+def selected_data(
+    A: DiaParts,
+    lower: bool | None = None,
+    *,
+    transpose: bool = False,
+    factor: banded.Factor | None = None,
+) -> Array:
     """DIA ``data`` of ``A^-1`` (``transpose``: of ``A^-T``) on ``A``'s pattern, of
     ``A.data``'s shape (batch included); ``lower`` given: the inverse of the Hermitian
-    matrix that triangle of ``A`` defines. NaN for a system the residual check refuses."""
+    matrix that triangle of ``A`` defines, from its whole band. NaN for a system the
+    residual check refuses.
+
+    A general (``lower`` None) periodic ``A`` goes through its periodic LU factor
+    (``factor``, :func:`jaxdia._linalg.banded.factor_lu`'s, or one factored here):
+    :func:`periodic_data`, at banded cost; where that factor was refused eagerly (a
+    ``factor`` without a correction, or one whose ``info`` is nonzero outside ``jit``) as
+    the whole band its offsets span, as ``factor_lu`` does."""
     n = A.shape[0]
     if n == 0:
         return jnp.zeros(A.data.shape, accumulation_dtype(A.dtype))
+    if lower is None and periodic.split(A.offsets, n) is not None:
+        if factor is None:
+            factor = banded.factor_periodic(A)
+        if factor is not None and factor.correction is not None and _usable(factor.info):
+            return periodic_data(A, factor, transpose=transpose)
     inverse, ok = block_inverse(A, lower)
     values = gather(inverse, A.offsets, n, transpose=transpose)
     values = jnp.where(ok[:, None, None], values, jnp.nan)
@@ -202,6 +226,102 @@ def factor_data(
     return _factor_data(A.data, factor, A.offsets, lower, transpose)
 
 
+def _usable(info: Array) -> bool:
+    """Whether a periodic factor is used: always under a trace (its ``info`` masks the
+    result), and eagerly when it did not fail (else ``factor_lu`` would have replaced it by
+    the whole band's)."""
+    return is_traced(info) or not np.any(np.asarray(info))
+
+
+def _corner_entries(
+    offsets: tuple[int, ...], n: int, where: periodic.Split
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The corner slots of an ``n x n`` matrix's DIA ``data`` (the diagonals outside
+    ``where.band``): ``(diagonal, slot, row, column)``, each ``(count,)``, for the entries
+    ``A[row, column]`` in bounds."""
+    diagonals, slots = [], []
+    for k, offset in enumerate(offsets):
+        if k in where.band:
+            continue
+        column = np.arange(n)
+        keep = (column - offset >= 0) & (column - offset < n)
+        diagonals.append(np.full(int(keep.sum()), k))
+        slots.append(column[keep])
+    diagonal, slot = np.concatenate(diagonals), np.concatenate(slots)
+    return diagonal, slot, slot - np.asarray(offsets)[diagonal], slot
+
+
+def periodic_data(A: DiaParts, factor: banded.Factor, *, transpose: bool = False) -> Array:
+    """:func:`selected_data` of a general periodic ``A = B + U V^T`` (``n > 0``) from its
+    periodic ``factor`` (band ``B``'s factor and the corners' correction), at banded cost.
+
+    ``B A^-1 = I - U V^T A^-1`` gives ``A^-1 = B^-1 - Z Q`` for ``Z = B^-1 U`` (``r``
+    solves with ``B``) and ``Q = V^T A^-1``, the ``r`` rows of ``A^-1`` that ``V^T``
+    selects (``r`` transposed solves with ``A``, through the periodic factor). On ``B``'s
+    diagonals, the selected inverse of ``B`` (:func:`block_inverse`) minus ``Z Q`` on those
+    entries, O(nnz r); on the corner diagonals, whose entries sit in ``V``'s columns, and
+    for ``A^-1`` (not ``A^-T``) in the corner rows, rows of ``A^-1`` read directly (the
+    corner rows not among ``V``'s columns cost one more transposed solve each). The solves
+    are ``factor``'s (LAPACK's on CPU, cyclic reduction's on GPU/TPU), so derivatives come
+    from them and from ``B``'s selected inverse, at the same cost. NaN for a system whose
+    ``factor.info`` is nonzero (``B`` singular, ``A`` singular, or the correction's growth
+    too large: see :mod:`jaxdia._linalg.periodic`) or whose ``B`` the residual check
+    refuses.
+    """
+    return _periodic_data(A.data, factor, offsets=A.offsets, transpose=transpose)
+
+
+@partial(jax.jit, static_argnames=("offsets", "transpose"))
+def _periodic_data(
+    data: Array, factor: banded.Factor, *, offsets: tuple[int, ...], transpose: bool
+) -> Array:
+    """:func:`periodic_data` as one compiled call."""
+    n = data.shape[-1]
+    A = DiaParts(data, offsets, (n, n))
+    correction = factor.correction
+    assert correction is not None
+    where = correction.split(offsets)
+    work = accumulation_dtype(A.dtype)
+    data = jnp.where(in_bounds(offsets, (n, n)), A.data, 0).astype(work)
+    A = A.with_data(data)
+    band_offsets = where.band_offsets(offsets)
+    band = DiaParts(data[..., list(where.band), :], band_offsets, (n, n))
+    band_factor = banded.Factor(factor.layout, factor.widths, factor.arrays, factor.info)
+    Z = banded.solve(band, band_factor, periodic.corners(data, offsets, where))
+    # The rows of A^-1 to compute: V's columns, then (for A^-1) the other corner rows.
+    diagonal, slot, row, column = _corner_entries(offsets, n, where)
+    columns = periodic.columns(n, where)
+    extra = np.setdiff1d(row, columns) if not transpose else np.zeros(0, np.int32)
+    rows = np.concatenate([columns, extra]).astype(np.int32)
+    position = np.full(n, -1)
+    position[rows] = np.arange(len(rows))
+    unit = jnp.zeros((n, len(rows)), work).at[rows, np.arange(len(rows))].set(1)
+    # Q^T: column c is row rows[c] of A^-1, Q^T[j, c] = A^-1[rows[c], j].
+    Qt = banded.solve(A, factor, unit, trans=1)
+    systems = int(np.prod(A.batch_shape, dtype=int))
+    Z = Z.reshape(systems, n, where.rank)
+    Qt = Qt.reshape(systems, n, len(rows))
+    # B's diagonals: B^-1 minus Z Q on their entries (i, j) = (j - offset, j).
+    inverse, ok = block_inverse(band, None)
+    values = gather(inverse, band_offsets, n, transpose=transpose)
+    slots = np.arange(n)
+    first = np.clip(slots[None, :] - np.asarray(band_offsets)[:, None], 0, n - 1)  # i
+    second = np.broadcast_to(slots, first.shape)  # j
+    if transpose:  # X[j, i]
+        first, second = second, first
+    product = jnp.sum(Z[:, first, :] * Qt[:, second, : where.rank], axis=-1)
+    inside = in_bounds(band_offsets, (n, n))
+    values = jnp.where(inside, values - product, 0)
+    out = jnp.zeros((systems, len(offsets), n), values.dtype)
+    out = out.at[:, list(where.band)].set(values)
+    # The corner diagonals: A^-1[i, j] = Q^T[j, position[i]] (A^-T: A^-1[j, i]).
+    first, second = (column, row) if transpose else (row, column)
+    out = out.at[:, diagonal, slot].set(Qt[:, second, position[first]])
+    ok = ok & (factor.info.reshape(-1) == 0)
+    out = jnp.where(ok[:, None, None], out, jnp.nan)
+    return out.reshape(A.data.shape)
+
+
 def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False) -> DiaMatrix:
     """``A^-1`` on ``A``'s pattern: a DiaMatrix with ``A``'s offsets holding ``A^-1``'s
     entries there (exact up to rounding, at banded cost).
@@ -226,8 +346,12 @@ def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False
 
     Differentiable in ``A.data`` (forward and reverse mode, at the same banded cost),
     batched over ``A.batch_shape``, and usable under ``jit`` and ``vmap``. A periodic
-    matrix (corner diagonals) is taken as the full band its offsets span: exact, but
-    O(n^3).
+    matrix (corner diagonals that :func:`jaxdia.lu_factor` splits off as a low-rank
+    correction ``A = B + U V^T``) costs about as much as its band: ``B``'s selected inverse
+    corrected on ``A``'s pattern by ``r`` solves with the periodic factor (``r`` the
+    corners' rank). Where that factor is refused (``B`` singular or too ill-conditioned
+    next to ``A``), as ``lu_factor`` does: outside ``jit`` the whole band its offsets span
+    (exact, but O(n^3)), under ``jit`` all NaN.
 
     Args:
       A: a square DiaMatrix (possibly batched).
@@ -254,9 +378,17 @@ def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False
         raise ValueError(f"selected_inverse: assume_a must be 'gen' or 'pos', got {assume_a!r}")
     if not isinstance(lower, (bool, np.bool_)):
         raise TypeError(f"selected_inverse: lower must be a bool, got {type(lower).__name__}")
-    triangle = bool(lower) if assume_a == "pos" else None
     parts = A._parts
-    if triangle is not None and _from_cholesky_factor(parts.offsets, triangle):
+    if assume_a == "gen":
+        return DiaMatrix._wrap(parts.with_data(selected_data(parts)))
+    triangle = bool(lower)
+    full = hermitian_offsets(parts.offsets, triangle)
+    if periodic.split(full, parts.shape[0]) is not None:
+        # Periodic: the Hermitian matrix's corners split off as a general matrix's are.
+        values = selected_data(hermitian_parts(parts, triangle))
+        rows = [full.index(k) for k in parts.offsets]
+        return DiaMatrix._wrap(parts.with_data(values[..., rows, :]))
+    if _from_cholesky_factor(parts.offsets, triangle):
         factor = banded.factor_cholesky(parts, triangle)
         if factor.layout in (PB, PT):
             return DiaMatrix._wrap(parts.with_data(factor_data(parts, factor, triangle)))
@@ -271,3 +403,32 @@ def _from_cholesky_factor(offsets: tuple[int, ...], lower: bool) -> bool:
     kd = banded.cholesky_bandwidth(offsets, lower)
     within = all(abs(offset) <= kd for offset in offsets)
     return within and _dispatch.selected_inverse_from_host_factor()
+
+
+def hermitian_offsets(offsets: tuple[int, ...], lower: bool) -> tuple[int, ...]:
+    """The offsets of :func:`hermitian_parts`: ``offsets`` and the mirror images of those
+    in the triangle ``lower`` selects."""
+    triangle = [k for k in offsets if (k <= 0 if lower else k >= 0)]
+    return tuple(sorted({*offsets, *(-k for k in triangle)}))
+
+
+def hermitian_parts(A: DiaParts, lower: bool) -> DiaParts:
+    """The Hermitian matrix that the triangle ``lower`` selects of a square ``A`` defines
+    (the real part of its diagonal), with :func:`hermitian_offsets` (zero on those of
+    ``A``'s that neither the triangle nor its mirror image holds)."""
+    data, offsets, (n, _) = A
+    data = jnp.where(in_bounds(offsets, (n, n)), data, 0)
+    triangle = [k for k in offsets if (k <= 0 if lower else k >= 0)]
+    full = hermitian_offsets(offsets, lower)
+    rows = []
+    for k in full:
+        if k == 0 and 0 in triangle:
+            rows.append(data[..., offsets.index(0), :].real.astype(data.dtype))
+        elif k in triangle:
+            rows.append(data[..., offsets.index(k), :])
+        elif -k in triangle:  # H[i, i + k] = conj(H[i + k, i]): column i + k of offset -k
+            rows.append(jnp.roll(data[..., offsets.index(-k), :], k, axis=-1).conj())
+        else:
+            rows.append(jnp.zeros(data.shape[:-2] + (n,), data.dtype))
+    stacked = jnp.stack(rows, axis=-2)
+    return DiaParts(jnp.where(in_bounds(full, (n, n)), stacked, 0), full, (n, n))
