@@ -6,11 +6,11 @@ cost more compile time than they save in run time (about 40% of the suite's time
 ``JAX_DISABLE_MOST_OPTIMIZATIONS=0`` runs it fully optimized, as users compile (CI's
 ``make test-newest`` step does).
 
-Profiles: ``ci`` (default; derandomized, no example database, modest example counts so
-``make test`` stays fast on 2 cores), ``full`` (derandomized, 5x the examples: ``make
-test-full``, which CI runs) and ``dev`` (random, 7.5x the examples) for local runs:
-``HYPOTHESIS_PROFILE=dev make test``. Tests that set their own example count scale it
-with ``helpers.examples``.
+Profiles: ``ci`` (default; derandomized, no example database, 10 examples a property so
+``make test`` stays fast on 2 cores), ``full`` (derandomized, 100: ``make test-full``,
+which CI runs too) and ``dev`` (random, 150) for local runs: ``HYPOTHESIS_PROFILE=dev make
+test``. Tests that set their own example count scale it with ``helpers.examples`` (the
+count under ``ci``, 5x under ``full``).
 
 Tiers: ``make test`` deselects the tests marked ``full`` (pyproject.toml's addopts); ``make
 test-full`` runs those and every Hypothesis test again under the ``full`` profile.
@@ -34,7 +34,7 @@ settings.register_profile(
     derandomize=True,
     database=None,
     deadline=None,
-    max_examples=20,
+    max_examples=10,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -7,8 +7,9 @@ from hypothesis import settings
 
 import jaxdia
 
-#: The loaded Hypothesis profile's examples against the ``ci`` profile's 20 (``full``: 5x,
-#: ``dev``: 7.5x): tests that set their own count scale it with :func:`examples`.
+#: The loaded Hypothesis profile's examples against 20 (``full``: 5x, ``dev``: 7.5x; never
+#: below 1: ``ci``'s 10 keeps a test's own count): tests that set their own count scale it
+#: with :func:`examples`.
 _EXAMPLE_SCALE = settings().max_examples / 20
 
 

@@ -13,6 +13,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: Pages whose blocks compile many solvers (minutes on 2 cores): the full tier runs them.
+HEAVY_PAGES = {"docs/solvers.md", "docs/nonlinear.md"}
 
 
 def python_blocks(page: pathlib.Path) -> list[str]:
@@ -24,7 +26,17 @@ def test_the_readme_has_examples():
     assert python_blocks(ROOT / "README.md"), "README.md has no python examples"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(
+            page,
+            id=str(page.relative_to(ROOT)),
+            marks=[pytest.mark.full] if str(page.relative_to(ROOT)) in HEAVY_PAGES else [],
+        )
+        for page in PAGES
+    ],
+)
 def test_python_blocks_run(page):
     namespace: dict = {}
     with jax.enable_x64(False):

@@ -11,20 +11,25 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
 
 
+#: Examples that take a minute or more on 2 cores (``--small`` included): the full tier
+#: runs them.
+HEAVY = pytest.mark.full
+
+
 @pytest.mark.parametrize(
     "name, plot",
     [
         ("poisson_2d.py", None),
         ("heat_equation.py", None),
-        ("inverse_diffusion.py", "inverse_diffusion.png"),
+        pytest.param("inverse_diffusion.py", "inverse_diffusion.png", marks=HEAVY),
         ("demo.py", "demo.png"),
-        ("quantum_oscillator.py", "quantum_oscillator.png"),
-        ("multigrid.py", "multigrid.png"),
-        ("bratu.py", None),
-        ("brusselator.py", None),
-        ("gray_scott.py", None),
-        ("gmrf_fit.py", None),
-        ("state_space_smoother.py", None),
+        pytest.param("quantum_oscillator.py", "quantum_oscillator.png", marks=HEAVY),
+        pytest.param("multigrid.py", "multigrid.png", marks=HEAVY),
+        pytest.param("bratu.py", None, marks=HEAVY),
+        pytest.param("brusselator.py", None, marks=HEAVY),
+        pytest.param("gray_scott.py", None, marks=HEAVY),
+        pytest.param("gmrf_fit.py", None, marks=HEAVY),
+        pytest.param("state_space_smoother.py", None, marks=HEAVY),
     ],
 )
 def test_example_runs_and_checks_pass(tmp_path, name, plot):

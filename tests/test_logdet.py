@@ -232,6 +232,17 @@ def dense_gradient(A):
     return np.asarray(jax.grad(lambda M: jnp.linalg.slogdet(M)[1].sum())(dense))
 
 
+def assert_slogdet_jvp_is_dense(A, tangent):
+    """Forward mode of ``slogdet`` along ``tangent`` (the sign's derivative included) is
+    that of the dense ``jnp.linalg.slogdet``."""
+    fn = lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape))  # noqa: E731
+    _, (dsign, dlog) = jax.jvp(fn, (A.data,), (jnp.asarray(tangent),))
+    dense = jnp.asarray(dense_f64(A))
+    _, (esign, elog) = jax.jvp(jnp.linalg.slogdet, (dense,), (jnp.asarray(on_pattern(A, tangent)),))
+    np.testing.assert_allclose(dsign, esign, atol=1e-10)
+    np.testing.assert_allclose(dlog, elog, rtol=1e-9, atol=1e-12)
+
+
 @pytest.mark.parametrize(
     "n, lower, upper, dtype",
     [
@@ -258,12 +269,7 @@ def test_slogdet_gradient(n, lower, upper, dtype):
     # forward mode: the sign's derivative (complex: i Im tr(A^-1 dA) times the sign)
     tangent = np.random.default_rng(0).standard_normal(A.data.shape).astype(A.dtype)
     tangent = np.where(np.isfinite(np.asarray(A.data)), tangent, 0)
-    fn = lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape))  # noqa: E731
-    _, (dsign, dlog) = jax.jvp(fn, (A.data,), (jnp.asarray(tangent),))
-    dense = jnp.asarray(dense_f64(A))
-    _, (esign, elog) = jax.jvp(jnp.linalg.slogdet, (dense,), (jnp.asarray(on_pattern(A, tangent)),))
-    np.testing.assert_allclose(dsign, esign, atol=1e-10)
-    np.testing.assert_allclose(dlog, elog, rtol=1e-9, atol=1e-12)
+    assert_slogdet_jvp_is_dense(A, tangent)
 
 
 @pytest.mark.parametrize(
@@ -735,12 +741,7 @@ def test_periodic_logdet_gradient(n, offsets, method, monkeypatch):
     assert_on_pattern(A, one, expected, dtype)
     # forward mode, the sign's derivative included
     tangent = np.random.default_rng(0).standard_normal(A.data.shape).astype(A.dtype)
-    fn = lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape))  # noqa: E731
-    _, (dsign, dlog) = jax.jvp(fn, (A.data,), (jnp.asarray(tangent),))
-    dense = jnp.asarray(dense_f64(A))
-    _, (esign, elog) = jax.jvp(jnp.linalg.slogdet, (dense,), (jnp.asarray(on_pattern(A, tangent)),))
-    np.testing.assert_allclose(dsign, esign, atol=1e-10)
-    np.testing.assert_allclose(dlog, elog, rtol=1e-9, atol=1e-12)
+    assert_slogdet_jvp_is_dense(A, tangent)
     assert len(calls) == 5
 
 
