@@ -217,18 +217,23 @@ def _run(case, isolate: float | None):
     return list(fuzz.run_isolated([case], isolate))[0][1]  # closes the worker
 
 
+#: The fast tier runs this many of each family's SLICE cases (the first), the full tier
+#: all of them; every regression case runs in both.
+FAST_PER_FAMILY = 2
+
+
 def _cases():
+    seen: dict[str, int] = {}
     for family, seed, index in SLICE:
-        name = f"{family}-{seed}-{index}"
-        yield name, fuzz.generate(family, seed, index), ISOLATED.get(family)
+        seen[family] = seen.get(family, 0) + 1
+        marks = [pytest.mark.full] if seen[family] > FAST_PER_FAMILY else []
+        values = (f"{family}-{seed}-{index}", fuzz.generate(family, seed, index))
+        yield pytest.param(*values, ISOLATED.get(family), id=values[0], marks=marks)
     for name, (family, params, isolate) in REGRESSIONS.items():
-        yield name, fuzz.Case(family, 0, 0, dict(params)), isolate
+        yield pytest.param(name, fuzz.Case(family, 0, 0, dict(params)), isolate, id=name)
 
 
-@pytest.mark.parametrize(
-    ("name", "case", "isolate"),
-    [pytest.param(*values, id=values[0]) for values in _cases()],
-)
+@pytest.mark.parametrize(("name", "case", "isolate"), list(_cases()))
 def test_fuzz_case(name, case, isolate):
     result = _run(case, isolate)
     assert result.verdict != fuzz.FAIL, f"{result.detail}\n{case.reproducer()}"

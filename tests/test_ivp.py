@@ -63,6 +63,7 @@ def assert_counts_near(ours, theirs, factor=1.5):
         assert scipy_count <= factor * mine + 2, (name, mine, scipy_count)
 
 
+@pytest.mark.full
 def test_robertson_matches_scipy_bdf_and_a_tight_reference():
     t_eval = np.array([0.0, 1e-3, 1.0, 40.0, 1e3, 1e5])
     y0 = np.array([1.0, 0.0, 0.0])
@@ -85,7 +86,9 @@ def test_robertson_matches_scipy_bdf_and_a_tight_reference():
     np.testing.assert_allclose(np.asarray(dense.y), scipy_bdf.y, rtol=1e-6, atol=1e-12)
 
 
-@pytest.mark.parametrize("n", [1, 2, 6])
+@pytest.mark.parametrize(
+    "n", [pytest.param(1, marks=pytest.mark.full), 2, pytest.param(6, marks=pytest.mark.full)]
+)
 def test_linear_stiff_system_against_expm(n):
     # y' = A y + f, A banded with eigenvalues from -1 to -1e4, exact by expm.
     rng = np.random.default_rng(n)
@@ -173,6 +176,7 @@ def test_periodic_reaction_diffusion_uses_the_corners():
     np.testing.assert_allclose(np.asarray(ours.y), reference.y, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.full
 def test_user_jacobian_takes_the_same_steps():
     n = 8
 
@@ -252,6 +256,7 @@ def test_reverse_mode_raises_a_jaxdia_error_that_names_forward_mode():
             jax.jit(reverse).lower(y0)
 
 
+@pytest.mark.full
 def test_blow_up_fails_with_nan_past_the_singularity():
     # y' = y^2, y(0) = 1: y = 1 / (1 - t) blows up at t = 1.
     result = jaxdia.solve_ivp(
@@ -274,6 +279,7 @@ def test_max_steps_and_non_finite_start_are_reported():
     assert int(result.status) == -3 and "not finite" in result.message
 
 
+@pytest.mark.full
 def test_backwards_in_time_and_empty_interval():
     t_eval = [1.0, 0.5, 0.0]
     back = jaxdia.solve_ivp(lambda t, y: -y, (1.0, 0.0), jnp.array([1.0]), t_eval=t_eval, rtol=1e-8)
@@ -300,6 +306,7 @@ def test_float32_stays_float32_within_its_tolerance():
     )
 
 
+@pytest.mark.full
 def test_complex_linear_oscillation():
     omega = 5.0
     result = jaxdia.solve_ivp(
@@ -309,6 +316,7 @@ def test_complex_linear_oscillation():
     np.testing.assert_allclose(np.asarray(result.y[:, -1]), np.exp(1j * omega - 1.0), rtol=1e-6)
 
 
+@pytest.mark.full
 def test_bicgstab_linear_solver_matches_the_banded_one():
     grid = 6
     n = grid * grid
