@@ -7,7 +7,7 @@ cost more compile time than they save in run time (about 40% of the suite's time
 ``make test-newest`` step does).
 
 Profiles: ``ci`` (default; derandomized, no example database, 10 examples a property so
-``make test`` stays fast on 2 cores), ``full`` (derandomized, 100: ``make test-full``,
+``make test`` stays fast on 2 cores), ``full`` (derandomized, 50, 5x: ``make test-full``,
 which CI runs too) and ``dev`` (random, 150) for local runs: ``HYPOTHESIS_PROFILE=dev make
 test``. Tests that set their own example count scale it with ``helpers.examples`` (the
 count under ``ci``, 5x under ``full``).
@@ -43,7 +43,7 @@ settings.register_profile(
     derandomize=True,
     database=None,
     deadline=None,
-    max_examples=100,
+    max_examples=50,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

@@ -7,10 +7,9 @@ from hypothesis import settings
 
 import jaxdia
 
-#: The loaded Hypothesis profile's examples against 20 (``full``: 5x, ``dev``: 7.5x; never
-#: below 1: ``ci``'s 10 keeps a test's own count): tests that set their own count scale it
-#: with :func:`examples`.
-_EXAMPLE_SCALE = settings().max_examples / 20
+#: The loaded Hypothesis profile's examples against ``ci``'s 10 (``full``: 5x, ``dev``:
+#: 15x): tests that set their own count scale it with :func:`examples`.
+_EXAMPLE_SCALE = settings().max_examples / 10
 
 
 def examples(count: int) -> int:

@@ -296,7 +296,7 @@ def test_one_shot_batches_on_accelerators_keep_cyclic_reduction(platform, band):
         ("tridiagonal", 70, 20),  # ?gtsv
         ("pentadiagonal", 8, 20),  # gbsv: ?gbtrf + ?gbtrs
         ("pentadiagonal", 70, 20),  # gbsv, a large batch of small systems
-        ("7-diagonal", 70, 150),  # gbsv
+        pytest.param("7-diagonal", 70, 150, marks=pytest.mark.full),  # gbsv
     ],
 )
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
@@ -493,6 +493,7 @@ print("solved")
 """
 
 
+@pytest.mark.full  # test_lapack_ffi.py's exit test (stored factors) stays fast
 def test_a_script_holding_a_factor_exits():
     """A script that ends with a banded solution alive exits: XLA's CPU client,
     destroyed during the interpreter's finalization after jaxdia's former ``ctypes``

@@ -47,6 +47,7 @@ def test_example_runs_and_checks_pass(tmp_path, name, plot):
         assert (tmp_path / plot).exists() == HAS_MATPLOTLIB, output
 
 
+@pytest.mark.full  # `make demo` and the example tests run the demo itself
 @pytest.mark.parametrize("name", ["demo"])
 def test_runs_without_matplotlib(tmp_path, name):
     """matplotlib is an optional extra: without it the examples still run and say so (every

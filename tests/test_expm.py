@@ -180,7 +180,11 @@ def dense_expm_multiply(A, B, times=None):
     return jnp.stack([jax.scipy.linalg.expm(t * M) @ B for t in times])
 
 
-@pytest.mark.parametrize("complex_", [False, True])
+@pytest.mark.parametrize(
+    # complex gradients stay fast in test_gradient_through_many_panels_and_a_batch
+    "complex_",
+    [False, pytest.param(True, marks=pytest.mark.full)],
+)
 def test_gradients_match_dense_expm(complex_):
     S = band(12, complex_=complex_, seed=6, scale=1.2)
     A = nan_padded(S)

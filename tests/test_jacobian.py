@@ -167,9 +167,16 @@ def test_matches_jacfwd(offsets, shape, dtype, mode):
     np.testing.assert_allclose(dense_f64(J), expected, rtol=rtol, atol=rtol)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("mode", ["fwd", "rev"])
-def test_complex_output_of_a_real_argument(dtype, mode):
+@pytest.mark.parametrize(
+    "mode, dtype",
+    [
+        pytest.param("fwd", np.float32, marks=pytest.mark.full),
+        ("fwd", np.float64),
+        ("rev", np.float32),
+        ("rev", np.float64),
+    ],
+)
+def test_complex_output_of_a_real_argument(mode, dtype):
     # Reverse mode once returned only the real part: JAX's pullback to a real argument
     # drops the imaginary part of a complex cotangent's product.
     complex_dtype = np.result_type(dtype, np.complex64)

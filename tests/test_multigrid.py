@@ -111,7 +111,7 @@ def test_coarse_operators_are_galerkin_products(grid, problem, coarsening):
         assert "operator complexity" in repr(M) and "direct solve" in repr(M)
 
 
-@pytest.mark.parametrize("grid", [(9,), GRID_2D, GRID_3D])
+@pytest.mark.parametrize("grid", [(9,), GRID_2D, pytest.param(GRID_3D, marks=pytest.mark.full)])
 def test_galerkin_paths_agree_with_scipy(grid):
     # The setup's two paths (stored cells at the finest level, probing below; the test
     # above checks them in 2-D and 3-D) and the host path of coarsening="auto", on one step.
@@ -161,7 +161,7 @@ def test_galerkin_paths_agree_with_scipy(grid):
     [
         (GRID_2D, poisson, "chebyshev", 2),
         (GRID_2D, jump, "jacobi", 1),
-        (GRID_3D, poisson, "chebyshev", 3),
+        pytest.param(GRID_3D, poisson, "chebyshev", 3, marks=pytest.mark.full),
         ((17,), jump, "jacobi", 2),
     ],
 )
@@ -217,7 +217,7 @@ def test_default_coarsest_level(grid, coarsest):
 @pytest.mark.parametrize(
     "grid, problem, dtype",
     [
-        ((33, 20), "jump", np.float64),
+        pytest.param((33, 20), "jump", np.float64, marks=pytest.mark.full),
         ((9, 2, 5), "poisson", np.float32),  # an axis of 2: equal offsets summed
         ((37,), "poisson", np.complex128),
     ],
@@ -332,6 +332,7 @@ def test_auto_coarsening_always_shrinks_the_grid(S, grid, max_coarse):
     assert sizes[-1] <= max_coarse or not any(n >= 2 for n in grid), (plan, grid)
 
 
+@pytest.mark.full  # the fuzzer's max_coarse=1 regression cases stay fast
 def test_auto_coarsening_to_one_point_solves():
     grid = (64, 64)
     S = diffusion(grid, 1.0, anisotropy=(1.0, 1e-3))
@@ -383,6 +384,7 @@ def test_complex_vectors_run_one_cycle_on_both_parts():
     assert both < 1.5 * real, (both, real)
 
 
+@pytest.mark.full  # batched multigrid stays fast in the complex-vector and vmap tests
 def test_batched_systems_stop_on_their_own():
     S = poisson(SMALL)
     A = jaxdia.DiaMatrix.from_scipy(S)
@@ -432,7 +434,10 @@ def test_setup_under_jit_and_vmap():
     np.testing.assert_allclose(np.asarray(y), np.asarray(x), rtol=1e-10)
 
 
-@pytest.mark.parametrize("solver, problem", [("cg", jump), ("bicgstab", convection_diffusion)])
+@pytest.mark.parametrize(
+    "solver, problem",
+    [("cg", jump), pytest.param("bicgstab", convection_diffusion, marks=pytest.mark.full)],
+)
 def test_gradients_through_preconditioned_solves(solver, problem):
     grid = (7, 8) if solver == "cg" else (7, 7)
     S = problem(grid) if solver == "cg" else problem(grid[0])
@@ -484,7 +489,7 @@ def test_jax_cg_and_lineax_take_the_preconditioners():
         assert int(solution.stats["num_steps"]) < 60
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float32, pytest.param(np.float64, marks=pytest.mark.full)])
 def test_dtypes(dtype):
     S = jump(SMALL).astype(dtype)
     A = jaxdia.DiaMatrix.from_scipy(S)

@@ -19,7 +19,7 @@ from hypothesis import given, settings, strategies as st
 import jaxdia
 from jaxdia._linalg import banded, periodic
 
-from .helpers import assert_close, dense_f64
+from .helpers import assert_close, dense_f64, examples
 from .test_band_parallel import assert_no_loop_grows, on_platform
 
 
@@ -435,7 +435,7 @@ def factor_and_solve_all(A, b):
 
 
 # Few examples, each a batch: every one compiles its programs (about a second).
-@settings(max_examples=8)
+@settings(max_examples=examples(4))
 @given(periodic_systems())
 def test_accurate_or_flagged(systems):
     """Under ``jit`` (no fallback), ``A x = b`` and ``A^H x = b``: a factor with ``ok``
