@@ -192,3 +192,21 @@ def pttrf(d, e):
 def pttrs(d, e, b):
     result = jax.ShapeDtypeStruct(b.shape, b.dtype)
     return _call("pttrs", [result], d, e, b, aliases={2: 0})[0]
+
+
+def gram_schmidt(V, w, j, floor):
+    """``(w, h, norm)``: ``w`` ``(..., n)`` orthogonalized against rows ``0..j`` of the
+    basis ``V`` ``(..., rows, n)`` by classical Gram-Schmidt, two ``?gemv`` a pass
+    (``h = V^H w``, ``w -= V h``), with a second pass for a system whose first left ``w``'s
+    norm below its ``floor``; ``h`` ``(..., rows)`` sums the passes' coefficients (zero
+    beyond ``j``), ``norm`` is the new norm of ``w``. ``j`` (int32) and ``floor`` (real)
+    have ``w``'s batch shape. Under ``vmap`` the batch becomes leading systems."""
+    batch = w.shape[:-1]
+    results = [
+        jax.ShapeDtypeStruct(w.shape, w.dtype),
+        jax.ShapeDtypeStruct(V.shape[:-1], w.dtype),
+        jax.ShapeDtypeStruct(batch, floor.dtype),
+    ]
+    return _call(
+        "gram_schmidt", results, V, w, j, floor, aliases={1: 0}, vmap_method="broadcast_all"
+    )
