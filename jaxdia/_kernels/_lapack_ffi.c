@@ -5,8 +5,9 @@
    without row interchanges; for a band with few subdiagonals, their algorithms written out
    here instead, without BLAS calls; `gbsv`: both in one call, for a one-shot solve),
    ?pbtrf/?pbtrs (?pbtrf likewise written out for a narrow band), ?gttrf/?gttrs,
-   ?pttrf/?pttrs, and pbsinv (the band of the inverse from ?pbtrf's factor, written out
-   here). XLA calls them on its own threads with pointers to its buffers; they never touch
+   ?pttrf/?pttrs, pbsinv (the band of the inverse from ?pbtrf's factor, written out
+   here), and gram_schmidt (gmres's orthogonalization of an Arnoldi vector by ?gemv). XLA
+   calls them on its own threads with pointers to its buffers; they never touch
    Python or the GIL, and keep no state but the LAPACK function pointers set once by
    `targets` (so they are thread safe: LAPACK's routines are reentrant).
 

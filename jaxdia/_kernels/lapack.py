@@ -36,7 +36,8 @@ or absent (size 1) for the factor of a solve: one factor for a batch of right-ha
 
 ``pbsinv`` is not LAPACK's: the band of the inverse from ``pbtrf``'s factor (Takahashi's
 recurrences, written out in the C source), for the gradient of a log-determinant and the
-selected inverse on CPU.
+selected inverse on CPU. ``gram_schmidt`` is BLAS's: ``gmres``'s orthogonalization of
+an Arnoldi vector against its basis (two ``?gemv`` a pass) in one call on CPU.
 
 ``gbtrf``/``pbtrf`` fill LAPACK's band array from DIA data themselves, writing each
 system's ``n * ldab`` elements once (assembled by XLA from ``ldab`` column pieces, one pass

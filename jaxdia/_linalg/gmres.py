@@ -1,12 +1,14 @@
 """Restarted GMRES that reports: :func:`gmres`.
 
 :func:`gmres_cycles` is the loop: restart cycles of at most ``restart`` Arnoldi steps,
-each step orthogonalized by block Gram-Schmidt (classical within blocks of :data:`BLOCK`
-basis vectors, one product each, modified across them), a second pass only where the
-first cancelled most of the vector (:data:`REORTHOGONALIZE`), and folded into the
-least-squares problem by Givens rotations (kept as one matrix: a column is rotated by one
-product, not a loop over the step's rotations); the last entry of the rotated right-hand
-side estimates the residual norm. A cycle ends for a system when that
+each step orthogonalized by Gram-Schmidt, a second pass only where the first cancelled
+most of the vector (:data:`REORTHOGONALIZE`): on CPU classical over the basis vectors so
+far, both passes in one BLAS host call (:func:`_orthogonalize_by_blas`); on GPUs and TPUs
+by XLA, classical within blocks of :data:`BLOCK` basis vectors (one product each),
+modified across them. The step is folded into the least-squares problem by Givens
+rotations (kept as one matrix: a column is rotated by one product, not a loop over the
+step's rotations); the last entry of the rotated right-hand side estimates the residual
+norm. A cycle ends for a system when that
 estimate meets the target, when the Krylov space stops growing (a "happy breakdown":
 the exact solution of the cycle lies in it), or after ``restart`` steps; then ``x`` is
 updated and the residual ``b - A x`` recomputed, and that true residual, never the
