@@ -19,6 +19,7 @@ and their arguments, so a test may monkeypatch :func:`default_platform`.
 from __future__ import annotations
 
 import jax
+import numpy as np
 
 # -- the platform --------------------------------------------------------------------------
 
@@ -130,6 +131,21 @@ def oneshot_implementation(
     if band_size > LAPACK_INDEX_LIMIT:
         return "parallel"
     return "gtsv" if tridiagonal else "lapack"
+
+
+# -- Krylov solvers ----------------------------------------------------------------------------
+
+#: The dtypes BLAS's ``?gemv`` takes.
+BLAS_DTYPES = ("float32", "float64", "complex64", "complex128")
+
+
+def gram_schmidt_by_blas(dtype) -> bool:
+    """Whether ``gmres`` orthogonalizes each Arnoldi vector in one host call of two BLAS
+    ``?gemv`` a pass (:func:`jaxdia._kernels.lapack.gram_schmidt`): on CPU, for BLAS's
+    dtypes, where XLA's block Gram-Schmidt (a copy of each block of the basis, small
+    loop fusions split over threads) took twice its time (benchmarks/notes/krylov.md).
+    GPUs and TPUs keep XLA's, which runs on the device."""
+    return default_platform() == "cpu" and np.dtype(dtype).name in BLAS_DTYPES
 
 
 # -- multigrid ---------------------------------------------------------------------------------

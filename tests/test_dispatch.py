@@ -12,6 +12,7 @@ ILU(0)'s in ``test_ilu.py``.
 
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -145,6 +146,31 @@ def test_one_system_on_accelerators(platform):
     assert while_loops(jaxdia.solve_banded, *pentadiagonal(n), platform=platform) == [
         (0, band_refine.STEPS)
     ]
+
+
+# -- gmres's Gram-Schmidt ---------------------------------------------------------------------
+
+
+def test_gmres_gram_schmidt(monkeypatch):
+    """CPU: each Arnoldi step orthogonalizes in one BLAS host call; cuda and TPU: XLA's
+    block Gram-Schmidt, no host call. The choice is made when gmres is traced."""
+    A, b = banded(64, [-1, 0, 1]), jnp.ones(64)
+
+    def solve(A, b):
+        return jaxdia.gmres(A, b, rtol=1e-8)
+
+    jax.clear_caches()
+    for dtype in (np.float64, np.complex64):
+        text = lowered_text(solve, A.astype(dtype), b.astype(dtype), platform="cpu")
+        assert lapack_calls(text) == {"gram_schmidt"}
+    for platform in ACCELERATORS:
+        jax.clear_caches()
+        monkeypatch.setattr(
+            _dispatch, "default_platform", lambda: "gpu" if platform == "cuda" else platform
+        )
+        text = lowered_text(solve, A, b, platform=platform)
+        assert not lapack_calls(text)
+    jax.clear_caches()
 
 
 # -- multigrid's level products ------------------------------------------------------------------

@@ -12,6 +12,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import jaxdia
+from jaxdia import _dispatch
 from jaxdia._linalg import gmres as gmres_module
 
 from .helpers import in_bounds_mask
@@ -95,6 +96,22 @@ SMALL = [
 
 @pytest.mark.parametrize("nx, pe, name", SMALL)
 def test_peclet_family_matches_scipy(nx, pe, name):
+    check_against_scipy(nx, pe, name)
+
+
+@pytest.fixture
+def xla_gram_schmidt():
+    """gmres with XLA's block Gram-Schmidt (GPUs' and TPUs') on CPU, whose default is the
+    BLAS host call; the compiled programs of either are dropped before and after."""
+    jax.clear_caches()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_dispatch, "gram_schmidt_by_blas", lambda dtype: False)
+        yield
+    jax.clear_caches()
+
+
+@pytest.mark.parametrize("nx, pe, name", [(16, 50.0, "none"), (12, 0.1, "jacobi")])
+def test_xla_gram_schmidt_of_accelerators_matches_scipy(nx, pe, name, xla_gram_schmidt):
     check_against_scipy(nx, pe, name)
 
 
@@ -228,11 +245,19 @@ def test_left_and_right_preconditioning(side):
 # -- the Arnoldi basis stays orthogonal -------------------------------------------------------
 
 
-def arnoldi_basis(S, b, steps, one_pass=False):
-    """``steps`` Arnoldi steps on ``S`` from ``b`` with gmres's orthogonalization (or its
-    first pass alone); returns the basis ``(steps + 1, n)`` and the steps whose first pass
-    cancelled enough of the vector for the criterion to ask for a second."""
-    orthogonalize = jax.jit(gmres_module._orthogonalize)
+#: gmres's orthogonalizations: XLA's block Gram-Schmidt (GPUs, TPUs) and the BLAS host
+#: call (CPU).
+ORTHOGONALIZATIONS = {
+    "xla": gmres_module._orthogonalize,
+    "blas": gmres_module._orthogonalize_by_blas,
+}
+
+
+def arnoldi_basis(S, b, steps, one_pass=False, orthogonalization="xla"):
+    """``steps`` Arnoldi steps on ``S`` from ``b`` with one of gmres's orthogonalizations
+    (or XLA's first pass alone); returns the basis ``(steps + 1, n)`` and the steps whose
+    first pass cancelled enough of the vector for the criterion to ask for a second."""
+    orthogonalize = jax.jit(ORTHOGONALIZATIONS[orthogonalization])
     first_pass = jax.jit(gmres_module._gram_schmidt)
     rows = -(-(steps + 1) // gmres_module.BLOCK) * gmres_module.BLOCK
     V = jnp.zeros((rows, b.shape[0]), b.dtype).at[0].set(b / np.linalg.norm(b))
@@ -251,8 +276,9 @@ def loss_of_orthogonality(V) -> float:
     return float(np.linalg.norm(np.eye(V.shape[0]) - V.conj() @ V.T, 2))
 
 
+@pytest.mark.parametrize("orthogonalization", sorted(ORTHOGONALIZATIONS))
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.complex128, np.complex64])
-def test_one_pass_basis_stays_orthogonal_on_hard_peclet(dtype):
+def test_one_pass_basis_stays_orthogonal_on_hard_peclet(dtype, orthogonalization):
     # Strong convection: a non-normal operator; every step's first pass leaves 40-55 % of
     # the vector (SciPy's criterion, 1 / sqrt(2), would run a second pass at each).
     nx, steps = 24, 30
@@ -260,14 +286,15 @@ def test_one_pass_basis_stays_orthogonal_on_hard_peclet(dtype):
     if np.dtype(dtype).kind == "c":
         S = sp.dia_array(S.astype(np.complex128) + 400j * sp.eye_array(nx * nx, k=1))
     b = jnp.asarray(rhs(nx * nx, complex_=np.dtype(dtype).kind == "c"), dtype)
-    V, second = arnoldi_basis(S.astype(dtype), b, steps)
+    V, second = arnoldi_basis(S.astype(dtype), b, steps, orthogonalization=orthogonalization)
     assert not any(second)
     eps = np.finfo(dtype).eps
     assert loss_of_orthogonality(V) <= 10 * steps * eps, loss_of_orthogonality(V)
 
 
+@pytest.mark.parametrize("orthogonalization", sorted(ORTHOGONALIZATIONS))
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32])
-def test_second_pass_keeps_nearly_dependent_krylov_vectors_orthogonal(dtype):
+def test_second_pass_keeps_nearly_dependent_krylov_vectors_orthogonal(dtype, orthogonalization):
     # A spectrum clustered at 1 (five eigenvalues apart): the Krylov vectors become
     # nearly dependent, each first pass cancels almost all of the vector, and one pass
     # alone (as modified Gram-Schmidt, SciPy's) loses orthogonality entirely.
@@ -275,7 +302,7 @@ def test_second_pass_keeps_nearly_dependent_krylov_vectors_orthogonal(dtype):
     diagonal = np.r_[np.linspace(1.0, 1.001, n - 5), [2.0, 3.0, 4.0, 5.0, 6.0]]
     S = sp.dia_array(sp.diags_array(diagonal.astype(dtype)))
     b = jnp.asarray(rhs(n, complex_=np.dtype(dtype).kind == "c"), dtype)
-    V, second = arnoldi_basis(S, b, steps)
+    V, second = arnoldi_basis(S, b, steps, orthogonalization=orthogonalization)
     assert sum(second) >= steps // 2
     eps = np.finfo(dtype).eps
     assert loss_of_orthogonality(V) <= 10 * steps * eps, loss_of_orthogonality(V)

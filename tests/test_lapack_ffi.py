@@ -100,7 +100,19 @@ def test_the_handlers_are_compiled():
     }
     targets = _lapack_ffi.targets(capsules)  # again: the same routines, accepted
     assert sorted(targets) == sorted(
-        ["gbtrf", "gbtrs", "gbsv", "pbtrf", "pbtrs", "gttrf", "gttrs", "pttrf", "pttrs", "pbsinv"]
+        [
+            "gbtrf",
+            "gbtrs",
+            "gbsv",
+            "pbtrf",
+            "pbtrs",
+            "gttrf",
+            "gttrs",
+            "pttrf",
+            "pttrs",
+            "pbsinv",
+            "gram_schmidt",
+        ]
     )
     del capsules["ztbsv"]
     with pytest.raises(KeyError, match="ztbsv"):
@@ -626,3 +638,79 @@ def test_narrow_band_public_solves_agree_with_scipy(lower, upper, dtype):
                     np.testing.assert_allclose(
                         factor.solve(b[i], trans=trans), want, atol=tolerance * np.abs(want).max()
                     )
+
+
+# -- gmres's Gram-Schmidt: gram_schmidt against NumPy ----------------------------------------
+
+
+def numpy_gram_schmidt(V, w, j, floor):
+    """The oracle, in double precision: classical Gram-Schmidt of ``w`` against rows
+    ``0..j`` of ``V``, a second pass if the first left ``|w|`` below ``floor``."""
+    wide = np.complex128 if np.iscomplexobj(V) else np.float64
+    rows, w = np.asarray(V, wide)[: j + 1], np.asarray(w, wide)
+    h = rows.conj() @ w
+    w = w - rows.T @ h
+    second = bool(np.linalg.norm(w) < floor)
+    if second:
+        correction = rows.conj() @ w
+        w, h = w - rows.T @ correction, h + correction
+    return w, np.r_[h, np.zeros(V.shape[0] - j - 1, wide)], np.linalg.norm(w), second
+
+
+def gram_schmidt_case(n, rows, j, dtype, seed, cancel):
+    """An orthonormal basis ``(rows, n)`` and a vector: random, or (``cancel``) all but
+    a fraction (1e-3 in single precision, 1e-6 in double) along rows ``0..j``: one pass
+    then leaves it components along them of its rounding, ``eps |w|``, 1e3-1e6 times
+    ``eps`` relative to what is left; the second pass takes them out."""
+    rng = np.random.default_rng(seed)
+    complex_ = np.dtype(dtype).kind == "c"
+    shape = (n, rows)
+    random = rng.standard_normal(shape) + (1j * rng.standard_normal(shape) if complex_ else 0)
+    V = np.linalg.qr(random)[0].T if n >= rows else np.eye(rows, n)
+    w = rng.standard_normal(n) + (1j * rng.standard_normal(n) if complex_ else 0)
+    if cancel:
+        fraction = 1e-3 if np.finfo(dtype).bits == 32 else 1e-6
+        w = V[: j + 1].T @ rng.uniform(1, 2, j + 1) + fraction * w
+    return V.astype(dtype), w.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("n, rows, j", [(1, 1, 0), (2, 4, 0), (3, 4, 2), (60, 8, 0), (60, 8, 5)])
+def test_gram_schmidt_is_two_passes_where_the_first_cancels(dtype, n, rows, j):
+    # A batch of four: random vectors (one pass) and nearly dependent ones (two, where
+    # n leaves room for a vector outside the rows), each system judged on its own floor.
+    cases = [gram_schmidt_case(n, rows, j, dtype, seed, seed % 2) for seed in range(4)]
+    V = np.stack([V for V, _ in cases])
+    w = np.stack([w for _, w in cases])
+    norms = np.linalg.norm(w.astype(np.complex128), axis=-1)
+    floor = (0.3 * norms).astype(np.finfo(dtype).dtype)
+    js = np.full(4, j, np.int32)
+    got = jax.jit(lapack.gram_schmidt)(V, w, js, floor)
+    mapped = jax.vmap(lapack.gram_schmidt)(V, w, js, floor)
+    eps = np.finfo(dtype).eps
+    for system in range(4):
+        want_w, want_h, want_norm, _ = numpy_gram_schmidt(V[system], w[system], j, floor[system])
+        scale = 50 * eps * norms[system]
+        for result in (got, mapped):
+            np.testing.assert_allclose(np.asarray(result[0][system]), want_w, atol=scale)
+            np.testing.assert_allclose(np.asarray(result[1][system]), want_h, atol=scale)
+            np.testing.assert_allclose(float(result[2][system]), want_norm, atol=scale)
+            assert result[0].dtype == dtype and result[2].dtype == floor.dtype
+        # What is left is orthogonal to the rows to its own rounding, cancelled or not
+        # (where the rows leave room for it).
+        left = np.asarray(got[0][system]).astype(np.complex128)
+        along = np.abs(V[system, : j + 1].astype(np.complex128).conj() @ left).max()
+        room = n > j + 1
+        assert along <= 50 * eps * (np.linalg.norm(left) if room else norms[system])
+    if n > rows:  # the nearly dependent vectors took a second pass, the random ones not
+        seconds = [numpy_gram_schmidt(V[s], w[s], j, floor[s])[3] for s in range(4)]
+        assert seconds == [False, True, False, True]
+
+
+def test_gram_schmidt_rejects_a_j_outside_the_basis():
+    V, w = gram_schmidt_case(10, 4, 0, np.float64, 0, False)
+    for j in (-1, 4):
+        with pytest.raises(Exception, match=f"gram_schmidt: j = {j} outside 0..3"):
+            jax.block_until_ready(
+                lapack.gram_schmidt(V, w, np.asarray(j, np.int32), np.asarray(0.0))
+            )

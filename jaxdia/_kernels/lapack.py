@@ -36,7 +36,8 @@ or absent (size 1) for the factor of a solve: one factor for a batch of right-ha
 
 ``pbsinv`` is not LAPACK's: the band of the inverse from ``pbtrf``'s factor (Takahashi's
 recurrences, written out in the C source), for the gradient of a log-determinant and the
-selected inverse on CPU.
+selected inverse on CPU. ``gram_schmidt`` is BLAS's: ``gmres``'s orthogonalization of
+an Arnoldi vector against its basis (two ``?gemv`` a pass) in one call on CPU.
 
 ``gbtrf``/``pbtrf`` fill LAPACK's band array from DIA data themselves, writing each
 system's ``n * ldab`` elements once (assembled by XLA from ``ldab`` column pieces, one pass
@@ -192,3 +193,21 @@ def pttrf(d, e):
 def pttrs(d, e, b):
     result = jax.ShapeDtypeStruct(b.shape, b.dtype)
     return _call("pttrs", [result], d, e, b, aliases={2: 0})[0]
+
+
+def gram_schmidt(V, w, j, floor):
+    """``(w, h, norm)``: ``w`` ``(..., n)`` orthogonalized against rows ``0..j`` of the
+    basis ``V`` ``(..., rows, n)`` by classical Gram-Schmidt, two ``?gemv`` a pass
+    (``h = V^H w``, ``w -= V h``), with a second pass for a system whose first left ``w``'s
+    norm below its ``floor``; ``h`` ``(..., rows)`` sums the passes' coefficients (zero
+    beyond ``j``), ``norm`` is the new norm of ``w``. ``j`` (int32) and ``floor`` (real)
+    have ``w``'s batch shape. Under ``vmap`` the batch becomes leading systems."""
+    batch = w.shape[:-1]
+    results = [
+        jax.ShapeDtypeStruct(w.shape, w.dtype),
+        jax.ShapeDtypeStruct(V.shape[:-1], w.dtype),
+        jax.ShapeDtypeStruct(batch, floor.dtype),
+    ]
+    return _call(
+        "gram_schmidt", results, V, w, j, floor, aliases={1: 0}, vmap_method="broadcast_all"
+    )

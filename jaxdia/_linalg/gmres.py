@@ -1,12 +1,14 @@
 """Restarted GMRES that reports: :func:`gmres`.
 
 :func:`gmres_cycles` is the loop: restart cycles of at most ``restart`` Arnoldi steps,
-each step orthogonalized by block Gram-Schmidt (classical within blocks of :data:`BLOCK`
-basis vectors, one product each, modified across them), a second pass only where the
-first cancelled most of the vector (:data:`REORTHOGONALIZE`), and folded into the
-least-squares problem by Givens rotations (kept as one matrix: a column is rotated by one
-product, not a loop over the step's rotations); the last entry of the rotated right-hand
-side estimates the residual norm. A cycle ends for a system when that
+each step orthogonalized by Gram-Schmidt, a second pass only where the first cancelled
+most of the vector (:data:`REORTHOGONALIZE`): on CPU classical over the basis vectors so
+far, both passes in one BLAS host call (:func:`_orthogonalize_by_blas`); on GPUs and TPUs
+by XLA, classical within blocks of :data:`BLOCK` basis vectors (one product each),
+modified across them. The step is folded into the least-squares problem by Givens
+rotations (kept as one matrix: a column is rotated by one product, not a loop over the
+step's rotations); the last entry of the rotated right-hand side estimates the residual
+norm. A cycle ends for a system when that
 estimate meets the target, when the Krylov space stops growing (a "happy breakdown":
 the exact solution of the cycle lies in it), or after ``restart`` steps; then ``x`` is
 updated and the residual ``b - A x`` recomputed, and that true residual, never the
@@ -29,7 +31,9 @@ import jax
 import jax.numpy as jnp
 from jax import Array, lax
 
+from .. import _dispatch
 from .._checks import static_int
+from .._kernels import lapack
 from .._matrix import DiaMatrix
 from .._typing import ArrayLike, Operator, Scalar
 from .krylov import MatVec, SolveInfo, residual_norm, solve_operands, threshold, vector_product
@@ -107,6 +111,17 @@ def _orthogonalize(V: Array, w: Array, j: Array, size: Array) -> tuple[Array, Ar
     return lax.cond(jnp.any(cancelled), again, lambda *carry: carry, w, h, after)
 
 
+def _orthogonalize_by_blas(V: Array, w: Array, j: Array, size: Array) -> tuple[Array, Array, Array]:
+    """:func:`_orthogonalize` on CPU: one host call per step
+    (:func:`jaxdia._kernels.lapack.gram_schmidt`) whose passes are classical Gram-Schmidt
+    over rows ``0..j`` (two BLAS ``?gemv``, reading the basis where it lies), with the same
+    criterion for the second pass, judged per system."""
+    batch = w.shape[:-1]
+    j = jnp.broadcast_to(jnp.asarray(j, jnp.int32), batch)
+    floor = jnp.broadcast_to(REORTHOGONALIZE * size, batch).astype(size.dtype)
+    return lapack.gram_schmidt(V, w, j, floor)
+
+
 def _rotated(rotations: Array, j: Array, c: Array, s: Array) -> Array:
     """``rotations`` (the product of a cycle's Givens rotations so far, ``(*batch, m + 1,
     m + 1)``) with the rotation ``(c, s)`` of entries ``(j, j + 1)`` applied after them:
@@ -159,6 +174,11 @@ def gmres_cycles(
     # rows to a whole number of blocks (those beyond m + 1 stay zero)
     V = jnp.broadcast_to(zeros[..., None, :], (*batch, -(-(m + 1) // BLOCK) * BLOCK, n))
 
+    if _dispatch.gram_schmidt_by_blas(dtype):
+        orthogonalize = _orthogonalize_by_blas
+    else:
+        orthogonalize = _orthogonalize
+
     if side == "right":
 
         def arnoldi(v):
@@ -189,7 +209,7 @@ def gmres_cycles(
             j, V, v, R, g, rotations, k, going = inner
             w = arnoldi(v)
             size = _norm(w)
-            w, h, after = _orthogonalize(V, w, j, size)
+            w, h, after = orthogonalize(V, w, j, size)
             h = h[..., : m + 1]
             # w lies in the basis to rounding: the Krylov space is invariant, and the
             # cycle's solution exact in it (or A M singular on it: see ``ok`` below).
