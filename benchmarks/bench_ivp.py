@@ -13,7 +13,11 @@ Jacobians, LU factorizations and right-hand sides.
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/bench_ivp.py \\
         [--quick] [--repeats 3] [--cases gray_scott,brusselator_1d,brusselator_2d,tight] \\
-        [--no-diffrax] [--points 2500]
+        [--no-diffrax] [--profile] [--points 2500]
+
+``--profile`` adds, per diffrax row, the solves counted at run time, one solve and one
+materialise-and-factor timed alone in compiled loops in the same interleaved rounds as the
+run again, and their shares of the run's time (counts times cost over the median run).
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ def relative_error(y: np.ndarray, reference: np.ndarray) -> float:
 class Table:
     def __init__(self):
         self.rows = []
+        #: ``(case, steps, solves, seconds per run, one solve, one materialise + factor)``.
+        self.profiles = []
 
     def add(self, case, solver, seconds, compile_s, steps, njev, nlu, nfev, error):
         self.rows.append([case, solver, seconds, compile_s, steps, njev, nlu, nfev, error])
@@ -95,6 +101,17 @@ class Table:
             print(
                 f"| {case} | {solver} | {seconds * 1e3:.0f} ms | {compiled} | {ratio:.2f} | "
                 f"{steps} | {njev} | {nlu} | {nfev} | {error:.1e} |"
+            )
+        if self.profiles:
+            print(
+                "\n| case (diffrax Kvaerno5 + BandedSolver) | steps | solves | one solve "
+                "| one materialise + factor | solves' share | factorizations' share (one "
+                "a step) |\n|---|---|---|---|---|---|---|"
+            )
+        for case, steps, solves, seconds, solve, factor in self.profiles:
+            print(
+                f"| {case} | {steps} | {solves} | {solve * 1e6:.0f} us | {factor * 1e6:.0f} us "
+                f"| {solves * solve / seconds:.0%} | {steps * factor / seconds:.0%} |"
             )
 
 
@@ -197,11 +214,56 @@ def brusselator_case(table, args, dims, tight=False):
         lambda s, y: field(s, y, None), y0, t1, None, tol, offsets, mask
     )
     compiled = {"jaxdia.solve_ivp BDF"}
+    name = "diffrax Kvaerno5 + jaxdia.BandedSolver"
     if not args.no_diffrax and not tight:
-        name = "diffrax Kvaerno5 + jaxdia.BandedSolver"
         calls[name] = diffrax_call(field, y0, t1, jaxdia.BandedSolver(offsets, mask=mask), tol[0])
         compiled.add(name)
-    report(table, case, interleaved(calls, args.repeats), reference, compiled)
+    timings = interleaved(calls, args.repeats)
+    report(table, case, timings, reference, compiled)
+    if args.profile and name in timings:
+        _, steps = timings[name][0]
+        profile = diffrax_profile(field, y0, t1, offsets, mask, tol[0], args.repeats)
+        table.profiles.append((case, int(steps), *profile))
+
+
+def diffrax_profile(field, y0, t1, offsets, mask, tol, repeats):
+    """``(solves, seconds per run, per solve, per materialise + factor)`` of
+    :func:`diffrax_call`'s run: the solves counted at run time (``bench_jacobian``'s
+    counting wrapper); the run and each part alone in a compiled loop timed in the same
+    interleaved rounds (medians). The compiled run factors once per step: diffrax also
+    hands the solver the identity at each step's explicit stage, but that factor is never
+    used and XLA drops it (writing it out instead of factoring it measured no change, see
+    ``notes/nonlinear.md``)."""
+    import lineax as lx
+    from bench_jacobian import CountingSolver  # pyright: ignore[reportMissingImports]
+
+    solver = jaxdia.BandedSolver(offsets, mask=mask)
+    counting, counts = CountingSolver(solver)
+    jax.block_until_ready(diffrax_call(field, y0, t1, counting, tol)())
+    y = jnp.asarray(y0)
+    operator = lx.linearise(lx.JacobianLinearOperator(lambda v, _: field(0.0, v, None), y))
+    state = solver.init(operator, {})
+
+    def factor_body(_, y):
+        linear = lx.linearise(lx.JacobianLinearOperator(lambda v, _: field(0.0, v, None), y))
+        factor = solver.init(linear, {})[0]
+        assert isinstance(factor, jaxdia.BandedLU)
+        return y + 1e-12 * factor.info.astype(y.dtype)
+
+    def solve_body(_, y):
+        return y + 1e-12 * lx.linear_solve(operator, y, solver, state=state).value
+
+    loops = {"solve": (solve_body, 500), "factor": (factor_body, 50)}
+
+    def in_loop(body, count):
+        run = jax.jit(lambda y: jax.lax.fori_loop(0, count, body, y))
+        return lambda: run(y)
+
+    calls = {name: in_loop(body, count) for name, (body, count) in loops.items()}
+    calls["run"] = diffrax_call(field, y0, t1, solver, tol)
+    medians = {name: median for name, (_, _, median) in interleaved(calls, repeats).items()}
+    per = {name: medians[name] / count for name, (_, count) in loops.items()}
+    return counts["compute"], medians["run"], per["solve"], per["factor"]
 
 
 def diffrax_call(field, y0, t1, linear_solver, tol):
@@ -230,6 +292,11 @@ def main(argv=None) -> int:
     parser.add_argument("--points", type=int, default=2500, help="Gray-Scott grid points")
     parser.add_argument("--cases", default="gray_scott,brusselator_1d,brusselator_2d,tight")
     parser.add_argument("--no-diffrax", action="store_true")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="diffrax's solves and factorizations: counts, each timed alone, shares of the run",
+    )
     args = parser.parse_args(argv)
     table = Table()
     cases = args.cases.split(",")

@@ -21,12 +21,14 @@ factor-and-solve in the same loop (tridiagonal, n = 200 and 1000); against SciPy
 ``dgbtrs`` (a band of 5, n = 1000) called from a loop in C (compiled here with ``cc``;
 the row is left out without a compiler) and from a Python loop through ``ctypes``;
 ``lineax.linear_solve`` with ``jaxdia.BandedSolver`` and a stored state against
-``lu.solve`` in the same loop; and an eager ``lu.solve(b)`` against
-``scipy.sparse.linalg.splu(A).solve(b)``. Every loop is first checked against SciPy's
-steps.
+``lu.solve`` in the same loop (``--parts lineax``); and eager ``lu.solve(b)`` calls (``b``
+a JAX array, then a NumPy one) against ``scipy.sparse.linalg.splu(A).solve(b)`` in the
+same rounds (``--parts eager``). Every loop is first checked against SciPy's steps. Each
+row gives the ratio of the median wall times, of the fastest rounds and of the median CPU
+times (``time.process_time``, which leaves out waiting for a core on a loaded machine).
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/bench_short_solves.py \\
-        --factor [--calls 2000] [--rounds 7]
+        --factor [--calls 2000] [--rounds 7] [--parts loops,lineax,eager]
 """
 
 from __future__ import annotations
@@ -216,27 +218,36 @@ int gbtrs_loop(void *routine, int n, int kl, int calls, double *lu, int *pivots,
 
 
 class Timing(NamedTuple):
-    """Seconds per call: the median and the fastest of the rounds."""
+    """Seconds per call: the median and the fastest of the rounds, and the median CPU
+    time (``time.process_time``: every thread of this process, XLA's included; on a
+    loaded machine it leaves out the time spent waiting for a core)."""
 
     median: float
     best: float
+    cpu: float
 
     def per(self, calls: int) -> Timing:
-        return Timing(self.median / calls, self.best / calls)
+        return Timing(self.median / calls, self.best / calls, self.cpu / calls)
 
 
 def time_calls(variants: dict[str, Callable[[], object]], rounds: int) -> dict[str, Timing]:
-    """Each variant's median and fastest time over ``rounds`` interleaved rounds."""
+    """Each variant's median and fastest time and median CPU time over ``rounds``
+    interleaved rounds."""
     times: dict[str, list[float]] = {name: [] for name in variants}
+    cpu: dict[str, list[float]] = {name: [] for name in variants}
     for run in variants.values():
         jax.block_until_ready(run())  # compiled and warm
     rng = np.random.default_rng(2)
     for _ in range(rounds):
         for name in rng.permutation(list(variants)):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             jax.block_until_ready(variants[name]())
             times[name].append(time.perf_counter() - start)
-    return {name: Timing(statistics.median(values), min(values)) for name, values in times.items()}
+            cpu[name].append(time.process_time() - start_cpu)
+    return {
+        name: Timing(statistics.median(values), min(values), statistics.median(cpu[name]))
+        for name, values in times.items()
+    }
 
 
 def iterated(S: sp.dia_array, b: np.ndarray, steps: int) -> np.ndarray:
@@ -257,14 +268,34 @@ def check_loop(make: Callable[[int], Callable[[], object]], S: sp.dia_array, b) 
     np.testing.assert_allclose(got, iterated(S, np.asarray(b), CHECKED_STEPS), rtol=1e-10)
 
 
-def factor_rows(calls: int, rounds: int) -> list[tuple[str, str, Timing, str, Timing]]:
-    """``(case, jaxdia's variant, its time per call, the other, its time per call)``."""
-    import lineax as lx
+#: ``(case, jaxdia's variant, its time per call, the other, its time per call)``.
+Row = tuple[str, str, Timing, str, Timing]
 
+#: The parts of the ``--factor`` table (``--parts``).
+PARTS = ("loops", "lineax", "eager")
+
+
+def stored(steps: int) -> Callable:
+    """``lu.solve`` in :func:`in_fori_loop`."""
+    return in_fori_loop(lambda lu, x: lu.solve(x), steps)
+
+
+def factor_rows(calls: int, rounds: int, parts: tuple[str, ...] = PARTS) -> list[Row]:
+    """The rows of the ``parts`` asked for, in :data:`PARTS`' order."""
     rows = []
+    if "loops" in parts:
+        rows += loop_rows(calls, rounds)
+    if "lineax" in parts:
+        rows += lineax_rows(calls, rounds)
+    if "eager" in parts:
+        rows += eager_rows(max(calls // 10, 1), rounds)
+    return rows
 
-    def stored(steps):
-        return in_fori_loop(lambda lu, x: lu.solve(x), steps)
+
+def loop_rows(calls: int, rounds: int) -> list[Row]:
+    """A stored factor's solve in a compiled loop against JAX's tridiagonal solve and
+    SciPy's ``dgbtrs`` (from C and through ``ctypes``)."""
+    rows = []
 
     def lax_tridiagonal(steps):
         return in_fori_loop(
@@ -322,6 +353,15 @@ def factor_rows(calls: int, rounds: int) -> list[tuple[str, str, Timing, str, Ti
                     median[name].per(calls),
                 )
             )
+    return rows
+
+
+def lineax_rows(calls: int, rounds: int) -> list[Row]:
+    """``lineax.linear_solve`` with ``BandedSolver`` and a stored state against
+    ``lu.solve`` in the same compiled loop."""
+    import lineax as lx
+
+    rows = []
     for n, width in ((1000, 1), (1000, 2)):
         S = banded_matrix(n, width)
         A = jaxdia.DiaMatrix.from_scipy(S)
@@ -351,7 +391,13 @@ def factor_rows(calls: int, rounds: int) -> list[tuple[str, str, Timing, str, Ti
                 median["stored"].per(calls),
             )
         )
-    eager_calls = max(calls // 10, 1)
+    return rows
+
+
+def eager_rows(eager_calls: int, rounds: int) -> list[Row]:
+    """``eager_calls`` eager ``lu.solve(b)`` calls (``b`` a JAX array, then a NumPy one)
+    against ``splu(A).solve(b)``, interleaved in the same rounds."""
+    rows = []
     for n, width in ((1000, 1), (1000, 2)):
         S = banded_matrix(n, width)
         lu = jaxdia.lu_factor(jaxdia.DiaMatrix.from_scipy(S))
@@ -367,37 +413,50 @@ def factor_rows(calls: int, rounds: int) -> list[tuple[str, str, Timing, str, Ti
                 x = lu.solve(b_device)
             return x
 
+        def eager_numpy():
+            for _ in range(eager_calls):
+                x = lu.solve(b)
+            return x
+
         def scipy_eager():
             for _ in range(eager_calls):
                 x = reference.solve(b)
             return x
 
-        median = time_calls({"eager": eager, "splu": scipy_eager}, rounds)
-        rows.append(
-            (
-                f"{'tridiagonal' if width == 1 else 'band of 5'}, n = {n}, eager calls",
-                "`lu.solve(b)`",
-                median["eager"].per(eager_calls),
-                "`splu(A).solve(b)`",
-                median["splu"].per(eager_calls),
-            )
+        median = time_calls(
+            {"eager": eager, "eager NumPy": eager_numpy, "splu": scipy_eager}, rounds
         )
+        case = f"{'tridiagonal' if width == 1 else 'band of 5'}, n = {n}, eager calls"
+        for name, label in (
+            ("eager", "`lu.solve(b)`"),
+            ("eager NumPy", "`lu.solve(b)`, NumPy `b`"),
+        ):
+            rows.append(
+                (
+                    case,
+                    label,
+                    median[name].per(eager_calls),
+                    "`splu(A).solve(b)`",
+                    median["splu"].per(eager_calls),
+                )
+            )
     return rows
 
 
-def factor_table(calls: int, rounds: int) -> None:
-    rows = factor_rows(calls, rounds)
+def factor_table(calls: int, rounds: int, parts: tuple[str, ...] = PARTS) -> None:
+    rows = factor_rows(calls, rounds, parts)
     print(
         f"A stored factor's solve, per call; medians of {rounds} interleaved rounds; "
-        f"jax {jax.__version__}, float64; best / best: the ratio of the fastest rounds"
+        f"jax {jax.__version__}, float64; best / best: the ratio of the fastest rounds; CPU: "
+        f"of the median CPU times; load average {os.getloadavg()[0]:.1f} at the end"
     )
-    print("\n| case | jaxdia | per call | other | per call | jaxdia / other | best / best |")
-    print("|---|---|---:|---|---:|---:|---:|")
+    print("\n| case | jaxdia | per call | other | per call | jaxdia / other | best / best | CPU |")
+    print("|---|---|---:|---|---:|---:|---:|---:|")
     for case, ours, t_ours, theirs, t_theirs in rows:
         print(
             f"| {case} | {ours} | {t_ours.median * 1e6:.1f} µs | {theirs} | "
             f"{t_theirs.median * 1e6:.1f} µs | {t_ours.median / t_theirs.median:.2f} | "
-            f"{t_ours.best / t_theirs.best:.2f} |"
+            f"{t_ours.best / t_theirs.best:.2f} | {t_ours.cpu / t_theirs.cpu:.2f} |"
         )
 
 
@@ -409,9 +468,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--factor", action="store_true", help="the stored factor's table")
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"the --factor table's parts, of {PARTS}"
+    )
     args = parser.parse_args()
     if args.factor:
-        factor_table(args.calls, args.rounds)
+        parts = tuple(args.parts.split(","))
+        unknown = set(parts) - set(PARTS)
+        if unknown:
+            parser.error(f"--parts: unknown {sorted(unknown)}, choose from {PARTS}")
+        factor_table(args.calls, args.rounds, parts)
         return
     S, A, u0 = problem(args.N, args.dt)
     expected = u0

@@ -241,6 +241,8 @@ def as_array(
     """
     if isinstance(value, jax.Array):  # tracers are jax.Array instances too
         return value
+    if type(value) is np.ndarray and value.dtype.kind in "fc" and value.dtype.isnative:
+        return value  # the common case, without the checks below (~2 us an eager call)
     reject_sparse(value, name, hint)
     if isinstance(value, jax.ShapeDtypeStruct):
         raise TypeError(
@@ -265,9 +267,7 @@ def integers_as(value: _T, dtype: DTypeLike) -> _T | np.ndarray:
     converted by JAX instead, a NumPy int64 would first become int32 without x64, where
     2**40 wraps to 0 (SciPy computes with the exact value).
     """
-    if isinstance(value, (np.ndarray, np.generic)) and (
-        value.dtype == np.bool_ or np.issubdtype(value.dtype, np.integer)
-    ):
+    if isinstance(value, (np.ndarray, np.generic)) and value.dtype.kind in "biu":
         return np.asarray(value, dtype=dtype)
     return value
 

@@ -760,6 +760,36 @@ def test_edge_cases():
     np.testing.assert_allclose(jaxdia.cho_factor(jaxdia.eye(4)).solve(jnp.ones(4)), 1.0)
 
 
+def test_eager_solves_trace_once(caplog):
+    """An eager solve is one call of a program compiled once per layout, ``b``'s shape and
+    dtype, and ``trans``: a second call, another ``b`` of the same kind (a JAX, NumPy or
+    integer array), another factor of the same layout trace and compile nothing, and the
+    answers stay right. JAX's compile log is the witness: a new shape does log."""
+    A, H = random_band(9, 2, 1, seed=31), hermitian_band(9, 1, seed=32)
+    lu, c = jaxdia.lu_factor(A), jaxdia.cho_factor(H)
+    b = rhs(9)
+    for solve in (lu.solve, lambda b: lu.solve(b, 1), c.solve):
+        solve(jnp.asarray(b))  # traced and compiled here
+    other = jaxdia.lu_factor(random_band(9, 2, 1, seed=33))
+    with jax.log_compiles(), caplog.at_level("WARNING", logger="jax"):
+        caplog.clear()
+        x = lu.solve(jnp.asarray(b))
+        x_numpy = lu.solve(b)
+        x_integers = lu.solve(np.arange(9))
+        x_transposed = lu.solve(jnp.asarray(b), 1)
+        x_cholesky = c.solve(jnp.asarray(b))
+        x_other = other.solve(jnp.asarray(b))
+        assert [record.getMessage() for record in caplog.records] == []
+        lu.solve(jnp.ones((9, 2)))  # a new shape: traced and compiled
+        assert any("_solve" in record.getMessage() for record in caplog.records)
+    assert_close(x, scipy_solve(A, b), np.float64)
+    assert_close(x_numpy, scipy_solve(A, b), np.float64)
+    assert_close(x_integers, scipy_solve(A, np.arange(9.0)), np.float64)
+    assert_close(x_transposed, scipy_solve(A, b, 1), np.float64)
+    assert_close(x_cholesky, scipy_solve(H, b), np.float64)
+    assert_close(x_other, scipy_solve(other.matrix, b), np.float64)
+
+
 # -- the pytrees ---------------------------------------------------------------------------
 
 

@@ -35,7 +35,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, repr=False)
+# eq=False: the layouts are this module's objects (unpickled and copied as them, see
+# __reduce__), so identity is equality, and hashing by identity keeps the look-up of a
+# solve's compiled function (jaxdia._linalg.banded) at C speed on every eager call.
+@dataclass(frozen=True, eq=False, repr=False)
 class Layout:
     """A banded factor's layout (see the module docstring for the table).
 

@@ -38,7 +38,8 @@ real factor as its real and imaginary parts side by side.
 
 from __future__ import annotations
 
-from functools import partial
+from collections.abc import Callable
+from functools import cache, partial
 from typing import NamedTuple
 
 import jax
@@ -48,7 +49,7 @@ from jax import Array, lax
 from jax.typing import ArrayLike
 
 from .. import _dispatch
-from .._checks import check_rhs, is_traced, result_dtype
+from .._checks import as_array, check_rhs, integers_as, is_traced, result_dtype
 from .._geometry import accumulation_dtype, band_widths, in_bounds
 from .._kernels import band_primitives as prims
 from .._kernels.band_layouts import CH, CR, GB, GT, ONESHOT, PB, PT, Layout
@@ -362,25 +363,70 @@ def solve(
     """Solves ``op(A) x = b`` with ``factor`` of ``A`` (``lower`` given: a Cholesky factor
     of the Hermitian matrix that triangle of ``A`` defines). ``b`` is ``(n,)`` or
     ``(..., n, k)``; the solution has the broadcast batch shape and ``b``'s trailing shape.
+
+    One call of a jitted function per static layout (:func:`_compiled_solve`), its
+    arrays passed positionally: an eager solve is one dispatch on JAX's C++ fast path,
+    and ``b``'s shape is checked when that function is traced for it, once per shape
+    and dtype, not per call. Only a ``b`` that is not a JAX array is converted here (a
+    NumPy integer ``b`` on the host, see :func:`jaxdia._checks.integers_as`).
     """
-    n = A.shape[0]
-    b, batch = check_rhs(function, n, A.batch_shape, b, A.dtype)
-    dtype = result_dtype(A.dtype, b)
-    return _solve(
-        A.data,
-        factor.arrays,
-        factor.correction,
-        factor.info,
-        b,
-        offsets=A.offsets,
-        shape=A.shape,
-        layout=factor.layout,
-        widths=factor.widths,
-        trans=trans,
-        lower=lower,
-        batch=batch,
-        dtype=dtype,
-        method=method or METHOD,
+    return solve_arrays(
+        A.data, factor.arrays, factor.correction, factor.info, b, A.offsets, A.shape,
+        factor.layout, factor.widths, trans, lower, function, method,
+    )  # fmt: skip
+
+
+def solve_arrays(
+    data: Array,
+    arrays: tuple[Array, ...],
+    correction: periodic.Correction | None,
+    info: Array,
+    b: ArrayLike,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    layout: Layout,
+    widths: tuple[int, ...],
+    trans: int = 0,
+    lower: bool | None = None,
+    function: str = "solve",
+    method: str | None = None,
+) -> Array:
+    """:func:`solve` with the matrix and the factor as their fields (what a stored
+    factor holds: its eager solves build neither a ``DiaParts`` nor a :class:`Factor`)."""
+    if not isinstance(b, jax.Array):
+        b = integers_as(as_array(b, f"{function}: b"), np.dtype(data.dtype))
+    solve_with = _compiled_solve(
+        offsets, shape, layout, widths, trans, lower, function, method or METHOD
+    )
+    return solve_with(data, arrays, correction, info, b)
+
+
+@cache
+def _compiled_solve(
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    layout: Layout,
+    widths: tuple[int, ...],
+    trans: int,
+    lower: bool | None,
+    function: str,
+    method: str,
+) -> Callable[[Array, tuple[Array, ...], periodic.Correction | None, Array, ArrayLike], Array]:
+    """:func:`_solve` for one static layout, jitted with no static arguments: JAX's C++
+    dispatch then only checks the arrays' types (hashing static keyword arguments on
+    every call cost about a sixth of an eager solve)."""
+    return jax.jit(
+        partial(
+            _solve,
+            offsets=offsets,
+            shape=shape,
+            layout=layout,
+            widths=widths,
+            trans=trans,
+            lower=lower,
+            function=function,
+            method=method,
+        )  # fmt: skip
     )
 
 
@@ -397,27 +443,13 @@ def _hermitian_matvec(data, x, offsets, shape, lower: bool):
     return y
 
 
-@partial(
-    jax.jit,
-    static_argnames=(
-        "offsets",
-        "shape",
-        "layout",
-        "widths",
-        "trans",
-        "lower",
-        "batch",
-        "dtype",
-        "method",
-    ),
-)
 @on_auto_axes(last=False)
 def _solve(
     data: Array,
     arrays: tuple[Array, ...],
     correction: periodic.Correction | None,
     info: Array,
-    b: Array,
+    b: Array | np.ndarray,
     *,
     offsets: tuple[int, ...],
     shape: tuple[int, int],
@@ -425,12 +457,14 @@ def _solve(
     widths: tuple[int, ...],
     trans: int,
     lower: bool | None,
-    batch: tuple[int, ...],
-    dtype: np.dtype,
+    function: str,
     method: str,
 ) -> Array:
-    """:func:`solve` for checked operands, as one compiled call (eagerly, the reshapes
-    around the solve would run op by op and ``custom_linear_solve`` be traced again)."""
+    """:func:`solve`'s traced body (see :func:`_compiled_solve`): checks ``b`` for the
+    matrix's shape and batch, promotes the solution's dtype, solves with
+    ``lax.custom_linear_solve``."""
+    b, batch = check_rhs(function, shape[0], data.shape[:-2], b, data.dtype)
+    dtype = result_dtype(data.dtype, b)
     n = shape[0]
     work = accumulation_dtype(dtype)
     vector = b.ndim == 1

@@ -180,6 +180,14 @@ class _BandedFactor(Immutable, ScipyOperator):
         failed factorization raises nothing and gives NaN solutions)."""
         return self._info == 0
 
+    def _solve(self, b: ArrayLike, trans: int, lower: bool | None, function: str) -> Array:
+        """``op(A)^-1 b`` with the stored factor (see :func:`jaxdia._linalg.banded.solve`),
+        its fields passed as they are."""
+        return banded.solve_arrays(
+            self._data, self._factors, self._correction, self._info, b, self._offsets,
+            self._shape, self._layout, self._widths, trans, lower, function,
+        )  # fmt: skip
+
     def _describe(self, extra: str) -> str:
         name = type(self).__name__
         shapes = [_leaf_shape(leaf) for leaf in self.tree_flatten()[0]]
@@ -625,7 +633,7 @@ def lu_solve(lu: BandedLU, b: ArrayLike, trans: int = 0) -> Array:
         )
     if isinstance(trans, bool) or trans not in (0, 1, 2):
         raise ValueError(f"lu_solve: trans must be 0, 1 or 2, got {trans!r}")
-    return banded.solve(lu._parts, lu._factor, b, trans=int(trans), function="lu_solve")
+    return lu._solve(b, int(trans), None, "lu_solve")
 
 
 def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
@@ -716,7 +724,7 @@ def cho_solve(c: BandedCholesky, b: ArrayLike) -> Array:
             "cho_solve: c must be a jaxdia.BandedCholesky (from jaxdia.cho_factor), got "
             f"{type(c).__name__}"
         )
-    return banded.solve(c._parts, c._factor, b, lower=c.lower, function="cho_solve")
+    return c._solve(b, 0, c.lower, "cho_solve")
 
 
 def solve_banded(A: DiaMatrix, b: ArrayLike) -> Array:
