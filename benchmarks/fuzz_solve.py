@@ -66,7 +66,7 @@ from fuzz.core import FAIL, FLAGGED, PASS, Case, Result, raised  # noqa: E402
 #: first ones, whose position seeds their cases, then those added since, whose name does
 #: (:func:`family_seed`: adding a family changes no other's cases).
 BUILTIN_FAMILIES = ("banded", "periodic", "ilu", "multigrid", "jacobian", "sharded")
-MODULE_FAMILIES: tuple[str, ...] = ("ivp", "gmres", "lstsq", "logdet")
+MODULE_FAMILIES: tuple[str, ...] = ("ivp", "gmres", "lstsq", "logdet", "expm")
 FAMILIES = BUILTIN_FAMILIES + MODULE_FAMILIES
 #: Seconds a case may take (compilation included) before its worker is killed, unless its
 #: module sets ``TIMEOUT``.
