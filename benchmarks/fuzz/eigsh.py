@@ -310,7 +310,14 @@ def _preference(values, which: str, sigma: float | None) -> np.ndarray:
 
 def _tie(spectrum, expected, w, radius, which: str, sigma: float | None) -> bool:
     """Whether every ``w`` is as wanted as the least wanted of ``expected``, to rounding
-    (``which``'s order has ties: ``+-lambda`` for LM, a shift midway)."""
+    (``which``'s order has ties: ``+-lambda`` for LM, a shift midway), or ``w`` is what
+    ``which`` wants for a shift moved by rounding (an eigenvalue at ``sigma`` has
+    ``nu = +-inf``: either sign is right)."""
+    if sigma is not None:
+        delta = 10 * float(np.max(radius))
+        for moved in (sigma - delta, sigma + delta):
+            if np.all(np.abs(w - wanted(spectrum, len(w), which, moved)) <= radius):
+                return True
     if which == "BE":
         return False
     if sigma is None:
