@@ -314,3 +314,22 @@ def test_the_oracles_catch_wrong_answers():
     x = np.linalg.solve(A, b)
     assert fuzz_core.backward_error(A, x, b) < 1e-15
     assert fuzz_core.backward_error(A, x + 1e-6, b) > 1e-8
+
+
+def test_the_new_families_catch_wrong_answers(monkeypatch):
+    """The expm and eigsh judges fail an answer off by a relative 1e-8 (expm, float64) or
+    eigenvalues off by 1e-6 (eigsh, float64, the dense path)."""
+    import jaxdia
+
+    expm_multiply, eigsh = jaxdia.expm_multiply, jaxdia.eigsh
+    monkeypatch.setattr(
+        jaxdia, "expm_multiply", lambda *a, **k: expm_multiply(*a, **k) * 1.00000001
+    )
+    assert fuzz.run_case(fuzz.generate("expm", 0, 6)).verdict == fuzz.FAIL
+
+    def shifted_eigenvalues(*args, **kwargs):
+        w, *rest = eigsh(*args, **kwargs)
+        return (w * (1 + 1e-6), *rest)
+
+    monkeypatch.setattr(jaxdia, "eigsh", shifted_eigenvalues)
+    assert fuzz.run_case(fuzz.generate("eigsh", 0, 14)).verdict == fuzz.FAIL
