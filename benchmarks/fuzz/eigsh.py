@@ -174,7 +174,7 @@ def check(params: dict) -> Result:
         result = raised(error)
         if result.verdict == FLAGGED and sigma is not None:
             gap = float(np.min(np.abs(spectrum - sigma)))
-            result.unexpected = gap > 1e3 * machine_epsilon(dtype) * np.abs(spectrum).max()
+            result.unexpected = bool(gap > 1e3 * machine_epsilon(dtype) * np.abs(spectrum).max())
         return result
     except Exception as error:  # noqa: BLE001 - every exception is judged
         return raised(error, unexpected=True)
@@ -229,7 +229,7 @@ def _judge(outcome, params, M, spectrum, out, sigma, dtype, scale):
             outcome.add(
                 FLAGGED,
                 "NaN eigenvalues (A - sigma I singular)",
-                unexpected=gap > 1e3 * eps * norm,
+                unexpected=bool(gap > 1e3 * eps * norm),
             )
         else:
             outcome.add(
