@@ -6,7 +6,8 @@ says what it checks: ``banded`` (banded LU and Cholesky solves, every api and
 implementation), ``periodic`` (bands plus corner diagonals), ``ilu`` (ILU(0)/IC(0) on
 stencils), ``multigrid`` (multigrid-preconditioned ``cg``/``bicgstab``), ``jacobian``
 (``jacobian``/``value_and_jacobian`` against ``jax.jacfwd``), ``sharded`` (products and
-solves on 2-8 fake CPU devices), then those listed in ``MODULE_FAMILIES``; their shared
+solves on 2-8 fake CPU devices), then those listed in ``MODULE_FAMILIES`` (``ivp``,
+``gmres``, ``lstsq``, ``logdet``, ``expm``: ``expm_multiply``, ``eigsh``); their shared
 core is ``benchmarks/fuzz/core.py``.
 
 Each case is drawn from ``numpy.random.default_rng([seed, family, index])`` and is
@@ -24,7 +25,7 @@ Every FAIL prints a one-line reproducer. Not run by the tests: ``tests/test_fuzz
 runs a fixed slice of it.
 
     PYTHONPATH=. .venv/bin/python benchmarks/fuzz_solve.py --cases 200 --seed 0 \\
-        --family all|banded|periodic|ilu|multigrid|jacobian|sharded|ivp|gmres|lstsq|logdet [--quick]
+        --family all|<one of the families above> [--quick]
     PYTHONPATH=. .venv/bin/python benchmarks/fuzz_solve.py --family banded --seed 0 \\
         --index 17             # one case again, in this process, with its details
 """
@@ -66,7 +67,7 @@ from fuzz.core import FAIL, FLAGGED, PASS, Case, Result, raised  # noqa: E402
 #: first ones, whose position seeds their cases, then those added since, whose name does
 #: (:func:`family_seed`: adding a family changes no other's cases).
 BUILTIN_FAMILIES = ("banded", "periodic", "ilu", "multigrid", "jacobian", "sharded")
-MODULE_FAMILIES: tuple[str, ...] = ("ivp", "gmres", "lstsq", "logdet")
+MODULE_FAMILIES: tuple[str, ...] = ("ivp", "gmres", "lstsq", "logdet", "expm", "eigsh")
 FAMILIES = BUILTIN_FAMILIES + MODULE_FAMILIES
 #: Seconds a case may take (compilation included) before its worker is killed, unless its
 #: module sets ``TIMEOUT``.

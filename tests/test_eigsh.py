@@ -244,6 +244,29 @@ def test_not_converged_is_reported():
         jax.jit(lambda A: jaxdia.eigsh(A, k=6, which="SA", maxiter=1))(A)  # no eager check
 
 
+def test_shift_at_an_eigenvalue_reports_inaccurate_pairs():
+    """sigma an eigenvalue to rounding (not exactly: no LinAlgError): ``(A - sigma I)^-1``
+    has a norm near 1 / eps, the Krylov relation's rounding swamps the pairs away from
+    sigma, and their estimates passed the test with true residuals of 1e-3 (reported
+    converged). Now either a pair's true residual passes the test, or converged is
+    false."""
+    S = hermitian_band(150, upper=(0, 1, 2), seed=0)
+    evals = np.linalg.eigvalsh(S.toarray())
+    sigma = float(evals[70])
+    A = nan_padded(S)
+
+    w, v, info = jaxdia.eigsh(A, k=3, which="SA", sigma=sigma, maxiter=300, return_info=True)
+    dense = S.toarray()
+    residual = np.linalg.norm(dense @ np.asarray(v) - np.asarray(v) * np.asarray(w), axis=0)
+    np.testing.assert_allclose(info.residuals, residual, rtol=1e-6, atol=1e-12)
+    scale = np.abs(evals).max()
+    accurate = residual <= 1e-10 * scale
+    assert int(info.nconv) <= int(np.sum(accurate))
+    if bool(info.converged):
+        assert np.all(accurate), residual
+        np.testing.assert_allclose(w, selected(S, 3, "SA", sigma), atol=1e-9 * scale)
+
+
 # -- derivatives -----------------------------------------------------------------------------
 
 

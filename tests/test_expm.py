@@ -128,6 +128,19 @@ def test_float32_and_16_bit():
     assert X16.dtype == np.float32 and relative_error(X16, expected) < 3e-2
 
 
+def test_complex64_forward_and_grid():
+    """complex64 under x64: the Taylor loop's norms stay float32 (a float64 constant in
+    the complex operator bound made the loop carry's types differ: a TypeError)."""
+    S = band(12, complex_=True, seed=9, scale=0.6)
+    A = jaxdia.DiaMatrix.from_scipy(S).astype(np.complex64)
+    B = vectors(12, (2,), complex_=True).astype(np.complex64)
+    M = S.toarray().astype(np.complex64).astype(np.complex128)
+    X = jaxdia.expm_multiply(A, B)
+    assert X.dtype == np.complex64 and relative_error(X, sla.expm(M) @ B) < 1e-5
+    grid = jaxdia.expm_multiply(A, B, start=0.0, stop=1.0, num=3)
+    assert relative_error(grid[1], sla.expm(0.5 * M) @ B) < 1e-5
+
+
 def test_trace_given_and_edge_cases():
     S = band(20, seed=4)
     A = nan_padded(S)

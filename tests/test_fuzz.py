@@ -1,6 +1,7 @@
 """A fixed slice of the differential fuzzer ``benchmarks/fuzz_solve.py``: cases of each
 family (banded and periodic solves, ILU(0)/IC(0), multigrid-CG, banded Jacobians,
-sharded matrices, stiff integration, restarted GMRES), each compared with its
+sharded matrices, stiff integration, restarted GMRES, least squares, log-determinants,
+the exponential's action, Lanczos eigenpairs), each compared with its
 NumPy/SciPy/JAX oracle, none of which may FAIL (a wrong answer reported as a success, a
 crash, a hang). FLAGGED (a reported failure of a singular, indefinite or invalid case) is
 fine.
@@ -52,6 +53,13 @@ SLICE = [
     # a zero determinant); the gradient by cyclic reduction, one corner; a cycle's selected
     # inverse, eagerly through the whole band
     *(("logdet", 0, i) for i in (6, 9, 27, 46, 81, 265)),
+    # expm (seed 0): a wrong traceA, eager; skew-Hermitian block, jit; a time grid, jit; a
+    # batch, vmap, no shift; the gradient; a stiff diagonal
+    *(("expm", 0, i) for i in (6, 11, 9, 17, 5, 21)),
+    # eigsh (seed 0): the dense path, complex, jit; Lanczos, complex LM; shift-invert
+    # between eigenvalues, vmap; float32 Laplacian with a shift; repeated eigenvalues, BE;
+    # n = 300 with a shift
+    *(("eigsh", 0, i) for i in (14, 12, 2, 9, 23, 27)),
 ]
 
 _MULTIGRID = {
@@ -204,6 +212,68 @@ REGRESSIONS = {
         },
         1.0,
     ),
+    # expm_multiply of a complex64 matrix under x64: a TypeError from the Taylor loop (a
+    # float64 NumPy constant promoted its float32 norms)
+    "expm-complex64": (
+        "expm",
+        {
+            "b_dtype": "same",
+            "dtype": "complex64",
+            "endpoint": True,
+            "grid": "grid",
+            "kind": "random",
+            "mode": "eager",
+            "n": 5,
+            "norm": 0.015514700405709191,
+            "num": 3,
+            "offsets": [2],
+            "rhs": "block",
+            "start": 0.0,
+            "stop": 1.0,
+            "trace": "exact",
+            "values": 484156566,
+        },
+        None,
+    ),
+    # eigsh with sigma an eigenvalue to rounding: pairs away from sigma reported converged
+    # with true residuals of 1e-3 (the Krylov relation's rounding, eps ||(A - sigma I)^-1||)
+    "eigsh-shift-at-an-eigenvalue": (
+        "eigsh",
+        {
+            "dtype": "float64",
+            "half": 2,
+            "k": 3,
+            "kind": "random",
+            "mode": "jit",
+            "n": 150,
+            "ncv": "default",
+            "sigma": "eigenvalue",
+            "tol": 0.0,
+            "v0": False,
+            "values": 1615423434,
+            "vectors": True,
+            "which": "SA",
+        },
+        None,
+    ),
+    # lstsq_banded of a matrix whose offsets all lie outside it: NumPy's ValueError from a
+    # reshape of its (empty) data, not a rank deficiency
+    "lstsq-no-stored-diagonal": (
+        "lstsq",
+        {
+            "consistent": False,
+            "dtype": "float32",
+            "kind": "scaled",
+            "level": 0.01,
+            "m": 1,
+            "mode": "eager",
+            "n": 1,
+            "offsets": [-5, -3],
+            "rhs": "block",
+            "values": 99723166,
+        },
+        None,
+    ),
 }
 
 #: Families whose cases may hang or need their own process (8 fake devices): run in a
@@ -262,3 +332,22 @@ def test_the_oracles_catch_wrong_answers():
     x = np.linalg.solve(A, b)
     assert fuzz_core.backward_error(A, x, b) < 1e-15
     assert fuzz_core.backward_error(A, x + 1e-6, b) > 1e-8
+
+
+def test_the_new_families_catch_wrong_answers(monkeypatch):
+    """The expm and eigsh judges fail an answer off by a relative 1e-8 (expm, float64) or
+    eigenvalues off by 1e-6 (eigsh, float64, the dense path)."""
+    import jaxdia
+
+    expm_multiply, eigsh = jaxdia.expm_multiply, jaxdia.eigsh
+    monkeypatch.setattr(
+        jaxdia, "expm_multiply", lambda *a, **k: expm_multiply(*a, **k) * 1.00000001
+    )
+    assert fuzz.run_case(fuzz.generate("expm", 0, 6)).verdict == fuzz.FAIL
+
+    def shifted_eigenvalues(*args, **kwargs):
+        w, *rest = eigsh(*args, **kwargs)
+        return (w * (1 + 1e-6), *rest)
+
+    monkeypatch.setattr(jaxdia, "eigsh", shifted_eigenvalues)
+    assert fuzz.run_case(fuzz.generate("eigsh", 0, 14)).verdict == fuzz.FAIL

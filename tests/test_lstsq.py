@@ -212,6 +212,18 @@ def test_rank_deficiency_is_reported(case):
         assert_solves(jaxdia.lstsq_banded(A, b), A, b, 1e-10)
 
 
+@pytest.mark.parametrize(("shape", "offsets"), [((1, 1), (-5, -3)), ((5, 2), ())])
+def test_no_stored_diagonal_is_rank_deficient(shape, offsets):
+    """Offsets all outside the matrix (or none): A is zero, so rank deficient. Reading which
+    slots hold nonzeros reshaped a size-0 array with -1 (NumPy's ValueError)."""
+    data = jnp.ones((len(offsets), shape[1]), jnp.float32)
+    A = jaxdia.DiaMatrix(data, offsets, shape)
+    for b in (rhs(shape[0]).astype(np.float32), rhs(shape[0], shape=(shape[0], 2))):
+        with pytest.raises(np.linalg.LinAlgError, match="lstsq_banded: A is rank deficient"):
+            jaxdia.lstsq_banded(A, b)
+    assert np.all(np.isnan(jax.jit(jaxdia.lstsq_banded)(A, rhs(shape[0]))))
+
+
 def test_rank_deficient_batch_member_is_named():
     A = tall(10, 6, (-3, 0, 1), batch=(3,))
     data = np.asarray(A.data).copy()

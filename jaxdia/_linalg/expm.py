@@ -426,7 +426,7 @@ def operator_size(A: DiaParts) -> Array:
     """A bound on ``||A x|| / ||x||`` in the norm of :func:`_block_norm` (largest row sum
     of ``|re| + |im|``): ``||A||_inf``, times sqrt(2) for complex entries (``|re| + |im|
     <= sqrt(2) |z|``)."""
-    return inf_norm(A) * (np.sqrt(2) if A.dtype.kind == "c" else 1)
+    return inf_norm(A) * (math.sqrt(2) if A.dtype.kind == "c" else 1)
 
 
 def _blocks(matvec, X, h, mu, m, s, q: int, tol: float) -> Array:

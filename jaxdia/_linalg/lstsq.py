@@ -26,6 +26,7 @@ row sums, and two steps of inverse iteration for its smallest) above
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import NamedTuple
 
@@ -217,7 +218,7 @@ def _slots(A: DiaMatrix, mask: ArrayLike | None) -> np.ndarray:
         return mask
     if is_traced(A.data):
         return np.ones(expected, bool)
-    values = np.asarray(A.data).reshape(-1, *expected)
+    values = np.asarray(A.data).reshape(math.prod(A.batch_shape), *expected)  # 0 offsets too
     return np.any(values != 0, axis=0)
 
 
