@@ -358,10 +358,13 @@ def solve(
     lower: bool | None = None,
     function: str = "solve",
     method: str | None = None,
+    nan_on_failure: bool = True,
 ) -> Array:
     """Solves ``op(A) x = b`` with ``factor`` of ``A`` (``lower`` given: a Cholesky factor
     of the Hermitian matrix that triangle of ``A`` defines). ``b`` is ``(n,)`` or
     ``(..., n, k)``; the solution has the broadcast batch shape and ``b``'s trailing shape.
+    A failed factor's solution is NaN, or, with ``nan_on_failure`` False, whatever the
+    failed factor gives (for a caller that reads ``factor.info`` itself: one pass less).
     """
     n = A.shape[0]
     b, batch = check_rhs(function, n, A.batch_shape, b, A.dtype)
@@ -381,6 +384,7 @@ def solve(
         batch=batch,
         dtype=dtype,
         method=method or METHOD,
+        nan_on_failure=nan_on_failure,
     )
 
 
@@ -409,6 +413,7 @@ def _hermitian_matvec(data, x, offsets, shape, lower: bool):
         "batch",
         "dtype",
         "method",
+        "nan_on_failure",
     ),
 )
 @on_auto_axes(last=False)
@@ -428,6 +433,7 @@ def _solve(
     batch: tuple[int, ...],
     dtype: np.dtype,
     method: str,
+    nan_on_failure: bool = True,
 ) -> Array:
     """:func:`solve` for checked operands, as one compiled call (eagerly, the reshapes
     around the solve would run op by op and ``custom_linear_solve`` be traced again)."""
@@ -509,7 +515,8 @@ def _solve(
         )
         if split:
             x = lax.complex(x[..., :k, :], x[..., k:, :])
-        x = jnp.where(failed, jnp.nan, x)
+        if nan_on_failure:
+            x = jnp.where(failed, jnp.nan, x)
         return jnp.swapaxes(x, -1, -2)
 
     def product(x, t):
