@@ -249,13 +249,14 @@ def _newton(
     real = scale.dtype
 
     def cond(carry):
-        k, _, _, _, stop, _ = carry
+        k, _, _, stop, _ = carry
         return (k < NEWTON_MAXITER) & ~stop
 
     def body(carry):
-        k, y, d, dy_norm_old, _, _ = carry
-        f = problem.rhs(t_new, y)
-        dy = problem.linear_solver.solve(factor, c * f - psi - d)
+        # y and d as the rows of one array: both take dy in one pass.
+        k, yd, dy_norm_old, _, _ = carry
+        f = problem.rhs(t_new, yd[0])
+        dy = problem.linear_solver.solve(factor, c * f - psi - yd[1])
         dy_norm = lax.stop_gradient(rms(dy / scale))
         have_rate = k > 0
         rate = dy_norm / jnp.where(have_rate, dy_norm_old, 1)
@@ -265,14 +266,16 @@ def _newton(
         # A non-finite f makes dy non-finite (LinearSolver.solve propagates it).
         failed = ~usable | ~jnp.isfinite(dy_norm) | slow
         # After a failure y and d are garbage, unused: the attempt is rejected.
-        y, d = y + dy, d + dy
+        yd = yd + dy
         converged = ~failed & ((dy_norm == 0) | (have_rate & (rate / (1 - rate) * dy_norm < tol)))
-        return k + 1, y, d, dy_norm, failed | converged, converged
+        return k + 1, yd, dy_norm, failed | converged, converged
 
     zero = jnp.zeros((), real)
-    start = (jnp.int32(0), y_predict, jnp.zeros_like(y_predict), zero, jnp.bool_(False))
-    k, y, d, _, _, converged = lax.while_loop(cond, body, (*start, jnp.bool_(False)))
-    return converged, k, y, d
+    yd = jnp.stack([y_predict, jnp.zeros_like(y_predict)])
+    k, yd, _, _, converged = lax.while_loop(
+        cond, body, (jnp.int32(0), yd, zero, jnp.bool_(False), jnp.bool_(False))
+    )
+    return converged, k, yd[0], yd[1]
 
 
 def initial_step(
