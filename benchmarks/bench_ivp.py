@@ -9,7 +9,9 @@ at odeint's default tolerances, and the Brusselator in 1-D (n = 1000) and 2-D (n
 diffrax section). Each solver's error is measured against a tight reference (LSODA at
 1e-12 for Gray-Scott, SciPy's BDF at 1e-11 for the Brusselator), its time is the median
 of ``--repeats`` runs after a first (compiling) call, reported apart; counts are steps,
-Jacobians, LU factorizations and right-hand sides.
+Jacobians, LU factorizations and right-hand sides. Each time is reported as wall time and
+as the process's CPU time (``time.process_time``: all of XLA's threads), each against
+SciPy's fastest in CPU time too (on a loaded machine the CPU time is the steadier one).
 
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/bench_ivp.py \\
         [--quick] [--repeats 3] [--cases gray_scott,brusselator_1d,brusselator_2d,tight] \\
@@ -49,20 +51,30 @@ import gray_scott  # noqa: E402  # pyright: ignore[reportMissingImports]
 
 
 def interleaved(calls: dict, repeats: int) -> dict:
-    """``{name: (result, first call seconds, median seconds)}``: one first (compiling) call
-    each, then ``repeats`` rounds that run every call in turn (so that a change in the
-    machine's load falls on all of them alike)."""
-    results, firsts, times = {}, {}, {name: [] for name in calls}
+    """``{name: (result, first call seconds, median seconds, median CPU seconds)}``: one
+    first (compiling) call each, then ``repeats`` rounds that run every call in turn (so
+    that a change in the machine's load falls on all of them alike)."""
+    results, firsts = {}, {}
+    times, cpu = {name: [] for name in calls}, {name: [] for name in calls}
     for name, call in calls.items():
         start = time.perf_counter()
         results[name] = jax.block_until_ready(call())
         firsts[name] = time.perf_counter() - start
     for _ in range(repeats):
         for name, call in calls.items():
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             jax.block_until_ready(call())
             times[name].append(time.perf_counter() - start)
-    return {name: (results[name], firsts[name], statistics.median(times[name])) for name in calls}
+            cpu[name].append(time.process_time() - start_cpu)
+    return {
+        name: (
+            results[name],
+            firsts[name],
+            statistics.median(times[name]),
+            statistics.median(cpu[name]),
+        )
+        for name in calls
+    }
 
 
 def band_sparsity(n: int, offsets):
@@ -83,24 +95,28 @@ class Table:
         #: ``(case, steps, solves, seconds per run, one solve, one materialise + factor)``.
         self.profiles = []
 
-    def add(self, case, solver, seconds, compile_s, steps, njev, nlu, nfev, error):
-        self.rows.append([case, solver, seconds, compile_s, steps, njev, nlu, nfev, error])
+    def add(self, case, solver, seconds, cpu, compile_s, steps, njev, nlu, nfev, error):
+        self.rows.append([case, solver, seconds, cpu, compile_s, steps, njev, nlu, nfev, error])
 
     def print(self):
         print(
-            "\n| case | solver | time | compile | vs SciPy's fastest | steps | Jacobians "
-            "| LUs | f evals | rel. error |\n|---|---|---|---|---|---|---|---|---|---|"
+            f"\nload average {os.getloadavg()[0]:.1f} at the end\n"
+            "| case | solver | time | CPU time | compile | vs SciPy's fastest (CPU) | steps "
+            "| Jacobians | LUs | f evals | rel. error |\n" + "|---" * 11 + "|"
         )
-        fastest = {}
-        for case, solver, seconds, *_ in self.rows:
+        fastest, fastest_cpu = {}, {}
+        for case, solver, seconds, cpu, *_ in self.rows:
             if solver.startswith("SciPy"):
                 fastest[case] = min(fastest.get(case, np.inf), seconds)
-        for case, solver, seconds, compile_s, steps, njev, nlu, nfev, error in self.rows:
+                fastest_cpu[case] = min(fastest_cpu.get(case, np.inf), cpu)
+        for case, solver, seconds, cpu, compile_s, steps, njev, nlu, nfev, error in self.rows:
             ratio = seconds / fastest[case] if case in fastest else float("nan")
+            ratio_cpu = cpu / fastest_cpu[case] if case in fastest_cpu else float("nan")
             compiled = f"{compile_s:.1f} s" if compile_s is not None else "-"
             print(
-                f"| {case} | {solver} | {seconds * 1e3:.0f} ms | {compiled} | {ratio:.2f} | "
-                f"{steps} | {njev} | {nlu} | {nfev} | {error:.1e} |"
+                f"| {case} | {solver} | {seconds * 1e3:.0f} ms | {cpu * 1e3:.0f} ms | {compiled} "
+                f"| {ratio:.2f} ({ratio_cpu:.2f}) | {steps} | {njev} | {nlu} | {nfev} "
+                f"| {error:.1e} |"
             )
         if self.profiles:
             print(
@@ -136,7 +152,7 @@ def scipy_ivp_call(numpy_field, y0, t1, tol, offsets, method):
 
 def report(table, case, timings, reference, compiled=()):
     """Adds each solver's row: its counts and its error at the end against ``reference``."""
-    for name, (result, first, seconds) in timings.items():
+    for name, (result, first, seconds, cpu) in timings.items():
         compile_s = first - seconds if name in compiled else None
         if name.startswith("jaxdia"):
             assert int(result.status) == 0, result.message
@@ -153,7 +169,7 @@ def report(table, case, timings, reference, compiled=()):
             y, steps = result
             counts = (int(steps), "-", "-", "-")
             y = np.asarray(y)
-        table.add(case, name, seconds, compile_s, *counts, relative_error(y, reference))
+        table.add(case, name, seconds, cpu, compile_s, *counts, relative_error(y, reference))
 
 
 def gray_scott_case(table, args):

@@ -66,7 +66,8 @@ MESSAGES = {
 class LinearSolver(NamedTuple):
     """How the loop solves ``(I - c J) x = b``: ``prepare(J, c)`` returns the state
     reused across steps (a factor, a preconditioner) and whether it is usable;
-    ``solve(state, b)`` solves with it, and returns a non-finite solution for a
+    ``solve(state, b)`` solves with it (anything when ``prepare`` said it is not usable:
+    the Newton iteration then fails), and returns a non-finite solution for a
     non-finite ``b`` (the Newton iteration reads a non-finite ``f`` from it)."""
 
     prepare: Callable[[Any, Array], tuple[Any, Array]]
@@ -161,12 +162,66 @@ def _total(terms: Iterable[Array]) -> Array:
     return functools.reduce(operator.add, terms)
 
 
-def pick(D: tuple[Array, ...], index: Array) -> Array:
-    """The row ``D[index]`` for a traced ``index``."""
-    row = D[0]
-    for k in range(1, len(D)):
-        row = jnp.where(index == k, D[k], row)
-    return row
+def rescale_if(rescaled: Array, D: tuple[Array, ...], M: Array) -> tuple[Array, ...]:
+    """``transform_rows(D, M)`` if ``rescaled``, else ``D``: a loop run once or not at all,
+    so that the attempts that keep the step size and the order (most of them) do not
+    pass over ``D`` (XLA keeps an unchanged carry in place; a ``lax.cond`` would copy it)."""
+    _, D = lax.while_loop(
+        lambda carry: carry[0],
+        lambda carry: (jnp.bool_(False), transform_rows(carry[1], M)),
+        (rescaled, D),
+    )
+    return D
+
+
+def predict(D: tuple[Array, ...], order: Array, weights: Array) -> tuple[Array, Array]:
+    """``(y_predict, psi)``: the sum of the rows ``0 .. order`` and that of the rows
+    ``1 .. order`` weighted by ``weights``, one branch per order, so that each reads only
+    its own rows."""
+
+    def of_order(o: int) -> Callable[[tuple[Array, ...]], tuple[Array, Array]]:
+        def branch(D: tuple[Array, ...]) -> tuple[Array, Array]:
+            psi = _total(weights[k] * D[k] for k in range(1, o + 1))
+            return _total(D[: o + 1]), psi
+
+        return branch
+
+    return lax.switch(order - 1, [of_order(o) for o in range(1, MAX_ORDER + 1)], D)
+
+
+def accept(
+    D: tuple[Array, ...],
+    d: Array,
+    order: Array,
+    accepted: Array,
+    scale: Array,
+    error_const: Array,
+) -> tuple[tuple[Array, ...], Array, Array]:
+    """``(D, error_m, error_p)`` after an attempt: for an accepted step, SciPy's update of
+    the differences (rows ``order + 2`` and ``order + 1``, then ``D[i] += D[i + 1]`` from
+    ``i = order`` down) and the error estimates of orders ``order - 1`` and ``order + 1``
+    (infinite where there is no such order); else ``D`` unchanged. One branch per order,
+    each reading only the rows it changes."""
+    inf = jnp.full((), jnp.inf, scale.dtype)
+
+    def keep(D: tuple[Array, ...]) -> tuple[tuple[Array, ...], Array, Array]:
+        return D, inf, inf
+
+    def of_order(o: int) -> Callable[[tuple[Array, ...]], tuple[tuple[Array, ...], Array, Array]]:
+        def branch(D: tuple[Array, ...]) -> tuple[tuple[Array, ...], Array, Array]:
+            new = list(D)
+            new[o + 2] = d - D[o + 1]
+            new[o + 1] = d
+            for i in reversed(range(o + 1)):
+                new[i] = D[i] + new[i + 1]
+            error_m = rms(error_const[o - 1] * (D[o] + d) / scale) if o > 1 else inf
+            error_p = rms(error_const[o + 1] * new[o + 2] / scale) if o < MAX_ORDER else inf
+            return tuple(new), error_m, error_p
+
+        return branch
+
+    branches = [keep] + [of_order(o) for o in range(1, MAX_ORDER + 1)]
+    return lax.switch(jnp.where(accepted, order, 0), branches, D)
 
 
 def interpolate(D: tuple[Array, ...], order: Array, t: Array, h: Array, at: Array) -> Array:
@@ -185,20 +240,23 @@ def _newton(
     c: Array,
     psi: Array,
     factor: Any,
+    usable: Array,
     scale: Array,
     tol: Array,
 ) -> tuple[Array, Array, Array, Array]:
-    """SciPy's ``solve_bdf_system``: ``(converged, iterations, y, d)``."""
+    """SciPy's ``solve_bdf_system``: ``(converged, iterations, y, d)``; with a factor that
+    is not ``usable`` it fails at its first iteration."""
     real = scale.dtype
 
     def cond(carry):
-        k, _, _, _, stop, _ = carry
+        k, _, _, stop, _ = carry
         return (k < NEWTON_MAXITER) & ~stop
 
     def body(carry):
-        k, y, d, dy_norm_old, _, _ = carry
-        f = problem.rhs(t_new, y)
-        dy = problem.linear_solver.solve(factor, c * f - psi - d)
+        # y and d as the rows of one array: both take dy in one pass.
+        k, yd, dy_norm_old, _, _ = carry
+        f = problem.rhs(t_new, yd[0])
+        dy = problem.linear_solver.solve(factor, c * f - psi - yd[1])
         dy_norm = lax.stop_gradient(rms(dy / scale))
         have_rate = k > 0
         rate = dy_norm / jnp.where(have_rate, dy_norm_old, 1)
@@ -206,16 +264,18 @@ def _newton(
             (rate >= 1) | (rate ** (NEWTON_MAXITER - k) / (1 - rate) * dy_norm > tol)
         )
         # A non-finite f makes dy non-finite (LinearSolver.solve propagates it).
-        failed = ~jnp.isfinite(dy_norm) | slow
+        failed = ~usable | ~jnp.isfinite(dy_norm) | slow
         # After a failure y and d are garbage, unused: the attempt is rejected.
-        y, d = y + dy, d + dy
+        yd = yd + dy
         converged = ~failed & ((dy_norm == 0) | (have_rate & (rate / (1 - rate) * dy_norm < tol)))
-        return k + 1, y, d, dy_norm, failed | converged, converged
+        return k + 1, yd, dy_norm, failed | converged, converged
 
     zero = jnp.zeros((), real)
-    start = (jnp.int32(0), y_predict, jnp.zeros_like(y_predict), zero, jnp.bool_(False))
-    k, y, d, _, _, converged = lax.while_loop(cond, body, (*start, jnp.bool_(False)))
-    return converged, k, y, d
+    yd = jnp.stack([y_predict, jnp.zeros_like(y_predict)])
+    k, yd, _, _, converged = lax.while_loop(
+        cond, body, (jnp.int32(0), yd, zero, jnp.bool_(False), jnp.bool_(False))
+    )
+    return converged, k, yd[0], yd[1]
 
 
 def initial_step(
@@ -314,22 +374,14 @@ def integrate(
         # or order), then this one's clamp; the identity when neither changed it.
         rescaled = changed | s.rescale_pending
         factor = jnp.where(changed, rescale, 1) * jnp.where(s.rescale_pending, s.pending_factor, 1)
-        M = jnp.where(
-            rescaled, change_matrix(order, factor, real), jnp.eye(MAX_ORDER + 1, dtype=real)
-        )
-        D = transform_rows(s.D, M)
+        D = rescale_if(rescaled, s.D, change_matrix(order, factor, real))
         n_equal = jnp.where(changed, 0, s.n_equal_steps)
         h_abs = jnp.abs(h)
         factor_ok = s.factor_ok & ~past
         current_jac = jnp.where(s.new_step, problem.constant_jacobian, s.current_jac)
 
-        rows = range(MAX_ORDER + 3)
-        y_predict = _total(jnp.where(k <= order, D[k], 0) for k in range(MAX_ORDER + 1))
+        y_predict, psi = predict(D, order, (gamma / alpha[order]).astype(D[0].dtype))
         scale = atol + rtol * jnp.abs(y_predict)
-        psi_weights = (
-            jnp.where(np.arange(MAX_ORDER + 1) <= order, gamma, 0) / alpha[order]
-        ).astype(D[0].dtype)
-        psi = _total(psi_weights[k] * D[k] for k in range(1, MAX_ORDER + 1))
         c = h / alpha[order]
 
         counts = s.counts
@@ -351,9 +403,8 @@ def integrate(
             lambda carry: carry[0], refactor, (~factor_ok, s.factor, s.factor_usable, counts.nlu)
         )
         converged, n_iter, y_new, d = _newton(
-            problem, t_new, y_predict, c, psi, lu, scale, newton_tol
+            problem, t_new, y_predict, c, psi, lu, usable, scale, newton_tol
         )
-        converged = converged & usable
 
         safety = 0.9 * (2 * NEWTON_MAXITER + 1) / (2 * NEWTON_MAXITER + n_iter)
         scale = atol + rtol * jnp.abs(y_new)
@@ -370,25 +421,10 @@ def integrate(
         )
         shrink_now = ~accepted & (converged | current_jac)
 
-        # An accepted step: SciPy's update of the differences (rows order + 1 and
-        # order + 2, then D[i] += D[i + 1] from i = order down), selected row by row.
-        above = pick(D, order + 1)
-        updated = [
-            jnp.where(k == order + 2, d - above, jnp.where(k == order + 1, d, D[k])) for k in rows
-        ]
-        for k in reversed(range(MAX_ORDER + 2)):
-            updated[k] = jnp.where(k <= order, updated[k] + updated[k + 1], updated[k])
-        D_next = tuple(jnp.where(accepted, updated[k], D[k]) for k in rows)
+        D_next, error_m, error_p = accept(D, d, order, accepted, scale, error_const)
         # Every order + 1 equal steps: choose the order and the step size, from the
-        # error estimates of orders order - 1 and order + 1 (rows order and order + 2).
+        # error estimates of orders order - 1 and order + 1.
         n_equal_acc = n_equal + 1
-        lower_row, upper_row = pick(D, order) + d, d - above
-        error_m = jnp.where(order > 1, rms(error_const[order - 1] * lower_row / scale), jnp.inf)
-        error_p = jnp.where(
-            order < MAX_ORDER,
-            rms(error_const[jnp.minimum(order + 1, MAX_ORDER)] * upper_row / scale),
-            jnp.inf,
-        )
         norms = lax.stop_gradient(jnp.stack([error_m, error_norm, error_p]))
         factors = norms ** (-1.0 / (order + jnp.arange(3)))
         choose = n_equal_acc >= order + 1

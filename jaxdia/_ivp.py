@@ -16,7 +16,7 @@ from . import _bdf
 from ._checks import is_traced, static_int
 from ._jacobian import jacobian as banded_jacobian
 from ._kernels.primitives import forward_only
-from ._linalg.factor import lu_unchecked
+from ._linalg.factor import lu_unchecked, solve_unchecked
 from ._linalg.incomplete import ilu0
 from ._linalg.krylov import bicgstab
 from ._linalg.multigrid import multigrid
@@ -107,7 +107,8 @@ def _banded_solver() -> _bdf.LinearSolver:
         lu = lu_unchecked(_newton_matrix(J, c))
         return lu, lu.ok
 
-    return _bdf.LinearSolver(prepare, lambda lu, b: lu.solve(b))
+    # The loop reads lu.ok itself: no NaN select over each solution.
+    return _bdf.LinearSolver(prepare, solve_unchecked)
 
 
 def _bicgstab_solver(

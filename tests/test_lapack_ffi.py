@@ -465,6 +465,40 @@ def test_narrow_band_factors_and_solves_are_lapacks(n, kl, ku, dtype):
                 )
 
 
+@pytest.mark.parametrize("dtype", list(PREFIXES))
+@pytest.mark.parametrize("kl", [2, 3])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 40])
+def test_one_solution_without_interchanges_is_lapacks(n, kl, dtype):
+    """One right-hand side of a pentadiagonal or 7-diagonal factor without interchanges
+    (the solve that keeps its rows in registers), up to the bands wider than the matrix:
+    ?gbtrs's solution to rounding, with zeros in ``b`` and in the solution's path (the
+    steps they skip), and the transposed solves beside it."""
+    with jax.enable_x64():
+        A = random_band(n, kl, kl, dtype, n)
+        A[np.diag_indices(n)] += 4 * (2 * kl + 1)  # dominant: no interchanges
+        if n > 2:
+            A[n - 1, n - 2] = A[n - 2, n - 1] = 0
+        factor, pivots = compare_factors(A, kl, kl)
+        assert np.array_equal(pivots, np.arange(n))
+        b = random_band(n, n, n, dtype, n + 10)[:, :1]
+        b[n // 2] = 0
+        gbtrs = getattr(scipy.linalg.lapack, PREFIXES[dtype] + "gbtrs")
+        for trans in (0, 1):
+            want, info = gbtrs(factor, kl, kl, b, pivots, trans=trans)
+            got = lapack.gbtrs(
+                jnp.asarray(factor.T),
+                jnp.asarray(pivots, jnp.int32),
+                jnp.asarray(b.T),
+                kl=kl,
+                ku=kl,
+                trans=trans,
+            )
+            scale = max(np.abs(want).max(), 1.0)
+            np.testing.assert_allclose(
+                np.asarray(got).T, want, rtol=0, atol=200 * EPS[dtype] * scale
+            )
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.complex64])
 def test_narrow_band_zero_pivots_are_lapacks(dtype):
     """info is the first zero pivot, 1-based, as LAPACK's: in the last column, in a column

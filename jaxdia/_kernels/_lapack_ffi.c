@@ -692,6 +692,60 @@ COMPLEX_ARITHMETIC(z, ComplexDouble, double)
         if (row != j) P##_swap(x, row, j);                                                         \
     }                                                                                              \
                                                                                                    \
+    /* A x = b for one right-hand side and a factor without row interchanges (U has ku           \
+       superdiagonals), kl and ku constant: P##_solve_l's and P##_solve_u's operations in their    \
+       order, the rows a step updates kept in registers for the next step (in memory each step     \
+       would wait for the store of the row the step before it updated). `ab` is column 0's         \
+       diagonal; the last rows of each sweep, where the band is cut off, take the loops above.     \
+       kl and ku are at most 3. */                                                                 \
+    static ALWAYS_INLINE void P##_solve_window_of(int64_t n, const T *ab, T *x, int64_t kl,        \
+                                                  int64_t ku, int64_t ldab) {                      \
+        T w[4];                                                                                    \
+        int64_t j = 0;                                                                             \
+        if (kl > 0 && n > kl) {                                                                    \
+            for (int64_t i = 0; i < kl; i++) w[i] = x[i];                                          \
+            for (; j < n - kl; j++) { /* w[i] is row j + i */                                      \
+                const T *l = ab + j * ldab;                                                        \
+                w[kl] = x[j + kl];                                                                 \
+                T t = w[0];                                                                        \
+                if (P##_nonzero(t))                                                                \
+                    for (int64_t i = 1; i <= kl; i++) w[i] = P##_minus_product(w[i], l[i], t);     \
+                x[j] = t;                                                                          \
+                for (int64_t i = 0; i < kl; i++) w[i] = w[i + 1];                                  \
+            }                                                                                      \
+            for (int64_t i = 0; i < kl; i++) x[j + i] = w[i];                                      \
+        }                                                                                          \
+        for (; kl > 0 && j < n - 1; j++) P##_solve_l(n, kl, ab + j * ldab, j, x, j);               \
+        j = n - 1;                                                                                 \
+        if (n > ku) {                                                                              \
+            for (int64_t i = 0; i < ku; i++) w[i] = x[j - i];                                      \
+            for (; j >= ku; j--) { /* w[i] is row j - i */                                         \
+                const T *u = ab + j * ldab;                                                        \
+                w[ku] = x[j - ku];                                                                 \
+                if (P##_nonzero(w[0])) {                                                           \
+                    T t = w[0] = P##_div(w[0], u[0]);                                              \
+                    for (int64_t i = 1; i <= ku; i++) w[i] = P##_minus_product(w[i], t, u[-i]);    \
+                }                                                                                  \
+                x[j] = w[0];                                                                       \
+                for (int64_t i = 0; i < ku; i++) w[i] = w[i + 1];                                  \
+            }                                                                                      \
+            for (int64_t i = 0; i < ku; i++) x[j - i] = w[i];                                      \
+        }                                                                                          \
+        for (; j >= 0; j--) P##_solve_u(ku, ab + j * ldab, x, j);                                  \
+    }                                                                                              \
+                                                                                                   \
+    /* P##_solve_window_of for the bands it is compiled for: whether it solved. */                 \
+    static int P##_solve_window(int64_t n, int64_t kl, int64_t ku, int64_t ldab, const T *ab,      \
+                                T *x) {                                                            \
+        if (kl == 2 && ku == 2 && ldab == 7)                                                       \
+            P##_solve_window_of(n, ab, x, 2, 2, 7);                                                \
+        else if (kl == 3 && ku == 3 && ldab == 10)                                                 \
+            P##_solve_window_of(n, ab, x, 3, 3, 10);                                               \
+        else                                                                                       \
+            return 0;                                                                              \
+        return 1;                                                                                  \
+    }                                                                                              \
+                                                                                                   \
     /* ?gbtrs for `systems` factors (`factor_step` elements apart, their pivots `pivot_step`       \
        apart; 0 for one shared factor) with `columns` right-hand sides of n elements each, one     \
        after the other in `solution`, in place, LANES right-hand sides at a time. U has            \
@@ -717,6 +771,9 @@ COMPLEX_ARITHMETIC(z, ComplexDouble, double)
                     if (row[lane][j] != j) upper[lane] = kv;                                       \
             }                                                                                      \
             if (trans == 'N') {                                                                    \
+                if (lanes == 1 && upper[0] == ku &&                                                \
+                    P##_solve_window(n, kl, ku, ldab, ab[0], x[0]))                                \
+                    continue;                                                                      \
                 for (int64_t j = 0; kl > 0 && j < n - 1; j++)                                      \
                     for (int64_t lane = 0; lane < lanes; lane++)                                   \
                         P##_solve_l(n, kl, ab[lane] + j * ldab, row[lane][j], x[lane], j);         \

@@ -359,6 +359,7 @@ def solve(
     lower: bool | None = None,
     function: str = "solve",
     method: str | None = None,
+    nan_on_failure: bool = True,
 ) -> Array:
     """Solves ``op(A) x = b`` with ``factor`` of ``A`` (``lower`` given: a Cholesky factor
     of the Hermitian matrix that triangle of ``A`` defines). ``b`` is ``(n,)`` or
@@ -369,10 +370,13 @@ def solve(
     and ``b``'s shape is checked when that function is traced for it, once per shape
     and dtype, not per call. Only a ``b`` that is not a JAX array is converted here (a
     NumPy integer ``b`` on the host, see :func:`jaxdia._checks.integers_as`).
+
+    A failed factor's solution is NaN, or, with ``nan_on_failure`` False, whatever the
+    failed factor gives (for a caller that reads ``factor.info`` itself: one pass less).
     """
     return solve_arrays(
         A.data, factor.arrays, factor.correction, factor.info, b, A.offsets, A.shape,
-        factor.layout, factor.widths, trans, lower, function, method,
+        factor.layout, factor.widths, trans, lower, function, method, nan_on_failure,
     )  # fmt: skip
 
 
@@ -390,13 +394,14 @@ def solve_arrays(
     lower: bool | None = None,
     function: str = "solve",
     method: str | None = None,
+    nan_on_failure: bool = True,
 ) -> Array:
     """:func:`solve` with the matrix and the factor as their fields (what a stored
     factor holds: its eager solves build neither a ``DiaParts`` nor a :class:`Factor`)."""
     if not isinstance(b, jax.Array):
         b = integers_as(as_array(b, f"{function}: b"), np.dtype(data.dtype))
     solve_with = _compiled_solve(
-        offsets, shape, layout, widths, trans, lower, function, method or METHOD
+        offsets, shape, layout, widths, trans, lower, function, method or METHOD, nan_on_failure
     )
     return solve_with(data, arrays, correction, info, b)
 
@@ -411,6 +416,7 @@ def _compiled_solve(
     lower: bool | None,
     function: str,
     method: str,
+    nan_on_failure: bool,
 ) -> Callable[[Array, tuple[Array, ...], periodic.Correction | None, Array, ArrayLike], Array]:
     """:func:`_solve` for one static layout, jitted with no static arguments: JAX's C++
     dispatch then only checks the arrays' types (hashing static keyword arguments on
@@ -426,6 +432,7 @@ def _compiled_solve(
             lower=lower,
             function=function,
             method=method,
+            nan_on_failure=nan_on_failure,
         )  # fmt: skip
     )
 
@@ -459,6 +466,7 @@ def _solve(
     lower: bool | None,
     function: str,
     method: str,
+    nan_on_failure: bool = True,
 ) -> Array:
     """:func:`solve`'s traced body (see :func:`_compiled_solve`): checks ``b`` for the
     matrix's shape and batch, promotes the solution's dtype, solves with
@@ -543,7 +551,8 @@ def _solve(
         )
         if split:
             x = lax.complex(x[..., :k, :], x[..., k:, :])
-        x = jnp.where(failed, jnp.nan, x)
+        if nan_on_failure:
+            x = jnp.where(failed, jnp.nan, x)
         return jnp.swapaxes(x, -1, -2)
 
     def product(x, t):
