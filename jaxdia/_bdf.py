@@ -358,7 +358,10 @@ def integrate(
 
     def attempt(s: _State) -> _State:
         t, order = s.t, s.order
-        min_step = 10 * jnp.abs(jnp.nextafter(t, direction * jnp.inf) - t)
+        # SciPy's 10 spacings of t, at least 10 of the smallest normal number: at t = 0 the
+        # spacing is subnormal, which XLA's arithmetic flushes to 0 (no step too small).
+        spacing = jnp.abs(jnp.nextafter(t, direction * jnp.inf) - t)
+        min_step = 10 * jnp.maximum(spacing, jnp.finfo(spacing.dtype).smallest_normal)
         # At a step's start the step size is clamped to [min_step, max_step]; a retry
         # below min_step fails. Past t_bound, the step ends at t_bound.
         h_abs = jnp.where(s.new_step, jnp.clip(s.h_abs, min_step, max_step), s.h_abs)

@@ -282,16 +282,19 @@ def test_max_steps_and_non_finite_start_are_reported():
 def test_a_newton_matrix_that_cannot_be_factored_fails_the_integration():
     # A NaN in J: no factor of I - c J is usable, every Newton iteration fails at once and
     # the step shrinks below the spacing of floats: status -1 and NaN past t0, no steps.
-    # (From t0 = 1: at t = 0 the spacing, a subnormal, is 0 in XLA's arithmetic.)
     def jac(t, y):
         return jaxdia.diags([jnp.full(2, jnp.nan)], offsets=[0], shape=(2, 2))
 
-    result = jaxdia.solve_ivp(lambda t, y: -y, (1.0, 2.0), jnp.ones(2), t_eval=[1.0, 2.0], jac=jac)
-    assert int(result.status) == -1 and int(result.nsteps) == 0
-    # One right-hand side per attempt: each iteration stops at its first (after t0's two).
-    assert int(result.nfev) == 2 + int(result.nattempts) < 200
-    np.testing.assert_array_equal(np.asarray(result.y[:, 0]), 1.0)
-    assert np.all(np.isnan(np.asarray(result.y[:, 1])))
+    for t0, attempts in ((1.0, 200), (0.0, 2000)):
+        # From t0 = 0 the spacing of t is subnormal (0 in XLA's arithmetic): the smallest
+        # step is then 10 smallest normal numbers, not 0 (it ran to max_steps, status -2).
+        t_span = (t0, t0 + 1.0)
+        result = jaxdia.solve_ivp(lambda t, y: -y, t_span, jnp.ones(2), t_eval=t_span, jac=jac)
+        assert int(result.status) == -1 and int(result.nsteps) == 0, (t0, result.message)
+        # One right-hand side per attempt: each iteration stops at its first (after t0's two).
+        assert int(result.nfev) == 2 + int(result.nattempts) < attempts
+        np.testing.assert_array_equal(np.asarray(result.y[:, 0]), 1.0)
+        assert np.all(np.isnan(np.asarray(result.y[:, 1])))
 
 
 @pytest.mark.full
