@@ -210,9 +210,10 @@ def slogdet(A: DiaMatrix) -> tuple[Array, Array]:
     Differentiable in ``A.data`` (forward and reverse mode): the gradient of
     ``logabsdet`` is ``A^-T`` on ``A``'s pattern (the conjugate for complex matrices, as
     JAX's convention for real functions of complex inputs), computed by
-    :func:`jaxdia.selected_inverse` at banded cost; second derivatives differentiate that
-    selected inverse, exactly. Batched over ``A.batch_shape``; works under ``jit`` and
-    ``vmap``.
+    :func:`jaxdia.selected_inverse` at banded cost (for a matrix that needs row
+    interchanges across cyclic reduction's blocks, on CPU from the banded LU with partial
+    pivoting, exactly; on GPU/TPU NaN); second derivatives differentiate that selected
+    inverse, exactly. Batched over ``A.batch_shape``; works under ``jit`` and ``vmap``.
 
     Args:
       A: a square DiaMatrix (possibly batched).
