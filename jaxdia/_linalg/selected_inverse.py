@@ -212,13 +212,16 @@ def _recompute_refused(
     values: Array, ok: Array, data: Array, offsets: tuple[int, ...], transpose: bool
 ) -> Array:
     """``values`` where ``ok``, :func:`pivoted_data` elsewhere, behind a ``lax.cond`` on
-    every system passing, so that the common case runs no scan."""
-
-    def recompute() -> Array:
-        exact = pivoted_data(data, offsets, transpose=transpose)
-        return jnp.where(ok[:, None, None], values, exact)
-
-    return lax.cond(jnp.all(ok), lambda: values, recompute)
+    every system passing, so that the common case runs no scan. Only ``data`` enters the
+    cond (``values`` passed through it would be copied in and out)."""
+    shape, dtype = values.shape, values.dtype
+    exact = lax.cond(
+        jnp.all(ok),
+        lambda data: jnp.zeros(shape, dtype),
+        lambda data: pivoted_data(data, offsets, transpose=transpose),
+        data,
+    )
+    return jnp.where(ok[:, None, None], values, exact)
 
 
 @cache
