@@ -25,6 +25,9 @@ medians after a warm-up):
   log-determinant's gradient of periodic tridiagonal and pentadiagonal matrices, against
   the plain band, and against the whole band before the corners' Woodbury correction (at
   ``--periodic-small``).
+* **pivoting** (``--pivoting``, default ``1e5``): the gradient and the selected inverse of
+  a pentadiagonal matrix that needs row interchanges across cyclic reduction's blocks (on
+  CPU, the pivoted LU's reverse mode) against a diagonally dominant one.
 
 Medians of ``--rounds`` runs after a warm-up, competitors interleaved in the same run.
 
@@ -324,6 +327,48 @@ def bench_periodic(n: int, small: int, rounds: int) -> None:
         print(f"{old_ms:.1f} (whole band) | {old_ms / new_ms:.0f}x faster |")
 
 
+def bench_pivoting(n: int, rounds: int) -> None:
+    """Pentadiagonal matrices at ``n``: ``value_and_grad`` of ``slogdet`` and
+    ``selected_inverse`` (jitted) of one that needs row interchanges across cyclic
+    reduction's blocks (a zero diagonal, tiny first off-diagonals: on CPU the pivoted LU's
+    reverse mode after cyclic reduction's refused attempt) against one that does not
+    (diagonally dominant: cyclic reduction alone), rounds interleaved; also the wall and
+    CPU time of one call each."""
+    offsets = (-2, -1, 0, 1, 2)
+    rng = np.random.default_rng(0)
+    dominant = rng.standard_normal((5, n))
+    dominant[2] += 10.0
+    pivoting = rng.standard_normal((5, n))
+    pivoting[2] = 0.0
+    pivoting[[1, 3]] *= 1e-3
+
+    def gradient(d):
+        return jax.value_and_grad(
+            lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, offsets, (n, n)))[1]
+        )(d)
+
+    def selected(d):
+        return jaxdia.selected_inverse(jaxdia.DiaMatrix(d, offsets, (n, n))).data
+
+    print("| what | n | dominant ms | pivoting ms | ratio | CPU s, dominant / pivoting |")
+    for label, fn in (("slogdet value + grad", gradient), ("selected_inverse", selected)):
+        jitted = jax.jit(fn)
+        runs = {
+            "dominant": lambda: jax.block_until_ready(jitted(jnp.asarray(dominant))),
+            "pivoting": lambda: jax.block_until_ready(jitted(jnp.asarray(pivoting))),
+        }
+        assert np.isfinite(np.asarray(jax.tree.leaves(runs["pivoting"]())[-1])).all()
+        times = interleaved(runs, rounds)
+        cpu = []
+        for run in runs.values():
+            start = time.process_time()
+            run()
+            cpu.append(time.process_time() - start)
+        ratio = times["pivoting"] / times["dominant"]
+        print(f"| {label} | {n} | {times['dominant'] * 1e3:.1f} | {times['pivoting'] * 1e3:.1f} "
+              f"| {ratio:.1f}x | {cpu[0]:.2f} / {cpu[1]:.2f} |")  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--n", type=int, default=1_000_000)
@@ -336,11 +381,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--periodic", type=int, default=100_000)
     parser.add_argument("--periodic-small", type=int, default=1_000)
+    parser.add_argument("--pivoting", type=int, default=100_000)
     parser.add_argument(
-        "--only", nargs="+", choices=("logdet", "smoother", "estimate", "variances", "periodic")
+        "--only",
+        nargs="+",
+        choices=("logdet", "smoother", "estimate", "variances", "periodic", "pivoting"),
     )
     args = parser.parse_args()
-    parts = args.only or ("logdet", "smoother", "estimate", "variances", "periodic")
+    parts = args.only or ("logdet", "smoother", "estimate", "variances", "periodic", "pivoting")
     if "logdet" in parts:
         bench_logdet(args.n, args.tau, args.rounds)
     if "smoother" in parts:
@@ -351,6 +399,8 @@ def main() -> None:
         bench_variances(args.variances, args.tau, args.probes, args.rounds)
     if "periodic" in parts:
         bench_periodic(args.periodic, args.periodic_small, args.rounds)
+    if "pivoting" in parts:
+        bench_pivoting(args.pivoting, args.rounds)
 
 
 if __name__ == "__main__":

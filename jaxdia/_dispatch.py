@@ -87,6 +87,16 @@ def selected_inverse_from_host_factor() -> bool:
     return not on_accelerator()
 
 
+def selected_inverse_pivots_by_scan() -> bool:
+    """Whether the selected inverse of a general matrix that block cyclic reduction cannot
+    give accurately (the residual check refuses it: a matrix that needs row interchanges
+    across blocks) is computed again, exactly, by reverse mode through the ``lax.scan`` LU
+    with partial pivoting (``n`` sequential steps each way, only when some system is
+    refused): on CPU. On GPU and TPU, where a loop of ``n`` steps is what cyclic reduction
+    avoids, such a result stays NaN."""
+    return not on_accelerator()
+
+
 def host_is_faster(n: int, systems: int, size: int) -> bool:
     """Whether CPU factorizations and solves of ``systems`` systems of ``n`` rows (``size``
     elements in the largest array of one system) call LAPACK rather than run the scan."""

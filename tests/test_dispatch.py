@@ -173,6 +173,36 @@ def test_gmres_gram_schmidt(monkeypatch):
     jax.clear_caches()
 
 
+# -- the selected inverse of a general matrix ------------------------------------------------------
+
+
+@pytest.mark.parametrize("platform", ["cpu", "tpu", pytest.param("cuda", marks=pytest.mark.full)])
+def test_pivoted_selected_inverse_only_on_cpu(platform, monkeypatch):
+    """``selected_inverse`` and ``slogdet``'s gradient of a general matrix: cyclic
+    reduction backwards (no loop over the rows) everywhere; on CPU, behind a ``case`` on
+    its residual check, the pivoted LU's reverse mode (two scans over the rows) for the
+    systems it refuses; on GPU/TPU no such loop (those systems stay NaN)."""
+    monkeypatch.setattr(
+        _dispatch, "default_platform", lambda: {"cuda": "gpu"}.get(platform, platform)
+    )
+    offsets = (-2, -1, 0, 1, 2)
+
+    def variances_and_gradient(data):
+        def loss(data):
+            return jaxdia.slogdet(jaxdia.DiaMatrix(data, offsets, (data.shape[-1],) * 2))[1]
+
+        A = jaxdia.DiaMatrix(data, offsets, (data.shape[-1],) * 2)
+        return jaxdia.selected_inverse(A).diagonal(), jax.grad(loss)(data)
+
+    def make_args(n):
+        return (banded(n, offsets, np.float32).data,)
+
+    grows = loops_grow_with_n(variances_and_gradient, make_args, platform, 64)
+    text = lowered_text(variances_and_gradient, *make_args(64), platform=platform)
+    assert grows == (platform == "cpu")
+    assert ("stablehlo.case" in text) == (platform == "cpu")
+
+
 # -- multigrid's level products ------------------------------------------------------------------
 
 

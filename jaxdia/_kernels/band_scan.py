@@ -154,8 +154,25 @@ def gbtrf(ab: Array, *, kl: int, ku: int) -> tuple[Array, Array, Array]:
         return ab, jnp.zeros((0,), np.int32), jnp.zeros((), np.int32)
     # Rows of A: R[r, c] = A[r, r - kl + c] = ab[r - kl + c, 2 kl + ku - c].
     band = shift_columns(ab[:, ::-1][:, :width], np.arange(width) - kl)
+    u_rows, factors, choices, zeros = _eliminate(band, kl=kl, ku=ku)
+    pivots = _row_ids(n) + choices
+    # U[j - t, j] = u_rows[j - t, t] goes to lu[j, kl + ku - t].
+    upper = shift_columns(u_rows[:, ::-1], np.arange(width) - (width - 1))
+    lu = jnp.concatenate([upper, factors], axis=1)
+    assert lu.shape[1] == ldab
+    info = _first_failure(zeros)
+    return lu, pivots, info
+
+
+def _eliminate(band: Array, *, kl: int, ku: int) -> tuple[Array, Array, Array, Array]:
+    """:func:`gbtrf`'s scan over the rows ``band`` ``(n, kl + ku + 1)`` of ``A``
+    (``band[r, c] = A[r, r - kl + c]``): per step ``i``, row ``i`` of ``U`` (``(n, kl + ku
+    + 1)``, ``U[i, i + t]`` at ``t``), the multipliers (``(n, kl)``), the pivot row's
+    distance below row ``i`` (int32) and whether the pivot is zero."""
+    n = band.shape[0]
+    width = kl + ku + 1
     # The first window: rows 0 .. kl over columns 0 .. kl + ku: W0[r, c] = R[r, c - r + kl].
-    padded = jnp.concatenate([band, jnp.zeros((kl + 1, width), ab.dtype)])
+    padded = jnp.concatenate([band, jnp.zeros((kl + 1, width), band.dtype)])
     rows, cols = np.meshgrid(np.arange(kl + 1), np.arange(width), indexing="ij")
     source = cols - rows + kl
     inside = (source < width) & (rows < n)
@@ -163,8 +180,7 @@ def gbtrf(ab: Array, *, kl: int, ku: int) -> tuple[Array, Array, Array]:
     # Row r = i + kl + 1 enters after step i, over columns i + 1 .. i + 1 + kl + ku.
     incoming = padded[kl + 1 : kl + 1 + n]
 
-    def eliminate(window, xs):
-        i, row = xs
+    def eliminate(window, row):
         choice = jnp.argmax(_magnitude(window[:, 0]))
         window = _swap_to_top(window, choice)
         pivot = window[0, 0]
@@ -173,15 +189,21 @@ def gbtrf(ab: Array, *, kl: int, ku: int) -> tuple[Array, Array, Array]:
         rest = window[1:] - factors[:, None] * window[0]
         shifted = jnp.concatenate([rest[:, 1:], jnp.zeros((kl, 1), rest.dtype)], axis=1)
         new_window = jnp.concatenate([shifted, row[None]])
-        return new_window, (window[0], factors, i + choice.astype(np.int32), zero)
+        return new_window, (window[0], factors, choice.astype(np.int32), zero)
 
-    _, (u_rows, factors, pivots, zeros) = lax.scan(eliminate, window, (_row_ids(n), incoming))
-    # U[j - t, j] = u_rows[j - t, t] goes to lu[j, kl + ku - t].
-    upper = shift_columns(u_rows[:, ::-1], np.arange(width) - (width - 1))
-    lu = jnp.concatenate([upper, factors], axis=1)
-    assert lu.shape[1] == ldab
-    info = _first_failure(zeros)
-    return lu, pivots, info
+    _, steps = lax.scan(eliminate, window, incoming)
+    return steps
+
+
+def pivoted_diagonal(band: Array, *, kl: int, ku: int) -> Array:
+    """``U``'s diagonal ``(n,)`` in :func:`gbtrf`'s factor ``P A = L U`` (partial
+    pivoting) of ``A`` given by its rows ``band`` ``(n, kl + ku + 1)``
+    (``band[r, c] = A[r, r - kl + c]``). Differentiable in ``band`` with the pivots held
+    at those chosen (piecewise constant): ``sum log U_ii`` is ``log det A`` up to the
+    interchanges' sign, so its reverse mode gives ``A^-T`` on the band."""
+    if band.shape[0] == 0:
+        return band[:, 0]
+    return _eliminate(band, kl=kl, ku=ku)[0][:, 0]
 
 
 def _interchange_forward(lu: Array, pivots: Array, b: Array, *, kl: int, ku: int) -> Array:

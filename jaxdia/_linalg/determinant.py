@@ -25,8 +25,9 @@ Derivatives: ``d log|det A| = Re tr(A^-1 dA)`` (and ``d sign = sign i Im tr(A^-1
 so the gradient with respect to ``A.data`` is ``A^-T`` on ``A``'s pattern: a custom JVP
 computes it by :mod:`jaxdia._linalg.selected_inverse` (O(n m^2), never a dense inverse;
 for a LAPACK Cholesky factor on CPU, read from that factor by Takahashi's recurrences; for
-a periodic LU factor, the band's plus the corners' correction), which is itself
-differentiable, so second derivatives are exact too.
+a periodic LU factor, the band's plus the corners' correction; for a matrix that needs row
+interchanges across cyclic reduction's blocks, on CPU, reverse mode through the pivoted
+LU), which is itself differentiable, so second derivatives are exact too.
 """
 
 from __future__ import annotations
@@ -210,9 +211,10 @@ def slogdet(A: DiaMatrix) -> tuple[Array, Array]:
     Differentiable in ``A.data`` (forward and reverse mode): the gradient of
     ``logabsdet`` is ``A^-T`` on ``A``'s pattern (the conjugate for complex matrices, as
     JAX's convention for real functions of complex inputs), computed by
-    :func:`jaxdia.selected_inverse` at banded cost; second derivatives differentiate that
-    selected inverse, exactly. Batched over ``A.batch_shape``; works under ``jit`` and
-    ``vmap``.
+    :func:`jaxdia.selected_inverse` at banded cost (for a matrix that needs row
+    interchanges across cyclic reduction's blocks, on CPU from the banded LU with partial
+    pivoting, exactly; on GPU/TPU NaN); second derivatives differentiate that selected
+    inverse, exactly. Batched over ``A.batch_shape``; works under ``jit`` and ``vmap``.
 
     Args:
       A: a square DiaMatrix (possibly batched).

@@ -29,7 +29,10 @@ dominant by rows or columns. For any other matrix the result is checked: the dia
 blocks of ``A X = I`` depend only on the selected blocks of ``X``, and a system whose
 componentwise residual there exceeds :func:`max_residual` (``sqrt(eps)``: the reduction
 grew, as it does for a matrix that needs row interchanges across blocks, or ``A`` is
-singular) is all NaN, never a wrong finite answer.
+singular) is refused. On CPU a refused general system is computed again from the banded
+LU with partial pivoting (:func:`pivoted_data`: reverse mode through it, two loops over
+the rows, run only when some system is refused); on GPU/TPU, and for ``assume_a="pos"``,
+it is all NaN, never a wrong finite answer.
 
 Periodic matrices (:mod:`jaxdia._linalg.periodic`): ``A = B + U V^T`` with ``B`` the
 band and the corners of rank ``r``; :func:`periodic_data` corrects ``B``'s selected
@@ -39,7 +42,7 @@ r (m + r)) in all.
 
 from __future__ import annotations
 
-from functools import partial
+from functools import cache, partial
 
 import jax
 import jax.numpy as jnp
@@ -49,7 +52,7 @@ from jax import Array, lax
 from .. import _dispatch
 from .._checks import is_traced
 from .._geometry import accumulation_dtype, band_widths, in_bounds
-from .._kernels import band_parallel, lapack
+from .._kernels import band_parallel, band_scan, lapack
 from .._kernels.band_layouts import PB, PT
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
@@ -139,10 +142,165 @@ def selected_data(
             factor = banded.factor_periodic(A)
         if factor is not None and factor.correction is not None and _usable(factor.info):
             return periodic_data(A, factor, transpose=transpose)
+    if lower is None:
+        return band_data(A, transpose=transpose)
+    # assume_a="pos" for a matrix that is not: NaN, as its Cholesky factor would be.
     inverse, ok = block_inverse(A, lower)
     values = gather(inverse, A.offsets, n, transpose=transpose)
     values = jnp.where(ok[:, None, None], values, jnp.nan)
     return values.reshape(A.data.shape)
+
+
+def _reduction(data: Array, offsets: tuple[int, ...], transpose: bool) -> tuple[Array, Array]:
+    """:func:`gather`'s values ``(S, nd, n)`` of :func:`block_inverse` of the ``S``
+    matrices of ``data``, and the residual check's ``ok`` ``(S,)``."""
+    n = data.shape[-1]
+    inverse, ok = block_inverse(DiaParts(data, offsets, (n, n)), None)
+    return gather(inverse, offsets, n, transpose=transpose), ok
+
+
+def band_data(A: DiaParts, *, transpose: bool) -> Array:
+    """:func:`selected_data` of a general ``A`` (no periodic split): cyclic reduction's
+    values where the residual check passes, and elsewhere on CPU :func:`pivoted_data`
+    (exact for any nonsingular matrix, computed only when some system was refused), on
+    GPU/TPU NaN (:func:`jaxdia._dispatch.selected_inverse_pivots_by_scan`)."""
+    n = A.shape[0]
+    data = jnp.where(in_bounds(A.offsets, (n, n)), A.data, 0)
+    data = data.astype(accumulation_dtype(data.dtype)).reshape(-1, *A.data.shape[-2:])
+    if _dispatch.selected_inverse_pivots_by_scan():
+        values = _pivoting_band_data(data, A.offsets, transpose)
+    else:
+        values, ok = _reduction(data, A.offsets, transpose)
+        values = jnp.where(ok[:, None, None], values, jnp.nan)
+    return values.reshape(A.data.shape)
+
+
+@partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _pivoting_band_data(data: Array, offsets: tuple[int, ...], transpose: bool) -> Array:
+    """:func:`band_data` on CPU, for ``S`` clean matrices ``data`` ``(S, nd, n)``."""
+    values, ok = _reduction(data, offsets, transpose)
+    return _compiled_refused(values, ok, data, offsets, transpose)
+
+
+@_pivoting_band_data.defjvp
+def _pivoting_band_data_jvp(offsets, transpose, primals, tangents):
+    """Cyclic reduction's derivative where the check passes, the pivoted LU's elsewhere.
+    Cyclic reduction runs on the identity in place of a refused matrix: on that matrix
+    its values are not finite, and reverse mode would multiply their zero cotangent by
+    them (NaN). One more reduction than the values take, for derivatives only."""
+    (data,), (tangent,) = primals, tangents
+    n = data.shape[-1]
+    _, ok = _reduction(lax.stop_gradient(data), offsets, transpose)
+    with_diagonal = tuple(sorted({*offsets, 0}))
+    rows = [with_diagonal.index(k) for k in offsets]
+    keep = ok[:, None, None]
+    eye = jnp.zeros((len(with_diagonal), n), data.dtype).at[with_diagonal.index(0)].set(1)
+    eye = jnp.where(in_bounds(with_diagonal, (n, n)), eye, 0)
+
+    def plain(data: Array) -> Array:
+        widened = jnp.zeros((*data.shape[:-2], len(with_diagonal), n), data.dtype)
+        widened = widened.at[:, rows].set(data)
+        safe = jnp.where(keep, widened, eye)
+        inverse, _ = block_inverse(DiaParts(safe, with_diagonal, (n, n)), None)
+        values = gather(inverse, offsets, n, transpose=transpose)
+        return _recompute_refused(values, ok, data, offsets, transpose)
+
+    return jax.jvp(plain, (data,), (tangent,))
+
+
+def _recompute_refused(
+    values: Array, ok: Array, data: Array, offsets: tuple[int, ...], transpose: bool
+) -> Array:
+    """``values`` where ``ok``, :func:`pivoted_data` elsewhere, behind a ``lax.cond`` on
+    every system passing, so that the common case runs no scan. Only ``data`` enters the
+    cond (``values`` passed through it would be copied in and out)."""
+    shape, dtype = values.shape, values.dtype
+    exact = lax.cond(
+        jnp.all(ok),
+        lambda data: jnp.zeros(shape, dtype),
+        lambda data: pivoted_data(data, offsets, transpose=transpose),
+        data,
+    )
+    return jnp.where(ok[:, None, None], values, exact)
+
+
+@cache
+def _systems_under_vmap(offsets: tuple[int, ...], transpose: bool):
+    """:func:`_recompute_refused` whose ``jax.vmap`` folds the mapped axis into the
+    systems: a vmapped ``lax.cond`` would become a ``select`` that runs the scans on
+    every call."""
+
+    @jax.custom_batching.custom_vmap
+    def recompute(values: Array, ok: Array, data: Array) -> Array:
+        return _recompute_refused(values, ok, data, offsets, transpose)
+
+    @recompute.def_vmap
+    def _rule(size: int, batched: list[bool], values: Array, ok: Array, data: Array):
+        values, ok, data = (
+            x if mapped else jnp.broadcast_to(x, (size, *x.shape))
+            for x, mapped in zip((values, ok, data), batched, strict=True)
+        )
+        out = recompute(values.reshape(-1, *values.shape[2:]), ok.reshape(-1),
+                        data.reshape(-1, *data.shape[2:]))  # fmt: skip
+        return out.reshape(values.shape), True
+
+    return recompute
+
+
+#: One compiled call: eagerly, the scans' reverse mode would be traced op by op.
+_compiled_refused = jax.jit(
+    lambda values, ok, data, offsets, transpose: _systems_under_vmap(offsets, transpose)(
+        values, ok, data
+    ),
+    static_argnums=(3, 4),
+)
+
+
+def pivoted_data(data: Array, offsets: tuple[int, ...], *, transpose: bool) -> Array:
+    """DIA ``data`` ``(S, nd, n)`` of ``A^-1`` (``transpose``: ``A^-T``) on ``A``'s
+    pattern for the ``S`` matrices of ``data`` (zero padding), exact up to rounding for any
+    nonsingular ``A``; NaN for a singular one.
+
+    ``d log |det A| = Re tr(A^-1 dA)``: the gradient of ``log det A = sum log U_ii`` (up
+    to the sign of the interchanges) with respect to ``A``'s entries is ``A^-T``. Reverse
+    mode through the banded LU with partial pivoting
+    (:func:`jaxdia._kernels.band_scan.pivoted_diagonal`, the pivots held at those its
+    forward pass chooses) gives it on the band the LU reads: O(n l (l + u)) work and
+    memory, ``n`` sequential steps each way (Takahashi's recurrences with the row
+    interchanges, written by JAX). ``A^-1`` on ``A``'s pattern is ``A^-T`` on the mirrored
+    offsets, so without ``transpose`` the band is widened to hold those. Differentiable
+    again (JAX differentiates the scans)."""
+    n = data.shape[-1]
+    full = offsets if transpose else tuple(sorted({*offsets, *(-k for k in offsets)}))
+    kl, ku = band_widths(full)
+    # The rows of the band: one column per offset -kl .. ku, A[r, r + o] = data[o, r + o].
+    columns = [
+        data[:, offsets.index(k), :] if k in offsets else jnp.zeros_like(data[:, 0, :])
+        for k in range(-kl, ku + 1)
+    ]
+    stacked = jnp.stack(columns, axis=-1)  # (S, n, kl + ku + 1), column-aligned
+
+    def gradient(stacked: Array) -> tuple[Array, Array]:
+        def logdet(stacked: Array) -> Array:
+            rows = band_scan.shift_columns(stacked, np.arange(-kl, ku + 1))
+            diagonal = band_scan.pivoted_diagonal(rows, kl=kl, ku=ku)
+            if jnp.iscomplexobj(diagonal):  # holomorphic: its transpose is A^-T, unconjugated
+                return jnp.sum(jnp.log(diagonal))
+            return jnp.sum(jnp.log(jnp.abs(diagonal)))
+
+        value, pullback = jax.vjp(logdet, stacked)
+        (grad,) = pullback(jnp.ones((), value.dtype))
+        return grad, jnp.isfinite(value)  # singular: log 0
+
+    grad, regular = jax.vmap(gradient)(stacked)  # grad[s, j, c]: A^-T[j - o, j], o = c - kl
+    rows = []
+    for k in offsets:
+        if transpose:
+            rows.append(grad[:, :, k + kl])
+        else:  # A^-1[j - k, j] = A^-T[j, j - k]: offset -k, column j - k
+            rows.append(_shifted(grad[:, :, kl - k], k))
+    values = jnp.where(in_bounds(offsets, (n, n)), jnp.stack(rows, axis=-2), 0)
+    return jnp.where(regular[:, None, None], values, jnp.nan)
 
 
 def _shifted(row: Array, shift: int) -> Array:
@@ -302,8 +460,7 @@ def _periodic_data(
     Z = Z.reshape(systems, n, where.rank)
     Qt = Qt.reshape(systems, n, len(rows))
     # B's diagonals: B^-1 minus Z Q on their entries (i, j) = (j - offset, j).
-    inverse, ok = block_inverse(band, None)
-    values = gather(inverse, band_offsets, n, transpose=transpose)
+    values = band_data(band, transpose=transpose).reshape(systems, len(band_offsets), n)
     slots = np.arange(n)
     first = np.clip(slots[None, :] - np.asarray(band_offsets)[:, None], 0, n - 1)  # i
     second = np.broadcast_to(slots, first.shape)  # j
@@ -317,7 +474,7 @@ def _periodic_data(
     # The corner diagonals: A^-1[i, j] = Q^T[j, position[i]] (A^-T: A^-1[j, i]).
     first, second = (column, row) if transpose else (row, column)
     out = out.at[:, diagonal, slot].set(Qt[:, second, position[first]])
-    ok = ok & (factor.info.reshape(-1) == 0)
+    ok = factor.info.reshape(-1) == 0  # B's selected inverse: NaN already where refused
     out = jnp.where(ok[:, None, None], out, jnp.nan)
     return out.reshape(A.data.shape)
 
@@ -339,10 +496,13 @@ def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False
     positive definite and only the triangle ``lower`` selects is read (as
     :func:`jaxdia.cho_factor`); the result still holds every offset of ``A`` (``A^-1`` is
     Hermitian). ``"gen"``: any square matrix. Both are exact for Hermitian positive
-    definite and diagonally dominant matrices; other matrices (that need row interchanges
-    across the ``m x m`` blocks) are checked, and a result that could be inaccurate
-    (componentwise residual of ``A X = I`` on its diagonal blocks above ``sqrt(eps)``) is
-    all NaN, as is that of a singular matrix.
+    definite and diagonally dominant matrices; other matrices are checked (componentwise
+    residual of ``A X = I`` on its diagonal blocks above ``sqrt(eps)``: the matrix needs
+    row interchanges across the ``m x m`` blocks). With ``"gen"`` on CPU such a matrix's
+    result is computed again from the banded LU with partial pivoting, exactly, at
+    O(n l (l + u)) work but ``n`` sequential steps (only when some matrix of the batch
+    needs it); on GPU/TPU, and with ``"pos"`` (for a matrix that is then not positive
+    definite), it is all NaN, as is the result for a singular matrix.
 
     Differentiable in ``A.data`` (forward and reverse mode, at the same banded cost),
     batched over ``A.batch_shape``, and usable under ``jit`` and ``vmap``. A periodic
