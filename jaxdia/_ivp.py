@@ -5,6 +5,7 @@ over :mod:`jaxdia._bdf`'s loop, keeping the Jacobian and its factor across steps
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, NamedTuple, cast
 
 import jax
@@ -397,8 +398,11 @@ def solve_ivp(
         linear_solver=solver,
         constant_jacobian=False,
     )
-    ys, _, status, counts = _bdf.integrate(
-        problem, t0, t1, y0, times, rtol_, atol_, jnp.asarray(max_step, real), max_steps
+    # One compiled program (eagerly, the set-up before the loop would compile operation by
+    # operation: about 90 small programs for the first call).
+    integrate = jax.jit(partial(_bdf.integrate, problem), static_argnums=7)
+    ys, _, status, counts = integrate(
+        t0, t1, y0, times, rtol_, atol_, jnp.asarray(max_step, real), max_steps
     )
     return OdeResult(times, forward_only(ys.T, _REVERSE_MODE), status, *counts)
 

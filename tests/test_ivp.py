@@ -462,3 +462,17 @@ def test_van_der_pol_stiff_counts_and_accuracy_against_scipy():
     assert bool(ours.success)
     assert_counts_near(ours, theirs)
     np.testing.assert_allclose(np.asarray(ours.y[0]), reference.y[0], atol=1e-3)
+
+
+def test_an_eager_integration_compiles_the_loop_with_its_set_up(caplog):
+    """Eagerly, the set-up before the loop is compiled with it: a first call compiled
+    about 90 programs op by op (the checks of the arguments still run apart)."""
+    with jax.log_compiles(), caplog.at_level("WARNING", logger="jax"):
+        result = jaxdia.solve_ivp(
+            lambda t, y: -3.0 * y, (0.0, 1.0), jnp.ones(4), t_eval=[1.0], jac_offsets=(0,)
+        )
+        jax.block_until_ready(result.y)
+    compiled = [r for r in caplog.records if "Finished XLA compilation" in r.getMessage()]
+    assert len(compiled) <= 15, [r.getMessage() for r in compiled]
+    assert bool(result.success)
+    np.testing.assert_allclose(np.asarray(result.y[:, 0]), np.exp(-3.0), rtol=1e-2)

@@ -1073,3 +1073,33 @@ def test_hermitian_offsets_beyond_the_triangle():
     np.testing.assert_allclose(
         on_pattern(A, X.data), np.where(pattern(A), np.linalg.inv(dense), 0), atol=1e-12
     )
+
+
+def test_eager_calls_compile_one_program(caplog):
+    """An eager ``selected_inverse``, ``slogdet`` or gradient of ``slogdet`` of a band is
+    one compiled program (and the derivative's): op by op, the first general selected
+    inverse compiled about 370 small programs, seconds for a 5 x 5 matrix. The answers
+    are NumPy's."""
+    A = random_band(11, 2, 1, seed=41)
+    dense = dense_f64(A)
+    pattern = dense != 0
+    inverse = np.linalg.inv(dense)
+
+    def loss(data):
+        return jaxdia.slogdet(jaxdia.DiaMatrix(data, A.offsets, A.shape))[1]
+
+    def compiles(function):
+        caplog.clear()
+        result = jax.block_until_ready(function())
+        return result, [r for r in caplog.records if "Finished XLA compilation" in r.getMessage()]
+
+    with jax.log_compiles(), caplog.at_level("WARNING", logger="jax"):
+        selected, first = compiles(lambda: jaxdia.selected_inverse(A))
+        (_, logabsdet), second = compiles(lambda: jaxdia.slogdet(A))
+        gradient, third = compiles(lambda: jax.grad(loss)(A.data))
+    assert len(first) == 1 and len(second) == 1, (first, second)
+    assert len(third) <= 3, third  # forward, the cotangent's 1.0, backward
+    np.testing.assert_allclose(dense_f64(selected)[pattern], inverse[pattern], rtol=1e-10)
+    np.testing.assert_allclose(float(logabsdet), np.linalg.slogdet(dense)[1], rtol=1e-12)
+    G = dense_f64(jaxdia.DiaMatrix(gradient, A.offsets, A.shape))
+    np.testing.assert_allclose(G[pattern], inverse.T[pattern], rtol=1e-10)

@@ -64,6 +64,13 @@ from . import periodic
 METHOD = "auto"
 
 
+def trace_keys() -> tuple[str, str]:
+    """What the dispatch rules read when a function is traced (the default platform and
+    :data:`METHOD`): static arguments of a public function's compiled body, so that a
+    program compiled under one choice is never reused where the rules choose another."""
+    return _dispatch.default_platform(), METHOD
+
+
 def is_tridiagonal(offsets: tuple[int, ...]) -> bool:
     lower, upper = band_widths(offsets)
     return lower <= 1 and upper <= 1

@@ -240,5 +240,20 @@ def slogdet(A: DiaMatrix) -> tuple[Array, Array]:
       True
     """
     A = as_square_matrix(A, "slogdet")
-    factor = banded.factor_lu(A._parts)
-    return slogdet_of(A._parts, factor, None)
+    parts = A._parts
+    if periodic.split(parts.offsets, parts.shape[0]) is not None:
+        # Eagerly, a refused periodic factor is replaced by the whole band's (factor_lu):
+        # that choice needs the concrete factor, so a periodic matrix is not compiled whole.
+        return slogdet_of(parts, banded.factor_lu(parts), None)
+    return _compiled_slogdet(parts.data, parts.offsets, parts.shape, *banded.trace_keys())
+
+
+@partial(jax.jit, static_argnums=(1, 2, 3, 4))
+def _compiled_slogdet(
+    data: Array, offsets: tuple[int, ...], shape: tuple[int, int], platform: str, method: str
+) -> tuple[Array, Array]:
+    """:func:`slogdet` of a band as one compiled program (and its derivative, which
+    eagerly would compile each of its operations apart)."""
+    del platform, method  # keys of the compiled program (banded.trace_keys)
+    parts = DiaParts(data, offsets, shape)
+    return slogdet_of(parts, banded.factor_lu(parts), None)

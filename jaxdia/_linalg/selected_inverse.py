@@ -538,21 +538,49 @@ def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False
         raise ValueError(f"selected_inverse: assume_a must be 'gen' or 'pos', got {assume_a!r}")
     if not isinstance(lower, (bool, np.bool_)):
         raise TypeError(f"selected_inverse: lower must be a bool, got {type(lower).__name__}")
-    parts = A._parts
+    parts, triangle = A._parts, bool(lower)
+    read = parts.offsets if assume_a == "gen" else hermitian_offsets(parts.offsets, triangle)
+    if periodic.split(read, parts.shape[0]) is not None:
+        # Eagerly, a refused periodic factor is replaced by the whole band's (factor_lu):
+        # that choice needs the concrete factor, so a periodic matrix is not compiled whole.
+        return DiaMatrix._wrap(parts.with_data(_selected_inverse(parts, assume_a, triangle)))
+    data = _compiled_selected_inverse(
+        parts.data, parts.offsets, parts.shape, assume_a, triangle, *banded.trace_keys()
+    )
+    return DiaMatrix._wrap(parts.with_data(data))
+
+
+@partial(jax.jit, static_argnums=(1, 2, 3, 4, 5, 6))
+def _compiled_selected_inverse(
+    data: Array,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    assume_a: str,
+    lower: bool,
+    platform: str,
+    method: str,
+) -> Array:
+    """:func:`selected_inverse`'s values of a band, as one compiled program: eagerly its
+    hundreds of operations would each compile apart (seconds for the first call)."""
+    del platform, method  # keys of the compiled program (banded.trace_keys)
+    return _selected_inverse(DiaParts(data, offsets, shape), assume_a, lower)
+
+
+def _selected_inverse(parts: DiaParts, assume_a: str, triangle: bool) -> Array:
+    """:func:`selected_inverse`'s values (checked arguments)."""
     if assume_a == "gen":
-        return DiaMatrix._wrap(parts.with_data(selected_data(parts)))
-    triangle = bool(lower)
+        return selected_data(parts)
     full = hermitian_offsets(parts.offsets, triangle)
     if periodic.split(full, parts.shape[0]) is not None:
         # Periodic: the Hermitian matrix's corners split off as a general matrix's are.
         values = selected_data(hermitian_parts(parts, triangle))
         rows = [full.index(k) for k in parts.offsets]
-        return DiaMatrix._wrap(parts.with_data(values[..., rows, :]))
+        return values[..., rows, :]
     if _from_cholesky_factor(parts.offsets, triangle):
         factor = banded.factor_cholesky(parts, triangle)
         if factor.layout in (PB, PT):
-            return DiaMatrix._wrap(parts.with_data(factor_data(parts, factor, triangle)))
-    return DiaMatrix._wrap(parts.with_data(selected_data(parts, triangle)))
+            return factor_data(parts, factor, triangle)
+    return selected_data(parts, triangle)
 
 
 def _from_cholesky_factor(offsets: tuple[int, ...], lower: bool) -> bool:
