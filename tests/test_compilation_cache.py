@@ -74,9 +74,11 @@ def test_a_second_process_compiles_nothing(tmp_path):
     cache = tmp_path / "nested" / "cache"  # created by the call
     first = _counts(SOLVES, str(cache))
     assert first["path"] == str(cache)
-    assert first["compiles"] > 0 and first["hits"] == 0
+    # Two call sites may compile the same program: the second finds the first's entry.
+    assert first["compiles"] > 0 and first["hits"] < first["compiles"]
     assert first["requests"] == first["compiles"]  # every program went through the cache
-    assert len(list(cache.iterdir())) >= first["compiles"] - 1  # written (some may coincide)
+    written = first["compiles"] - first["hits"]
+    assert len(list(cache.iterdir())) >= written - 1  # written (some may coincide)
     second = _counts(SOLVES, str(cache))
     # the same programs, each one found on disk: nothing compiled again
     assert second["compiles"] == first["compiles"]

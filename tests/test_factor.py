@@ -243,7 +243,7 @@ def test_lu_pivots_through_zero_diagonals():
             np.testing.assert_allclose(lu.solve(b, trans), scipy_solve(A, b, trans), rtol=1e-9)
 
 
-@settings(max_examples=examples(20))
+@settings(max_examples=examples(12))
 @given(st.data())
 def test_lu_property(data):
     """Bands of 0 to 6 diagonals on each side (sometimes wider), batches, every dtype,
@@ -356,7 +356,7 @@ def test_cholesky_reads_one_triangle():
     np.testing.assert_allclose(jaxdia.solveh_banded(upper_only, b), np.linalg.solve(dense, b))
 
 
-@settings(max_examples=examples(12))
+@settings(max_examples=examples(8))
 @given(st.data())
 def test_cholesky_property(data):
     kd = data.draw(st.one_of(st.integers(0, 6), st.just(10)))

@@ -56,7 +56,7 @@ def stored_entries(A):
     ]
 
 
-@settings(max_examples=examples(20))
+@settings(max_examples=examples(12))
 @given(A=non_finite_matrices(), B=non_finite_matrices())
 def test_kron_of_non_finite_entries_multiplies_stored_entries(A, B):
     """Every pair of stored entries, explicit zeros included, and nothing else (SciPy's
@@ -81,7 +81,7 @@ def test_kron_inf_times_padding_is_zero():
         np.testing.assert_array_equal(K, sp.kron(A.to_scipy(), B.to_scipy()).toarray())
 
 
-@settings(max_examples=examples(20))
+@settings(max_examples=examples(12))
 @given(A=non_finite_matrices(shape=(6, 6)), B=non_finite_matrices(shape=(6, 6)))
 def test_arithmetic_of_non_finite_entries_matches_scipy(A, B):
     S, T = scipy_of(A), scipy_of(B)
@@ -110,7 +110,7 @@ def test_arithmetic_of_non_finite_entries_matches_scipy(A, B):
 # -- export: padding never leaves jaxdia -----------------------------------------------------
 
 
-@settings(max_examples=examples(20))
+@settings(max_examples=examples(12))
 @given(A=dia_matrices(max_side=8, dtype=np.float64))  # NaN in every padding slot
 def test_to_scipy_and_save_npz_zero_the_padding(A):
     S = A.to_scipy()

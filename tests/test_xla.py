@@ -187,7 +187,7 @@ def _spmm_problems(draw):
     return offsets, (m, n), cols, transpose, batch_d, batch_x, dtype
 
 
-@settings(max_examples=examples(20))
+@settings(max_examples=examples(12))
 @given(_spmm_problems(), st.integers(0, 2**32 - 1))
 def test_spmm_random(problem, seed):
     offsets, shape, cols, transpose, batch_d, batch_x, dtype = problem

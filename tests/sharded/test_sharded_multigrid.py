@@ -194,6 +194,7 @@ def test_sharded_multigrid_gathered_27_point_level():
     assert looped(M.levels[M.sharded_levels]), M
 
 
+@pytest.mark.full  # a minute of compiles: the other sharded hierarchies stay fast
 def test_sharded_multigrid_odd_planes_per_device():
     """Grids whose levels split into an odd number of planes per device (grid[0] = P m,
     m odd): the level stays sharded, and the next one is gathered through a restriction
