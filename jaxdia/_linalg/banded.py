@@ -407,9 +407,11 @@ def solve_arrays(
     factor holds: its eager solves build neither a ``DiaParts`` nor a :class:`Factor`)."""
     if not isinstance(b, jax.Array):
         b = integers_as(as_array(b, f"{function}: b"), np.dtype(data.dtype))
+    platform, default_method = trace_keys()
     solve_with = _compiled_solve(
-        offsets, shape, layout, widths, trans, lower, function, method or METHOD, nan_on_failure
-    )
+        offsets, shape, layout, widths, trans, lower, function, method or default_method,
+        nan_on_failure, platform,
+    )  # fmt: skip
     return solve_with(data, arrays, correction, info, b)
 
 
@@ -424,10 +426,13 @@ def _compiled_solve(
     function: str,
     method: str,
     nan_on_failure: bool,
+    platform: str,
 ) -> Callable[[Array, tuple[Array, ...], periodic.Correction | None, Array, ArrayLike], Array]:
     """:func:`_solve` for one static layout, jitted with no static arguments: JAX's C++
     dispatch then only checks the arrays' types (hashing static keyword arguments on
-    every call cost about a sixth of an eager solve)."""
+    every call cost about a sixth of an eager solve). ``platform`` only keys the cache
+    (:func:`trace_keys`): the dispatch rules read it when the function is traced."""
+    del platform
     return jax.jit(
         partial(
             _solve,
