@@ -5,7 +5,10 @@ source is ``csrc/lapack_ffi/`` (``module.c`` there describes its files: each ``.
 one translation unit of the extension, and the headers and the template ``.inc`` are what
 they include). It uses Python's limited API (3.11), so one wheel (``cp311-abi3``) per
 platform serves every supported Python; it needs a C compiler and Python's headers,
-nothing from jaxlib (``xla_ffi.h`` says why).
+nothing from jaxlib (``xla_ffi.h`` says why). The source lies outside the package: a folder
+``jaxdia/_kernels/_lapack_ffi/`` would import as a namespace package in a checkout whose
+extension is not built, instead of the ``ImportError`` that says how to build it
+(``jaxdia/_kernels/lapack.py``).
 """
 
 from glob import glob
