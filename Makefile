@@ -25,8 +25,11 @@ NEWEST_SHARDED ?= tests/sharded
 .PHONY: demo test test-full venv dev check lint typecheck format test-newest venv-newest wheel-test \
 	api-docs clean
 
+# The C extension's source: its .c files and the headers and template they include.
+C_SOURCE := $(wildcard csrc/lapack_ffi/*)
+
 # The editable install compiles the C extension in place (a C compiler is needed).
-$(STAMP): pyproject.toml setup.py jaxdia/_kernels/_lapack_ffi.c
+$(STAMP): pyproject.toml setup.py $(C_SOURCE)
 	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet -e '.[test]'
@@ -106,7 +109,7 @@ format: $(DEV_STAMP)
 
 # -- the newest JAX that pyproject.toml allows, on Python 3.12 ------------------------------
 
-$(NEWEST_STAMP): pyproject.toml setup.py jaxdia/_kernels/_lapack_ffi.c
+$(NEWEST_STAMP): pyproject.toml setup.py $(C_SOURCE)
 	@test -n "$(PYTHON_NEWEST)" || { echo "make test-newest needs Python 3.12:" \
 		"none found on PATH or in /root/.pyenv; set PYTHON_NEWEST=/path/to/python3.12"; exit 1; }
 	@test -x $(NPY) || $(PYTHON_NEWEST) -m venv $(VENV_NEWEST)

@@ -1,4 +1,4 @@
-"""The compiled XLA FFI handlers of the LAPACK custom calls (jaxdia/_kernels/_lapack_ffi.c).
+"""The compiled XLA FFI handlers of the LAPACK custom calls (csrc/lapack_ffi/).
 
 Their results are tested against SciPy in test_factor.py and test_banded.py; here: that
 they are compiled and registered, that what they cannot handle comes back as an XLA

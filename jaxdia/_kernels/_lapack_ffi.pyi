@@ -1,4 +1,4 @@
-"""The compiled extension's interface (jaxdia/_kernels/_lapack_ffi.c)."""
+"""The compiled extension's interface (its source: csrc/lapack_ffi/)."""
 
 from collections.abc import Mapping
 from typing import Any

@@ -4,10 +4,10 @@ The routines (``?gbtrf/?gbtrs``: banded LU with partial pivoting; ``?pbtrf/?pbtr
 banded Cholesky; ``?gttrf/?gttrs``, ``?pttrf/?pttrs``: their tridiagonal forms) are
 SciPy's, reached through the function pointers that ``scipy.linalg.cython_lapack`` and
 ``cython_blas`` export (jaxlib's own CPU linear algebra finds LAPACK the same way). Each
-operation is an XLA FFI custom call whose handler is compiled C
-(``jaxdia/_kernels/_lapack_ffi.c``, the extension :mod:`jaxdia._kernels._lapack_ffi`): XLA
-hands it pointers to its own buffers on its own threads, and the handler calls LAPACK on
-them in place, without Python or the GIL. An unsupported dtype or attribute comes back as
+operation is an XLA FFI custom call whose handler is compiled C (``csrc/lapack_ffi/``,
+the extension :mod:`jaxdia._kernels._lapack_ffi`): XLA hands it pointers to its own
+buffers on its own threads, and the handler calls LAPACK on them in place, without Python
+or the GIL. An unsupported dtype or attribute comes back as
 an XLA error (``XlaRuntimeError``); LAPACK's ``info`` is a result.
 
 Why not ``jax.pure_callback``: a Python callback receives *copies* of its operands
