@@ -37,8 +37,7 @@ from jax import Array, lax
 from .. import _dispatch
 from .._checks import static_int
 from .._kernels import lapack
-from .._matrix import DiaMatrix
-from .._typing import ArrayLike, Operator, Scalar
+from .._typing import ArrayLike, OperatorLike, Scalar
 from .krylov import MatVec, Report, SolveInfo, start_from, threshold
 from .operands import callback_of, solve_operands
 from .operators import on_host, vector_product
@@ -388,7 +387,7 @@ def _run_gmres(
 
 
 def gmres(
-    A: DiaMatrix | Operator | Any,
+    A: OperatorLike,
     b: ArrayLike,
     x0: ArrayLike | str | None = None,
     *,
@@ -396,7 +395,7 @@ def gmres(
     atol: Scalar = 0.0,
     restart: int | None = 20,
     maxiter: int | None = None,
-    M: Operator | Any | None = None,
+    M: OperatorLike | None = None,
     callback: Callable[[Any], object] | None = None,
     callback_type: str | None = None,
     side: str = "right",

@@ -35,8 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from .._matrix import DiaMatrix
-from .._typing import ArrayLike, Operator, Scalar
+from .._typing import ArrayLike, OperatorLike, Scalar
 from .operands import callback_of, solve_operands
 from .operators import on_host, vector_product
 
@@ -558,14 +557,14 @@ def _run_krylov(
 
 
 def cg(
-    A: DiaMatrix | Operator | Any,
+    A: OperatorLike,
     b: ArrayLike,
     x0: ArrayLike | str | None = None,
     *,
     rtol: Scalar = 1e-5,
     atol: Scalar = 0.0,
     maxiter: int | None = None,
-    M: Operator | Any | None = None,
+    M: OperatorLike | None = None,
     callback: Callable[[np.ndarray], object] | None = None,
     variant: str = "standard",
 ) -> tuple[Array, SolveInfo]:
@@ -648,19 +647,28 @@ def cg(
       >>> _, fused = jaxdia.cg(A, jnp.ones(50), M=jaxdia.jacobi(A), rtol=1e-6, variant="fused")
       >>> int(fused.iterations) == int(info.iterations)
       True
+
+      SciPy's operators and callback (a LinearOperator in NumPy runs on the host):
+
+      >>> import numpy as np, scipy.sparse.linalg as spla
+      >>> S = spla.LinearOperator((3, 3), matvec=lambda v: 2 * v, dtype=np.float32)
+      >>> seen = []
+      >>> x, info = jaxdia.cg(S, np.ones(3, np.float32), callback=seen.append)
+      >>> x, len(seen)
+      (Array([0.5, 0.5, 0.5], dtype=float32), 1)
     """
     return _solve("cg", A, b, x0, M, rtol, atol, maxiter, callback, variant)
 
 
 def bicgstab(
-    A: DiaMatrix | Operator | Any,
+    A: OperatorLike,
     b: ArrayLike,
     x0: ArrayLike | str | None = None,
     *,
     rtol: Scalar = 1e-5,
     atol: Scalar = 0.0,
     maxiter: int | None = None,
-    M: Operator | Any | None = None,
+    M: OperatorLike | None = None,
     callback: Callable[[np.ndarray], object] | None = None,
     variant: str = "standard",
 ) -> tuple[Array, SolveInfo]:

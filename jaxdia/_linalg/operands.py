@@ -213,7 +213,7 @@ def solve_operands(
 
     The working dtype is that of ``A`` and ``b`` promoted (SciPy's: ``M`` does not enter
     it), integer matrices counting as the default float (float64 with x64 on), as SciPy
-    computes them in float64.
+    computes them in float64; an integer ``b`` takes ``A``'s.
     """
     A, n, batch, dtype, hint = _operator(A, function)
     b = as_array(b, f"{function}: b")
@@ -241,9 +241,10 @@ def solve_operands(
         if size is not None and size != n:
             raise ValueError(f"{function}: M must be {n} x {n} as A is, got size {size}")
     maxiter = _maxiter(maxiter, n, function)
-    result = jnp.result_type(*(t for t in (dtype, b.dtype) if t is not None))
-    if not jnp.issubdtype(result, jnp.inexact):
-        result = jnp.result_type(float)
+    # An integer b takes the operator's dtype (JAX's rule; asked of JAX with x64 off, an
+    # int64 would warn): the default float where the operator's is unknown.
+    inexact = [t for t in (dtype, b.dtype) if t is not None and np.dtype(t).kind in "fc"]
+    result = jnp.result_type(*inexact) if inexact else jnp.result_type(float)
     rtol = tolerance(rtol, f"{function}: rtol")
     atol = tolerance(atol, f"{function}: atol")
     example = None
