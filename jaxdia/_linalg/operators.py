@@ -20,10 +20,10 @@ takes, made into something the compiled solve applies to ``(*batch, n)`` arrays.
 A host product works eagerly, under ``jit`` and under ``vmap`` (the batch goes to
 ``matmat`` in one call); differentiating through it raises a ``TypeError`` (JAX cannot
 differentiate NumPy code). Its cost: each product copies the vector from the device to the
-host and the result back, and calls into Python (on CPU the copies are cheap, the Python
-call is not: microseconds for ``np.dot`` on a small matrix, on a GPU or TPU a
-synchronization per product); and JAX does not cache a program with a host callback on
-disk. An operator written in JAX, or given as a matrix, avoids all of that.
+host and the result back and calls into Python, holding the GIL (on CPU the copies are
+cheap and the Python call is what costs; on a GPU or TPU each product also synchronizes
+the device); and JAX does not cache a program with a host callback on disk. An operator
+written in JAX, or given as a matrix, avoids all of that.
 
 Integer matrices are promoted as SciPy promotes them, to the default float type (float64
 with x64 on, float32 otherwise); long double is refused (:func:`operator_dtype`).
