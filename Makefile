@@ -65,8 +65,12 @@ test: $(STAMP)
 	exit $$status
 
 # The full tier: the tests marked `full` (trimmed from `make test` for time) and every
-# Hypothesis test again with 5x the examples (the derandomized `full` profile).
+# Hypothesis test again with 5x the examples (the derandomized `full` profile); then, in a
+# fourth process, SciPy's own tests of the functions jaxdia replaces, run against jaxdia
+# (tests/scipy_conformance/conftest.py; its expected failures are strict: one that passes
+# fails the run).
 FULL_TIER := HYPOTHESIS_PROFILE=full $(VPY) -m pytest -q $(PYTEST_PARALLEL) -m 'full or hypothesis'
+CONFORMANCE_TESTS := tests/scipy_conformance
 
 test-full: $(STAMP)
 	@status=0; \
@@ -76,6 +80,8 @@ test-full: $(STAMP)
 	$(FULL_TIER) $(SHARDED_TESTS) || status=1; \
 	echo "pytest: the full tier of $(X64_OFF_TESTS) with x64 off"; \
 	$(FULL_TIER) $(X64_OFF_TESTS) || status=1; \
+	echo "pytest: SciPy's own tests against jaxdia ($(CONFORMANCE_TESTS))"; \
+	$(VPY) -m pytest -q -rfE $(PYTEST_PARALLEL) -m full $(CONFORMANCE_TESTS) || status=1; \
 	exit $$status
 
 # -- development tools: ruff, pyright, build (the `dev` extra) -------------------------------

@@ -54,10 +54,30 @@ def native(array: np.ndarray) -> np.ndarray:
     return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
 
 
+def is_long_double(dtype: DTypeLike) -> bool:
+    """Whether ``dtype`` is NumPy's long double (or its complex), where it is wider than
+    float64 (x86's 80-bit extended precision): JAX has no such type."""
+    dtype = np.dtype(dtype)
+    return dtype.kind in "fc" and dtype.itemsize > (8 if dtype.kind == "f" else 16)
+
+
+def long_double_message(name: str, dtype: DTypeLike) -> str:
+    """What a refused long double ``name`` is told to do."""
+    wide = "complex128" if np.dtype(dtype).kind == "c" else "float64"
+    return (
+        f"{name} has dtype {np.dtype(dtype).name}: JAX (and so jaxdia) has no long double, "
+        f"and computes in at most {wide}. Convert it with .astype(np.{wide}) (and enable "
+        'x64: jax.config.update("jax_enable_x64", True)); for more than double precision, '
+        "stay with SciPy."
+    )
+
+
 def check_dtype(dtype: DTypeLike, what: str = "data") -> np.dtype:
     """Returns ``dtype`` (in native byte order) if a DiaMatrix can hold it, else raises a
     TypeError saying why."""
     dtype = np.dtype(dtype).newbyteorder("=")
+    if is_long_double(dtype):
+        raise TypeError(long_double_message(what, dtype))
     if dtype not in SUPPORTED_DTYPES:
         names = ", ".join(d.name for d in SUPPORTED_DTYPES)
         if what == "dtype":  # a requested result dtype, not the dtype of given values
@@ -241,7 +261,12 @@ def as_array(
     """
     if isinstance(value, jax.Array):  # tracers are jax.Array instances too
         return value
-    if type(value) is np.ndarray and value.dtype.kind in "fc" and value.dtype.isnative:
+    if (
+        type(value) is np.ndarray
+        and value.dtype.kind in "fc"
+        and value.dtype.isnative
+        and not is_long_double(value.dtype)
+    ):
         return value  # the common case, without the checks below (~2 us an eager call)
     reject_sparse(value, name, hint)
     if isinstance(value, jax.ShapeDtypeStruct):
@@ -251,6 +276,8 @@ def as_array(
             "DiaMatrix(d, offsets, shape), jax.ShapeDtypeStruct((n_diags, n), dtype))"
         )
     host = np.asarray(value)
+    if is_long_double(host.dtype):
+        raise TypeError(long_double_message(name, host.dtype))
     if not is_numeric(host.dtype):
         raise TypeError(
             f"{name} must be {expected}, got {type(value).__name__}"

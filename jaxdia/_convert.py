@@ -250,6 +250,8 @@ def from_scipy(matrix: sp.sparray | sp.spmatrix) -> DiaParts:
     S: Any = matrix  # SciPy's stubs give sparray and spmatrix none of these attributes
     if S.ndim != 2:
         raise ValueError(f"from_scipy expects a 2-D sparse matrix, got shape {S.shape}")
+    if S.dtype == np.bool_ or np.issubdtype(S.dtype, np.integer):
+        S = S.astype(jax.dtypes.canonicalize_dtype(float))  # as from_dense and diags do
     check_dtype(S.dtype, "the scipy matrix")
     dia = S if S.format == "dia" else S.todia()
     return checked(

@@ -255,7 +255,10 @@ class DiaMatrix(Immutable, ScipyOperator):
         A ``dia_array``/``dia_matrix`` keeps its offsets and data (explicit zeros too);
         other formats go through SciPy's ``todia()`` (duplicate COO entries are summed).
         float64 input becomes float32 unless ``jax_enable_x64`` is on (JAX's usual rule),
-        with a warning: convert ``S.astype(np.float32)`` first to keep it quiet.
+        with a warning: convert ``S.astype(np.float32)`` first to keep it quiet. Integer
+        and bool matrices become JAX's default float dtype (float64 with x64 on, as SciPy
+        computes with them), as in :meth:`from_dense`; long double is refused (JAX has
+        none: convert it to float64).
         SciPy data narrower than the matrix is padded to width ``n``, so ``A.nnz`` counts
         slots that ``S.nnz`` leaves out (see :attr:`nnz`).
 

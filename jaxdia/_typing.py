@@ -9,7 +9,7 @@ an argument means, not only what it is:
 """
 
 from collections.abc import Callable, Sequence
-from typing import Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 from jax import Array
@@ -22,6 +22,7 @@ __all__ = [
     "LinearMap",
     "Offsets",
     "Operator",
+    "OperatorLike",
     "Scalar",
     "Shape",
     "TypedLinearMap",
@@ -59,3 +60,8 @@ class TypedLinearMap(LinearMap, Protocol):
 #: What solvers and preconditioners accept as ``A`` or ``M``: a linear map, or a function
 #: ``x -> A x`` (``jax.scipy.sparse.linalg``'s convention).
 Operator: TypeAlias = LinearMap | Callable[[Array], Array]
+#: What the Krylov solvers take as ``A`` or ``M`` (:mod:`jaxdia._linalg.operators`): an
+#: :data:`Operator`, or anything SciPy's solvers take (a dense or ``scipy.sparse`` matrix,
+#: a ``scipy.sparse.linalg.LinearOperator`` or an object with ``shape`` and ``matvec``) or
+#: a lineax operator. SciPy and lineax are optional, so the type is open.
+OperatorLike: TypeAlias = Operator | Any

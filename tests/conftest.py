@@ -57,5 +57,7 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # tests/sharded/ runs on 8 fake CPU devices, which JAX fixes when its backend starts: its
-# own pytest process runs it (tests/sharded/conftest.py; `make test` runs both).
-collect_ignore = ["sharded", "x64_off"]
+# own pytest process runs it (tests/sharded/conftest.py; `make test` runs both). So do
+# tests/x64_off/ (x64 off) and tests/scipy_conformance/ (SciPy's own test modules, full
+# tier only: `make test-full`; importing them would slow `make test`'s collection).
+collect_ignore = ["sharded", "x64_off", "scipy_conformance"]

@@ -95,14 +95,14 @@ def test_chebyshev_and_solver_errors():
     b = np.ones(240)
     for solver in (jaxdia.cg, jaxdia.bicgstab):
         name = solver.__name__
-        with pytest.raises(TypeError, match=f"{name}: A must be a jaxdia.DiaMatrix or a function"):
-            solver(np.eye(240), b)
+        with pytest.raises(TypeError, match=f"{name}: A must be a jaxdia.DiaMatrix"):
+            solver("A", b)
         with pytest.raises(ValueError, match=rf"{name}: b must have shape \(240,\)"):
             solver(A, np.ones(239))
         with pytest.raises(ValueError, match=rf"{name}: x0 must have shape"):
             solver(A, b, x0=np.ones(3))
-        with pytest.raises(TypeError, match=f"{name}: M must be a preconditioner function"):
-            solver(A, b, M=np.eye(240))
+        with pytest.raises(TypeError, match=f"{name}: M must be a jaxdia.DiaMatrix"):
+            solver(A, b, M="jacobi")
         with pytest.raises(ValueError, match=f"{name}: rtol must be >= 0"):
             solver(A, b, rtol=-1.0)
         with pytest.raises(ValueError, match=f"{name}: maxiter must be >= 0"):

@@ -182,5 +182,5 @@ def test_sharded_matrix_on_one_device():
     B = np.stack([b, 2 * b])
     X, _ = jaxdia.cg(sharded, jnp.stack([sharded.shard_vector(v) for v in B]), rtol=1e-10)
     np.testing.assert_allclose(X[1], 2 * X[0], rtol=1e-9, atol=1e-12)
-    with pytest.raises(TypeError, match=r"or a function v -> A v \(or a jaxdia.ShardedDiaMatrix\)"):
-        jaxdia.cg(np.eye(3), np.ones(3))
+    with pytest.raises(TypeError, match=r"jaxdia.DiaMatrix \(or ShardedDiaMatrix\)"):
+        jaxdia.cg(object(), np.ones(3))

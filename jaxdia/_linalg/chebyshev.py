@@ -24,7 +24,7 @@ from .._scipy_operator import ScipyOperator
 from .._shard import ShardedDiaMatrix
 from .._typing import ArrayLike, DTypeLike, TypedLinearMap
 from .deep_halo import DeepHaloMatrix, chebyshev_polynomial, widen
-from .krylov import vector_product
+from .operators import vector_product
 from .smoothers import (
     chebyshev_steps,
     check_diagonal,

@@ -26,6 +26,9 @@ rotations and counts, and each stops on its own.
 from __future__ import annotations
 
 import functools
+import warnings
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -34,9 +37,15 @@ from jax import Array, lax
 from .. import _dispatch
 from .._checks import static_int
 from .._kernels import lapack
-from .._matrix import DiaMatrix
-from .._typing import ArrayLike, Operator, Scalar
-from .krylov import MatVec, SolveInfo, residual_norm, solve_operands, threshold, vector_product
+from .._typing import ArrayLike, OperatorLike, Scalar
+from .krylov import MatVec, Report, SolveInfo, start_from, threshold
+from .operands import callback_of, solve_operands
+from .operators import on_host, vector_product
+
+#: SciPy's kinds of gmres callback: the iterate after each restart cycle, or the residual
+#: estimate over ``|b|`` after each Arnoldi step (``legacy``: with ``maxiter`` counting
+#: those steps).
+CALLBACK_TYPES = ("x", "pr_norm", "legacy")
 
 SIDES = ("right", "left")
 
@@ -149,15 +158,22 @@ def gmres_cycles(
     *,
     restart: int,
     side: str,
+    step_limit: ArrayLike | None = None,
+    report_x: Report | None = None,
+    report_residual: Report | None = None,
 ):
     """Restarted GMRES(``restart``) preconditioned by ``M`` on ``side``, from ``x0``
-    (None: zeros), until ``|b - A x| <= limit`` (per system, on the recomputed residual)
-    or ``maxiter`` cycles. Returns ``(x, iterations)``, the Arnoldi steps taken per
-    system.
+    (None: zeros), until ``|b - A x| <= limit`` (per system, on the recomputed residual),
+    ``maxiter`` cycles or ``step_limit`` Arnoldi steps (None: no limit). Returns ``(x,
+    iterations, residual)``: the Arnoldi steps taken per system, and ``|b - A x|``
+    (recomputed from ``x`` at the end of each cycle).
 
     ``side="right"`` runs Arnoldi on ``A M`` (its estimate is of ``|b - A x|`` itself);
     ``"left"`` on ``M A``, whose estimate is of ``|M (b - A x)|``: a cycle then aims to
     reduce it by the factor the true residual needs, ``limit / |b - A x|``.
+
+    ``report_x`` gets ``x`` after each cycle, ``report_residual`` the estimate over
+    ``|b|`` after each step (SciPy's ``callback_type="x"`` and ``"pr_norm"``).
     """
     m = restart
     batch, n = b.shape[:-1], b.shape[-1]
@@ -170,7 +186,13 @@ def gmres_cycles(
     rnorm = _norm(r)
     cycles = jnp.zeros(batch, jnp.int32)
     steps = jnp.zeros(batch, jnp.int32)
-    active = (rnorm > limit) & (cycles < maxiter)
+
+    def within(mask: Array, steps: Array) -> Array:
+        """``mask`` where ``steps`` Arnoldi steps leave room for another
+        (``step_limit``)."""
+        return mask if step_limit is None else mask & (steps < step_limit)
+
+    active = within((rnorm > limit) & (cycles < maxiter), steps)
     # rows to a whole number of blocks (those beyond m + 1 stay zero)
     V = jnp.broadcast_to(zeros[..., None, :], (*batch, -(-(m + 1) // BLOCK) * BLOCK, n))
 
@@ -192,7 +214,7 @@ def gmres_cycles(
         x, r, rnorm, V, cycles, steps, active = state
         start = r if side == "right" else M(r)
         beta = _norm(start)
-        going = active & (beta > 0) & jnp.isfinite(beta)
+        going = within(active & (beta > 0) & jnp.isfinite(beta), steps)
         target = limit if side == "right" else beta * limit / jnp.where(going, rnorm, 1)
         V = V.at[..., 0, :].set(jnp.where(going[..., None], start / _where0(beta)[..., None], 0))
         g = jnp.zeros((*batch, m + 1), dtype).at[..., 0].set(beta.astype(dtype))
@@ -223,8 +245,10 @@ def gmres_cycles(
             )
             a = column[..., j]
             rho = jnp.sqrt(jnp.abs(a) ** 2 + after**2)
-            # rho = 0: column j adds nothing (A M singular on the space): left out.
-            ok = going & (rho > 0) & jnp.isfinite(rho)
+            # rho at the rounding level of the column (|column| = size): column j adds
+            # nothing that rounding did not (A M singular on the space, e.g. a singular M):
+            # left out. Kept, it would put 1 / rho into the least-squares solution.
+            ok = going & (rho > (j + 1) * tiny * size) & jnp.isfinite(rho)
             safe_rho = jnp.where(ok, rho, 1)
             magnitude = jnp.abs(a)
             phase = jnp.where(magnitude > 0, a / jnp.where(magnitude > 0, magnitude, 1), 1)
@@ -243,39 +267,69 @@ def gmres_cycles(
             v = jnp.where(grows, v, 0)
             k = k + ok
             estimate = jnp.abs(g[..., j + 1])
+            if report_residual is not None:
+                report_residual(estimate / _where0(_norm(b)), True)
             going = ok & ~happy & (estimate > target) & jnp.isfinite(estimate)
+            going = within(going, steps + k)
             return j + 1, V, v, R, g, rotations, k, going
 
         # The step's vector rides in the loop, not read back from V.
         inner = (jnp.int32(0), V, V[..., 0, :], R, g, rotations, k, going)
         _, V, _, R, g, _, k, _ = lax.while_loop(step_cond, step, inner)
-        # The least-squares solution on the first k columns of each system's basis.
-        used = jnp.arange(m) < k[..., None]
-        R = jnp.where(used[..., None, :], R, 0) + jnp.where(used, 0, jnp.ones((), dtype))[
-            ..., None
-        ] * jnp.eye(m, dtype=dtype)
-        y = jax.scipy.linalg.solve_triangular(
-            R, jnp.where(used, g[..., :m], 0)[..., None], lower=False
-        )[..., 0]
-        update = _combine(V[..., :m, :], y)
-        if side == "right":
-            update = M(update)
-        x_new = x + update
-        r_new = b - matvec(x_new)
-        rnorm_new = _norm(r_new)
-        # Not reduced (or not finite): the next cycle would repeat this one; stop.
-        better = active & (rnorm_new < rnorm)
+
+        def solution(count):
+            """``x`` moved by the least-squares solution on the first ``count`` columns
+            of each system's basis, and its residual ``b - A x``."""
+            used = jnp.arange(m) < count[..., None]
+            unit = jnp.where(used, 0, jnp.ones((), dtype))[..., None] * jnp.eye(m, dtype=dtype)
+            y = jax.scipy.linalg.solve_triangular(
+                jnp.where(used[..., None, :], R, 0) + unit,
+                jnp.where(used, g[..., :m], 0)[..., None],
+                lower=False,
+            )[..., 0]
+            update = _combine(V[..., :m, :], y)
+            if side == "right":
+                update = M(update)
+            x_new = x + update
+            r_new = b - matvec(x_new)
+            return x_new, r_new, _norm(r_new)
+
+        # The solution on all k columns, and where that does not reduce the true
+        # residual, on fewer: rounding amplified by the basis can make the last pivots
+        # noise (A M singular on the space, e.g. a singular M, or the Krylov basis of a
+        # long cycle in single precision), which the least-squares solution divides by.
+        # The first prefix that reduces the residual is kept (in exact arithmetic every
+        # prefix does, or none: stagnation); a cycle that reduces it costs no more.
+        def searching(search):
+            count, *_, found = search
+            return jnp.any(active & ~found & (count > 0))
+
+        def shorter(search):
+            count, x_new, r_new, rnorm_new, found = search
+            trying = active & ~found & (count > 0)
+            count = jnp.where(trying, count - 1, count)
+            x_try, r_try, rnorm_try = solution(count)
+            x_new = jnp.where(trying[..., None], x_try, x_new)
+            r_new = jnp.where(trying[..., None], r_try, r_new)
+            rnorm_new = jnp.where(trying, rnorm_try, rnorm_new)
+            return count, x_new, r_new, rnorm_new, found | (trying & (rnorm_try < rnorm))
+
+        search = (k + 1, x, r, rnorm, jnp.zeros(batch, bool))
+        _, x_new, r_new, rnorm_new, better = lax.while_loop(searching, shorter, search)
+        # Not reduced (or not finite) by any: the next cycle would repeat this one; stop.
         x = jnp.where(better[..., None], x_new, x)
         r = jnp.where(better[..., None], r_new, r)
         rnorm = jnp.where(better, rnorm_new, rnorm)
         cycles = cycles + active
         steps = steps + jnp.where(active, k, 0)
-        active = better & (rnorm > limit) & (cycles < maxiter)
+        active = within(better & (rnorm > limit) & (cycles < maxiter), steps)
+        if report_x is not None:
+            report_x(x, True)
         return x, r, rnorm, V, cycles, steps, active
 
     state = (x, r, rnorm, V, cycles, steps, active)
-    x, *_, steps, _ = lax.while_loop(lambda state: jnp.any(state[-1]), cycle, state)
-    return x, steps
+    x, _, rnorm, *_, steps, _ = lax.while_loop(lambda state: jnp.any(state[-1]), cycle, state)
+    return x, steps, rnorm
 
 
 def _where0(value: Array) -> Array:
@@ -283,39 +337,67 @@ def _where0(value: Array) -> Array:
     return jnp.where((value != 0) & jnp.isfinite(value), value, 1)
 
 
-@functools.partial(jax.jit, static_argnames=("restart", "side", "batch", "dtype"))
-def _run_gmres(A, b, x0, M, rtol, atol, maxiter, *, restart, side, batch, dtype):
+@functools.partial(
+    jax.jit,
+    static_argnames=("restart", "side", "batch", "dtype", "x0_is_Mb", "callback", "legacy"),
+)
+def _run_gmres(
+    A, b, x0, M, rtol, atol, maxiter, *, restart, side, batch, dtype, x0_is_Mb, callback, legacy
+):
     """The solve as one compiled call (``maxiter`` an argument: changing it compiles
-    nothing), differentiable by ``lax.custom_linear_solve`` as :mod:`.krylov`'s."""
+    nothing), differentiable by ``lax.custom_linear_solve`` as :mod:`.krylov`'s.
+    ``callback`` (a :class:`~.operands.Callback` of the iterate or of the residual
+    estimate) sees the solve, not the transposed one; ``legacy``: ``maxiter`` counts
+    Arnoldi steps (SciPy's legacy callback)."""
     n = b.shape[-1]
     b = jnp.broadcast_to(b.astype(dtype), (*batch, n))
     x0 = None if x0 is None else jnp.broadcast_to(x0.astype(dtype), b.shape)
     matvec = vector_product(A)
     precondition = (lambda v: v) if M is None else M
+    reports = {}
+    if callback is not None:
+        reports["report_x" if callback.kind == "x" else "report_residual"] = callback.report
 
-    def solve(matvec, rhs):
-        limit = threshold(rhs, rtol, atol)
-        x, steps = gmres_cycles(
-            matvec, rhs, x0, precondition, limit, maxiter, restart=restart, side=side
-        )
-        return x.astype(rhs.dtype), (steps, limit)
+    def solver(reports):
+        def solve(matvec, rhs):
+            limit = threshold(rhs, rtol, atol)
+            start = precondition(rhs).astype(rhs.dtype) if x0_is_Mb else x0
+            x, steps, residual = gmres_cycles(
+                matvec,
+                rhs,
+                start_from(start, rhs),
+                precondition,
+                limit,
+                maxiter,
+                restart=restart,
+                side=side,
+                step_limit=maxiter if legacy else None,
+                **reports,
+            )
+            return x.astype(rhs.dtype), (steps, limit, residual)
 
-    x, (steps, limit) = lax.custom_linear_solve(matvec, b, solve, solve, has_aux=True)
-    residual = residual_norm(matvec, b, x)
+        return solve
+
+    # The residual of the returned x is the last cycle's, recomputed there from x.
+    x, (steps, limit, residual) = lax.custom_linear_solve(
+        matvec, b, solver(reports), None if on_host(A) else solver({}), has_aux=True
+    )
     converged = (residual <= limit) & jnp.isfinite(residual)
     return x, SolveInfo(steps, residual, converged)
 
 
 def gmres(
-    A: DiaMatrix | Operator,
+    A: OperatorLike,
     b: ArrayLike,
-    x0: ArrayLike | None = None,
+    x0: ArrayLike | str | None = None,
     *,
     rtol: Scalar = 1e-5,
     atol: Scalar = 0.0,
-    restart: int = 20,
+    restart: int | None = 20,
     maxiter: int | None = None,
-    M: Operator | None = None,
+    M: OperatorLike | None = None,
+    callback: Callable[[Any], object] | None = None,
+    callback_type: str | None = None,
     side: str = "right",
 ) -> tuple[Array, SolveInfo]:
     """Solves ``A x = b`` by restarted, preconditioned GMRES, and says how it went.
@@ -334,11 +416,12 @@ def gmres(
     convection-diffusion with ILU(0) it returned true residuals 100x above the
     tolerance, with Jacobi 1e4x.
 
-    ``M`` is applied on the right by default (Arnoldi on ``A M``, ``x = x0 + M V y``), as
-    SciPy does: its estimate is of the unpreconditioned residual that the stopping rule
-    reads, so a cycle ends where the tolerance is met. ``side="left"`` runs Arnoldi on
-    ``M A``, minimising ``|M (b - A x)|``; each cycle then aims to reduce that by the
-    factor the true residual needs, and the true residual still decides.
+    ``M`` is applied on the right by default (Arnoldi on ``A M``, ``x = x0 + M V y``): its
+    estimate is of the unpreconditioned residual that the stopping rule reads, so a cycle
+    ends where the tolerance is met. ``side="left"`` is SciPy's: Arnoldi on ``M A``,
+    minimising ``|M (b - A x)|``; each cycle then aims to reduce that by the factor the
+    true residual needs, and the true residual still decides. The two reach the same
+    tolerance on ``|b - A x|``; their iterates and residual estimates differ.
 
     A cycle that does not reduce the true residual (GMRES(m) can stagnate, e.g. on a
     singular or strongly indefinite ``A``) stops the system with ``converged`` False:
@@ -352,21 +435,34 @@ def gmres(
     is capped at ``n``, as SciPy does.
 
     Batches (leading dims of ``A`` and/or ``b``), ``jit``, ``vmap``, implicit
-    differentiation in ``b`` and ``A.data`` and function operators work as for
-    :func:`jaxdia.cg`; a :class:`jaxdia.ShardedDiaMatrix` is not supported yet.
+    differentiation in ``b`` and ``A.data``, every operator SciPy takes as ``A`` and
+    ``M``, ``x0="Mb"`` and integer matrices work as for :func:`jaxdia.cg`; a
+    :class:`jaxdia.ShardedDiaMatrix` is not supported yet. A ``callback`` is called as
+    SciPy's ``callback_type`` says: ``"x"``, with ``x`` after each restart cycle;
+    ``"pr_norm"``, with the residual estimate over ``|b|`` after each Arnoldi step (a
+    float; the estimate of what the cycle minimises: ``|b - A x|`` for ``side="right"``,
+    ``|M (b - A x)|`` for ``"left"``, SciPy's); ``"legacy"``, as ``"pr_norm"`` with
+    ``maxiter`` counting Arnoldi steps instead of cycles. A ``callback`` without a
+    ``callback_type`` is ``"legacy"``, with SciPy's ``DeprecationWarning`` (SciPy has
+    announced that its default will change).
 
     Args:
-      A: a square DiaMatrix (possibly batched) or a function ``v -> A v``.
+      A: a square DiaMatrix (possibly batched), a function ``v -> A v``, or any operator
+        SciPy takes (as for :func:`jaxdia.cg`).
       b: the right-hand side(s), shape ``(n,)`` or ``(..., n)``.
-      x0: the initial guess (default zeros).
+      x0: the initial guess (default zeros), or ``"Mb"``: ``M @ b``.
       rtol, atol: relative and absolute tolerances on ``|b - A x|``.
-      restart: the most Arnoldi steps per cycle (SciPy's default, 20); the basis holds
-        ``restart + 1`` vectors per system.
+      restart: the most Arnoldi steps per cycle (SciPy's default, 20; None: 20); the
+        basis holds ``restart + 1`` vectors per system.
       maxiter: the most restart cycles (SciPy's meaning; default ``10 * n``), an
         argument of the compiled solve (changing it compiles nothing).
-      M: the preconditioner, a function ``v -> M v`` (:func:`jaxdia.ilu0`,
+      M: the preconditioner, an operator as ``A`` (:func:`jaxdia.ilu0`,
         :func:`jaxdia.jacobi`, ...; None: none).
-      side: ``"right"`` (default, SciPy's) or ``"left"``.
+      callback: called with each iterate or residual estimate (``callback_type``), in
+        order, under ``jit`` too (an ordered host callback); not for the transposed solve
+        a gradient runs.
+      callback_type: ``"x"``, ``"pr_norm"`` or ``"legacy"`` (None: ``"legacy"``).
+      side: ``"right"`` (default) or ``"left"`` (SciPy's).
 
     Returns:
       ``(x, info)``: as :func:`jaxdia.cg`, with ``info.iterations`` the Arnoldi steps
@@ -374,10 +470,10 @@ def gmres(
       recomputes the residual).
 
     Raises:
-      TypeError: if ``A`` is neither a DiaMatrix nor a function (a ShardedDiaMatrix
-        too), ``M`` is not callable, or ``restart`` is not an int.
-      ValueError: if ``A`` is not square, the shapes do not fit, a tolerance or
-        ``maxiter`` is negative, ``restart < 1``, or ``side`` is unknown.
+      TypeError: as :func:`jaxdia.cg` (a ShardedDiaMatrix too), or if ``restart`` is not
+        an int.
+      ValueError: as :func:`jaxdia.cg`, or if ``restart < 1``, or ``side`` or
+        ``callback_type`` is unknown.
 
     Example:
       >>> import jax.numpy as jnp, jaxdia
@@ -391,7 +487,21 @@ def gmres(
     """
     if side not in SIDES:
         raise ValueError(f"gmres: side must be one of {SIDES}, got {side!r}")
-    restart = static_int(restart, "gmres: restart")
+    if callback_type is not None and callback_type not in CALLBACK_TYPES:
+        raise ValueError(
+            f"gmres: callback_type must be one of {CALLBACK_TYPES} (or None), got {callback_type!r}"
+        )
+    if callback is not None and callback_type is None:
+        warnings.warn(
+            "jaxdia.gmres called without specifying `callback_type`: it is then 'legacy', as "
+            "in SciPy (the callback gets the residual estimate after each Arnoldi step, and "
+            "maxiter counts those steps), whose default will change. Specify it, e.g. "
+            "gmres(..., callback_type='pr_norm'), or 'legacy' to keep this behavior.",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        callback_type = "legacy"
+    restart = static_int(20 if restart is None else restart, "gmres: restart")
     if restart < 1:
         raise ValueError(f"gmres: restart must be >= 1, got {restart}")
     if hasattr(A, "padded_size"):
@@ -413,4 +523,7 @@ def gmres(
         side=side,
         batch=operands.batch,
         dtype=operands.dtype,
+        x0_is_Mb=operands.x0_is_Mb,
+        callback=callback_of(callback, "gmres", "x" if callback_type == "x" else "residual"),
+        legacy=callback is not None and callback_type == "legacy",
     )

@@ -1,6 +1,7 @@
 """Krylov solvers that report: preconditioned conjugate gradients and BiCGStab.
 
-:func:`cg` and :func:`bicgstab` (public) check their operands and run the loops below as
+:func:`cg` and :func:`bicgstab` (public) check their operands (:mod:`.operands`: every
+operator SciPy takes, SciPy's ``x0="Mb"`` and ``callback``) and run the loops below as
 one compiled call, returning ``(x, info)`` with a :class:`SolveInfo` (iterations, final
 residual, whether it converged).
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, NamedTuple
 
 import jax
 import jax.extend.core
@@ -34,12 +35,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from .._checks import as_array, broadcast_batch, check_square, is_traced, scalar, static_int
-from .._matrix import DiaMatrix, as_square_matrix
-from .._typing import ArrayLike, Operator, Scalar, TypedLinearMap
+from .._typing import ArrayLike, OperatorLike, Scalar
+from .operands import callback_of, solve_operands
+from .operators import on_host, vector_product
 
 #: What the loops apply: ``A`` and ``M`` as functions of ``(*batch, n)`` arrays.
 MatVec = Callable[[Array], Array]
+#: What the loops hand each iterate to (``report(x, when)``: ``when`` a traced bool, False
+#: for a loop body that did not move ``x``): a callback's host call (:func:`reporter`).
+Report = Callable[[Array, Any], None]
 
 
 def _dot(a: Array, b: Array) -> Array:
@@ -71,11 +75,18 @@ def _divide(a: Array, b: Array, ok: Array) -> Array:
 
 
 def cg_iterations(
-    matvec: MatVec, b: Array, x0: Array | None, M: MatVec, threshold: Array, maxiter: ArrayLike
+    matvec: MatVec,
+    b: Array,
+    x0: Array | None,
+    M: MatVec,
+    threshold: Array,
+    maxiter: ArrayLike,
+    report: Report | None = None,
 ):
     """Preconditioned CG from ``x0`` (None: zeros, which saves a product) until
     ``|b - A x| <= threshold`` (per system, on the recursively updated residual) or
-    ``maxiter`` iterations. Returns ``(x, iterations)``.
+    ``maxiter`` iterations. Returns ``(x, iterations)``. ``report`` (see :data:`Report`)
+    gets each iterate.
 
     The loop body applies ``M`` once (the first direction is made in the loop, from
     ``p = 0``), so a large preconditioner such as a V-cycle is compiled once.
@@ -105,6 +116,8 @@ def cg_iterations(
         r = r - alpha[..., None] * q
         k = k + ok
         active = ok & (_squared_norm(r) > threshold2) & (k < maxiter)
+        if report is not None:
+            report(x, True)
         return x, r, p, _where(ok, gamma, gamma_before), k, active
 
     x, *_, k, _ = lax.while_loop(cond, body, (x0, r, _zeros_like(r), gamma, k, active))
@@ -118,11 +131,13 @@ def bicgstab_iterations(
     M: MatVec,
     threshold: Array,
     maxiter: ArrayLike,
+    report: Report | None = None,
     *,
     one_site: bool = False,
 ):
     """Preconditioned BiCGStab (van der Vorst's, as in ``jax.scipy.sparse.linalg``) from
-    ``x0``; stopping as :func:`cg`. Returns ``(x, iterations)``.
+    ``x0``; stopping as :func:`cg`. Returns ``(x, iterations)``; ``report`` gets the
+    iterate after each iteration (and after a half-way stop that ends the loop).
 
     Each iteration applies ``M`` and ``A`` twice, to ``p`` and then to ``s``, and stops a
     system half way when ``s`` meets the tolerance (as JAX and SciPy do). The loop body
@@ -142,7 +157,7 @@ def bicgstab_iterations(
     active = (_squared_norm(r) > threshold2) & (k < maxiter)
     zeros = _zeros_like(r)
     if not one_site:
-        return _bicgstab_full(matvec, M, threshold2, maxiter, x0, r, one, k, active, zeros)
+        return _bicgstab_full(matvec, M, threshold2, maxiter, x0, r, one, k, active, zeros, report)
     # x, r, rhat, alpha, omega, rho, rho_next, p, v, s, phat, ok, k, active, second half
     state = (x0, r, r, one, one, one, one, zeros, zeros, zeros, zeros, active, k, active, False)
 
@@ -195,18 +210,21 @@ def bicgstab_iterations(
         p, rho_next, ok, u = lax.cond(second, second_direction, first_direction, state)
         w = M(u)
         y = matvec(w)
-        return lax.cond(
+        state = lax.cond(
             second,
             lambda state: second_half(state, w, y),
             lambda state: first_half(state, p, rho_next, ok, w, y),
             state,
         )
+        if report is not None:  # a whole iteration done, or the loop ending half way
+            report(state[0], second | ~jnp.any(state[-2]))
+        return state
 
     state = lax.while_loop(cond, body, state)
     return state[0], state[-3]
 
 
-def _bicgstab_full(matvec, M, threshold2, maxiter, x0, r, one, k, active, zeros):
+def _bicgstab_full(matvec, M, threshold2, maxiter, x0, r, one, k, active, zeros, report):
     """:func:`bicgstab_iterations`' loop with one iteration per body (JAX's)."""
 
     def cond(state):
@@ -236,6 +254,8 @@ def _bicgstab_full(matvec, M, threshold2, maxiter, x0, r, one, k, active, zeros)
         k = k + ok
         active = full & (_squared_norm(r) > threshold2) & (k < maxiter) & (omega != 0)
         rho = _where(ok, rho_next, rho)
+        if report is not None:
+            report(x, True)
         return x, r, rhat, alpha, omega, rho, p, v, k, active
 
     state = (x0, r, r, one, one, one, zeros, zeros, k, active)
@@ -283,7 +303,13 @@ def _reduce(*pairs: tuple[Array, Array]) -> list[Array]:
 
 
 def cg_fused_iterations(
-    matvec: MatVec, b: Array, x0: Array | None, M: MatVec, threshold: Array, maxiter: ArrayLike
+    matvec: MatVec,
+    b: Array,
+    x0: Array | None,
+    M: MatVec,
+    threshold: Array,
+    maxiter: ArrayLike,
+    report: Report | None = None,
 ):
     """Chronopoulos and Gear's conjugate gradients: :func:`cg_iterations` with the
     inner products of an iteration, ``(r, z)``, ``(z, A z)`` and ``|r|^2``, in one
@@ -326,6 +352,8 @@ def cg_fused_iterations(
         k = k + ok
         gamma = _where(ok, gamma, gamma_before)
         alpha = _where(ok, alpha, alpha_before)
+        if report is not None:  # not the last body, which only reads the stopping test
+            report(x, jnp.any(ok))
         return x, r, p, s, gamma, alpha, k, ok & (k < maxiter)
 
     zeros = _zeros_like(r)
@@ -335,7 +363,13 @@ def cg_fused_iterations(
 
 
 def bicgstab_fused_iterations(
-    matvec: MatVec, b: Array, x0: Array | None, M: MatVec, threshold: Array, maxiter: ArrayLike
+    matvec: MatVec,
+    b: Array,
+    x0: Array | None,
+    M: MatVec,
+    threshold: Array,
+    maxiter: ArrayLike,
+    report: Report | None = None,
 ):
     """BiCGStab (:func:`bicgstab_iterations`'s) with one reduction per half step, two
     per iteration: the fewest its two step lengths allow (``alpha`` needs ``A M p``,
@@ -403,12 +437,15 @@ def bicgstab_fused_iterations(
         y = matvec(w)
         rhat = state[2]
         dots = _reduce((rhat, y), (other, other), (y, other), (y, y), (rhat, other))
-        return lax.cond(
+        new = lax.cond(
             second,
             lambda state: second_half(state, w, y, dots),
             lambda state: first_half(state, p, w, y, dots),
             state,
         )
+        if report is not None:  # x moves in the second half only
+            report(new[0], second & jnp.any(state[-2]))
+        return new
 
     state = lax.while_loop(cond, body, state)
     return state[0], state[-3]
@@ -419,32 +456,20 @@ def threshold(b: Array, rtol: Scalar, atol: Scalar) -> Array:
     return jnp.maximum(rtol * jnp.sqrt(_squared_norm(b)), atol)
 
 
+def start_from(x0: Array | None, b: Array) -> Array | None:
+    """The initial guess: ``x0``, with zeros for a system whose ``b`` is zero. That is its
+    solution, as SciPy returns it whatever ``x0``: from elsewhere no iteration could meet
+    the zero tolerance ``rtol * |b|`` (with ``atol = 0``)."""
+    if x0 is None:
+        return None
+    return jnp.where((_squared_norm(b) == 0)[..., None], jnp.zeros((), x0.dtype), x0)
+
+
 def residual_norm(matvec: MatVec, b: Array, x: Array) -> Array:
     return jnp.sqrt(_squared_norm(b - matvec(x)))
 
 
 # -- the public solvers -------------------------------------------------------------------
-
-
-def vector_product(A: DiaMatrix | Operator) -> MatVec:
-    """``v -> A @ v`` for vectors stacked on leading dims (``(*batch, n)``): ``A`` a
-    DiaMatrix, another operator with ``@`` on vectors and ``(n, c)`` blocks (a
-    :class:`jaxdia.ShardedDiaMatrix`: a stack goes through as one block), or a function."""
-
-    def matvec(v: Array) -> Array:
-        if callable(A) and not isinstance(A, DiaMatrix):
-            return A(v)
-        if v.ndim == 1:
-            product: Any = A @ v  # DiaMatrix's @ is typed for matrices too
-            return product
-        if isinstance(A, DiaMatrix):  # broadcasts a batch of matrices with the vectors
-            product = A @ v[..., None]
-            return product[..., 0]
-        n = v.shape[-1]
-        block = A @ v.reshape(-1, n).T
-        return block.T.reshape(v.shape)
-
-    return matvec
 
 
 class SolveInfo(NamedTuple):
@@ -454,8 +479,9 @@ class SolveInfo(NamedTuple):
     Attributes:
       iterations: the iterations run (int32); for :func:`jaxdia.gmres`, the Arnoldi steps
         over all restart cycles.
-      residual_norm: ``|b - A x|`` of the returned ``x``, recomputed with one more product
-        (not the recursively updated residual the iteration tracks).
+      residual_norm: ``|b - A x|`` of the returned ``x``, recomputed from ``x`` (with one
+        more product for CG and BiCGStab; :func:`jaxdia.gmres` recomputes it at the end
+        of every cycle), not the recursively updated residual the iteration tracks.
       converged: whether ``residual_norm <= max(rtol * |b|, atol)``. False when
         ``maxiter`` ran out, when the method broke down, or when rounding kept the true
         residual above the tolerance that the recursive one met.
@@ -473,122 +499,6 @@ class SolveInfo(NamedTuple):
     converged: Array
 
 
-def _static_callable(f: Any, example: jax.ShapeDtypeStruct | None = None) -> Any:
-    """``f`` as a jit argument: pytrees (DiaMatrix, Multigrid, Partial, ...) as they are,
-    a plain function as a ``Partial`` (the function itself is static).
-
-    A static function's closed-over arrays become constants of the compiled program,
-    which JAX refuses for an array spanning devices of other processes. In a
-    multi-process run, a plain function is therefore traced once on ``example`` (a
-    ``jax.ShapeDtypeStruct`` of the vectors it gets) and, when it closes over such
-    arrays, passed as its jaxpr with those arrays as arguments (see
-    :func:`_with_closure_arguments`).
-    """
-    if f is None:
-        return None
-    if jax.tree_util.treedef_is_leaf(jax.tree_util.tree_structure(f)):
-        if example is not None and jax.process_count() > 1:
-            return _with_closure_arguments(f, example)
-        return jax.tree_util.Partial(f)
-    return f
-
-
-def _with_closure_arguments(f: MatVec, example: jax.ShapeDtypeStruct) -> MatVec:
-    """``f`` as a ``Partial`` of its jaxpr, with the arrays it closes over as arguments,
-    if one of them is not fully addressable (it spans devices of other processes);
-    else as ``_static_callable`` passes a function."""
-    closed = jax.make_jaxpr(f)(example)
-    remote = any(
-        isinstance(const, jax.Array) and not const.is_fully_addressable for const in closed.consts
-    )
-    if not remote:
-        return jax.tree_util.Partial(f)
-    if len(closed.jaxpr.outvars) != 1:
-        raise TypeError(
-            f"a function operator must return one array v -> A v, got {len(closed.jaxpr.outvars)} "
-            "outputs"
-        )
-    return jax.tree_util.Partial(functools.partial(_evaluate, closed.jaxpr), list(closed.consts))
-
-
-def _evaluate(jaxpr: jax.extend.core.Jaxpr, consts: list[Any], v: Array) -> Array:
-    """The function a jaxpr with closed-over ``consts`` computes, applied to ``v``."""
-    (out,) = jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(jaxpr, consts))(v)
-    return out
-
-
-def _is_operator(A: object) -> TypeGuard[TypedLinearMap]:
-    """Whether ``A`` is a matrix-like operator other than a DiaMatrix: ``@`` and a square
-    ``shape``, vectors of length ``padded_size`` when it has one (a
-    :class:`jaxdia.ShardedDiaMatrix`)."""
-    return (
-        not callable(A)
-        and hasattr(A, "__matmul__")
-        and len(getattr(A, "shape", ())) == 2
-        and not isinstance(A, (np.ndarray, jax.Array))
-    )
-
-
-def _solve_args(
-    function: str,
-    A: DiaMatrix | Operator,
-    b: ArrayLike,
-    M: Operator | None,
-    x0: ArrayLike | None,
-    maxiter: ArrayLike | None,
-):
-    hint = ""
-    if isinstance(A, DiaMatrix):
-        A = as_square_matrix(A, function)
-        n, batch, dtype = A.shape[0], A.batch_shape, A.dtype
-    elif _is_operator(A):  # a ShardedDiaMatrix: its vectors are padded to padded_size rows
-        check_square(A, function)
-        n, batch, dtype = int(getattr(A, "padded_size", A.shape[0])), (), np.dtype(A.dtype)
-        if n != A.shape[0]:
-            hint = (
-                f" (A's vectors are padded to {n} rows: make b with A.shard_vector(b), "
-                "which pads and shards it)"
-            )
-    elif callable(A):
-        n, batch, dtype = None, (), None
-    else:
-        raise TypeError(
-            f"{function}: A must be a jaxdia.DiaMatrix or a function v -> A v (or a "
-            f"jaxdia.ShardedDiaMatrix), got {type(A).__name__}"
-        )
-    b = as_array(b, f"{function}: b")
-    if b.ndim == 0 or (n is not None and b.shape[-1] != n):
-        raise ValueError(
-            f"{function}: b must have shape ({n if n is not None else 'n'},) or (..., n), got "
-            f"shape {b.shape}{hint}"
-        )
-    n = b.shape[-1]
-    batch = broadcast_batch(f"{function}: A and b", batch, b.shape[:-1])
-    if x0 is not None:
-        x0 = as_array(x0, f"{function}: x0")
-        if x0.ndim == 0 or x0.shape[-1] != n:
-            raise ValueError(f"{function}: x0 must have shape ({n},) or (..., {n}), got {x0.shape}")
-        batch = broadcast_batch(f"{function}: A, b and x0", batch, x0.shape[:-1])
-    if M is not None and not callable(M):
-        raise TypeError(
-            f"{function}: M must be a preconditioner function v -> M v (e.g. jaxdia.multigrid, "
-            f"jaxdia.chebyshev, jaxdia.jacobi), got {type(M).__name__}"
-        )
-    if maxiter is None:
-        maxiter = np.int32(min(10 * n, np.iinfo(np.int32).max))
-    elif is_traced(maxiter):  # a traced count is fine: it is an argument of the loop
-        maxiter = jnp.asarray(maxiter, np.int32)
-    else:
-        maxiter = static_int(maxiter, f"{function}: maxiter")
-        if maxiter < 0:
-            raise ValueError(f"{function}: maxiter must be >= 0, got {maxiter}")
-        maxiter = np.int32(min(maxiter, np.iinfo(np.int32).max))
-    result = jnp.result_type(*(t for t in (dtype, b.dtype) if t is not None))
-    if not jnp.issubdtype(result, jnp.inexact):
-        result = jnp.result_type(float)
-    return A, b, M, x0, maxiter, batch, np.dtype(result)
-
-
 #: The loops of each method and variant.
 LOOPS = {
     ("cg", "standard"): cg_iterations,
@@ -599,10 +509,15 @@ LOOPS = {
 VARIANTS = ("standard", "fused")
 
 
-@functools.partial(jax.jit, static_argnames=("method", "variant", "batch", "dtype"))
-def _run_krylov(A, b, x0, M, rtol, atol, maxiter, *, method, variant, batch, dtype):
+@functools.partial(
+    jax.jit, static_argnames=("method", "variant", "batch", "dtype", "x0_is_Mb", "callback")
+)
+def _run_krylov(
+    A, b, x0, M, rtol, atol, maxiter, *, method, variant, batch, dtype, x0_is_Mb, callback
+):
     """The solve as one compiled call; ``maxiter`` is an argument, so that changing it
-    does not compile again."""
+    does not compile again. ``callback`` (a :class:`~.operands.Callback`) sees the
+    iterates of the solve, not those of the transposed solve a gradient runs."""
     n = b.shape[-1]
     b = jnp.broadcast_to(b.astype(dtype), (*batch, n))
     x0 = None if x0 is None else jnp.broadcast_to(x0.astype(dtype), b.shape)
@@ -610,15 +525,29 @@ def _run_krylov(A, b, x0, M, rtol, atol, maxiter, *, method, variant, batch, dty
     precondition = (lambda v: v) if M is None else M
     loop = LOOPS[method, variant]
     if (method, variant) == ("bicgstab", "standard"):
-        loop = functools.partial(loop, one_site=large_program(M, b))
+        # A product on the host costs far more than the half-step loop's conds.
+        one_site = large_program(M, b) or on_host(A) or on_host(M)
+        loop = functools.partial(loop, one_site=one_site)
 
-    def solve(matvec, rhs):
-        limit = threshold(rhs, rtol, atol)
-        x, iterations = loop(matvec, rhs, x0, precondition, limit, maxiter)
-        return x.astype(rhs.dtype), (iterations, limit)
+    def solver(report):
+        def solve(matvec, rhs):
+            limit = threshold(rhs, rtol, atol)
+            start = precondition(rhs).astype(rhs.dtype) if x0_is_Mb else x0
+            x, iterations = loop(
+                matvec, rhs, start_from(start, rhs), precondition, limit, maxiter, report
+            )
+            return x.astype(rhs.dtype), (iterations, limit)
 
+        return solve
+
+    report = None if callback is None else callback.report
     x, (iterations, limit) = lax.custom_linear_solve(
-        matvec, b, solve, solve, symmetric=method == "cg", has_aux=True
+        matvec,
+        b,
+        solver(report),
+        None if on_host(A) else solver(None),
+        symmetric=method == "cg",
+        has_aux=True,
     )
     residual = residual_norm(matvec, b, x)
     # An infinite tolerance (|b| not finite in the working precision) is met by nothing:
@@ -627,21 +556,16 @@ def _run_krylov(A, b, x0, M, rtol, atol, maxiter, *, method, variant, batch, dty
     return x, SolveInfo(iterations, residual, converged)
 
 
-def _tolerance(value: Scalar, name: str) -> Array | float:
-    """A tolerance: a traced one as it is, a concrete one checked and as a Python float."""
-    value = scalar(value, name, nonnegative=True)
-    return value if is_traced(value) else float(value)
-
-
 def cg(
-    A: DiaMatrix | Operator,
+    A: OperatorLike,
     b: ArrayLike,
+    x0: ArrayLike | str | None = None,
     *,
-    M: Operator | None = None,
-    x0: ArrayLike | None = None,
     rtol: Scalar = 1e-5,
     atol: Scalar = 0.0,
     maxiter: int | None = None,
+    M: OperatorLike | None = None,
+    callback: Callable[[np.ndarray], object] | None = None,
     variant: str = "standard",
 ) -> tuple[Array, SolveInfo]:
     """Solves ``A x = b`` by preconditioned conjugate gradients, and says how it went.
@@ -662,6 +586,15 @@ def cg(
     A batched ``A`` and/or ``b`` (leading dims) solves independent systems at once, each
     with its own iterations, stopping on its own.
 
+    ``A`` and ``M`` may be anything SciPy's ``cg`` takes: a dense or
+    ``scipy.sparse`` matrix, a ``scipy.sparse.linalg.LinearOperator`` (a product written
+    in NumPy runs on the host through ``jax.pure_callback``: it works under ``jit`` and
+    ``vmap``, costs a host round trip per product and cannot be differentiated), a
+    lineax operator. ``callback(xk)`` is called with each iterate, as SciPy calls it
+    (under ``jit`` too, in order, by an ordered host callback; a NumPy array of the
+    solution's shape); ``x0="Mb"`` starts from ``M @ b``. Integer matrices compute in the
+    default float dtype (float64 with x64 on, as SciPy); long double is refused.
+
     ``A`` may be a :class:`jaxdia.ShardedDiaMatrix`: ``b`` (and ``x0``) are then its
     padded, sharded vectors (``S.shard_vector(b)``), and every Krylov vector stays
     sharded. ``variant="fused"`` is Chronopoulos and Gear's CG: the three inner products
@@ -674,17 +607,21 @@ def cg(
     It applies ``M`` and ``A`` once more than standard CG before it stops.
 
     Args:
-      A: a square DiaMatrix (possibly batched), a :class:`jaxdia.ShardedDiaMatrix`, or a
-        function ``v -> A v`` on arrays of ``b``'s shape (in a multi-process run, one
-        that closes over arrays spanning processes is traced once more and those arrays
-        become arguments of the compiled solve).
+      A: a square DiaMatrix (possibly batched), a :class:`jaxdia.ShardedDiaMatrix`, a
+        function ``v -> A v`` on arrays of ``b``'s shape written in JAX (in a
+        multi-process run, one that closes over arrays spanning processes is traced once
+        more and those arrays become arguments of the compiled solve), or any operator
+        SciPy takes (above).
       b: the right-hand side(s), shape ``(n,)`` or ``(..., n)``.
-      M: the preconditioner, a function ``v -> M v`` on arrays of ``b``'s shape (None:
-        none).
-      x0: the initial guess (default zeros).
+      x0: the initial guess (default zeros), or ``"Mb"``: ``M @ b``.
       rtol, atol: relative and absolute tolerances on the residual norm.
       maxiter: the most iterations (default ``10 * n``); an argument of the compiled
         solve (changing it compiles nothing), which may be traced.
+      M: the preconditioner, an operator as ``A`` is (a function ``v -> M v`` on arrays
+        of ``b``'s shape; None: none).
+      callback: called as ``callback(xk)`` after each iteration (the iterates of a
+        batch together, shape ``(..., n)``; under ``vmap``, once per member); not called
+        for the transposed solve a gradient runs.
       variant: ``"standard"`` (JAX's and SciPy's recurrences) or ``"fused"``
         (Chronopoulos and Gear's, one reduction per iteration).
 
@@ -694,11 +631,12 @@ def cg(
       have the batch shape.
 
     Raises:
-      TypeError: if ``A`` is neither a DiaMatrix, a ShardedDiaMatrix nor a function, or
-        ``M`` is not callable.
+      TypeError: if ``A`` or ``M`` is none of the operators above, holds long doubles, or
+        a host operator is differentiated; if ``callback`` is not callable.
       ValueError: if ``A`` is not square, the shapes do not fit (for a ShardedDiaMatrix,
-        ``b`` not padded to its ``padded_size``), a tolerance or ``maxiter`` is
-        negative, or ``variant`` is unknown.
+        ``b`` not padded to its ``padded_size``), a tolerance is negative, None or a
+        string (SciPy's errors), ``maxiter`` is negative, ``x0`` a string other than
+        ``"Mb"``, or ``variant`` is unknown.
 
     Example:
       >>> import jax.numpy as jnp, jaxdia
@@ -709,19 +647,29 @@ def cg(
       >>> _, fused = jaxdia.cg(A, jnp.ones(50), M=jaxdia.jacobi(A), rtol=1e-6, variant="fused")
       >>> int(fused.iterations) == int(info.iterations)
       True
+
+      SciPy's operators and callback (a LinearOperator in NumPy runs on the host):
+
+      >>> import numpy as np, scipy.sparse.linalg as spla
+      >>> S = spla.LinearOperator((3, 3), matvec=lambda v: 2 * v, dtype=np.float32)
+      >>> seen = []
+      >>> x, info = jaxdia.cg(S, np.ones(3, np.float32), callback=seen.append)
+      >>> x, len(seen)
+      (Array([0.5, 0.5, 0.5], dtype=float32), 1)
     """
-    return _solve("cg", A, b, M, x0, rtol, atol, maxiter, variant)
+    return _solve("cg", A, b, x0, M, rtol, atol, maxiter, callback, variant)
 
 
 def bicgstab(
-    A: DiaMatrix | Operator,
+    A: OperatorLike,
     b: ArrayLike,
+    x0: ArrayLike | str | None = None,
     *,
-    M: Operator | None = None,
-    x0: ArrayLike | None = None,
     rtol: Scalar = 1e-5,
     atol: Scalar = 0.0,
     maxiter: int | None = None,
+    M: OperatorLike | None = None,
+    callback: Callable[[np.ndarray], object] | None = None,
     variant: str = "standard",
 ) -> tuple[Array, SolveInfo]:
     """Solves ``A x = b`` by preconditioned BiCGStab, for nonsymmetric ``A``, and says how
@@ -745,14 +693,15 @@ def bicgstab(
     SciPy), and ``info`` reports the true residual either way.
 
     Args:
-      A: a square DiaMatrix (possibly batched), a :class:`jaxdia.ShardedDiaMatrix`, or a
-        function ``v -> A v`` (as for :func:`jaxdia.cg`).
+      A: an operator as for :func:`jaxdia.cg`.
       b: the right-hand side(s), shape ``(n,)`` or ``(..., n)``.
-      M: the preconditioner, a function ``v -> M v`` (None: none).
-      x0: the initial guess (default zeros).
+      x0: the initial guess (default zeros), or ``"Mb"``: ``M @ b``.
       rtol, atol: relative and absolute tolerances on the residual norm.
       maxiter: the most iterations (default ``10 * n``); each costs two products with
         ``A`` and two applications of ``M``.
+      M: the preconditioner, an operator as ``A`` (None: none).
+      callback: called as ``callback(xk)`` after each iteration, as SciPy calls it (and
+        after a half-way stop that ends the solve).
       variant: ``"standard"`` (JAX's recurrences) or ``"fused"`` (one reduction per
         half step).
 
@@ -760,10 +709,7 @@ def bicgstab(
       ``(x, info)`` as :func:`jaxdia.cg`.
 
     Raises:
-      TypeError: if ``A`` is neither a DiaMatrix, a ShardedDiaMatrix nor a function, or
-        ``M`` is not callable.
-      ValueError: if ``A`` is not square, the shapes do not fit, a tolerance or
-        ``maxiter`` is negative, or ``variant`` is unknown.
+      TypeError, ValueError: as :func:`jaxdia.cg`.
 
     Example:
       >>> import jax.numpy as jnp, jaxdia
@@ -772,64 +718,25 @@ def bicgstab(
       >>> bool(info.converged)  # float32 (x64 off): 1e-5 is well above its rounding
       True
     """
-    return _solve("bicgstab", A, b, M, x0, rtol, atol, maxiter, variant)
+    return _solve("bicgstab", A, b, x0, M, rtol, atol, maxiter, callback, variant)
 
 
-class SolveOperands(NamedTuple):
-    """A Krylov solver's checked arguments, as its compiled call takes them: ``A`` and
-    ``M`` as jit arguments (see :func:`_static_callable`), ``b`` and ``x0`` as given, the
-    tolerances and ``maxiter`` checked, the batch shape and the working dtype."""
-
-    A: Any
-    b: Array | np.ndarray
-    x0: Array | np.ndarray | None
-    M: Any
-    rtol: Array | float
-    atol: Array | float
-    maxiter: Any
-    batch: tuple[int, ...]
-    dtype: np.dtype
-
-
-def solve_operands(
-    method: str,
-    A: DiaMatrix | Operator,
-    b: ArrayLike,
-    M: Operator | None,
-    x0: ArrayLike | None,
-    rtol: Scalar,
-    atol: Scalar,
-    maxiter: ArrayLike | None,
-) -> SolveOperands:
-    """The arguments of the solver ``method`` (its name in the messages) checked and made
-    ready for its compiled call (``maxiter`` None: ``10 * n``)."""
-    A, b, M, x0, maxiter, batch, dtype = _solve_args(method, A, b, M, x0, maxiter)
-    rtol = _tolerance(rtol, f"{method}: rtol")
-    atol = _tolerance(atol, f"{method}: atol")
-    example = None
-    if not is_traced(b):  # what a function operator gets, to trace it (multi-process runs)
-        shape = (*batch, b.shape[-1])
-        sharding = getattr(b, "sharding", None) if b.shape == shape else None
-        example = jax.ShapeDtypeStruct(shape, dtype, sharding=sharding)
-    return SolveOperands(
-        _static_callable(A, example),
-        b,
-        x0,
-        _static_callable(M, example),
-        rtol,
-        atol,
-        maxiter,
-        batch,
-        dtype,
-    )
-
-
-def _solve(method, A, b, M, x0, rtol, atol, maxiter, variant):
+def _solve(method, A, b, x0, M, rtol, atol, maxiter, callback, variant):
     if variant not in VARIANTS:
         raise ValueError(f"{method}: variant must be one of {VARIANTS}, got {variant!r}")
-    A, b, x0, M, rtol, atol, maxiter, batch, dtype = solve_operands(
-        method, A, b, M, x0, rtol, atol, maxiter
-    )
+    operands = solve_operands(method, A, b, M, x0, rtol, atol, maxiter)
     return _run_krylov(
-        A, b, x0, M, rtol, atol, maxiter, method=method, variant=variant, batch=batch, dtype=dtype
+        operands.A,
+        operands.b,
+        operands.x0,
+        operands.M,
+        operands.rtol,
+        operands.atol,
+        operands.maxiter,
+        method=method,
+        variant=variant,
+        batch=operands.batch,
+        dtype=operands.dtype,
+        x0_is_Mb=operands.x0_is_Mb,
+        callback=callback_of(callback, method),
     )

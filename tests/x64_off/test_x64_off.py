@@ -168,6 +168,28 @@ def test_krylov_solvers_and_preconditioners(solver, preconditioner):
     assert true <= 1.5e-4 * np.linalg.norm(b)
 
 
+def test_integer_matrices_and_scipy_operators():
+    """Integer matrices (dense, scipy.sparse, a LinearOperator's, DiaMatrix.from_scipy)
+    compute in float32, JAX's default float; a NumPy LinearOperator and a callback work
+    on float32 vectors."""
+    P = poisson(6).astype(np.int32)
+    b = np.arange(36)
+    expected = spla.spsolve(P.tocsc().astype(np.float64), b.astype(np.float64))
+    assert jaxdia.DiaMatrix.from_scipy(P).dtype == np.float32
+    for A in (P.toarray(), P, spla.aslinearoperator(P), jaxdia.DiaMatrix.from_scipy(P)):
+        for solver in (jaxdia.cg, jaxdia.gmres):
+            seen = []
+            options = {"callback_type": "x"} if solver is jaxdia.gmres else {}
+            x, info = solver(A, b, rtol=1e-5, callback=seen.append, **options)
+            assert_float32(x)
+            assert bool(info.converged) and seen and seen[-1].dtype == np.float32
+            np.testing.assert_allclose(np.asarray(x), expected, rtol=1e-4)
+    host = spla.LinearOperator(P.shape, matvec=lambda v: P @ v, dtype=np.float64)
+    x, info = jaxdia.bicgstab(host, b.astype(np.float32), rtol=1e-5)
+    assert_float32(x)
+    np.testing.assert_allclose(np.asarray(x), expected, rtol=1e-4)
+
+
 def test_eigsh_and_expm_multiply():
     P = poisson(12)
     A = jaxdia.DiaMatrix.from_scipy(P.astype(np.float32))
