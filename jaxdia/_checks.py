@@ -242,7 +242,7 @@ def as_array(
     if isinstance(value, jax.Array):  # tracers are jax.Array instances too
         return value
     if type(value) is np.ndarray and value.dtype.kind in "fc" and value.dtype.isnative:
-        return value  # the common case, without the checks below (~2 us an eager call)
+        return value  # the common case: an eager call skips the checks below
     reject_sparse(value, name, hint)
     if isinstance(value, jax.ShapeDtypeStruct):
         raise TypeError(
@@ -285,7 +285,7 @@ def broadcast_batch(what: str, *shapes: Sequence[int]) -> tuple[int, ...]:
     """The broadcast of batch ``shapes``, or a ValueError naming ``what`` and them."""
     shapes_ = [tuple(s) for s in shapes]
     if all(shape == shapes_[0] for shape in shapes_[1:]):
-        return shapes_[0]  # the common case, without NumPy's general broadcast (~3 us)
+        return shapes_[0]  # the common case, without NumPy's general (slower) broadcast
     try:
         return tuple(np.broadcast_shapes(*shapes_))
     except ValueError:

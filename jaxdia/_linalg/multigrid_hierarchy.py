@@ -51,7 +51,8 @@ from .._products import looped_matvec, matvec
 from .._pytree import Immutable
 from .._typing import DTypeLike, Grid
 from . import ilu
-from .banded import Factor, factor_lu, solve
+from .banded import Factor, factor, solve
+from .plan import Use, choose
 from .smoothers import gershgorin, jacobi_steps, row_sums, smooth, smoothing_data
 from .stencil import (
     Cells,
@@ -239,7 +240,7 @@ class Hierarchy(Immutable):
     inverse_diagonals: tuple[Array, ...]
     bounds: tuple[Array, ...]
     coarse_lu: Factor | Array
-    factors: tuple[ilu.Factor, ...]
+    factors: tuple[ilu.IncompleteFactor, ...]
     grids: tuple[StaticGrid, ...]
     plan: Plan
     smoother: str
@@ -253,10 +254,11 @@ def coarse_factor(A: DiaParts) -> Factor | Array:
     cycle's coarse solve is one matrix-vector product where a banded solve is a sequence
     of small kernels, about ``2 log2(n / m)`` of them for cyclic reduction (at most
     ``MAX_COARSE`` = 4096 unknowns: at most 128 MiB in float64)."""
-    if _dispatch.coarse_solve_by_inverse():
+    plan = choose(A.offsets, A.shape[0], use=Use.COARSE)
+    if plan.dense:
         dense = dia_to_dense(A.data.astype(accumulation_dtype(A.dtype)), A.offsets, A.shape)
         return jnp.linalg.inv(dense)
-    return factor_lu(A)
+    return factor(A, plan)
 
 
 def coarse_solve(A: DiaParts, factor: Factor | Array, b: Array) -> Array:
@@ -371,7 +373,7 @@ def host_setup(
     return operators, inverses, bounds
 
 
-def ilu_smoother(A: DiaParts, grid: StaticGrid) -> ilu.Factor:
+def ilu_smoother(A: DiaParts, grid: StaticGrid) -> ilu.IncompleteFactor:
     """A level's ILU(0) for the ``"ilu"`` smoother: exact on CPU, Chow–Patel's sweeps
     and solves by hyperplanes elsewhere (see :mod:`jaxdia._kernels.ilu_primitives`)."""
     factor, _ = ilu.factorize(
