@@ -60,7 +60,7 @@ from .stencil import (
     Step,
     Values,
     cells_of,
-    color,
+    colour,
     dia_from_rows,
     displacements,
     flat_offset,
@@ -78,7 +78,7 @@ _V = TypeVar("_V", Array, np.ndarray, Values)
 
 def probe(A: DiaParts, grid: Grid, axes: Sequence[int]) -> Array:
     """``R A P`` read off by probing: the rows ``(n_coarse, 3^dim)`` for
-    :func:`jaxdia._linalg.stencil.dia_from_rows` (``by_color``).
+    :func:`jaxdia._linalg.stencil.dia_from_rows` (``by_colour``).
 
     Column ``c`` is ``R A P e_c``, where ``e_c`` is 1 on the coarse points of colour
     ``c``: since the neighbours of a coarse point have distinct colours, its entry ``i``
@@ -87,7 +87,7 @@ def probe(A: DiaParts, grid: Grid, axes: Sequence[int]) -> Array:
     """
     coarse = coarse_grid(grid, axes)
     width = 3 ** len(grid)
-    probes = (color(coarse)[..., None] == jnp.arange(width, dtype=np.int32)).astype(A.dtype)
+    probes = (colour(coarse)[..., None] == jnp.arange(width, dtype=np.int32)).astype(A.dtype)
     fine = interpolate(probes, axes, grid).reshape(-1, width)
     product = spmm(A.data, fine, offsets=A.offsets, shape=A.shape)
     return restrict(product.reshape(*grid, width), axes).reshape(-1, width)
@@ -296,7 +296,7 @@ def setup(
             cells = galerkin_cells(cells, grid, axis)
             grid = coarse_grid(grid, (axis,))
         rows = stencil_rows(cells, grid, parts.dtype)
-        operator = dia_from_rows(rows, grid, by_color=False)
+        operator = dia_from_rows(rows, grid, by_colour=False)
         operators.append(operator)
         grids.append(grid)
     for axes in plan[len(operators) - 1 :]:
@@ -306,7 +306,7 @@ def setup(
         bounds.append(rho)
         rows = probe(operator, grid, axes)
         grid = coarse_grid(grid, axes)
-        operators.append(dia_from_rows(rows, grid, by_color=True))
+        operators.append(dia_from_rows(rows, grid, by_colour=True))
         grids.append(grid)
     factors = ()
     if smoother == "ilu":
