@@ -9,9 +9,9 @@ factorization and SciPy, on CPU, and the sequential depth of the GPU program.
    (what batches of 8 or more systems ran on CPU before), with its compile time. The
    implementation column is ``jaxdia._dispatch.oneshot_implementation``'s choice.
 2. **One large system**: ``lu_factor(A).solve(b)`` in one compiled call with the method
-   forced (``jaxdia._linalg.banded.METHOD``): cyclic reduction (``"parallel"``, what a
+   forced (``method=``): cyclic reduction (``"parallel"``, what a
    GPU/TPU runs), the ``lax.scan`` LU (``"scan"``, what they ran before: the proxy for a
-   GPU's sequential loop) and LAPACK (``"host"``, CPU's default).
+   GPU's sequential loop) and LAPACK (``"lapack"``, CPU's default).
 3. **Sequential depth on GPU**: the ``while`` loops of ``lu_factor(A).solve(b)`` lowered
    for ``cuda`` with the scan (before) and with the default (after): their count and trip
    counts, read as the structural tests read them.
@@ -45,7 +45,7 @@ import numpy as np  # noqa: E402
 import scipy.linalg as sla  # noqa: E402
 
 import jaxdia  # noqa: E402
-from jaxdia._linalg import banded as _banded  # noqa: E402
+from jaxdia._kernels.band_layouts import GB  # noqa: E402
 
 
 def band(n: int, width: int, batch: tuple[int, ...] = (), seed: int = 0) -> np.ndarray:
@@ -111,7 +111,6 @@ def batch_problem(width: int, count: int, n: int):
 def batches(shapes, rounds: int, cyclic: bool) -> list[str]:
     """One row per band and ``(B, n)``: the median time per batch of each path."""
     from jaxdia._dispatch import oneshot_implementation
-    from jaxdia._kernels.band_layouts import GB
 
     rows = []
     for width, label in BANDS:
@@ -121,14 +120,12 @@ def batches(shapes, rounds: int, cyclic: bool) -> list[str]:
             data, rhs = A.data, jnp.asarray(b)
 
             def compiled(method: str):
-                _banded.METHOD = method
-
                 def solve(d, b):
-                    return jaxdia.solve_banded(jaxdia.DiaMatrix(d, offsets, shape), b)
+                    A = jaxdia.DiaMatrix(d, offsets, shape)
+                    return jaxdia.solve_banded(A, b, method=method)
 
                 start = time.perf_counter()
                 program = jax.jit(jax.vmap(solve)).lower(data, rhs).compile()
-                _banded.METHOD = "auto"
                 return program, time.perf_counter() - start
 
             programs = {"jaxdia": compiled("auto")}
@@ -245,7 +242,8 @@ def sweep(rounds: int) -> None:
                     for name in names
                 ]
                 fastest = min(compiles, key=median.__getitem__)
-                chosen = chooser("cpu", "auto", n, (width, width), count)
+                widths = (width, width)
+                chosen = chooser("cpu", "auto", n, widths, count, n * GB.band_columns(widths))
                 print(
                     f"| {label} | {count} | {n} | {chosen} | {' | '.join(cells)} | "
                     f"{median['scipy'] * 1e3:.3f} ms | {fastest} |",
@@ -255,12 +253,10 @@ def sweep(rounds: int) -> None:
 
 def forced(method: str):
     """``lu_factor(A).solve(b)``, compiled with ``method`` forced."""
-    _banded.METHOD = method
-    jax.clear_caches()
 
     @jax.jit
     def run(A, b):
-        return jaxdia.lu_factor(A).solve(b)
+        return jaxdia.lu_factor(A, method=method).solve(b)
 
     return run
 
@@ -270,7 +266,7 @@ def single(n: int, width: int, rounds: int, scan: bool) -> str:
     b = jnp.asarray(np.random.default_rng(4).standard_normal(n))
     A = as_matrix(ab, width)
     expected = sla.solve_banded((width, width), ab, np.asarray(b))
-    methods = ["parallel", "host"] + (["scan"] if scan else [])
+    methods = ["parallel", "lapack"] + (["scan"] if scan else [])
     runs, compiles = {}, {}
     for method in methods:
         fn = forced(method)
@@ -280,7 +276,6 @@ def single(n: int, width: int, rounds: int, scan: bool) -> str:
         got = np.asarray(compiled(A, b))
         assert np.abs(got - expected).max() <= 1e-9 * np.abs(expected).max(), method
         runs[method] = lambda compiled=compiled: jax.block_until_ready(compiled(A, b))
-    _banded.METHOD = "auto"
     median = median_times(runs, rounds)
     scan_cell = (
         f"{median['scan'] * 1e3:.1f} ms | {median['scan'] / median['parallel']:.1f}x"
@@ -288,9 +283,9 @@ def single(n: int, width: int, rounds: int, scan: bool) -> str:
         else "not run | -"
     )
     return (
-        f"| n = {n:.0e}, band ({width}, {width}) | {median['host'] * 1e3:.2f} ms | "
+        f"| n = {n:.0e}, band ({width}, {width}) | {median['lapack'] * 1e3:.2f} ms | "
         f"{median['parallel'] * 1e3:.2f} ms ({compiles['parallel']:.1f} s) | "
-        f"{median['parallel'] / median['host']:.1f} | {scan_cell} |"
+        f"{median['parallel'] / median['lapack']:.1f} | {scan_cell} |"
     )
 
 
@@ -301,12 +296,10 @@ def depth(n: int, width: int) -> str:
     b = jnp.ones(n)
 
     def loops(method: str):
-        _banded.METHOD = method
-        jax.clear_caches()
-        return while_loops(lambda A, b: jaxdia.lu_factor(A).solve(b), A, b, platform="cuda")
+        factor_and_solve = lambda A, b: jaxdia.lu_factor(A, method=method).solve(b)  # noqa: E731
+        return while_loops(factor_and_solve, A, b, platform="cuda")
 
     before, after = loops("scan"), loops("parallel")
-    _banded.METHOD = "auto"
 
     def describe(found):
         trips = [max(c, default=0) for c in found]

@@ -28,6 +28,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -47,22 +48,13 @@ from jax import lax  # noqa: E402
 
 import jaxdia  # noqa: E402
 from jaxdia import _dispatch  # noqa: E402
-from jaxdia._linalg import banded  # noqa: E402
 
 # -- one-shot solves -----------------------------------------------------------------------
 
 
 def forced(method):
-    """``jit(solve_banded)`` with the CPU implementation forced (read when tracing)."""
-
-    def solve(A, b):
-        saved, banded.METHOD = banded.METHOD, method
-        try:
-            return jaxdia.solve_banded(A, b)
-        finally:
-            banded.METHOD = saved
-
-    return jax.jit(solve)
+    """``jit(solve_banded)`` with the CPU implementation forced (``method=``)."""
+    return jax.jit(functools.partial(jaxdia.solve_banded, method=method))
 
 
 def oneshot_case(n, lower, upper, dtype, rounds, inner, batch=1):

@@ -1,11 +1,12 @@
-"""Which implementation runs here: every rule that picks a path by platform, method, size
-or batch, in one place.
+"""Which implementation runs here: the rules that pick a path by platform, method, size
+or batch, and their thresholds.
 
-The callers (the products' lowering rules, the banded primitives, the banded factors,
-multigrid) ask these functions and decide nothing themselves. ``docs/design.md``
-("Dispatch") is the table the rules encode, and ``tests/test_dispatch.py`` pins its rows
-by reading the lowered programs. The rules are pure: they read JAX's default platform
-and their arguments, so a test may monkeypatch :func:`default_platform`.
+The callers (the products' lowering rules, the banded primitives, the choice of a banded
+factor in :mod:`jaxdia._linalg.plan`, multigrid, gmres) ask these functions and decide
+nothing themselves. ``docs/design.md`` ("Dispatch") is the table the rules encode, and
+``tests/test_dispatch.py`` pins its rows. The rules are pure: those of the banded factors
+take the platform as an argument (the plan reads :func:`default_platform` once, at the
+door); the others read it themselves, so a test may monkeypatch :func:`default_platform`.
 
 >>> from jaxdia import _dispatch
 >>> _dispatch.oneshot_implementation("cpu", "auto", 1000, (1, 1), 1, 3000)
@@ -37,20 +38,26 @@ def default_platform() -> str:
     return str(device) if device is not None else jax.default_backend()
 
 
+def is_accelerator(platform: str) -> bool:
+    """Whether ``platform`` is a GPU's or a TPU's."""
+    return platform in ACCELERATOR_PLATFORMS
+
+
 def on_accelerator() -> bool:
     """Whether computations run on a GPU or TPU by default."""
-    return default_platform() in ACCELERATOR_PLATFORMS
+    return is_accelerator(default_platform())
 
 
 # -- products: the Pallas kernel families ----------------------------------------------------
 
-#: The Pallas kernel modules that may compute a product, per lowering platform, in order of
-#: preference (``jaxdia._kernels.primitives.choose_implementation`` takes the first that
-#: can, else XLA).
-PALLAS_MODULES = {
-    "cuda": ("jaxdia._kernels.pallas_mosaic_gpu", "jaxdia._kernels.pallas_triton"),
-    "rocm": ("jaxdia._kernels.pallas_triton",),
-    "tpu": ("jaxdia._kernels.pallas_tpu",),
+#: The Pallas kernel families that may compute a product, per lowering platform, in order
+#: of preference (``jaxdia._kernels.primitives.choose_implementation`` takes the first that
+#: can, else XLA): ``"mosaic"`` (Mosaic GPU), ``"triton"`` (Pallas Triton), ``"tpu"``
+#: (Pallas TPU).
+PALLAS_FAMILIES = {
+    "cuda": ("mosaic", "triton"),
+    "rocm": ("triton",),
+    "tpu": ("tpu",),
 }
 #: From this JAX on (where Triton is deprecated) Mosaic GPU is cuda's default family; before
 #: it Triton stays the default (and Mosaic GPU can be forced).
@@ -70,31 +77,39 @@ SCAN_BATCH_ROWS = 128
 LAPACK_INDEX_LIMIT = 2**31 - 1
 
 
-def factors_by_cyclic_reduction(method: str) -> bool:
-    """Whether a stored factorization traced now is computed by block cyclic reduction:
-    ``method="auto"`` on GPUs and TPUs, or ``method="parallel"``."""
+#: The implementations of the banded factorizations a caller may force (``method=`` of
+#: ``jaxdia.lu_factor`` and the other banded functions): ``"auto"`` (by platform and
+#: size), ``"lapack"`` (LAPACK's layouts: LAPACK on CPU, the ``lax.scan`` kernels on
+#: GPU/TPU), ``"scan"`` (LAPACK's layouts, by the ``lax.scan`` kernels everywhere),
+#: ``"parallel"`` (block cyclic reduction everywhere).
+METHODS = ("auto", "lapack", "scan", "parallel")
+
+
+def factors_by_cyclic_reduction(platform: str, method: str) -> bool:
+    """Whether a stored factorization for ``platform`` is computed by block cyclic
+    reduction: ``method="auto"`` on GPUs and TPUs, or ``method="parallel"``."""
     if method == "auto":
-        return on_accelerator()
+        return is_accelerator(platform)
     return method == "parallel"
 
 
-def selected_inverse_from_host_factor() -> bool:
+def selected_inverse_from_host_factor(platform: str) -> bool:
     """Whether the band of the inverse of a Hermitian positive definite matrix with a
     LAPACK Cholesky factor (``PB``, ``PT``) is read from that factor by Takahashi's
     recurrences on the host (one compiled pass over the rows), rather than by block cyclic
     reduction run backwards (O(log n) steps): on CPU (where such factors are made with
     ``method="auto"``); a forced LAPACK layout on a GPU or TPU keeps cyclic reduction."""
-    return not on_accelerator()
+    return not is_accelerator(platform)
 
 
-def selected_inverse_pivots_by_scan() -> bool:
+def selected_inverse_pivots_by_scan(platform: str) -> bool:
     """Whether the selected inverse of a general matrix that block cyclic reduction cannot
     give accurately (the residual check refuses it: a matrix that needs row interchanges
     across blocks) is computed again, exactly, by reverse mode through the ``lax.scan`` LU
     with partial pivoting (``n`` sequential steps each way, only when some system is
     refused): on CPU. On GPU and TPU, where a loop of ``n`` steps is what cyclic reduction
     avoids, such a result stays NaN."""
-    return not on_accelerator()
+    return not is_accelerator(platform)
 
 
 def host_is_faster(n: int, systems: int, size: int) -> bool:
@@ -105,6 +120,15 @@ def host_is_faster(n: int, systems: int, size: int) -> bool:
     if n <= SCAN_ROWS:
         return False
     return not (systems >= SCAN_BATCH and n <= SCAN_BATCH_ROWS)
+
+
+def calls_lapack(method: str, n: int, systems: int, size: int) -> bool:
+    """Whether the CPU lowering of a factor or solve in LAPACK's layouts calls LAPACK (else
+    it runs the ``lax.scan`` kernels): by :func:`host_is_faster` for ``method="auto"``,
+    always for ``"lapack"``, never for ``"scan"``."""
+    if method == "auto":
+        return host_is_faster(n, systems, size)
+    return method == "lapack"
 
 
 def oneshot_implementation(
@@ -181,11 +205,11 @@ def loops_level_product(rows: int, diagonals: int) -> bool:
     return small and default_platform() == "cpu"
 
 
-def coarse_solve_by_inverse() -> bool:
+def coarse_solve_by_inverse(platform: str) -> bool:
     """Whether multigrid's coarsest level is solved by its dense inverse (GPU and TPU:
     one product per cycle, where a banded solve is a sequence of small kernels) rather
     than by its banded LU (CPU: LAPACK's)."""
-    return on_accelerator()
+    return is_accelerator(platform)
 
 
 def default_max_coarse() -> int | None:

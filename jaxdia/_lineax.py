@@ -30,10 +30,11 @@ import numpy as np
 from ._checks import as_offsets, check_distinct, static_int
 from ._geometry import diagonal_bounds
 from ._jacobian import dia_from_linear, pattern
-from ._linalg.factor import BandedCholesky, BandedLU, cholesky_unchecked, lu_unchecked
+from ._linalg.factor import BandedCholesky, BandedLU, factor_unchecked
 from ._linalg.krylov import bicgstab, cg
 from ._linalg.lstsq import LeastSquares, factor_least_squares
 from ._linalg.multigrid import Multigrid, multigrid
+from ._linalg.plan import choose
 from ._linalg.sharded_multigrid import ShardedMultigrid
 from ._matrix import DiaMatrix, as_matrix
 from ._pytree import StaticBooleans
@@ -542,10 +543,10 @@ class BandedSolver(lx.AbstractLinearSolver[_BandedState]):
         m, n = matrix.shape
         if m > n:
             factor = factor_least_squares(matrix, None if mask is None else np.asarray(mask))
-        elif self.positive_definite or lx.is_positive_semidefinite(operator):
-            factor = cholesky_unchecked(matrix, lower=False)
-        else:
-            factor = lu_unchecked(matrix)
+        else:  # a positive definite matrix: the Cholesky factor of its upper triangle
+            definite = self.positive_definite or lx.is_positive_semidefinite(operator)
+            plan = choose(matrix.offsets, n, False if definite else None, function="BandedSolver")
+            factor = factor_unchecked(matrix, plan)
         return factor, eqxi.Static(False), eqxi.Static(False), _structures(operator)
 
     def compute(

@@ -49,7 +49,8 @@ def as_matrix(value: object, name: str) -> DiaMatrix:
 
 def as_square_matrix(value: object, function: str) -> DiaMatrix:
     """``value``, checked to be a square DiaMatrix (``function`` names the caller)."""
-    return check_square(as_matrix(value, f"{function}: A"), function)
+    A = as_matrix(value, f"{function}: A")
+    return check_square(A, function)
 
 
 @jax.tree_util.register_pytree_with_keys_class

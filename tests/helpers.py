@@ -1,4 +1,6 @@
-"""Shared test helpers: tolerances per dtype and oracle comparisons."""
+"""Shared test helpers: tolerances per dtype, oracle comparisons, a forced method."""
+
+import functools
 
 import jax.numpy as jnp
 import numpy as np
@@ -26,6 +28,28 @@ TOLERANCES = {
     np.dtype(np.float64): 1e-12,
     np.dtype(np.complex128): 1e-12,
 }
+
+
+class Forced:
+    """jaxdia's banded functions with ``method`` forced (``"lapack"``, ``"scan"``,
+    ``"parallel"``): ``Forced("scan").lu_factor(A)`` is ``jaxdia.lu_factor(A,
+    method="scan")``, and ``jax.jit(Forced("scan").lu_factor)`` compiles with it."""
+
+    FUNCTIONS = (
+        "lu_factor", "cho_factor", "solve_banded", "solveh_banded", "factorized", "slogdet",
+        "selected_inverse",
+    )  # fmt: skip
+
+    def __init__(self, method: str):
+        self.method = method
+
+    def __getattr__(self, name: str):
+        if name not in self.FUNCTIONS:
+            raise AttributeError(name)
+        return functools.partial(getattr(jaxdia, name), method=self.method)
+
+    def __repr__(self) -> str:
+        return self.method
 
 
 def tolerance(dtype) -> float:

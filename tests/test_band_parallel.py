@@ -8,7 +8,7 @@ the program's loops are the same, each with the same integer constants in its co
 (the refinement's ``STEPS``, Krylov and Lanczos ``maxiter``) are allowed, and no LAPACK
 host call appears.
 
-Correctness, on CPU with cyclic reduction forced (``METHOD = "parallel"``), against SciPy:
+Correctness, on CPU with cyclic reduction forced (``method="parallel"``), against SciPy:
 LU and Cholesky, real and complex, transposed, batched, ``vmap``, ``jit``, gradients;
 what the documented stability behaviour says: exact for diagonally dominant and
 positive definite matrices, refined for others, LAPACK on CPU and NaN elsewhere for a
@@ -26,23 +26,17 @@ import scipy.sparse as sp
 import jaxdia
 from jaxdia import _dispatch
 from jaxdia._kernels import band_layouts, band_parallel, band_primitives, band_refine
-from jaxdia._linalg import banded as _banded
 from jaxdia._linalg.lanczos import DENSE_UP_TO
 
-from .helpers import dense_f64
+from .helpers import Forced, dense_f64
 from .test_factor import _dense_solve, _zero_padding, hermitian_band, random_band, rhs, scipy_solve
 from .test_lowering import lowered_text, while_loops
 
 PLATFORMS = ["cuda", "tpu"]
 
 
-@pytest.fixture
-def parallel(monkeypatch):
-    """Cyclic reduction forced on CPU (read when tracing)."""
-    jax.clear_caches()
-    monkeypatch.setattr(_banded, "METHOD", "parallel")
-    yield
-    jax.clear_caches()
+#: jaxdia's banded functions with cyclic reduction forced (on CPU).
+PARALLEL = Forced("parallel")
 
 
 def on_platform(monkeypatch, platform):
@@ -177,11 +171,11 @@ def test_shift_invert_eigsh_has_no_loop_over_the_rows(monkeypatch, platform, ban
 
 def test_the_rule_catches_a_scan(monkeypatch):
     """LAPACK's kinds lower to a scan on accelerators: the helper sees its loops grow."""
-    monkeypatch.setattr(_banded, "METHOD", "scan")
+    scan = Forced("scan")
 
     def make(n):
-        return (lambda A, b: jaxdia.lu_factor(A).solve(b)), (_band(n, BANDS["pentadiagonal"]),
-                                                           jnp.ones(n, jnp.float32))  # fmt: skip
+        return (lambda A, b: scan.lu_factor(A).solve(b)), (_band(n, BANDS["pentadiagonal"]),
+                                                         jnp.ones(n, jnp.float32))  # fmt: skip
 
     with pytest.raises(AssertionError):
         assert_no_loop_grows(make, "cuda")
@@ -190,7 +184,6 @@ def test_the_rule_catches_a_scan(monkeypatch):
 # -- correctness against SciPy --------------------------------------------------------------
 
 
-@pytest.mark.usefixtures("parallel")
 @pytest.mark.parametrize(
     "lower, upper, dtype, columns",
     [
@@ -201,7 +194,7 @@ def test_the_rule_catches_a_scan(monkeypatch):
 def test_parallel_lu_matches_scipy(lower, upper, dtype, columns):
     n = 37
     A = random_band(n, lower, upper, dtype, seed=lower + 5 * upper)
-    lu = jax.jit(jaxdia.lu_factor)(A)
+    lu = jax.jit(PARALLEL.lu_factor)(A)
     assert lu.kind == "parallel" and bool(lu.ok)
     b = rhs((n,) if columns is None else (n, columns), dtype)
     scale = 100 if np.dtype(dtype).itemsize <= 8 and np.dtype(dtype).kind != "c" else 10
@@ -210,11 +203,10 @@ def test_parallel_lu_matches_scipy(lower, upper, dtype, columns):
         got = jax.jit(jaxdia.lu_solve, static_argnums=2)(lu, b, trans)
         np.testing.assert_allclose(got, scipy_solve(A, b, trans), rtol=tolerance, atol=tolerance)
     np.testing.assert_allclose(
-        jaxdia.solve_banded(A, b), scipy_solve(A, b), rtol=tolerance, atol=tolerance
+        PARALLEL.solve_banded(A, b), scipy_solve(A, b), rtol=tolerance, atol=tolerance
     )
 
 
-@pytest.mark.usefixtures("parallel")
 @pytest.mark.parametrize(
     "kd, dtype, lower",
     [(1, np.float64, False), (1, np.complex128, True), (3, np.complex128, False)],
@@ -222,23 +214,22 @@ def test_parallel_lu_matches_scipy(lower, upper, dtype, columns):
 def test_parallel_cholesky_matches_scipy(kd, dtype, lower):
     n = 29
     H = hermitian_band(n, kd, dtype, seed=kd)
-    c = jaxdia.cho_factor(H, lower=lower)
+    c = PARALLEL.cho_factor(H, lower=lower)
     assert c.kind == "parallel" and bool(c.ok)
     b = rhs((n, 2), dtype)
     np.testing.assert_allclose(c.solve(b), np.linalg.solve(dense_f64(H), b), rtol=1e-12)
     np.testing.assert_allclose(
-        jaxdia.solveh_banded(H, b, lower=lower), np.linalg.solve(dense_f64(H), b), rtol=1e-12
+        PARALLEL.solveh_banded(H, b, lower=lower), np.linalg.solve(dense_f64(H), b), rtol=1e-12
     )
 
 
-@pytest.mark.usefixtures("parallel")
 def test_parallel_batches_vmap_and_gradients():
     n, offsets = 21, (-2, -1, 0, 1)
     A = random_band(n, 2, 1, batch=(3,), seed=3)
     b = rhs((3, n, 2), seed=4)
-    lu = jaxdia.lu_factor(A)
+    lu = PARALLEL.lu_factor(A)
     np.testing.assert_allclose(lu.solve(b), scipy_solve(A, b), rtol=1e-12)
-    single = jaxdia.lu_factor(random_band(n, 2, 1, seed=5))
+    single = PARALLEL.lu_factor(random_band(n, 2, 1, seed=5))
     np.testing.assert_allclose(
         jax.vmap(single.solve)(jnp.asarray(b[..., 0])),
         scipy_solve(single.matrix, b[..., 0].T).T,  # one factor, a batch of vectors
@@ -246,7 +237,7 @@ def test_parallel_batches_vmap_and_gradients():
     )
 
     def solve(d, b):
-        return jaxdia.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b)
+        return PARALLEL.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b)
 
     data = _zero_padding(A)
     np.testing.assert_allclose(jax.vmap(solve)(data, b), scipy_solve(A, b), rtol=1e-12)
@@ -254,7 +245,7 @@ def test_parallel_batches_vmap_and_gradients():
     for trans in (1,):  # its gradient solves with the transpose: both directions
 
         def loss(d, b, trans=trans):
-            lu = jaxdia.lu_factor(jaxdia.DiaMatrix(d, offsets, (n, n)))
+            lu = PARALLEL.lu_factor(jaxdia.DiaMatrix(d, offsets, (n, n)))
             return jnp.sum(weights * lu.solve(b, trans) ** 2)
 
         def dense_loss(d, b, trans=trans):
@@ -266,9 +257,8 @@ def test_parallel_batches_vmap_and_gradients():
             np.testing.assert_allclose(g, e, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.usefixtures("parallel")
 def test_parallel_factor_pytree():
-    lu = jaxdia.lu_factor(random_band(11, 1, 2, seed=7))
+    lu = PARALLEL.lu_factor(random_band(11, 1, 2, seed=7))
     names = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(lu)[0]]
     assert names[0] == ".data" and names[-2:] == [".inverse", ".info"]
     assert names[1:4] == [".inverses_0", ".couplings_0", ".kept_0"]
@@ -350,7 +340,6 @@ def _needs_pivoting(n, seed, small=1e-3):
     return jaxdia.diags([rng.uniform(1, 2, n - 1), d, rng.uniform(1, 2, n - 1)], [-1, 0, 1])
 
 
-@pytest.mark.usefixtures("parallel")
 def test_refinement_rescues_growth():
     """Far from dominant: the unrefined solve misses the target, the refined one (the
     solve's default) meets it and matches SciPy."""
@@ -359,7 +348,7 @@ def test_refinement_rescues_growth():
     b = rhs(n, seed=14)
     _, error = _unrefined(A, b)
     assert error > band_refine.target(np.float64)
-    x = jax.jit(lambda A, b: jaxdia.lu_factor(A).solve(b))(A, b)
+    x = jax.jit(lambda A, b: PARALLEL.lu_factor(A).solve(b))(A, b)
     assert _backward_error(A, x, b) <= band_refine.target(np.float64)
     np.testing.assert_allclose(x, scipy_solve(A, b), rtol=1e-10)
 
@@ -372,16 +361,15 @@ def _swap_pairs(n):
     return jaxdia.diags([up, d, up], [-1, 0, 1])
 
 
-@pytest.mark.usefixtures("parallel")
 def test_singular_blocks_fall_back_to_lapack_on_cpu():
     """A nonsingular matrix whose diagonal blocks are singular: on CPU the factor reports
     LAPACK's ``info`` (0) and the solve is LAPACK's; under ``jit`` too."""
     n = 16
     A, b = _swap_pairs(n), rhs(n, seed=15)
-    lu = jaxdia.lu_factor(A)  # no LinAlgError: LAPACK's info is 0
+    lu = PARALLEL.lu_factor(A)  # no LinAlgError: LAPACK's info is 0
     assert int(lu.info) == 0
     np.testing.assert_allclose(lu.solve(b), scipy_solve(A, b), rtol=1e-12)
-    np.testing.assert_allclose(jax.jit(jaxdia.solve_banded)(A, b), scipy_solve(A, b), rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(PARALLEL.solve_banded)(A, b), scipy_solve(A, b), rtol=1e-12)
 
 
 @pytest.mark.parametrize("platform", ["tpu"])
@@ -395,7 +383,7 @@ def test_unsolvable_systems_are_nan_on_accelerators(platform):
     solve = jax.jit(
         functools.partial(
             band_primitives._solve_parallel, layout=band_layouts.ONESHOT, widths=(1, 1), trans=0,
-            offsets=good.offsets, method="parallel", platform=platform,
+            offsets=good.offsets, platform=platform,
         )
     )  # fmt: skip
     x = solve(data, b)
@@ -403,19 +391,18 @@ def test_unsolvable_systems_are_nan_on_accelerators(platform):
     assert np.isnan(x[1]).all()
 
 
-@pytest.mark.usefixtures("parallel")
 def test_singular_and_indefinite():
     """Exactly singular: LAPACK's ``info`` and LinAlgError outside jit, NaN under it; not
     positive definite: cyclic reduction's ``info`` (a row of the failing block)."""
     singular = jaxdia.diags([[1.0, 2.0, 0.0, 3.0, 1.0]], offsets=[0])
     with pytest.raises(np.linalg.LinAlgError, match=r"info = 3"):
-        jaxdia.lu_factor(singular)
-    assert np.isnan(jax.jit(jaxdia.solve_banded)(singular, jnp.ones(5))).all()
+        PARALLEL.lu_factor(singular)
+    assert np.isnan(jax.jit(PARALLEL.solve_banded)(singular, jnp.ones(5))).all()
     indefinite = jaxdia.diags([[1.0, 2.0, 2.0, -3.0, 1.0]], offsets=[0])
     with pytest.raises(np.linalg.LinAlgError, match="not Hermitian positive definite"):
-        jaxdia.cho_factor(indefinite)
+        PARALLEL.cho_factor(indefinite)
     assert np.isnan(
-        jax.jit(lambda A, b: jaxdia.cho_factor(A).solve(b))(indefinite, jnp.ones(5))
+        jax.jit(lambda A, b: PARALLEL.cho_factor(A).solve(b))(indefinite, jnp.ones(5))
     ).all()
 
 

@@ -18,27 +18,23 @@ from jax.test_util import check_grads
 
 import jaxdia
 from jaxdia._kernels import band_refine
-from jaxdia._linalg import banded as banded_solves
 from jaxdia.testing import offsets as offset_strategy
 
-from .helpers import assert_close, dense_f64, dense_solution, examples, rhs
+from .helpers import Forced, assert_close, dense_f64, dense_solution, examples, rhs
 from .test_lowering import lowered_text, while_loops
 
 # -- solve_banded ----------------------------------------------------------------------------
 
 
-@pytest.fixture(params=["auto", "scan", "host"])
-def banded_path(request, monkeypatch):
-    """Runs a test with each implementation of solve_banded's LU, whatever the size: the
+@pytest.fixture(params=["auto", "scan", "lapack"], scope="module")
+def banded_path(request):
+    """Runs a test with each implementation of solve_banded's LU, whatever the size
+    (``banded_path.solve_banded``: ``method=`` forced, see ``tests.helpers.Forced``): the
     default one-shot solve (on CPU JAX's ``?gtsv`` or jaxdia's ``?gbtrf`` + ``?gbtrs`` in
     one call, see ``_dispatch.oneshot_implementation``), and a stored factor's: the
     ``lax.scan`` LU (GPU, TPU, small systems and batches of them) or LAPACK's
-    ``?gbtrf``/``?gttrf`` (CPU). The switch is read when tracing: ``jax.clear_caches``
-    drops traces made with the other one."""
-    jax.clear_caches()
-    monkeypatch.setattr(banded_solves, "METHOD", request.param)
-    yield
-    jax.clear_caches()
+    ``?gbtrf``/``?gttrf`` (CPU)."""
+    return Forced(request.param)
 
 
 def banded(n, offsets, dtype=np.float64, seed=0, dominant=True):
@@ -67,7 +63,6 @@ def scipy_banded(A):
     return (lower, upper), ab
 
 
-@pytest.mark.usefixtures("banded_path")
 @pytest.mark.parametrize(
     "offsets, dtype, columns",
     [
@@ -85,52 +80,48 @@ def scipy_banded(A):
         ((0, 2, 4), np.complex64, None),
     ],
 )
-def test_solve_banded_matches_scipy(offsets, dtype, columns):
+def test_solve_banded_matches_scipy(banded_path, offsets, dtype, columns):
     n = 23
     A = banded(n, offsets, dtype)
     shape = (n,) if columns is None else (n, columns)
     b = rhs(int(np.prod(shape)), dtype, seed=3).reshape(shape)
-    x = jax.jit(jaxdia.solve_banded)(A, b)
+    x = jax.jit(banded_path.solve_banded)(A, b)
     assert x.shape == shape and x.dtype == dtype
     expected = sla.solve_banded(*scipy_banded(A), b.astype(np.complex128))
     assert_close(x, expected, dtype, scale=100)
 
 
-@pytest.mark.usefixtures("banded_path")
 @settings(max_examples=examples(8))
 @given(st.integers(1, 14).flatmap(lambda n: st.tuples(st.just(n), offset_strategy((n, n)))))
-def test_solve_banded_property(case):
+def test_solve_banded_property(banded_path, case):
     n, offsets = case
     offsets = tuple(sorted(set(offsets) | {0}))
     A = banded(n, offsets, seed=n)
     b = rhs(n, seed=n + 1)
     expected = sla.solve_banded(*scipy_banded(A), b)
-    assert_close(jaxdia.solve_banded(A, b), expected, np.float64, scale=1e3)
+    assert_close(banded_path.solve_banded(A, b), expected, np.float64, scale=1e3)
 
 
-@pytest.mark.usefixtures("banded_path")
-def test_solve_banded_pivots():
+def test_solve_banded_pivots(banded_path):
     """A zero diagonal defeats LU without pivoting; row swaps within the band solve it."""
     for offsets in [(-1, 1), (-3, 1), (-1, 2, 3)]:
         A = banded(8, offsets, dominant=False)
         b = rhs(8)
         np.testing.assert_allclose(
-            jaxdia.solve_banded(A, b), np.linalg.solve(dense_f64(A), b), rtol=1e-10
+            banded_path.solve_banded(A, b), np.linalg.solve(dense_f64(A), b), rtol=1e-10
         )
 
 
-@pytest.mark.usefixtures("banded_path")
-def test_solve_banded_singular_gives_nan():
+def test_solve_banded_singular_gives_nan(banded_path):
     for offsets in [(-2, 1), (-1, 0, 1), (1, 2)]:
         A = banded(6, offsets, dominant=False)
         zero_column = A.data.at[:, 2].set(0.0)  # column 2 is zero: A is singular
         singular = jaxdia.DiaMatrix(zero_column, A.offsets, A.shape)
-        assert np.isnan(jaxdia.solve_banded(singular, jnp.ones(6))).all(), offsets
+        assert np.isnan(banded_path.solve_banded(singular, jnp.ones(6))).all(), offsets
 
 
-@pytest.mark.usefixtures("banded_path")
 @pytest.mark.parametrize("offsets", [(-1, 0, 1), (-2, 0, 2)])
-def test_solve_banded_ill_conditioned(offsets):
+def test_solve_banded_ill_conditioned(banded_path, offsets):
     """cond ~ 1e12: the answer is finite and backward stable; the forward error is larger."""
     n = 40
     rng = np.random.default_rng(0)
@@ -150,7 +141,7 @@ def test_solve_banded_ill_conditioned(offsets):
     dense = dense_f64(scaled)
     assert np.linalg.cond(dense) > 1e10
     b = rhs(n)
-    x = np.asarray(jaxdia.solve_banded(scaled, b))
+    x = np.asarray(banded_path.solve_banded(scaled, b))
     assert np.isfinite(x).all()
     backward = np.linalg.norm(dense @ x - b) / (np.linalg.norm(dense) * np.linalg.norm(x))
     assert backward < 1e-14
@@ -158,9 +149,8 @@ def test_solve_banded_ill_conditioned(offsets):
     np.testing.assert_allclose(x, expected, rtol=1e-6)
 
 
-@pytest.mark.usefixtures("banded_path")
 @pytest.mark.parametrize("offsets", [(-1, 0, 1), (-2, 0, 1)])
-def test_solve_banded_batches(offsets):
+def test_solve_banded_batches(banded_path, offsets):
     n, batch = 9, 4
     matrices = [banded(n, offsets, seed=s) for s in range(batch)]
     data = jnp.stack([A.data for A in matrices])
@@ -168,7 +158,7 @@ def test_solve_banded_batches(offsets):
     expected = np.stack([np.linalg.solve(dense_f64(A), b) for A, b in zip(matrices, bs)])
 
     def solve(d, b):
-        return jaxdia.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b)
+        return banded_path.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b)
 
     np.testing.assert_allclose(jax.vmap(solve)(data, bs), expected, rtol=1e-10)
     np.testing.assert_allclose(
@@ -184,12 +174,11 @@ def test_solve_banded_batches(offsets):
     # Native batches: A.batch_shape broadcasts with b's leading dims, as in matmul.
     batched = jaxdia.DiaMatrix(data, offsets, (n, n))
     np.testing.assert_allclose(
-        jaxdia.solve_banded(batched, bs[..., None])[..., 0], expected, rtol=1e-10
+        banded_path.solve_banded(batched, bs[..., None])[..., 0], expected, rtol=1e-10
     )
-    assert jaxdia.solve_banded(batched, bs[0]).shape == (batch, n)
+    assert banded_path.solve_banded(batched, bs[0]).shape == (batch, n)
 
 
-@pytest.mark.usefixtures("banded_path")
 @pytest.mark.parametrize(
     "offsets, columns, dtype",
     [
@@ -198,7 +187,7 @@ def test_solve_banded_batches(offsets):
         ((-1, 0, 2), None, np.complex128),
     ],
 )
-def test_solve_banded_gradients(offsets, columns, dtype):
+def test_solve_banded_gradients(banded_path, offsets, columns, dtype):
     n = 7
     A = banded(n, offsets, dtype, seed=5)
     data = jnp.where(jnp.isnan(A.data), 0.0, A.data)  # finite differences touch padding too
@@ -206,7 +195,7 @@ def test_solve_banded_gradients(offsets, columns, dtype):
     b = jnp.asarray(rhs(int(np.prod(shape)), dtype, seed=6).reshape(shape))
 
     def solve(d, b):
-        return jaxdia.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b)
+        return banded_path.solve_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b)
 
     check_grads(solve, (data, b), order=1, modes=("fwd", "rev"))
     weights = jnp.asarray(rhs(int(np.prod(shape)), seed=7).reshape(shape))

@@ -1,7 +1,11 @@
 """The dispatch table of ``docs/design.md`` ("Dispatch"), pinned: which implementation runs
-for each public product and solve path, read from the lowered program.
+for each public product and solve path.
 
-Each test names one row (or a few cells) of the table and asserts what the lowered
+The structural rows (which banded factor a matrix gets: layout, widths, periodic split,
+stored or one-shot, the fallback, the selected inverse's route) are checked first, from
+the offsets alone, on the plan (``jaxdia._linalg.plan.choose``), without lowering.
+
+The others name one row (or a few cells) of the table and assert what the lowered
 StableHLO holds: the custom calls (LAPACK's routines through jaxdia's FFI targets
 ``jaxdia_lapack_<routine>``, JAX's own ``gtsv``, the Pallas kernels) and the loops (a
 ``while`` whose trip count grows with ``n`` is a loop over the rows: fine on CPU, a bug on
@@ -20,7 +24,10 @@ import pytest
 import jaxdia
 from jaxdia import _dispatch
 from jaxdia._kernels import band_refine
+from jaxdia._kernels.band_layouts import CH, CR, GB, GT, ONESHOT, PB, PT
 from jaxdia._linalg import multigrid_hierarchy, stencil
+from jaxdia._linalg.periodic import Split
+from jaxdia._linalg.plan import Plan, Use, choose
 
 from .test_lowering import lowered_text, while_loops
 
@@ -45,6 +52,186 @@ def loops_grow_with_n(fn, make_args, platform: str, n: int) -> bool:
     return sorted(while_loops(fn, *make_args(n), platform=platform)) != sorted(
         while_loops(fn, *make_args(4 * n), platform=platform)
     )
+
+
+# -- the plan: which banded factor, from the offsets alone -------------------------------------
+
+TRIDIAGONAL, PENTADIAGONAL, WIDE = (-1, 0, 1), (-2, -1, 0, 1, 2), (-2, 0, 1)
+#: Periodic tridiagonal and pentadiagonal offsets at n = 100 (corners at ±(n - k)).
+PERIODIC = (-99, -1, 0, 1, 99)
+PERIODIC_5 = (-99, -98, -2, -1, 0, 1, 2, 98, 99)
+#: PERIODIC's split on CPU: the tridiagonal band, and the whole band as the fallback.
+SPLIT = Split((1, 2, 3), 1, 1, (1, 1))
+WHOLE = Plan(GB, (99, 99), pivoted=True)
+
+PLANS = [
+    # (offsets, n, lower, use, method, platform), the plan
+    # LU: LAPACK's layouts on CPU, cyclic reduction on GPU and TPU, or as forced
+    ((TRIDIAGONAL, 100, None, Use.FACTOR, "auto", "cpu"), Plan(GT, (), pivoted=True)),
+    ((WIDE, 100, None, Use.FACTOR, "auto", "cpu"), Plan(GB, (2, 1), pivoted=True)),
+    ((TRIDIAGONAL, 100, None, Use.FACTOR, "auto", "gpu"), Plan(CR, (1, 1))),
+    ((WIDE, 100, None, Use.FACTOR, "auto", "tpu"), Plan(CR, (2, 1))),
+    ((WIDE, 100, None, Use.FACTOR, "auto", "cuda"), Plan(CR, (2, 1))),
+    (
+        (WIDE, 100, None, Use.FACTOR, "parallel", "cpu"),
+        Plan(CR, (2, 1), None, "parallel", pivoted=True),
+    ),  # fmt: skip
+    ((WIDE, 100, None, Use.FACTOR, "lapack", "tpu"), Plan(GB, (2, 1), None, "lapack")),
+    ((TRIDIAGONAL, 100, None, Use.FACTOR, "scan", "gpu"), Plan(GT, (), None, "scan")),
+    # Cholesky: one triangle's band; Takahashi's recurrences on LAPACK's factor on CPU
+    ((TRIDIAGONAL, 100, False, Use.FACTOR, "auto", "cpu"), Plan(PT, (), False, takahashi=True)),
+    (
+        (PENTADIAGONAL, 100, True, Use.FACTOR, "auto", "cpu"),
+        Plan(PB, (2, 1), True, takahashi=True),
+    ),  # fmt: skip
+    ((WIDE, 100, False, Use.FACTOR, "auto", "cpu"), Plan(PT, (), False, takahashi=True)),
+    ((PENTADIAGONAL, 100, False, Use.FACTOR, "auto", "tpu"), Plan(CH, (2, 0), False)),
+    (
+        (PENTADIAGONAL, 100, False, Use.FACTOR, "parallel", "cpu"),
+        Plan(CH, (2, 0), False, "parallel"),
+    ),  # fmt: skip
+    ((PENTADIAGONAL, 100, False, Use.FACTOR, "lapack", "gpu"), Plan(PB, (2, 0), False, "lapack")),
+    # periodic: the band's layout, the corners split off, the whole band as the fallback
+    (
+        (PERIODIC, 100, None, Use.FACTOR, "auto", "cpu"),
+        Plan(GT, (), split=SPLIT, fallback=WHOLE, pivoted=True),
+    ),
+    (
+        (PERIODIC_5, 100, None, Use.FACTOR, "auto", "tpu"),
+        Plan(CR, (2, 2), split=Split((2, 3, 4, 5, 6), 2, 2, (2, 2)), fallback=Plan(CR, (99, 99))),
+    ),
+    (
+        ((-1, 0, 99), 100, None, Use.FACTOR, "auto", "cpu"),
+        Plan(
+            GT,
+            (),
+            split=Split((0, 1), 1, 0, (1, 0)),
+            fallback=Plan(GB, (1, 99), pivoted=True),
+            pivoted=True,
+        ),  # fmt: skip
+    ),
+    # too small to tell the corners from the band, or corners too far in: the whole band
+    ((TRIDIAGONAL, 2, None, Use.FACTOR, "auto", "cpu"), Plan(GT, (), pivoted=True)),
+    (
+        ((-40, -1, 0, 1, 40), 100, None, Use.FACTOR, "auto", "cpu"),
+        Plan(GB, (40, 40), pivoted=True),
+    ),  # fmt: skip
+    # a Cholesky factor never splits: the corners are part of its band
+    ((PERIODIC, 100, False, Use.FACTOR, "auto", "cpu"), Plan(PB, (99, 0), False, takahashi=True)),
+    # one solve: a one-shot factor, unless periodic or LAPACK's layouts are forced
+    ((WIDE, 100, None, Use.SOLVE, "auto", "cpu"), Plan(ONESHOT, (2, 1), pivoted=True)),
+    ((TRIDIAGONAL, 100, None, Use.SOLVE, "auto", "tpu"), Plan(ONESHOT, (1, 1))),
+    (
+        (WIDE, 100, None, Use.SOLVE, "parallel", "cpu"),
+        Plan(ONESHOT, (2, 1), None, "parallel", pivoted=True),
+    ),  # fmt: skip
+    ((WIDE, 100, None, Use.SOLVE, "lapack", "cpu"), Plan(GB, (2, 1), None, "lapack", pivoted=True)),
+    ((TRIDIAGONAL, 100, None, Use.SOLVE, "scan", "cpu"), Plan(GT, (), None, "scan", pivoted=True)),
+    (
+        (PERIODIC, 100, None, Use.SOLVE, "auto", "cpu"),
+        Plan(GT, (), split=SPLIT, fallback=WHOLE, pivoted=True),
+    ),
+    # repeated solves (eigsh's shift-invert): a tridiagonal matrix afresh each time
+    ((TRIDIAGONAL, 100, None, Use.SOLVES, "auto", "cpu"), Plan(ONESHOT, (1, 1), pivoted=True)),
+    ((WIDE, 100, None, Use.SOLVES, "auto", "cpu"), Plan(GB, (2, 1), pivoted=True)),
+    ((WIDE, 100, None, Use.SOLVES, "auto", "gpu"), Plan(CR, (2, 1))),
+    # multigrid's coarsest level: the stored LU on CPU, a dense inverse on GPU and TPU
+    ((WIDE, 100, None, Use.COARSE, "auto", "cpu"), Plan(GB, (2, 1), pivoted=True)),
+    ((WIDE, 100, None, Use.COARSE, "auto", "tpu"), Plan(CR, (2, 1), dense=True)),
+    # the selected inverse: general (as the LU), Takahashi's on the Cholesky factor where
+    # its band reaches every offset, a periodic Hermitian matrix as a general one
+    ((WIDE, 100, None, Use.INVERSE, "auto", "cpu"), Plan(GB, (2, 1), pivoted=True)),
+    (
+        (PENTADIAGONAL, 100, False, Use.INVERSE, "auto", "cpu"),
+        Plan(PB, (2, 0), False, takahashi=True),
+    ),  # fmt: skip
+    (((-3, 0, 1), 100, False, Use.INVERSE, "auto", "cpu"), Plan(PT, (), False)),
+    ((PENTADIAGONAL, 100, False, Use.INVERSE, "auto", "gpu"), Plan(CH, (2, 0), False)),
+    (
+        ((0, 1, 99), 100, False, Use.INVERSE, "auto", "cpu"),
+        Plan(GT, (), split=SPLIT, fallback=WHOLE, pivoted=True),
+    ),
+]
+
+
+@pytest.mark.parametrize("question, plan", PLANS)
+def test_the_plan_of_each_row(question, plan):
+    offsets, n, lower, use, method, platform = question
+    assert choose(offsets, n, lower, use=use, method=method, platform=platform) == plan
+
+
+def test_the_plan_reads_the_default_platform_only_when_asked(monkeypatch):
+    """``platform=None``: the default device's, read when the plan is asked for."""
+    monkeypatch.setattr(_dispatch, "default_platform", lambda: "tpu")
+    assert choose(WIDE, 100).layout is CR
+    monkeypatch.setattr(_dispatch, "default_platform", lambda: "cpu")
+    assert choose(WIDE, 100).layout is GB
+
+
+def test_what_the_plan_says():
+    periodic = choose(PERIODIC, 100, platform="cpu")
+    assert periodic.stored and not periodic.compiled_whole
+    assert periodic.band == Plan(GT, (), pivoted=True)
+    assert choose(WIDE, 100, platform="cpu").compiled_whole
+    assert not choose(WIDE, 100, use=Use.SOLVE, platform="cpu").stored
+    assert not choose(WIDE, 100, use=Use.COARSE, platform="gpu").stored
+    # plans are values: equal questions, equal (and hashable) answers
+    assert hash(choose(WIDE, 100, platform="cpu")) == hash(Plan(GB, (2, 1), pivoted=True))
+    for method in ("host", "fast", None, 1):
+        with pytest.raises(ValueError, match=r"lu_factor: method must be one of \('auto'"):
+            choose(WIDE, 100, method=method, function="lu_factor")  # type: ignore[arg-type]
+
+
+def test_public_functions_refuse_an_unknown_method():
+    A = banded(8, WIDE)
+    calls = [
+        lambda: jaxdia.lu_factor(A, method="host"),
+        lambda: jaxdia.cho_factor(A, method="host"),
+        lambda: jaxdia.solve_banded(A, jnp.ones(8), method="host"),
+        lambda: jaxdia.solveh_banded(A, jnp.ones(8), method="host"),
+        lambda: jaxdia.factorized(A, method="host"),
+        lambda: jaxdia.slogdet(A, method="host"),
+        lambda: jaxdia.selected_inverse(A, method="host"),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match="method must be one of"):
+            call()
+
+
+def test_the_factor_carries_its_plan():
+    """A stored factor's solves run as its plan says (the method it was made with, also
+    where ``"auto"`` would choose otherwise), and factors of different plans are different
+    pytrees: their plans are static aux data."""
+    A = banded(200, PENTADIAGONAL)
+    solves = {"auto": {"gbtrs"}, "lapack": {"gbtrs"}, "scan": set(), "parallel": {"gbsv"}}
+    for method, routines in solves.items():  # cyclic reduction's: gbsv where it refuses
+        lu = jaxdia.lu_factor(A, method=method)
+        text = lowered_text(lambda lu, b: lu.solve(b), lu, jnp.ones(200), platform="cpu")
+        assert lapack_calls(text) == routines, method
+    small = jaxdia.lu_factor(banded(8, PENTADIAGONAL), method="lapack")  # "auto": the scan
+    text = lowered_text(lambda lu, b: lu.solve(b), small, jnp.ones(8), platform="cpu")
+    assert lapack_calls(text) == {"gbtrs"}
+    trees = {jax.tree_util.tree_structure(jaxdia.lu_factor(A, method=m)) for m in solves}
+    assert len(trees) == len(solves)
+
+
+def test_only_the_plan_chooses_a_factor():
+    """No module but the plan asks the structural questions (whether a band is periodic,
+    cyclic reduction or LAPACK's layouts, the selected inverse's route, multigrid's coarse
+    solve): ``docs/design.md`` ("Dispatch")."""
+    import pathlib
+
+    questions = re.compile(
+        r"periodic_split\(|factors_by_cyclic_reduction|selected_inverse_from_host_factor"
+        r"|selected_inverse_pivots_by_scan|coarse_solve_by_inverse\("
+    )
+    package = pathlib.Path(jaxdia.__file__).parent
+    askers = {
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if questions.search(path.read_text())
+    }
+    assert askers == {"_linalg/plan.py", "_dispatch.py"}
 
 
 # -- stored factors: lu_factor, cho_factor -----------------------------------------------------

@@ -4,8 +4,8 @@ factorized, the BandedLU/BandedCholesky pytrees and the lineax BandedSolver.
 Oracles: SciPy's ``solve_banded``/``solveh_banded``, LAPACK's own factors through
 ``scipy.linalg.lapack`` (``?gbtrf``, ``?gttrf``, ``?pbtrf``, ``?pttrf``),
 ``scipy.sparse.linalg.splu``/``factorized`` and dense ``jnp.linalg.solve`` (gradients).
-Most tests run both implementations, forced whatever the size: LAPACK on the host
-(``"host"``, CPU) and the ``lax.scan`` one (``"scan"``, GPU/TPU and small systems).
+Most tests run both implementations, forced whatever the size (``method=``): LAPACK on the
+host (``"lapack"``, CPU) and the ``lax.scan`` one (``"scan"``, GPU/TPU and small systems).
 """
 
 import pickle
@@ -26,25 +26,19 @@ from jax.test_util import check_grads
 import jaxdia
 from jaxdia import _dispatch
 from jaxdia._checks import result_dtype
-from jaxdia._linalg import banded
 from jaxdia.testing import batch_shapes, dtypes
 
-from .helpers import assert_close, dense_f64, examples
+from .helpers import Forced, assert_close, dense_f64, examples
 from .test_lowering import lowered_text
 
-METHODS = ("host", "scan")
+METHODS = ("lapack", "scan")
 
 
 @pytest.fixture(params=METHODS)
-def method(request, monkeypatch):
-    """Runs a test with LAPACK on the host, then with the ``lax.scan`` implementation.
-
-    The switch is read when a function is traced: ``jax.clear_caches`` drops traces of
-    ``jax.jit(jaxdia.lu_factor)`` and the like made with the other one."""
-    jax.clear_caches()
-    monkeypatch.setattr(banded, "METHOD", request.param)
-    yield request.param
-    jax.clear_caches()
+def method(request):
+    """Runs a test with LAPACK on the host, then with the ``lax.scan`` implementation: the
+    banded functions with that ``method`` (see ``tests.helpers.Forced``)."""
+    return Forced(request.param)
 
 
 def random_band(n, lower, upper, dtype=np.float64, batch=(), seed=0, dominant=True, drop=()):
@@ -135,18 +129,15 @@ def scipy_solve(A, b, trans=0):
 
 
 @pytest.fixture
-def forced(request, monkeypatch):
+def forced(request):
     """Like ``method``, for a test parametrized with ``method`` itself (the ``lax.scan``
     implementation compiles for seconds: it runs a subset of the cases)."""
-    jax.clear_caches()
-    monkeypatch.setattr(banded, "METHOD", request.param)
-    yield request.param
-    jax.clear_caches()
+    return Forced(request.param)
 
 
 def _cases(cases, scan):
     """``cases`` with LAPACK, and those at indices ``scan`` with the scan too."""
-    return [("host", *case) for case in cases] + [("scan", *cases[i]) for i in scan]
+    return [("lapack", *case) for case in cases] + [("scan", *cases[i]) for i in scan]
 
 
 @pytest.mark.parametrize(
@@ -170,7 +161,7 @@ def _cases(cases, scan):
 def test_lu_matches_scipy(forced, lower, upper, dtype, columns):
     n = 19
     A = random_band(n, lower, upper, dtype, seed=lower + 3 * upper)
-    lu = jax.jit(jaxdia.lu_factor)(A)
+    lu = jax.jit(forced.lu_factor)(A)
     assert lu.kind == ("tridiagonal" if max(lower, upper) <= 1 else "band")
     b = rhs((n,) if columns is None else (n, columns), dtype)
     for trans in (0, 1, 2):
@@ -200,7 +191,7 @@ def test_lu_factor_is_lapacks(forced, lower, upper, dtype):
     rows are interchanged)."""
     n = 11
     A = random_band(n, lower, upper, dtype, seed=7, dominant=False)
-    lu = jaxdia.lu_factor(A)
+    lu = forced.lu_factor(A)
     dense = dense_f64(A).astype(dtype)
     prefix = {"f": "d", "c": "z"}[np.dtype(dtype).kind]
     prefix = (
@@ -232,13 +223,12 @@ def test_lu_factor_is_lapacks(forced, lower, upper, dtype):
     np.testing.assert_allclose(got[inside], expected[inside], rtol=rtol, atol=rtol)
 
 
-@pytest.mark.usefixtures("method")
-def test_lu_pivots_through_zero_diagonals():
+def test_lu_pivots_through_zero_diagonals(method):
     """A zero main diagonal defeats LU without pivoting; row interchanges solve it."""
     for lower, upper, drop in [(1, 1, (0,)), (3, 1, (-2, -1, 0)), (1, 3, (0, 1))]:
         A = random_band(8, lower, upper, seed=2, dominant=False, drop=drop)
         b = rhs((8,))
-        lu = jaxdia.lu_factor(A)
+        lu = method.lu_factor(A)
         for trans in (0, 1):
             np.testing.assert_allclose(lu.solve(b, trans), scipy_solve(A, b, trans), rtol=1e-9)
 
@@ -262,11 +252,7 @@ def test_lu_property(data):
         b_batch = data.draw(st.sampled_from([(), batch, batch[1:], (2, *batch)]))
         b = rhs((*b_batch, n, data.draw(st.integers(1, 3))), dtype, seed + 1)
     trans = data.draw(st.sampled_from([0, 1, 2]))
-    banded.METHOD = method
-    try:
-        x = jaxdia.lu_factor(A).solve(b, trans)
-    finally:
-        banded.METHOD = "auto"
+    x = jaxdia.lu_factor(A, method=method).solve(b, trans)
     assert x.dtype == dtype
     wide = np.dtype(np.float32) if np.dtype(dtype).itemsize == 2 else dtype
     scale = 400 if np.dtype(dtype).itemsize == 2 else 100
@@ -296,14 +282,14 @@ def test_lu_property(data):
 def test_cholesky_matches_scipy(forced, kd, dtype, columns, lower):
     n = 17
     A = hermitian_band(n, kd, dtype, seed=kd)
-    c = jax.jit(jaxdia.cho_factor, static_argnums=1)(A, lower)
+    c = jax.jit(forced.cho_factor, static_argnums=1)(A, lower)
     assert c.kind == ("tridiagonal" if kd <= 1 else "band") and c.lower == lower
     b = rhs((n,) if columns is None else (n, columns), dtype)
     dense = dense_f64(A)
     ab = np.stack([np.concatenate([np.zeros(k), np.diag(dense, k)]) for k in range(kd, -1, -1)])
     expected = sla.solveh_banded(ab, b.astype(dense.dtype))
     assert_close(jax.jit(jaxdia.cho_solve)(c, b), expected, dtype, scale=50)
-    assert_close(jaxdia.solveh_banded(A, b, lower=lower), expected, dtype, scale=50)
+    assert_close(forced.solveh_banded(A, b, lower=lower), expected, dtype, scale=50)
     assert_close(c.solve(b), scipy_solve(A, b), dtype, scale=50)
 
 
@@ -318,7 +304,7 @@ def test_cholesky_factor_is_lapacks(forced, kd, dtype):
     dense = dense_f64(A)
     prefix = "d" if dtype == np.float64 else "z"
     for lower in (False, True):
-        c = jaxdia.cho_factor(A, lower=lower)
+        c = forced.cho_factor(A, lower=lower)
         if kd == 1:
             d, e, info = getattr(lapack, prefix + "pttrf")(np.diag(dense).real, np.diag(dense, -1))
             assert info == 0
@@ -367,11 +353,8 @@ def test_cholesky_property(data):
     seed = data.draw(st.integers(0, 2**16))
     A = hermitian_band(n, kd, dtype, batch=batch, seed=seed)
     b = rhs((*batch, n, 2), dtype, seed + 1)
-    banded.METHOD = data.draw(st.sampled_from(METHODS))
-    try:
-        x = jaxdia.cho_factor(A, lower=lower).solve(b)
-    finally:
-        banded.METHOD = "auto"
+    method = data.draw(st.sampled_from(METHODS))
+    x = jaxdia.cho_factor(A, lower=lower, method=method).solve(b)
     assert x.dtype == dtype
     wide = np.dtype(np.float32) if np.dtype(dtype).itemsize == 2 else dtype
     scale = 400 if np.dtype(dtype).itemsize == 2 else 50
@@ -469,16 +452,16 @@ def test_solution_dtypes_follow_jax_promotion_in_every_setting():
             assert result_dtype(np.float32, np.ones(n)) == np.float32
 
 
-@pytest.mark.parametrize("forced", ["host", "scan"], indirect=True)
+@pytest.mark.parametrize("forced", ["lapack", "scan"], indirect=True)
 def test_batches_broadcast(forced):
     n = 10
     A = random_band(n, 2, 1, batch=(3,), seed=5)
-    lu = jaxdia.lu_factor(A)
+    lu = forced.lu_factor(A)
     assert lu.batch_shape == (3,) and lu.lu.shape == (3, n, 6) and lu.info.shape == (3,)
     for b in (rhs((n,)), rhs((3, n, 2)), rhs((2, 3, n, 1)), rhs((n, 4))):
         np.testing.assert_allclose(lu.solve(b), scipy_solve(A, b), rtol=1e-10)
     # one matrix, a batch of right-hand sides
-    single = jaxdia.lu_factor(random_band(n, 2, 1, seed=6))
+    single = forced.lu_factor(random_band(n, 2, 1, seed=6))
     b = rhs((4, 2, n, 3))
     np.testing.assert_allclose(single.solve(b), scipy_solve(single.matrix, b), rtol=1e-10)
 
@@ -487,7 +470,9 @@ def test_batches_broadcast(forced):
 
 
 @pytest.mark.parametrize(
-    "forced, lower, upper", [("host", 1, 1), ("host", 2, 3), ("scan", 2, 3)], indirect=["forced"]
+    "forced, lower, upper",
+    [("lapack", 1, 1), ("lapack", 2, 3), ("scan", 2, 3)],
+    indirect=["forced"],
 )
 def test_vmap(forced, lower, upper):
     n, batch = 9, 4
@@ -497,7 +482,7 @@ def test_vmap(forced, lower, upper):
     expected = scipy_solve(A, bs[..., None])[..., 0]
 
     def factor(d):
-        return jaxdia.lu_factor(jaxdia.DiaMatrix(d, offsets, (n, n)))
+        return forced.lu_factor(jaxdia.DiaMatrix(d, offsets, (n, n)))
 
     lus = jax.vmap(factor)(A.data)
     assert lus.batch_shape == (batch,)
@@ -521,12 +506,11 @@ def test_vmap(forced, lower, upper):
     )
     # Cholesky, vmapped over matrices and right-hand sides together
     H = hermitian_band(n, 2, batch=(batch,), seed=9)
-    solve = jax.vmap(lambda d, b: jaxdia.solveh_banded(jaxdia.DiaMatrix(d, H.offsets, H.shape), b))
+    solve = jax.vmap(lambda d, b: forced.solveh_banded(jaxdia.DiaMatrix(d, H.offsets, H.shape), b))
     np.testing.assert_allclose(solve(H.data, bs), scipy_solve(H, bs[..., None])[..., 0], rtol=1e-10)
 
 
-@pytest.mark.usefixtures("method")
-def test_factor_in_loops():
+def test_factor_in_loops(method):
     """Factor outside, solve inside ``lax.scan`` and ``fori_loop``; a factor as a scan
     carry and as a ``jit`` argument and result."""
     n, steps = 12, 5
@@ -538,7 +522,7 @@ def test_factor_in_loops():
 
     @jax.jit
     def closed(A, u):
-        lu = jaxdia.lu_factor(A)
+        lu = method.lu_factor(A)
         return jax.lax.scan(lambda u, _: (lu.solve(u), None), u, length=steps)[0]
 
     @jax.jit
@@ -549,11 +533,11 @@ def test_factor_in_loops():
 
         return jax.lax.scan(step, (lu, u), length=steps)[0][1]
 
-    lu = jax.jit(jaxdia.lu_factor)(A)
+    lu = jax.jit(method.lu_factor)(A)
     fori = jax.jit(lambda lu, u: jax.lax.fori_loop(0, steps, lambda _, u: lu.solve(u), u))
     for got in (closed(A, u0), carried(lu, u0), fori(lu, u0)):
         np.testing.assert_allclose(got, expected, rtol=1e-10)
-    c = jaxdia.cho_factor(hermitian_band(n, 3, seed=11))
+    c = method.cho_factor(hermitian_band(n, 3, seed=11))
     cho_fori = jax.jit(lambda c, u: jax.lax.fori_loop(0, steps, lambda _, u: c.solve(u), u))
     expected = u0
     for _ in range(steps):
@@ -599,7 +583,7 @@ def test_lu_gradients(forced, lower, upper, dtype, trans, columns):
     b = jnp.asarray(rhs((n,) if columns is None else (n, columns), dtype, seed=13))
 
     def solve(d, b):  # factor and solve inside the differentiated function
-        return jaxdia.lu_solve(jaxdia.lu_factor(jaxdia.DiaMatrix(d, offsets, (n, n))), b, trans)
+        return jaxdia.lu_solve(forced.lu_factor(jaxdia.DiaMatrix(d, offsets, (n, n))), b, trans)
 
     check_grads(jax.jit(solve), (data, b), order=1, modes=("fwd", "rev"))
     weights = jnp.asarray(rhs(b.shape, seed=14))
@@ -632,7 +616,7 @@ def test_cholesky_gradients(forced, kd, dtype, lower):
     b = jnp.asarray(rhs((n,), dtype, seed=16))
 
     def solve(d, b):
-        return jaxdia.solveh_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b, lower=lower)
+        return forced.solveh_banded(jaxdia.DiaMatrix(d, offsets, (n, n)), b, lower=lower)
 
     check_grads(jax.jit(solve), (data, b), order=1, modes=("fwd", "rev"))
     weights = jnp.asarray(rhs((n,), seed=17))
@@ -720,32 +704,31 @@ def test_errors():
             jax.vmap(factor)(unbatched)
 
 
-@pytest.mark.usefixtures("method")
-def test_singular_and_indefinite():
+def test_singular_and_indefinite(method):
     """Outside jit: a LinAlgError naming LAPACK's info; under jit: NaN and ``info``."""
     A = random_band(6, 2, 1, dominant=False, seed=19)
     singular = jaxdia.DiaMatrix(A.data.at[:, 3].set(0.0), A.offsets, A.shape)  # zero column 3
     with pytest.raises(np.linalg.LinAlgError, match=r"pivot U\[3, 3\] is zero \(LAPACK info = 4\)"):
-        jaxdia.lu_factor(singular)
-    lu = jax.jit(jaxdia.lu_factor)(singular)
+        method.lu_factor(singular)
+    lu = jax.jit(method.lu_factor)(singular)
     assert int(lu.info) == 4 and not bool(lu.ok)
     assert np.isnan(jax.jit(jaxdia.lu_solve)(lu, np.ones(6))).all()
-    assert np.isnan(jaxdia.solve_banded(singular, np.ones(6))).all()  # never raises
+    assert np.isnan(method.solve_banded(singular, np.ones(6))).all()  # never raises
     # a batch names the failing matrix
     batch = jaxdia.DiaMatrix(jnp.stack([A.data, singular.data]), A.offsets, A.shape)
     with pytest.raises(np.linalg.LinAlgError, match=r"matrix \(1,\) of the batch"):
-        jaxdia.lu_factor(batch)
+        method.lu_factor(batch)
     tridiagonal = jaxdia.diags([[1.0, 1.0], [1.0, 1.0, 1.0], [1.0, 0.0]], [-1, 0, 1])
     with pytest.raises(np.linalg.LinAlgError, match=r"U\[2, 2\] is zero \(LAPACK info = 3\)"):
-        jaxdia.lu_factor(tridiagonal)  # rows 0 and 1 are equal: row 2 is swapped up
+        method.lu_factor(tridiagonal)  # rows 0 and 1 are equal: row 2 is swapped up
     for kd in (1, 3):
         H = hermitian_band(7, kd, seed=20)
         bad = jaxdia.DiaMatrix(H.data.at[kd, 2].set(-50.0), H.offsets, H.shape)  # A[2, 2] < 0
         with pytest.raises(np.linalg.LinAlgError, match="leading minor of order 3"):
-            jaxdia.cho_factor(bad)
+            method.cho_factor(bad)
         with pytest.raises(np.linalg.LinAlgError, match="not Hermitian positive definite"):
-            jaxdia.solveh_banded(bad, np.ones(7))
-        c = jax.jit(jaxdia.cho_factor)(bad)
+            method.solveh_banded(bad, np.ones(7))
+        c = jax.jit(method.cho_factor)(bad)
         assert int(c.info) == 3 and not bool(c.ok)
         assert np.isnan(jax.jit(jaxdia.cho_solve)(c, np.ones(7))).all()
 

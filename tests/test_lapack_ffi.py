@@ -23,18 +23,15 @@ from numpy.typing import DTypeLike
 import jaxdia
 from jaxdia import _kernels
 from jaxdia._kernels import lapack
-from jaxdia._linalg import banded
+
+from .helpers import Forced
 
 THREADS = 8
 
 
-@pytest.fixture
-def host(monkeypatch):
-    """LAPACK on the host whatever the size (the small systems here would take the scan)."""
-    jax.clear_caches()
-    monkeypatch.setattr(banded, "METHOD", "host")
-    yield
-    jax.clear_caches()
+#: jaxdia's banded functions with LAPACK on the host whatever the size (the small systems
+#: and large batches here would take the scan).
+LAPACK = Forced("lapack")
 
 
 def band(n, lower, upper, *, batch=(), dtype: DTypeLike = np.float64, seed=0, dominant=False):
@@ -69,15 +66,15 @@ def factors():
     interchanges at 300 rows: the ?tbsv path), banded Cholesky, tridiagonal LU and
     L D L^H, in real and complex precision."""
     return {
-        "gb": jaxdia.lu_factor(band(60, 2, 3, seed=1)),
-        "gb without interchanges": jaxdia.lu_factor(band(300, 2, 1, seed=2, dominant=True)),
-        "gb complex": jaxdia.lu_factor(band(40, 1, 2, dtype=np.complex64, seed=3)),
-        "pb": jaxdia.cho_factor(hermitian(50, 3, seed=4)),
-        "pb complex": jaxdia.cho_factor(hermitian(50, 2, dtype=np.complex128, seed=5)),
-        "gt": jaxdia.lu_factor(band(70, 1, 1, seed=6)),
-        "gt complex": jaxdia.lu_factor(band(70, 1, 1, dtype=np.complex128, seed=7)),
-        "pt": jaxdia.cho_factor(hermitian(80, 1, seed=8)),
-        "pt complex": jaxdia.cho_factor(hermitian(80, 1, dtype=np.complex64, seed=9)),
+        "gb": LAPACK.lu_factor(band(60, 2, 3, seed=1)),
+        "gb without interchanges": LAPACK.lu_factor(band(300, 2, 1, seed=2, dominant=True)),
+        "gb complex": LAPACK.lu_factor(band(40, 1, 2, dtype=np.complex64, seed=3)),
+        "pb": LAPACK.cho_factor(hermitian(50, 3, seed=4)),
+        "pb complex": LAPACK.cho_factor(hermitian(50, 2, dtype=np.complex128, seed=5)),
+        "gt": LAPACK.lu_factor(band(70, 1, 1, seed=6)),
+        "gt complex": LAPACK.lu_factor(band(70, 1, 1, dtype=np.complex128, seed=7)),
+        "pt": LAPACK.cho_factor(hermitian(80, 1, seed=8)),
+        "pt complex": LAPACK.cho_factor(hermitian(80, 1, dtype=np.complex64, seed=9)),
     }
 
 
@@ -219,7 +216,6 @@ def test_a_zero_pivot_is_a_result_not_an_error():
     assert int(info) == 3
 
 
-@pytest.mark.usefixtures("host")
 def test_solves_from_several_threads_agree_with_sequential_ones():
     """Each factor solved for many right-hand sides, one after the other, then all at once
     from ``THREADS`` Python threads (the handlers run on XLA's threads without the GIL,
@@ -248,14 +244,13 @@ def test_solves_from_several_threads_agree_with_sequential_ones():
                     np.testing.assert_array_equal(got, expected[key], err_msg=str(key))
 
 
-@pytest.mark.usefixtures("host")
 def test_factorizations_from_several_threads_agree_with_sequential_ones():
     with jax.enable_x64():
         matrices = [band(50, 2, 2, seed=s) for s in range(6)] + [
             hermitian(40, 2, seed=s) for s in range(6)
         ]
-        lu = jax.jit(jaxdia.lu_factor)
-        cho = jax.jit(jaxdia.cho_factor)
+        lu = jax.jit(LAPACK.lu_factor)
+        cho = jax.jit(LAPACK.cho_factor)
         make = [lu] * 6 + [cho] * 6
 
         def run(index):
@@ -270,7 +265,6 @@ def test_factorizations_from_several_threads_agree_with_sequential_ones():
                     np.testing.assert_array_equal(leaf, want)
 
 
-@pytest.mark.usefixtures("host")
 def test_independent_calls_of_one_program_agree_with_sequential_ones():
     """One jitted program with a solve per factor: XLA's CPU runtime may run the
     independent custom calls at the same time, on its own thread pool."""
@@ -282,7 +276,6 @@ def test_independent_calls_of_one_program_agree_with_sequential_ones():
             np.testing.assert_array_equal(got, jax.jit(lambda f, b: f.solve(b))(factor, b))
 
 
-@pytest.mark.usefixtures("host")
 @pytest.mark.parametrize("kind", ["gb", "pb", "gt", "pt"])
 def test_vmap_over_large_batches_agrees_with_sequential_solves(kind):
     """``vmap`` of factor and solve over 512 systems (one handler call looping over the
@@ -292,10 +285,10 @@ def test_vmap_over_large_batches_agrees_with_sequential_solves(kind):
     with jax.enable_x64():
         if kind in ("gb", "gt"):
             A = band(n, 2 if kind == "gb" else 1, 1, batch=(batch,), seed=11)
-            factor = jaxdia.lu_factor
+            factor = LAPACK.lu_factor
         else:
             A = hermitian(n, 2 if kind == "pb" else 1, batch=(batch,), seed=12)
-            factor = jaxdia.cho_factor
+            factor = LAPACK.cho_factor
         b = np.random.default_rng(13).standard_normal((batch, n))
         factor_and_solve = jax.jit(jax.vmap(lambda A, b: factor(A).solve(b)))
         got = np.asarray(factor_and_solve(A, b))
@@ -331,13 +324,11 @@ def test_the_handlers_keep_working_in_a_subprocess_holding_a_factor_at_exit():
 import jax, numpy as np, scipy.sparse as sp
 jax.config.update("jax_enable_x64", True)
 import jaxdia
-from jaxdia._linalg import banded
 from numpy.typing import DTypeLike
-banded.METHOD = "host"
 T = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(30, 30))
 A = jaxdia.DiaMatrix.from_scipy(sp.kronsum(T, T).todia())
-lu, c = jaxdia.lu_factor(A), jaxdia.cho_factor(A)
-t = jaxdia.lu_factor(jaxdia.DiaMatrix.from_scipy(T.todia()))
+lu, c = jaxdia.lu_factor(A, method="lapack"), jaxdia.cho_factor(A, method="lapack")
+t = jaxdia.lu_factor(jaxdia.DiaMatrix.from_scipy(T.todia()), method="lapack")
 x = [lu.solve(np.ones(900)), c.solve(np.ones(900)), t.solve(np.ones(30))]
 print("solved")
 """
@@ -632,7 +623,6 @@ def test_one_shot_factor_and_solve_is_gbtrf_then_gbtrs(n, kl, ku, dominant, dtyp
             check(2, x[0], info[0], b[2], trans)
 
 
-@pytest.mark.usefixtures("host")
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex128])
 @pytest.mark.parametrize("lower, upper", [(2, 2), (3, 1), (0, 2), (4, 4)])
 def test_narrow_band_public_solves_agree_with_scipy(lower, upper, dtype):
@@ -650,7 +640,7 @@ def test_narrow_band_public_solves_agree_with_scipy(lower, upper, dtype):
             systems = [jaxdia.DiaMatrix(A.data[i], A.offsets, A.shape) for i in range(count)]
             batched = jax.jit(
                 jax.vmap(
-                    lambda data, b: jaxdia.solve_banded(
+                    lambda data, b: LAPACK.solve_banded(
                         jaxdia.DiaMatrix(data, A.offsets, A.shape), b
                     )
                 )
@@ -664,9 +654,9 @@ def test_narrow_band_public_solves_agree_with_scipy(lower, upper, dtype):
                 )
                 want = scipy.linalg.solve_banded((lower, upper), ab, b[i])
                 atol = tolerance * np.abs(want).max()
-                np.testing.assert_allclose(jaxdia.solve_banded(A_i, b[i]), want, atol=atol)
+                np.testing.assert_allclose(LAPACK.solve_banded(A_i, b[i]), want, atol=atol)
                 np.testing.assert_allclose(together[i], want, atol=atol)
-                factor = jaxdia.lu_factor(A_i)
+                factor = LAPACK.lu_factor(A_i)
                 for trans, op in ((1, dense.T), (2, dense.conj().T)):
                     want = np.linalg.solve(op, b[i])
                     np.testing.assert_allclose(

@@ -21,8 +21,10 @@ bottom up (``CONTRIBUTING.md`` describes them):
    the multigrid front, which dispatches to both hierarchies;
 6. integrations: lineax, ``.npz`` files, ``jaxdia.testing``, the package.
 
-Every import counts, including those inside functions. A new module must be given a
-layer here.
+Every import counts, including those inside functions (the Pallas families are imported
+inside a function, when a product is lowered for their platform). A new module must be
+given a layer here; its place inside the layer follows from its imports, which must form
+no cycle.
 """
 
 import ast
@@ -30,71 +32,73 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "jaxdia"
 
-# Layer of each module (dotted below jaxdia); finer steps (1.5, 3.1, ...) order modules
-# within a layer.
+# The layer of each module (dotted below jaxdia), bottom up, as the docstring lists them.
+# An import goes to a lower layer or to the module's own; inside a layer the order is the
+# imports' own (``_depths``), which must have no cycle.
 LAYERS = {
     "_checks": 1,
     "_geometry": 1,
     "_parts": 1,
     "_pytree": 1,
     "_scipy_names": 1,
-    "_scipy_operator": 1.5,
+    "_scipy_operator": 1,
     "_sharding": 1,
     "_typing": 1,
     "_dispatch": 1,
     "_kernels": 2,
     "_kernels.pallas_common": 2,
-    "_kernels.xla": 2.1,
-    "_kernels.xla_runs": 2.1,
-    "_kernels.pallas_triton": 2.1,
-    "_kernels.pallas_mosaic_gpu": 2.1,
-    "_kernels.pallas_tpu": 2.1,
-    "_kernels.lapack": 2.1,
-    "_kernels.band_layouts": 2.05,
-    "_kernels.band_scan": 2.1,
-    "_kernels.band_parallel": 2.1,
-    "_kernels.band_refine": 2.15,
-    "_kernels.primitives": 2.2,
-    "_kernels.band_primitives": 2.2,
-    "_kernels.ilu": 2.1,
-    "_kernels.ilu_primitives": 2.2,
-    "_sharded_products": 2.5,
-    "_host": 2.9,
+    "_kernels.xla": 2,
+    "_kernels.xla_runs": 2,
+    "_kernels.pallas_triton": 2,
+    "_kernels.pallas_mosaic_gpu": 2,
+    "_kernels.pallas_tpu": 2,
+    "_kernels.lapack": 2,
+    "_kernels.band_layouts": 2,
+    "_kernels.band_scan": 2,
+    "_kernels.band_parallel": 2,
+    "_kernels.band_refine": 2,
+    "_kernels.primitives": 2,
+    "_kernels.band_primitives": 2,
+    "_kernels.ilu": 2,
+    "_kernels.ilu_primitives": 2,
+    "_sharded_products": 3,
+    "_host": 3,
     "_convert": 3,
     "_products": 3,
     "_traces": 3,
     "_colouring": 3,
-    "_ops": 3.1,
+    "_ops": 3,
     "_matrix": 4,
-    "_functions": 4.05,
-    "_construct": 4.1,
-    "_shard": 4.2,
-    "_jacobian": 4.3,
+    "_functions": 4,
+    "_construct": 4,
+    "_shard": 4,
+    "_jacobian": 4,
     "_linalg": 5,
-    "_linalg.periodic": 5.1,
-    "_linalg.operators": 5.05,
-    "_linalg.operands": 5.07,
-    "_linalg.krylov": 5.1,
-    "_linalg.smoothers": 5.1,
-    "_linalg.ilu": 5.1,
-    "_linalg.expm": 5.1,
-    "_linalg.stencil": 5.1,
-    "_linalg.banded": 5.2,
-    "_linalg.selected_inverse": 5.25,
-    "_linalg.determinant": 5.26,
-    "_linalg.jacobi": 5.2,
-    "_linalg.gmres": 5.2,
-    "_linalg.deep_halo": 5.2,
-    "_linalg.factor": 5.3,
-    "_linalg.lanczos": 5.3,
-    "_linalg.incomplete": 5.3,
-    "_linalg.multigrid_hierarchy": 5.3,
-    "_linalg.chebyshev": 5.3,
-    "_linalg.sharded_multigrid": 5.4,
-    "_linalg.lstsq": 5.4,
-    "_linalg.multigrid": 5.5,
-    "_bdf": 5.6,
-    "_ivp": 5.7,
+    "_linalg.periodic": 5,
+    "_linalg.plan": 5,
+    "_linalg.operators": 5,
+    "_linalg.operands": 5,
+    "_linalg.krylov": 5,
+    "_linalg.smoothers": 5,
+    "_linalg.ilu": 5,
+    "_linalg.expm": 5,
+    "_linalg.stencil": 5,
+    "_linalg.banded": 5,
+    "_linalg.selected_inverse": 5,
+    "_linalg.determinant": 5,
+    "_linalg.jacobi": 5,
+    "_linalg.gmres": 5,
+    "_linalg.deep_halo": 5,
+    "_linalg.factor": 5,
+    "_linalg.lanczos": 5,
+    "_linalg.incomplete": 5,
+    "_linalg.multigrid_hierarchy": 5,
+    "_linalg.chebyshev": 5,
+    "_linalg.sharded_multigrid": 5,
+    "_linalg.lstsq": 5,
+    "_linalg.multigrid": 5,
+    "_bdf": 5,
+    "_ivp": 5,
     "_io": 6,
     "_compilation_cache": 6,
     "_lineax": 6,
@@ -176,14 +180,55 @@ def test_the_package_is_two_folders_and_flat_modules():
     assert folders == {"_kernels", "_linalg"}
 
 
+def _within(module: str, imports: set[str]) -> set[str]:
+    """The modules of ``module``'s own layer among ``imports`` (a package's own modules
+    are below it)."""
+    return {
+        other
+        for other in imports
+        if LAYERS[other] == LAYERS[module] and not other.startswith(module + ".")
+    }
+
+
+def _depths(modules: dict[str, set[str]]) -> dict[str, int]:
+    """Each module's step inside its layer, derived from the imports: one more than the
+    deepest module of its layer that it imports (0: none). A cycle has no order: an
+    AssertionError naming it."""
+    depths: dict[str, int] = {}
+
+    def depth(module: str, path: tuple[str, ...]) -> int:
+        if module in path:
+            cycle = " -> ".join((*path[path.index(module) :], module))
+            raise AssertionError(f"an import cycle: {cycle}")
+        if module not in depths:
+            below = _within(module, modules[module])
+            depths[module] = 1 + max((depth(o, (*path, module)) for o in below), default=-1)
+        return depths[module]
+
+    for module in modules:
+        depth(module, ())
+    return depths
+
+
 def test_modules_import_only_lower_layers():
     upward = [
         f"{module} (layer {LAYERS[module]}) imports {other} (layer {LAYERS[other]})"
         for module, imports in _modules().items()
         for other in sorted(imports)
-        if LAYERS[other] >= LAYERS[module] and not other.startswith(module + ".")
+        if LAYERS[other] > LAYERS[module]
     ]
     assert not upward, "\n".join(upward)
+
+
+def test_imports_within_a_layer_have_an_order():
+    """No cycle, and the order the docstring describes: ``_linalg``'s modules in steps
+    (those that import no sibling, the banded solves, the factors and ``eigsh``, ...)."""
+    depths = _depths(_modules())
+    assert depths["_linalg.periodic"] == depths["_linalg.operators"] == 0
+    assert depths["_linalg.operators"] < depths["_linalg.operands"] < depths["_linalg.krylov"]
+    assert depths["_linalg.plan"] < depths["_linalg.banded"] < depths["_linalg.factor"]
+    assert depths["_linalg.multigrid"] > depths["_linalg.multigrid_hierarchy"]
+    assert depths["_kernels.band_primitives"] > depths["_kernels.band_parallel"]
 
 
 def test_kernels_import_only_the_foundations():
@@ -238,6 +283,7 @@ TESTED_IN = {
     "lanczos": "test_eigsh.py",
     "multigrid_hierarchy": "test_multigrid.py",
     "operands": "test_operators.py",
+    "plan": "test_dispatch.py",
     "selected_inverse": "test_logdet.py",
     "sharded_multigrid": "sharded/test_sharded_multigrid.py",
     "smoothers": "test_multigrid.py",

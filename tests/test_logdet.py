@@ -7,6 +7,7 @@ layout is forced: LAPACK on the host (``GB``, ``GT``, ``PB``, ``PT``), the ``lax
 kernels (the same layouts), block cyclic reduction (``CR``, ``CH``) and periodic factors.
 """
 
+import functools
 import re
 
 import jax
@@ -18,23 +19,22 @@ from hypothesis import given, settings, strategies as st
 import jaxdia
 from jaxdia import _dispatch
 from jaxdia._linalg import banded, selected_inverse
+from jaxdia._linalg.plan import choose
 from jaxdia.testing import batch_shapes, dia_matrices
 
-from .helpers import dense_f64, examples
+from .helpers import Forced, dense_f64, examples
 from .test_dispatch import loops_grow_with_n
 from .test_factor import hermitian_band, random_band
 from .test_lowering import lowered_text
 
-METHODS = ("host", "scan", "parallel")
+METHODS = ("lapack", "scan", "parallel")
 
 
 @pytest.fixture(params=METHODS)
-def method(request, monkeypatch):
-    """Runs a test with each implementation forced (read when a factor is traced)."""
-    jax.clear_caches()
-    monkeypatch.setattr(banded, "METHOD", request.param)
-    yield request.param
-    jax.clear_caches()
+def method(request):
+    """Runs a test with each implementation forced: the banded functions with that
+    ``method`` (see ``tests.helpers.Forced``)."""
+    return Forced(request.param)
 
 
 def pattern(A):
@@ -103,22 +103,22 @@ def grid(cases, dtypes):
 def test_slogdet_matches_numpy(method, n, lower, upper, dtype):
     A = random_band(n, lower, upper, dtype, batch=(2,), seed=n, dominant=False)
     dense = dense_f64(A)
-    assert_slogdet(jaxdia.slogdet(A), dense, dtype)
-    assert_slogdet(jax.jit(jaxdia.slogdet)(A), dense, dtype)
-    assert_slogdet(jaxdia.lu_factor(A).slogdet(), dense, dtype) if np.all(
+    assert_slogdet(method.slogdet(A), dense, dtype)
+    assert_slogdet(jax.jit(method.slogdet)(A), dense, dtype)
+    assert_slogdet(method.lu_factor(A).slogdet(), dense, dtype) if np.all(
         np.linalg.det(dense) != 0
     ) else None
-    vmapped = jax.vmap(lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape)))
+    vmapped = jax.vmap(lambda d: method.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape)))
     assert_slogdet(vmapped(A.data), dense, dtype)
 
 
 def test_slogdet_of_every_layout(method):
     """The factor's kind (tridiagonal, band, parallel, periodic) and its determinant."""
     expected_kinds = {
-        "host": {"tridiagonal", "band", "periodic"},
+        "lapack": {"tridiagonal", "band", "periodic"},
         "scan": {"tridiagonal", "band", "periodic"},
         "parallel": {"parallel", "periodic"},
-    }[method]
+    }[method.method]
     kinds = set()
     n = 24
     for offsets in [(-1, 0, 1), (-2, 0, 3), (-(n - 1), -1, 0, 1, n - 1), (-(n - 2), 0, 1, n - 1)]:
@@ -126,11 +126,11 @@ def test_slogdet_of_every_layout(method):
         data = rng.standard_normal((len(offsets), n))
         data[offsets.index(0)] += 4 * np.sign(data[offsets.index(0)])
         A = jaxdia.DiaMatrix(data, offsets, (n, n))
-        lu = jaxdia.lu_factor(A)
+        lu = method.lu_factor(A)
         kinds.add(lu.kind)
         assert_slogdet(lu.slogdet(), dense_f64(A), np.float64)
         if offsets == (-1, 0, 1):
-            jitted = jax.jit(lambda A: jaxdia.lu_factor(A).slogdet())(A)
+            jitted = jax.jit(lambda A: method.lu_factor(A).slogdet())(A)
             assert_slogdet(jitted, dense_f64(A), A.dtype)
     assert kinds == expected_kinds
 
@@ -148,7 +148,7 @@ def test_slogdet_of_every_layout(method):
 )
 def test_cholesky_logdet(method, kd, lower, dtype):
     A = hermitian_band(9, kd, dtype, batch=(2,), seed=kd, lower=lower)
-    c = jaxdia.cho_factor(A, lower=lower)
+    c = method.cho_factor(A, lower=lower)
     expected = np.linalg.slogdet(dense_f64(A))[1]
     tol = 1e-4 if np.dtype(dtype) == np.float32 else 1e-11
     np.testing.assert_allclose(c.logdet(), expected, rtol=tol, atol=tol)
@@ -163,8 +163,8 @@ def test_singular_is_zero_and_minus_infinity(method):
         data = np.random.default_rng(n).standard_normal((2, len(offsets), n))
         data[1, :, 2 % n] = 0  # a zero column in the second matrix
         A = jaxdia.DiaMatrix(data, offsets, (n, n))
-        for sign, logabsdet in [jaxdia.slogdet(A), jax.jit(jaxdia.slogdet)(A)]:
-            if method == "parallel":
+        for sign, logabsdet in [method.slogdet(A), jax.jit(method.slogdet)(A)]:
+            if method.method == "parallel":
                 assert np.isnan(sign[1]) or (sign[1] == 0 and logabsdet[1] == -np.inf)
             else:
                 assert sign[1] == 0 and logabsdet[1] == -np.inf
@@ -173,7 +173,7 @@ def test_singular_is_zero_and_minus_infinity(method):
 
 def test_failures_are_nan():
     A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(5, 5))  # negative definite
-    c = banded.factor_cholesky(A._parts, False)
+    c = banded.factor(A._parts, choose(A.offsets, 5, False))
     from jaxdia._linalg.determinant import factor_slogdet
 
     assert np.isnan(factor_slogdet(c, 5)[1])
@@ -209,11 +209,7 @@ def test_slogdet_hypothesis(data, method):
     n = data.draw(st.integers(1, 9))
     dtype = data.draw(st.sampled_from([np.float32, np.float64, np.complex64, np.complex128]))
     A = data.draw(dia_matrices(shape=(n, n), dtype=dtype, batch_shape=None))
-    banded.METHOD = method
-    try:
-        actual = jaxdia.slogdet(A)
-    finally:
-        banded.METHOD = "auto"
+    actual = jaxdia.slogdet(A, method=method)
     dense = dense_f64(A)
     if method == "parallel":  # NaN is a reported failure; anything finite must be right
         keep = np.isfinite(np.asarray(actual[1])) | (np.asarray(actual[0]) == 0)
@@ -232,10 +228,10 @@ def dense_gradient(A):
     return np.asarray(jax.grad(lambda M: jnp.linalg.slogdet(M)[1].sum())(dense))
 
 
-def assert_slogdet_jvp_is_dense(A, tangent):
+def assert_slogdet_jvp_is_dense(A, tangent, method="auto"):
     """Forward mode of ``slogdet`` along ``tangent`` (the sign's derivative included) is
     that of the dense ``jnp.linalg.slogdet``."""
-    fn = lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape))  # noqa: E731
+    fn = lambda d: jaxdia.slogdet(jaxdia.DiaMatrix(d, A.offsets, A.shape), method=method)  # noqa: E731
     _, (dsign, dlog) = jax.jvp(fn, (A.data,), (jnp.asarray(tangent),))
     dense = jnp.asarray(dense_f64(A))
     _, (esign, elog) = jax.jvp(jnp.linalg.slogdet, (dense,), (jnp.asarray(on_pattern(A, tangent)),))
@@ -280,7 +276,7 @@ def test_cholesky_logdet_gradient(method, lower, dtype):
     A = hermitian_band(11, 2, dtype, lower=lower, seed=3)
 
     def loss(data):
-        return jaxdia.cho_factor(jaxdia.DiaMatrix(data, A.offsets, A.shape), lower=lower).logdet()
+        return method.cho_factor(jaxdia.DiaMatrix(data, A.offsets, A.shape), lower=lower).logdet()
 
     def dense_loss(data):  # the Hermitian matrix the triangle defines
         keep = np.array([(k <= 0) if lower else (k >= 0) for k in A.offsets])
@@ -360,8 +356,8 @@ def test_factor_data_is_the_inverse_on_the_band(n, kd, dtype, lower):
     inverse = np.linalg.inv(dense_f64(A))
     A, unread = with_unread_diagonal(A, lower, seed=n)
     parts = A._parts
-    factor = banded.factor_cholesky(parts, lower, "host")
-    assert factor.layout.code == ("pt" if min(kd, n - 1) <= 1 else "pb")
+    factor = banded.factor(parts, choose(parts.offsets, n, lower, method="lapack"))
+    assert factor.plan.layout.code == ("pt" if min(kd, n - 1) <= 1 else "pb")
     tol = 1e-4 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-11
     for transpose in (False, True):
         expected = np.swapaxes(inverse, -1, -2) if transpose else inverse
@@ -372,9 +368,7 @@ def test_factor_data_is_the_inverse_on_the_band(n, kd, dtype, lower):
                     expected_data[..., k, j] = expected[..., j - offset, j]
 
         def read(data, factor, transpose=transpose):
-            return selected_inverse.factor_data(
-                parts.with_data(data), factor, lower, transpose=transpose
-            )
+            return selected_inverse.factor_data(parts.with_data(data), factor, transpose=transpose)
 
         for fn in (read, jax.jit(read), jax.vmap(read)):
             np.testing.assert_allclose(fn(A.data, factor), expected_data, rtol=tol, atol=tol)
@@ -385,11 +379,12 @@ def test_factor_data_of_a_failed_factor_is_nan():
     data = np.asarray(A.data).copy()
     data[1, 2, 3] = -100.0  # the second matrix is not positive definite
     parts = A._parts.with_data(jnp.asarray(data))
-    factor = banded.factor_cholesky(parts, False, "host")
-    values = np.asarray(selected_inverse.factor_data(parts, factor, False))
+    factor = banded.factor(parts, choose(parts.offsets, 6, False, method="lapack"))
+    values = np.asarray(selected_inverse.factor_data(parts, factor))
     assert np.isfinite(values[0]).all() and np.isnan(values[1]).all()
     with pytest.raises(ValueError, match="needs a banded Cholesky factor"):
-        selected_inverse.factor_data(parts, banded.factor_lu(parts, "host"), False)
+        lu = banded.factor(parts, choose(parts.offsets, 6, method="lapack"))
+        selected_inverse.factor_data(parts, lu)
 
 
 @pytest.mark.parametrize(
@@ -422,31 +417,27 @@ def test_cholesky_logdet_hessian_matches_dense(kd, lower):
 
 
 @pytest.mark.parametrize("kd", [1, 2])
-def test_cpu_gradient_reads_the_cholesky_factor(kd, monkeypatch):
+def test_cpu_gradient_reads_the_cholesky_factor(kd):
     """On CPU the gradient of ``cho_factor(A).logdet()`` and ``selected_inverse(A,
     assume_a="pos")`` call ``pbsinv`` on LAPACK's factor; with cyclic reduction's factor
     they do not (they unwind that reduction)."""
     A = hermitian_band(64, kd, seed=1)
 
-    def value_and_grad(data):
+    def value_and_grad(data, method="auto"):
         return jax.value_and_grad(
-            lambda d: jaxdia.cho_factor(jaxdia.DiaMatrix(d, A.offsets, A.shape)).logdet()
+            lambda d: jaxdia.cho_factor(
+                jaxdia.DiaMatrix(d, A.offsets, A.shape), method=method
+            ).logdet()
         )(data)
 
-    def variances(data):
+    def variances(data, method="auto"):
         A_ = jaxdia.DiaMatrix(data, A.offsets, A.shape)
-        return jaxdia.selected_inverse(A_, assume_a="pos").diagonal()
+        return jaxdia.selected_inverse(A_, assume_a="pos", method=method).diagonal()
 
-    jax.clear_caches()
-    try:
-        for fn in (value_and_grad, variances):
-            assert "jaxdia_lapack_pbsinv" in lowered_text(fn, A.data, platform="cpu")
-        monkeypatch.setattr(banded, "METHOD", "parallel")
-        jax.clear_caches()
-        for fn in (value_and_grad, variances):
-            assert "jaxdia_lapack" not in lowered_text(fn, A.data, platform="cpu")
-    finally:
-        jax.clear_caches()
+    for fn in (value_and_grad, variances):
+        assert "jaxdia_lapack_pbsinv" in lowered_text(fn, A.data, platform="cpu")
+        parallel = functools.partial(fn, method="parallel")
+        assert "jaxdia_lapack" not in lowered_text(parallel, A.data, platform="cpu")
 
 
 # -- selected_inverse --------------------------------------------------------------------------
@@ -865,7 +856,7 @@ PERIODIC = [
     (15, (-13, -1, 0, 1, 2, 14)),
 ]
 PERIODIC_FAST = {(12, np.complex128)}
-GRADIENT_FAST = {(15, "host")}
+GRADIENT_FAST = {(15, "lapack")}
 TINY_FAST = {(2, np.complex64), (3, np.float64)}
 
 
@@ -905,17 +896,16 @@ def test_periodic_selected_inverse(n, offsets, dtype, monkeypatch):
     ],
 )
 def test_periodic_logdet_gradient(n, offsets, method, monkeypatch):
-    jax.clear_caches()
-    monkeypatch.setattr(banded, "METHOD", method)
     calls = spy_periodic(monkeypatch)
+    forced = Forced(method)
     dtype = np.complex128 if n % 2 else np.float64
     A = periodic_band(n, offsets, dtype, batch=(2,), seed=n)
 
     def loss(data):
-        return jaxdia.slogdet(jaxdia.DiaMatrix(data, A.offsets, A.shape))[1].sum()
+        return forced.slogdet(jaxdia.DiaMatrix(data, A.offsets, A.shape))[1].sum()
 
     def factor_loss(data):
-        return jaxdia.lu_factor(jaxdia.DiaMatrix(data, A.offsets, A.shape)).slogdet()[1].sum()
+        return forced.lu_factor(jaxdia.DiaMatrix(data, A.offsets, A.shape)).slogdet()[1].sum()
 
     expected = dense_gradient(A)
     for grad in (jax.grad(loss), jax.jit(jax.grad(loss)), jax.grad(factor_loss)):
@@ -924,7 +914,7 @@ def test_periodic_logdet_gradient(n, offsets, method, monkeypatch):
     assert_on_pattern(A, one, expected, dtype)
     # forward mode, the sign's derivative included
     tangent = np.random.default_rng(0).standard_normal(A.data.shape).astype(A.dtype)
-    assert_slogdet_jvp_is_dense(A, tangent)
+    assert_slogdet_jvp_is_dense(A, tangent, method)
     assert len(calls) == 5
 
 
@@ -1012,9 +1002,7 @@ def test_periodic_ill_conditioned_band(monkeypatch):
 
 
 def periodic_split(A):
-    from jaxdia._linalg import periodic
-
-    return periodic.split(A.offsets, A.shape[0]) is not None
+    return choose(A.offsets, A.shape[0]).split is not None
 
 
 @pytest.mark.parametrize("lower", [pytest.param(False, marks=pytest.mark.full), True])

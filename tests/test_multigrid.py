@@ -131,14 +131,14 @@ def test_galerkin_paths_agree_with_scipy(grid):
             step = multigrid_hierarchy.coarse_grid(step, (axis,))
         return stencil.stencil_rows(cells, coarse, np.float64, xp)
 
-    def check(rows, by_color):
-        parts = stencil.dia_from_rows(jnp.asarray(rows), coarse, by_color=by_color)
+    def check(rows, by_colour):
+        parts = stencil.dia_from_rows(jnp.asarray(rows), coarse, by_colour=by_colour)
         np.testing.assert_allclose(dense_f64(jaxdia.DiaMatrix._wrap(parts)), expected, atol=1e-12)
 
-    check(by_cells(np.asarray(A.data), np), by_color=False)
+    check(by_cells(np.asarray(A.data), np), by_colour=False)
     if len(grid) == 1:  # the compiled paths, here on their own (the setup uses them in 2-D, 3-D)
-        check(jax.jit(lambda d: by_cells(d, jnp))(A.data), by_color=False)
-        check(jax.jit(lambda A: multigrid_hierarchy.probe(A._parts, grid, axes))(A), by_color=True)
+        check(jax.jit(lambda d: by_cells(d, jnp))(A.data), by_colour=False)
+        check(jax.jit(lambda A: multigrid_hierarchy.probe(A._parts, grid, axes))(A), by_colour=True)
     x = rhs(n)
     np.testing.assert_allclose(
         np.asarray(multigrid_hierarchy.restrict(jnp.asarray(x).reshape(grid), axes)).ravel(),

@@ -17,7 +17,8 @@ import scipy.sparse.linalg as spla
 from hypothesis import given, settings, strategies as st
 
 import jaxdia
-from jaxdia._linalg import banded, periodic
+from jaxdia._linalg import periodic
+from jaxdia._linalg.plan import periodic_split
 
 from .helpers import assert_close, dense_f64, examples
 from .test_band_parallel import assert_no_loop_grows, on_platform
@@ -113,7 +114,7 @@ def test_band_singular_falls_back_to_the_whole_band():
     n = 10
     shift = np.roll(np.eye(n), 1, axis=1)
     A = jaxdia.DiaMatrix.from_scipy(sp.dia_array(shift))
-    assert periodic.split(A.offsets, n) is not None
+    assert periodic_split(A.offsets, n) is not None
     b = np.arange(float(n))
     lu = jaxdia.lu_factor(A)
     assert lu.kind == "band"
@@ -131,7 +132,7 @@ def test_singular_matrix_raises_eagerly():
     dense = np.eye(n)
     dense[0, n - 1] = dense[n - 1, 0] = -1.0
     A = jaxdia.DiaMatrix.from_scipy(sp.dia_array(dense))
-    assert int(jax.jit(jaxdia.lu_factor)(A).info) == banded.SINGULAR_CORRECTION
+    assert int(jax.jit(jaxdia.lu_factor)(A).info) == periodic.SINGULAR
     with pytest.raises(np.linalg.LinAlgError, match="singular"):
         jaxdia.lu_factor(A)
     assert np.isnan(np.asarray(jax.jit(jaxdia.solve_banded)(A, np.ones(n)))).all()
@@ -146,29 +147,27 @@ def test_non_finite_corner_is_refused():
 
 def test_split_choice():
     """Corners are split off only where they are a small correction."""
-    split = periodic.split
+    split = periodic_split
     assert split((-1, 0, 1), 100) is None  # no corners
     n = 400  # a 2-D 5-point stencil on a 20 x 20 grid: ±20 are part of the band
     assert split((-20, -1, 0, 1, 20), n) is None
-    assert split((-99, -1, 0, 1, 99), 100) == periodic.Split((1, 2, 3), 1, 1)
+    assert split((-99, -1, 0, 1, 99), 100) == periodic.Split((1, 2, 3), 1, 1, (1, 1))
     # one corner only (a periodic upwind stencil)
-    assert split((-1, 0, 99), 100) == periodic.Split((0, 1), 1, 0)
+    assert split((-1, 0, 99), 100) == periodic.Split((0, 1), 1, 0, (1, 0))
     # corners touching more than half the columns are no small correction
     assert split((-40, -1, 0, 1, 40), 100) is None
 
 
-@pytest.mark.parametrize("method", ["host", "scan", "parallel"])
-def test_every_band_method(monkeypatch, method):
-    jax.clear_caches()
-    monkeypatch.setattr(banded, "METHOD", method)
+@pytest.mark.parametrize("method", ["lapack", "scan", "parallel"])
+def test_every_band_method(method):
     A, dense = periodic_matrix(33, 2, seed=6)
     b = np.random.default_rng(7).standard_normal(33)
-    lu = jaxdia.lu_factor(A)
+    lu = jaxdia.lu_factor(A, method=method)
     assert lu.kind == "periodic"
     assert_close(lu.solve(b), np.linalg.solve(dense, b), np.float64, 10)
     assert_close(lu.solve(b, trans=1), np.linalg.solve(dense.T, b), np.float64, 10)
-    assert_close(jaxdia.solve_banded(A, b), np.linalg.solve(dense, b), np.float64, 10)
-    jax.clear_caches()
+    x = jaxdia.solve_banded(A, b, method=method)
+    assert_close(x, np.linalg.solve(dense, b), np.float64, 10)
 
 
 def test_pytree_names_and_attributes():
@@ -258,7 +257,7 @@ def test_small_matrices_are_bands(n, half, dtype):
     (a Woodbury correction there would lose every digit, with ``info == 0``)."""
     A, dense = shifted_cycle(n, 16 * eps(dtype), dtype, half=half, seed=n)
     assert A.offsets == tuple(range(-half, half + 1))
-    assert periodic.split(A.offsets, n) is None
+    assert periodic_split(A.offsets, n) is None
     b = np.arange(1.0, n + 1).astype(dtype)
     lu, solutions, x = jax.jit(factor_and_solve)(A, b)
     assert lu.kind != "periodic" and bool(lu.ok)
@@ -298,14 +297,14 @@ def test_separation():
     points to cover at most half of it: ``2 (L + U + 1) <= n``."""
     for n in range(2, 6):  # periodic tridiagonal matrices: L = U = 1
         offsets = tuple(sorted({-(n - 1), -1, 0, 1, n - 1}))
-        assert periodic.split(offsets, n) is None
-    assert periodic.split((-5, -1, 0, 1, 5), 6) == periodic.Split((1, 2, 3), 1, 1)
+        assert periodic_split(offsets, n) is None
+    assert periodic_split((-5, -1, 0, 1, 5), 6) == periodic.Split((1, 2, 3), 1, 1, (1, 1))
     # half-width 2: corners at ±(n - 2), ±(n - 1); n = 10 is the smallest that splits
-    assert periodic.split((-8, -7, -2, -1, 0, 1, 2, 7, 8), 9) is None
-    assert periodic.split((-9, -8, -2, -1, 0, 1, 2, 8, 9), 10) is not None
+    assert periodic_split((-8, -7, -2, -1, 0, 1, 2, 7, 8), 9) is None
+    assert periodic_split((-9, -8, -2, -1, 0, 1, 2, 8, 9), 10) is not None
     # one corner (a periodic upwind stencil): L = 1, U = 0
-    assert periodic.split((-1, 0, 2), 3) is None
-    assert periodic.split((-1, 0, 3), 4) == periodic.Split((0, 1), 1, 0)
+    assert periodic_split((-1, 0, 2), 3) is None
+    assert periodic_split((-1, 0, 3), 4) == periodic.Split((0, 1), 1, 0, (1, 0))
 
 
 def ill_banded(dtype, n=40):
@@ -331,7 +330,7 @@ def test_ill_conditioned_band_is_refused(dtype):
     finite answer that is wrong."""
     for A, dense in ill_banded(dtype):
         n = A.shape[0]
-        assert periodic.split(A.offsets, n) is not None and condition(dense) < 10
+        assert periodic_split(A.offsets, n) is not None and condition(dense) < 10
         b = np.random.default_rng(n).standard_normal(n).astype(dtype)
         lu = jaxdia.lu_factor(A)
         assert lu.kind == "band"
@@ -396,7 +395,7 @@ def growths(lu, member=()) -> tuple[float, float]:
     ``jaxdia._linalg.periodic``)."""
     n = lu.shape[0]
     G = np.eye(n, dtype=np.complex128)
-    where = periodic.split(lu.matrix.offsets, n)
+    where = periodic_split(lu.matrix.offsets, n)
     G[:, periodic.columns(n, where)] += np.asarray(lu.factors[-3][member], np.complex128)
     return float(np.abs(G).sum(1).max()), float(np.abs(G).sum(0).max())
 

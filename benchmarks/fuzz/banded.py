@@ -1,7 +1,8 @@
 """The fuzzer's ``banded`` family: ``solve_banded``, ``lu_factor(...).solve`` (``trans`` 0, 1,
 2), ``factorized``, ``cho_factor``/``cho_solve`` (either triangle, garbage in the other),
 ``solveh_banded`` and lineax's ``BandedSolver``; each implementation of the factors
-(``"auto"``, LAPACK on the host, ``lax.scan``, cyclic reduction), eager, jitted, ``vmap``-ed
+(``method=``: ``"auto"``, LAPACK on the host, ``lax.scan``, cyclic reduction; lineax's
+solver always ``"auto"``, as it has no ``method``), eager, jitted, ``vmap``-ed
 and batched; n from 0 to 600, bands wider than n and offsets out of range, the four float
 and complex dtypes (and 16-bit ones), right-hand sides of other dtypes; diagonally dominant,
 random, pivoting, graded (ill-conditioned), singular and non-finite matrices.
@@ -16,7 +17,6 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxdia
-from jaxdia._linalg import banded as _banded
 
 from .core import (
     CLEAR_ERRORS,
@@ -68,7 +68,7 @@ LU_APIS = {
     "lineax": 1,
 }
 CHO_APIS = {"cho_solve_upper": 2, "cho_solve_lower": 2, "solveh_banded": 1, "lineax_pd": 0.5}
-METHODS = {"auto": 4, "host": 2, "scan": 2, "parallel": 2}
+METHODS = {"auto": 4, "lapack": 2, "scan": 2, "parallel": 2}
 MODES = {"eager": 4, "jit": 3, "batched": 2, "vmap_both": 1, "vmap_A": 0.5, "vmap_b": 0.5}
 BATCHES = {1: 1, 2: 2, 3: 2, 8: 2, 9: 1, 64: 1}
 
@@ -267,44 +267,36 @@ def _compiled(api, mode, offsets, n, method, in_axes):
     cases sharing a structure reuse the compiled program."""
 
     def call(data, b):
-        return _call_api(api, jaxdia.DiaMatrix(data, offsets, (n, n)), b)
+        return _call_api(api, jaxdia.DiaMatrix(data, offsets, (n, n)), b, method)
 
     if mode == "jit":
         return jax.jit(call)
     return jax.jit(jax.vmap(call, in_axes=in_axes))
 
 
-def _call_api(api: str, A, b):
-    """``(x, info)`` of one api: ``info`` the factor's (or lineax's result as 0/1), None
-    where the api reports nothing but NaN."""
+def _call_api(api: str, A, b, method: str):
+    """``(x, info)`` of one api with ``method`` forced: ``info`` the factor's (or lineax's
+    result as 0/1), None where the api reports nothing but NaN."""
     import lineax as lx
 
     if api == "solve_banded":
-        return jaxdia.solve_banded(A, b), None
+        return jaxdia.solve_banded(A, b, method=method), None
     if api.startswith("lu_solve"):
-        lu = jaxdia.lu_factor(A)
+        lu = jaxdia.lu_factor(A, method=method)
         return lu.solve(b, trans=int(api[-1])), lu.info
     if api == "factorized":
-        solve = jaxdia.factorized(A)
+        solve = jaxdia.factorized(A, method=method)
         return solve(b), solve.args[0].info
     if api in ("cho_solve_upper", "cho_solve_lower"):
-        c = jaxdia.cho_factor(A, lower=api.endswith("lower"))
+        c = jaxdia.cho_factor(A, lower=api.endswith("lower"), method=method)
         return jaxdia.cho_solve(c, b), c.info
     if api == "solveh_banded":
-        return jaxdia.solveh_banded(A, b), None
+        return jaxdia.solveh_banded(A, b, method=method), None
     if api.startswith("lineax"):
         solver = jaxdia.BandedSolver(positive_definite=api == "lineax_pd")
         sol = lx.linear_solve(jaxdia.DiaLinearOperator(A), b, solver, throw=False)
         return sol.value, jnp.where(sol.result == lx.RESULTS.successful, 0, 1)
     raise AssertionError(api)
-
-
-def _set_method(method: str) -> None:
-    """Forces an implementation of the banded factors (read when traced: caches go)."""
-    if method != _banded.METHOD:
-        jax.clear_caches()
-        _compiled.cache_clear()
-        _banded.METHOD = method
 
 
 def check_solve(params: dict, dense=None, expected=None, stored=None) -> Result:
@@ -354,11 +346,11 @@ def check_solve(params: dict, dense=None, expected=None, stored=None) -> Result:
     b = b.astype(rhs_dtype) if rhs_dtype != jnp.bfloat16 else b.real.astype(np.float32)
     if rhs_dtype in (np.float16, jnp.bfloat16):
         b = b.astype(rhs_dtype)
-    _set_method(params["method"])
     A_data = data if batched and mode != "vmap_b" else data[0]
     try:
         if mode in ("eager", "batched"):
-            x, info = _call_api(api, jaxdia.DiaMatrix(A_data, offsets, (n, n)), b)
+            A = jaxdia.DiaMatrix(A_data, offsets, (n, n))
+            x, info = _call_api(api, A, b, params["method"])
         else:
             in_axes = {"jit": None, "vmap_both": (0, 0), "vmap_A": (0, None), "vmap_b": (None, 0)}
             x, info = _compiled(api, mode, offsets, n, params["method"], in_axes[mode])(A_data, b)

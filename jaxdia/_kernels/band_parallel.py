@@ -276,7 +276,7 @@ def _interleave(even: Array, odd: Array) -> Array:
 # -- the selected inverse -------------------------------------------------------------------
 
 
-def selected_inverse(arrays) -> tuple[Array, Array, Array]:
+def inverse_blocks(arrays) -> tuple[Array, Array, Array]:
     """The blocks of ``A^-1`` on ``A``'s block tridiagonal pattern, from :func:`factor`'s
     arrays (``(S, ...)``: systems leading, no ``Q``): ``(lower, diagonal, upper)``
     ``(S, N, m, m)``, ``lower[k] = X[k, k - 1]``, ``diagonal[k] = X[k, k]``, ``upper[k] =

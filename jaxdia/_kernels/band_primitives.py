@@ -104,8 +104,8 @@ def factor(
 ) -> list[Array]:
     """The factor arrays and ``info`` of a layout (see the module docstring).
 
-    ``method`` (LAPACK's layouts): "auto" (by platform and size), or "host"/"scan" (CPU;
-    for tests).
+    ``method`` (:data:`jaxdia._dispatch.METHODS`; LAPACK's layouts read it on CPU):
+    "auto" (by size), "lapack" or "scan" (forced).
     """
     return factor_p.bind(
         *operands, layout=layout, widths=widths, placement=placement, offsets=offsets,
@@ -125,8 +125,8 @@ def solve(
 
     ``trans``: 0 solves ``A x = b``, 1 ``A^T x = b``, 2 ``A^H x = b`` (the LU layouts and
     the one-shot solve; the Cholesky layouts take 0 only, their ``A`` being Hermitian).
-    ``method``: "auto", or for the one-shot solve "parallel" (cyclic reduction
-    everywhere; for tests).
+    ``method`` (:data:`jaxdia._dispatch.METHODS`): LAPACK's layouts read it on CPU as
+    the factor does; the one-shot solve, "parallel": cyclic reduction everywhere.
     """
     return solve_p.bind(
         *operands, layout=layout, widths=widths, trans=trans, offsets=offsets, method=method
@@ -286,14 +286,6 @@ def _solve_host(*operands, layout, widths, trans):
     return lapack.pttrs(*operands)
 
 
-def _use_host(method: str, n: int, systems: int, size: int) -> bool:
-    """Whether the CPU lowering calls LAPACK for ``systems`` systems of ``n`` rows whose
-    largest factor array holds ``size`` elements per system."""
-    if method != "auto":
-        return method == "host"
-    return _dispatch.host_is_faster(n, systems, size)
-
-
 def _factor_cpu(*operands, layout, widths, placement, offsets, method):
     if layout.parallel:
         return _factor_parallel(*operands, layout=layout, widths=widths, offsets=offsets, cpu=True)
@@ -301,22 +293,25 @@ def _factor_cpu(*operands, layout, widths, placement, offsets, method):
     core = layout.operand_core[0]
     n = first.shape[-1]
     size = n * (layout.band_columns(widths) if layout.band_array else 4)
-    if _use_host(method, n, math.prod(first.shape[: first.ndim - core]), size):
+    if _dispatch.calls_lapack(method, n, math.prod(first.shape[: first.ndim - core]), size):
         return _factor_host(*operands, layout=layout, widths=widths, placement=placement)
     return _factor_scan(*operands, layout=layout, widths=widths, placement=placement)
 
 
 def _solve_cpu(*operands, layout, widths, trans, offsets, method):
+    if layout is ONESHOT:
+        return _solve_oneshot(
+            *operands, widths=widths, trans=trans, offsets=offsets, method=method, platform="cpu"
+        )
     if not layout.lapack:
         return _solve_parallel(
-            *operands, layout=layout, widths=widths, trans=trans, offsets=offsets,
-            method=method, platform="cpu",
-        )  # fmt: skip
+            *operands, layout=layout, widths=widths, trans=trans, offsets=offsets, platform="cpu"
+        )
     first = operands[0]
     core = layout.array_core[0]
     n = first.shape[-2] if layout.band_array else first.shape[-1]
     systems = math.prod(first.shape[: first.ndim - core])
-    if _use_host(method, n, systems, math.prod(first.shape[first.ndim - core :])):
+    if _dispatch.calls_lapack(method, n, systems, math.prod(first.shape[first.ndim - core :])):
         return _solve_host(*operands, layout=layout, widths=widths, trans=trans)
     return _solve_scan(*operands, layout=layout, widths=widths, trans=trans)
 
@@ -330,10 +325,15 @@ def _factor_default(*operands, layout, widths, placement, offsets, method):
 
 def _solve_on(platform: str):
     def lowering(*operands, layout, widths, trans, offsets, method):
+        if layout is ONESHOT:
+            return _solve_oneshot(
+                *operands, widths=widths, trans=trans, offsets=offsets, method=method,
+                platform=platform,
+            )  # fmt: skip
         if not layout.lapack:
             return _solve_parallel(
                 *operands, layout=layout, widths=widths, trans=trans, offsets=offsets,
-                method=method, platform=platform,
+                platform=platform,
             )  # fmt: skip
         return _solve_scan(*operands, layout=layout, widths=widths, trans=trans)
 
@@ -464,30 +464,44 @@ def _shift(values: Array, by: int) -> Array:
     return jnp.pad(values[..., :by], [(0, 0)] * (values.ndim - 1) + [(-by, 0)])
 
 
-def _solve_parallel(*operands, layout, widths, trans, offsets, method, platform: str):
+def _solve_oneshot(data, b, *, widths, trans, offsets, method, platform: str):
+    """The one-shot solve of ``data``'s systems: a library call, LAPACK, the scan LU or
+    cyclic reduction, as :func:`jaxdia._dispatch.oneshot_implementation` chooses for
+    ``platform`` and the systems' shapes."""
+    n = b.shape[-1]
+    systems = math.prod(data.shape[:-2])
+    implementation = _dispatch.oneshot_implementation(
+        platform, method, n, widths, systems, n * GB.band_columns(widths)
+    )
+    if implementation == "parallel":
+        return _solve_parallel(
+            data, b, layout=ONESHOT, widths=widths, trans=trans, offsets=offsets,
+            platform=platform,
+        )  # fmt: skip
+    lead = b.shape[:-2]
+    b = b.reshape(math.prod(lead), *b.shape[-2:])
+    # Not zero-padded: ?gtsv's diagonals, ?gbtrf's fill and the scan's band arrays read the
+    # slots inside the matrix only (a mask costs a small batch more than gtsv).
+    data = _systems(data)
+    if implementation == "gtsv":
+        x = _tridiagonal_library(data, b, offsets=offsets, trans=trans)
+    else:
+        factor_and_solve = _lapack_solve if implementation == "lapack" else _scan_solve
+        x = factor_and_solve(data, b, offsets=offsets, widths=widths, trans=trans)
+    return x.reshape(*lead, *b.shape[-2:])
+
+
+def _solve_parallel(*operands, layout, widths, trans, offsets, platform: str):
+    """Cyclic reduction's solve: with a parallel layout's stored arrays, or for the
+    one-shot solve factoring as it goes; refined (LU), and where that fails LAPACK's on
+    CPU, NaN elsewhere."""
     *arrays, b = operands
     lead = b.shape[:-2]
     b = b.reshape(math.prod(lead), *b.shape[-2:])
-    n = b.shape[-1]
     if layout.hermitian:
         flat = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
         return band_parallel.solve_systems(flat, b, trans=0).reshape(*lead, *b.shape[-2:])
-    # Not yet zero-padded: ?gtsv's diagonals, ?gbtrf's fill and the scan's band arrays
-    # read the slots inside the matrix only (a mask costs a small batch more than gtsv).
-    data = _systems(arrays.pop())
-    implementation = "parallel"
-    if layout is ONESHOT:
-        implementation = _dispatch.oneshot_implementation(
-            platform, method, n, widths, data.shape[0], n * GB.band_columns(widths)
-        )
-    if implementation == "gtsv":
-        x = _tridiagonal_library(data, b, offsets=offsets, trans=trans)
-        return x.reshape(*lead, *b.shape[-2:])
-    if implementation in ("lapack", "scan"):
-        factor_and_solve = _lapack_solve if implementation == "lapack" else _scan_solve
-        x = factor_and_solve(data, b, offsets=offsets, widths=widths, trans=trans)
-        return x.reshape(*lead, *b.shape[-2:])
-    data = _zero_padding(data, offsets)
+    data = _zero_padding(_systems(arrays.pop()), offsets)
     m = block_size(layout, widths)
     if layout is ONESHOT:
         arrays, failed = band_parallel.factor_systems(data, offsets, m)

@@ -29,8 +29,8 @@ batch to the kernel as leading dims, so the kernel's strategy sees the whole bat
 
 from __future__ import annotations
 
-import importlib
 from functools import partial
+from types import ModuleType
 
 import jax
 import numpy as np
@@ -49,12 +49,8 @@ from .xla_runs import Run, positions, run_sums_xla, sum_dtype
 
 _XLA_IMPLS = {"spmm": spmm_xla, "sddmm": sddmm_xla}
 
-# The Pallas kernel families (modules holding kernels named like the primitives, "spmm"
-# and "sddmm", and a ``supports(dtype)`` predicate), imported only when lowering for
-# their platform; each platform's, best first, are ``jaxdia._dispatch.PALLAS_MODULES``.
-_MOSAIC_GPU, _TRITON = _dispatch.PALLAS_MODULES["cuda"]
-# ``implementation=`` names that force one family.
-_FAMILIES = {"mosaic": _MOSAIC_GPU, "triton": _TRITON}
+#: ``implementation=`` names that force one Pallas family.
+_FORCEABLE = ("mosaic", "triton")
 
 spmm_p = Primitive("dia_spmm")
 sddmm_p = Primitive("dia_sddmm")
@@ -260,14 +256,28 @@ batching.primitive_batchers[sddmm_p] = _sddmm_batch
 # -- lowering ------------------------------------------------------------------------------
 
 
-def _unavailable(module_name: str, name: str, platform, avals, params) -> str | None:
-    """Why kernel family ``module_name`` cannot compute this ``name`` product, or None."""
-    module = importlib.import_module(module_name)
+def _family(name: str) -> ModuleType:
+    """The module of Pallas kernel family ``name`` (kernels named like the primitives,
+    "spmm" and "sddmm", and a ``supports(dtype)`` predicate), imported only when lowering
+    for its platform; each platform's families, best first, are
+    ``jaxdia._dispatch.PALLAS_FAMILIES``."""
+    if name == "mosaic":
+        from . import pallas_mosaic_gpu as module
+    elif name == "triton":
+        from . import pallas_triton as module
+    else:
+        from . import pallas_tpu as module
+    return module
+
+
+def _unavailable(family: str, name: str, platform, avals, params) -> str | None:
+    """Why kernel ``family`` cannot compute this ``name`` product, or None."""
+    module = _family(family)
     dtype = avals[0].dtype
-    if module_name != _MOSAIC_GPU:
+    if family != "mosaic":
         if module.supports(dtype):
             return None
-        return f"the {module_name} kernels do not take dtype {np.dtype(dtype).name}"
+        return f"the {module.__name__} kernels do not take dtype {np.dtype(dtype).name}"
     reason = module.unsupported_device()
     if reason is None:
         reason = module.feasible(
@@ -298,24 +308,24 @@ def choose_implementation(name: str, platform: str | None, avals, params, implem
     """
     if implementation == "xla":
         return _XLA_IMPLS[name]
-    families = _dispatch.PALLAS_MODULES.get(platform or "", ())
-    if implementation in _FAMILIES:
-        families = tuple(f for f in families if f == _FAMILIES[implementation])
+    families = _dispatch.PALLAS_FAMILIES.get(platform or "", ())
+    if implementation in _FORCEABLE:
+        families = tuple(f for f in families if f == implementation)
     elif jax.__version_info__ < _dispatch.MOSAIC_GPU_DEFAULT_FROM_JAX:
-        families = tuple(f for f in families if f != _MOSAIC_GPU)
+        families = tuple(f for f in families if f != "mosaic")
     elif (
         implementation is None
-        and _MOSAIC_GPU in families
-        and importlib.import_module(_MOSAIC_GPU).unsupported_device() is None
+        and "mosaic" in families
+        and _family("mosaic").unsupported_device() is None
     ):
         # Where Mosaic GPU runs, what it does not take runs on XLA, not on the deprecated
         # Triton backend (which stays for older GPUs, and when forced).
-        families = (_MOSAIC_GPU,)
+        families = ("mosaic",)
     reasons = []
-    for module_name in families:
-        reason = _unavailable(module_name, name, platform, avals, params)
+    for family in families:
+        reason = _unavailable(family, name, platform, avals, params)
         if reason is None:
-            return getattr(importlib.import_module(module_name), name)
+            return getattr(_family(family), name)
         reasons.append(reason)
     if implementation is None:
         return _XLA_IMPLS[name]
@@ -343,7 +353,7 @@ def _lowering_rule(name, platform):
 
 for _name, _prim in (("spmm", spmm_p), ("sddmm", sddmm_p)):
     mlir.register_lowering(_prim, _lowering_rule(_name, None))
-    for _platform in _dispatch.PALLAS_MODULES:
+    for _platform in _dispatch.PALLAS_FAMILIES:
         mlir.register_lowering(_prim, _lowering_rule(_name, _platform), platform=_platform)
 
 

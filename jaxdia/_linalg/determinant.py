@@ -39,12 +39,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from .. import _dispatch
 from .._geometry import in_bounds
 from .._kernels.band_layouts import GB, GT, PB, PT
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from . import banded, periodic
+from .plan import Plan, choose
 from .selected_inverse import factor_data, selected_data
 
 
@@ -92,7 +92,7 @@ def _block_terms(inverses: list[Array]) -> tuple[Array, Array]:
 def band_slogdet(factor: banded.Factor) -> tuple[Array, Array]:
     """``(sign, log|det|)`` of the matrix a factor's arrays factor (a periodic factor's
     band), by layout, before ``info`` is read."""
-    layout, widths, arrays = factor.layout, factor.widths, factor.arrays
+    layout, widths, arrays = factor.plan.layout, factor.plan.widths, factor.arrays
     if layout is GB:
         kl, ku = widths
         return _pivot_terms(arrays[0][..., :, kl + ku], _swaps(arrays[1]))
@@ -119,13 +119,13 @@ def factor_slogdet(factor: banded.Factor, n: int) -> tuple[Array, Array]:
     module docstring)."""
     if n == 0:
         arrays = factor.arrays
-        dtype = np.dtype(arrays[factor.layout.typed_array].dtype if arrays else np.float32)
+        dtype = np.dtype(arrays[factor.plan.layout.typed_array].dtype if arrays else np.float32)
         shape = factor.info.shape
         return jnp.ones(shape, dtype), jnp.zeros(shape, _real(dtype))
     sign, logabs = band_slogdet(factor)
     info = factor.info
     readable = info == 0
-    if factor.layout in (GB, GT):
+    if factor.plan.layout in (GB, GT):
         readable = info >= 0  # an exactly zero pivot: det A = 0
     correction = factor.correction
     if correction is not None:  # det A = det B det S
@@ -138,41 +138,34 @@ def factor_slogdet(factor: banded.Factor, n: int) -> tuple[Array, Array]:
         # S exactly singular says A is only where the correction is accurate: a band
         # nearly singular next to A (large growth) rounds S to singular too.
         accurate = periodic.growth(correction.corrections) <= periodic.MAX_GROWTH
-        readable = (info == 0) | ((info == banded.SINGULAR_CORRECTION) & accurate)
+        readable = (info == 0) | ((info == periodic.SINGULAR) & accurate)
     sign = jnp.where(readable, sign, jnp.nan)
     logabs = jnp.where(readable, logabs, jnp.nan)
     return sign, logabs
 
 
-def _reads_factor(factor: banded.Factor, lower: bool | None) -> bool:
-    """Whether the gradient reads ``A^-1``'s band from the Cholesky ``factor`` itself (see
-    :func:`jaxdia._dispatch.selected_inverse_from_host_factor`)."""
-    lapack_cholesky = factor.layout in (PB, PT) and factor.correction is None
-    return lower is not None and lapack_cholesky and _dispatch.selected_inverse_from_host_factor()
-
-
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
-def _slogdet(
-    data: Array, factor: banded.Factor, offsets: tuple[int, ...], lower: bool | None
-) -> tuple[Array, Array]:
-    """``(sign, log|det A|)`` of ``A = (data, offsets)`` from its ``factor`` (``lower``
-    given: a Cholesky factor of the Hermitian matrix that triangle defines), differentiable
-    in ``data`` (the factor's arrays get no derivative)."""
+@partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _slogdet(data: Array, factor: banded.Factor, offsets: tuple[int, ...]) -> tuple[Array, Array]:
+    """``(sign, log|det A|)`` of ``A = (data, offsets)`` from its ``factor`` (a Cholesky
+    factor: of the Hermitian matrix that its triangle defines), differentiable in ``data``
+    (the factor's arrays get no derivative)."""
     return factor_slogdet(factor, data.shape[-1])
 
 
 @_slogdet.defjvp
-def _slogdet_jvp(offsets, lower, primals, tangents):
+def _slogdet_jvp(offsets, primals, tangents):
     data, factor = primals
     tangent = tangents[0]
-    sign, logabs = _slogdet(data, factor, offsets, lower)
+    sign, logabs = _slogdet(data, factor, offsets)
+    lower = factor.plan.lower
     n = data.shape[-1]
     parts = DiaParts(data, offsets, (n, n))
-    # X^T on A's pattern: tr(A^-1 dA) = sum over A's slots of X[j, i] dA[i, j].
-    if _reads_factor(factor, lower):
-        transposed = factor_data(parts, factor, bool(lower), transpose=True)
+    # X^T on A's pattern: tr(A^-1 dA) = sum over A's slots of X[j, i] dA[i, j]; the plan
+    # says whether a Cholesky factor gives it itself.
+    if factor.plan.takahashi:
+        transposed = factor_data(parts, factor, transpose=True)
     else:
-        transposed = selected_data(parts, lower, transpose=True, factor=factor)
+        transposed = selected_data(parts, factor.plan, transpose=True, factor=factor)
     inside = in_bounds(offsets, (n, n))
     if lower is not None:  # the Hermitian matrix of one triangle: 2 Re off it, Re on it
         weights = np.array([(k <= 0) if lower else (k >= 0) for k in offsets], bool)
@@ -188,12 +181,12 @@ def _slogdet_jvp(offsets, lower, primals, tangents):
     return (sign, logabs), (sign_tangent.astype(sign.dtype), trace.real.astype(logabs.dtype))
 
 
-def slogdet_of(A: DiaParts, factor: banded.Factor, lower: bool | None) -> tuple[Array, Array]:
+def slogdet_of(A: DiaParts, factor: banded.Factor) -> tuple[Array, Array]:
     """:func:`_slogdet` of ``A`` with its ``factor``: what the factors' methods return."""
-    return _slogdet(A.data, factor, A.offsets, lower)
+    return _slogdet(A.data, factor, A.offsets)
 
 
-def slogdet(A: DiaMatrix) -> tuple[Array, Array]:
+def slogdet(A: DiaMatrix, *, method: str = "auto") -> tuple[Array, Array]:
     """The sign and the natural log of the absolute value of the determinant of a square
     banded DiaMatrix, as ``jnp.linalg.slogdet``.
 
@@ -218,6 +211,7 @@ def slogdet(A: DiaMatrix) -> tuple[Array, Array]:
 
     Args:
       A: a square DiaMatrix (possibly batched).
+      method: which implementation factors ``A``, as for :func:`jaxdia.lu_factor`.
 
     Returns:
       ``(sign, logabsdet)``, each of shape ``A.batch_shape``: ``sign`` of the factor's
@@ -225,7 +219,8 @@ def slogdet(A: DiaMatrix) -> tuple[Array, Array]:
 
     Raises:
       TypeError: if ``A`` is not a DiaMatrix.
-      ValueError: if ``A`` is not square.
+      ValueError: if ``A`` is not square, or ``method`` is not one of
+        :func:`jaxdia.lu_factor`'s.
 
     Example:
       >>> import jax
@@ -241,19 +236,17 @@ def slogdet(A: DiaMatrix) -> tuple[Array, Array]:
     """
     A = as_square_matrix(A, "slogdet")
     parts = A._parts
-    if periodic.split(parts.offsets, parts.shape[0]) is not None:
-        # Eagerly, a refused periodic factor is replaced by the whole band's (factor_lu):
-        # that choice needs the concrete factor, so a periodic matrix is not compiled whole.
-        return slogdet_of(parts, banded.factor_lu(parts), None)
-    return _compiled_slogdet(parts.data, parts.offsets, parts.shape, *banded.trace_keys())
+    plan = choose(parts.offsets, parts.shape[0], method=method, function="slogdet")
+    if plan.compiled_whole:
+        return _compiled_slogdet(parts.data, parts.offsets, parts.shape, plan)
+    return slogdet_of(parts, banded.factor(parts, plan))
 
 
-@partial(jax.jit, static_argnums=(1, 2, 3, 4))
+@partial(jax.jit, static_argnums=(1, 2, 3))
 def _compiled_slogdet(
-    data: Array, offsets: tuple[int, ...], shape: tuple[int, int], platform: str, method: str
+    data: Array, offsets: tuple[int, ...], shape: tuple[int, int], plan: Plan
 ) -> tuple[Array, Array]:
     """:func:`slogdet` of a band as one compiled program (and its derivative, which
     eagerly would compile each of its operations apart)."""
-    del platform, method  # keys of the compiled program (banded.trace_keys)
     parts = DiaParts(data, offsets, shape)
-    return slogdet_of(parts, banded.factor_lu(parts), None)
+    return slogdet_of(parts, banded.factor(parts, plan))

@@ -19,24 +19,22 @@ stored factor solving the transposed system, so a gradient never factors again.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax import Array
 from jax.typing import ArrayLike
 
-from .._checks import is_traced
+from .._checks import as_array, integers_as, is_traced
 from .._geometry import band_widths
-from .._kernels.band_layouts import Layout
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from .._pytree import Immutable, built_by
 from .._scipy_operator import ScipyOperator
 from . import banded, determinant, periodic
+from .plan import Plan, Use, cholesky_bandwidth, choose
 
 
 def _parallel_leaf_names(count: int) -> tuple[str, ...]:
@@ -51,11 +49,8 @@ def _parallel_leaf_names(count: int) -> tuple[str, ...]:
 _Factor = TypeVar("_Factor", bound="_BandedFactor")
 
 
-#: A factor's static aux data: the matrix's offsets and shape, the factor's layout,
-#: widths and ``lower``, and a periodic factor's corners ``(p, q)`` (else None).
-_Aux = tuple[
-    tuple[int, ...], tuple[int, int], Layout, tuple[int, ...], bool | None, tuple[int, int] | None
-]
+#: A factor's static aux data: the matrix's offsets and shape, and the factor's plan.
+_Aux = tuple[tuple[int, ...], tuple[int, int], Plan]
 
 
 def _leaf_shape(value: object) -> tuple[int, ...] | None:
@@ -64,69 +59,50 @@ def _leaf_shape(value: object) -> tuple[int, ...] | None:
 
 
 class _BandedFactor(Immutable, ScipyOperator):
-    """What the LU and Cholesky factors share: the matrix, the arrays, ``info``, and
-    SciPy's ``LinearOperator`` protocol for ``A^-1`` (``matvec`` solves), so that a
-    factor is SciPy's ``M=`` or ``OPinv=``."""
+    """What the LU and Cholesky factors share: the matrix and its factor (a
+    :class:`jaxdia._linalg.banded.Factor`: the plan, the arrays, ``info``), and SciPy's
+    ``LinearOperator`` protocol for ``A^-1`` (``matvec`` solves), so that a factor is
+    SciPy's ``M=`` or ``OPinv=``."""
 
-    __slots__ = (
-        "_data", "_factors", "_correction", "_info", "_offsets", "_shape", "_layout", "_widths",
-        "_lower",
-    )  # fmt: skip
-    _leaves = ("_data", "_factors", "_correction", "_info")
-    _static = ("_offsets", "_shape", "_layout", "_widths", "_lower")
+    __slots__ = ("_data", "_factor", "_offsets", "_shape")
+    _leaves = ("_data", "_factor")
+    _static = ("_offsets", "_shape")
     _data: Array
-    _factors: tuple[Array, ...]  # a periodic factor's: its band's
-    _correction: periodic.Correction | None  # a periodic factor's corners
-    _info: Array
+    _factor: banded.Factor
     _offsets: tuple[int, ...]
     _shape: tuple[int, int]
-    _layout: Layout
-    _widths: tuple[int, ...]
-    _lower: bool | None  # the triangle a Cholesky factor read; None for an LU factor
 
     @classmethod
-    def _of(
-        cls: type[_Factor], A: DiaParts, factor: banded.Factor, lower: bool | None = None
-    ) -> _Factor:
-        """The factor ``factor`` of ``A`` (``lower``: the triangle a Cholesky factor read)."""
-        return cls._make(
-            A.data,
-            tuple(factor.arrays),
-            factor.correction,
-            factor.info,
-            A.offsets,
-            A.shape,
-            factor.layout,
-            factor.widths,
-            lower,
-        )
+    def _of(cls: type[_Factor], A: DiaParts, factor: banded.Factor) -> _Factor:
+        """The factor ``factor`` of ``A``."""
+        return cls._make(A.data, factor, A.offsets, A.shape)
 
     # -- pytree: the factor arrays are leaves of their own, named by layout --------------
 
     def tree_flatten(self) -> tuple[tuple[Array, ...], _Aux]:
-        correction = self._correction
-        corners = None if correction is None else (correction.p, correction.q)
-        arrays = () if correction is None else correction.arrays
-        aux = (self._offsets, self._shape, self._layout, self._widths, self._lower, corners)
-        return (self._data, *self._factors, *arrays, self._info), aux
+        factor = self._factor
+        corrections = () if factor.correction is None else factor.correction.arrays
+        leaves = (self._data, *factor.arrays, *corrections, factor.info)
+        return leaves, (self._offsets, self._shape, factor.plan)
 
     def _leaf_keys(self) -> tuple[str, ...]:
-        layout = self._layout
-        names = _parallel_leaf_names(len(self._factors)) if layout.parallel else layout.leaves
-        if self._correction is not None:  # the band's arrays, then the corners' correction
+        factor = self._factor
+        layout = factor.plan.layout
+        names = _parallel_leaf_names(len(factor.arrays)) if layout.parallel else layout.leaves
+        if factor.correction is not None:  # the band's arrays, then the corners' correction
             names = (*names, *periodic.CORRECTION_ARRAYS)
         return ("data", *names, "info")
 
     @classmethod
     def tree_unflatten(cls: type[_Factor], aux: _Aux, children: Iterable[Any]) -> _Factor:
         # JAX unflattens with tracers, None or placeholder objects: do not validate here.
-        *static, corners = aux
-        data, *factors, info = children
+        offsets, shape, plan = aux
+        data, *arrays, info = children
         correction = None
-        if corners is not None:
-            *factors, Z, lu, pivots = factors
-            correction = periodic.Correction(Z, lu, pivots, *corners)
-        return cls._make(data, tuple(factors), correction, info, *static)
+        if plan.split is not None:
+            *arrays, Z, lu, pivots = arrays
+            correction = periodic.Correction(Z, lu, pivots)
+        return cls._make(data, banded.Factor(plan, tuple(arrays), info, correction), offsets, shape)
 
     # -- properties ----------------------------------------------------------------------
 
@@ -138,12 +114,6 @@ class _BandedFactor(Immutable, ScipyOperator):
     @property
     def _parts(self) -> DiaParts:
         return DiaParts(self._data, self._offsets, self._shape)
-
-    @property
-    def _factor(self) -> banded.Factor:
-        return banded.Factor(
-            self._layout, self._widths, self._factors, self._info, self._correction
-        )
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -158,7 +128,8 @@ class _BandedFactor(Immutable, ScipyOperator):
     @property
     def dtype(self) -> np.dtype:
         """The dtype the factor is stored and solved in (float32 for 16-bit matrices)."""
-        return np.dtype(self._factors[self._layout.typed_array].dtype)
+        factor = self._factor
+        return np.dtype(factor.arrays[factor.plan.layout.typed_array].dtype)
 
     @property
     def kind(self) -> str:
@@ -166,27 +137,27 @@ class _BandedFactor(Immutable, ScipyOperator):
         ``?gbtrf``/``?pbtrf``), ``"parallel"`` (block cyclic reduction, the factor on
         GPU and TPU) or ``"periodic"`` (a band's factor and a low-rank correction for
         corner diagonals; LU only)."""
-        return "periodic" if self._correction is not None else self._layout.name
+        return "periodic" if self._factor.correction is not None else self._factor.plan.layout.name
 
     @property
     def info(self) -> Array:
         """LAPACK's ``info`` per matrix (shape ``batch_shape``): 0 when the factorization
         succeeded, else the 1-based index of the first failing pivot."""
-        return self._info
+        return self._factor.info
 
     @property
     def ok(self) -> Array:
         """``info == 0``: whether the factor is usable (check it under ``jit``, where a
         failed factorization raises nothing and gives NaN solutions)."""
-        return self._info == 0
+        return self._factor.info == 0
 
-    def _solve(self, b: ArrayLike, trans: int, lower: bool | None, function: str) -> Array:
-        """``op(A)^-1 b`` with the stored factor (see :func:`jaxdia._linalg.banded.solve`),
-        its fields passed as they are."""
-        return banded.solve_arrays(
-            self._data, self._factors, self._correction, self._info, b, self._offsets,
-            self._shape, self._layout, self._widths, trans, lower, function,
-        )  # fmt: skip
+    def _solve(self, b: ArrayLike, trans: int, function: str) -> Array:
+        """``op(A)^-1 b`` with the stored factor (see :func:`jaxdia._linalg.banded.solve`).
+        Only a ``b`` that is not a JAX array is converted here (a NumPy integer ``b`` on
+        the host, see :func:`jaxdia._checks.integers_as`): the eager solve's fast path."""
+        if not isinstance(b, jax.Array):
+            b = integers_as(as_array(b, f"{function}: b"), np.dtype(self._data.dtype))
+        return banded.solve(self._parts, self._factor, b, trans=trans, function=function)
 
     def _describe(self, extra: str) -> str:
         name = type(self).__name__
@@ -263,12 +234,12 @@ class BandedLU(_BandedFactor):
     _name = "BandedLU"
 
     def _lapack_only(self, name: str) -> None:
-        if self._correction is not None:
+        if self._factor.correction is not None:
             raise AttributeError(
                 f"BandedLU.{name}: a periodic factor (a band plus corner diagonals) has no "
                 "LAPACK layout of A; its arrays are BandedLU.factors"
             )
-        if self._layout.parallel:
+        if self._factor.plan.layout.parallel:
             raise AttributeError(
                 f"BandedLU.{name}: a parallel (cyclic reduction) factor has no LAPACK "
                 "layout; its arrays are BandedLU.factors"
@@ -285,7 +256,7 @@ class BandedLU(_BandedFactor):
           AttributeError: for a parallel factor (``kind == "parallel"``).
         """
         self._lapack_only("lu")
-        return self._factors[0]
+        return self._factor.arrays[0]
 
     @property
     def pivots(self) -> Array:
@@ -295,15 +266,16 @@ class BandedLU(_BandedFactor):
           AttributeError: for a parallel factor (``kind == "parallel"``).
         """
         self._lapack_only("pivots")
-        return self._factors[1]
+        return self._factor.arrays[1]
 
     @property
     def factors(self) -> tuple[Array, ...]:
         """The factor's arrays: ``(lu, pivots)``, or a parallel or periodic factor's (see
         above)."""
-        if self._correction is None:
-            return self._factors
-        return (*self._factors, *self._correction.arrays)
+        factor = self._factor
+        if factor.correction is None:
+            return factor.arrays
+        return (*factor.arrays, *factor.correction.arrays)
 
     @property
     def lower(self) -> int:
@@ -346,7 +318,7 @@ class BandedLU(_BandedFactor):
           >>> float(sign), round(float(logabsdet), 4)  # det A = -15
           (-1.0, 2.7081)
         """
-        return determinant.slogdet_of(self._parts, self._factor, None)
+        return determinant.slogdet_of(self._parts, self._factor)
 
     def __repr__(self) -> str:
         return self._describe(f", lower={self.lower}, upper={self.upper}")
@@ -402,17 +374,17 @@ class BandedCholesky(_BandedFactor):
     def factors(self) -> tuple[Array, ...]:
         """The factor's arrays: ``(d, e)`` (tridiagonal), ``(c,)`` (band) or a parallel
         factor's."""
-        return self._factors
+        return self._factor.arrays
 
     @property
     def lower(self) -> bool:
         """Whether the lower triangle of the matrix was read (else the upper)."""
-        return bool(self._lower)
+        return bool(self._factor.plan.lower)
 
     @property
     def bandwidth(self) -> int:
         """``kd``: the number of superdiagonals of the factored Hermitian matrix."""
-        return banded.cholesky_bandwidth(self._offsets, self.lower)
+        return cholesky_bandwidth(self._offsets, self.lower)
 
     def solve(self, b: ArrayLike) -> Array:
         """Solves ``A @ x == b`` with the stored factor (see :func:`jaxdia.cho_solve`).
@@ -440,7 +412,7 @@ class BandedCholesky(_BandedFactor):
           >>> round(float(jaxdia.cho_factor(A).logdet()), 4)  # det A = 5
           1.6094
         """
-        return determinant.slogdet_of(self._parts, self._factor, self.lower)[1]
+        return determinant.slogdet_of(self._parts, self._factor)[1]
 
     def __repr__(self) -> str:
         return self._describe(f", lower={self.lower}, bandwidth={self.bandwidth}")
@@ -462,35 +434,27 @@ def _raise_failures(
     failures = banded.info_errors(info)
     if not failures:
         return
-    if any(value == banded.NON_FINITE for _, value in failures):
-        refuse_non_finite(function, factor._parts, factor._lower)
+    if any(value == banded.NON_FINITE_ENTRY for _, value in failures):
+        banded.refuse_non_finite(function, factor._parts, factor._factor.plan.lower)
     index, value = failures[0]
     where = f" (matrix {index} of the batch)" if batch_shape else ""
     more = f"; {len(failures) - 1} more matrices of the batch fail too" if len(failures) > 1 else ""
     raise np.linalg.LinAlgError(f"{function}: {what(value)}{where}{more}")
 
 
-def refuse_non_finite(function: str, A: DiaParts, lower: bool | None = None) -> None:
-    """A ValueError naming the first entry of a concrete ``A`` that a factorization reads
-    (``lower``: the triangle a Cholesky factor reads) and is NaN or inf, if there is one;
-    as SciPy's ``check_finite``, which LAPACK needs: it factors such entries as numbers."""
-    host = np.asarray(A.data)
-    read = banded.read_slots(A.offsets, A.shape[0], lower, host=True)
-    bad = np.argwhere(~np.isfinite(host) & read)
-    if not len(bad):
-        return
-    *member, k, j = (int(i) for i in bad[0])
-    where = f" (matrix {tuple(member)} of the batch)" if member else ""
-    raise ValueError(
-        f"{function}: A must not contain infs or NaNs (as SciPy's check_finite requires), "
-        f"but A[{j - A.offsets[k]}, {j}] = {host[(*member, k, j)]}{where}"
-    )
+def factor_unchecked(A: DiaMatrix, plan: Plan) -> BandedLU | BandedCholesky:
+    """The factor of ``A`` that ``plan`` names (:func:`jaxdia._linalg.plan.choose`): a
+    :class:`BandedCholesky` where it reads a triangle, else a :class:`BandedLU`; never
+    raising on a failed factorization (for solvers that report failure otherwise, such
+    as :class:`jaxdia.BandedSolver`)."""
+    kind = BandedLU if plan.lower is None else BandedCholesky
+    return kind._of(A._parts, banded.factor(A._parts, plan))
 
 
-def lu_unchecked(A: DiaMatrix) -> BandedLU:
-    """:func:`lu_factor` that never raises on a failed factorization (for solvers that
-    report failure otherwise, such as :class:`jaxdia.BandedSolver`)."""
-    return BandedLU._of(A._parts, banded.factor_lu(A._parts))
+def lu_unchecked(A: DiaMatrix, method: str = "auto") -> BandedLU:
+    """:func:`lu_factor` that never raises on a failed factorization."""
+    plan = choose(A.offsets, A.shape[0], method=method, function="lu_factor")
+    return BandedLU._of(A._parts, banded.factor(A._parts, plan))
 
 
 def solve_unchecked(lu: BandedLU, b: Array) -> Array:
@@ -499,12 +463,13 @@ def solve_unchecked(lu: BandedLU, b: Array) -> Array:
     return banded.solve(lu._parts, lu._factor, b, function="lu_solve", nan_on_failure=False)
 
 
-def cholesky_unchecked(A: DiaMatrix, lower: bool) -> BandedCholesky:
+def cholesky_unchecked(A: DiaMatrix, lower: bool, method: str = "auto") -> BandedCholesky:
     """:func:`cho_factor` that never raises on a failed factorization."""
-    return BandedCholesky._of(A._parts, banded.factor_cholesky(A._parts, lower), lower)
+    plan = choose(A.offsets, A.shape[0], lower, method=method, function="cho_factor")
+    return BandedCholesky._of(A._parts, banded.factor(A._parts, plan))
 
 
-def lu_factor(A: DiaMatrix) -> BandedLU:
+def lu_factor(A: DiaMatrix, *, method: str = "auto") -> BandedLU:
     """The LU factorization with partial pivoting of a square banded DiaMatrix ``A``.
 
     Factor once, solve many times: ``lu_factor(A).solve(b)`` (or :func:`lu_solve`)
@@ -556,13 +521,19 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
 
     Args:
       A: a square DiaMatrix (possibly batched). 16-bit matrices are factored in float32.
+      method: which implementation factors ``A``: ``"auto"`` (the default: by
+        platform and size, as above), ``"lapack"`` (LAPACK's factor: computed by LAPACK
+        on CPU, by a ``lax.scan`` on GPU and TPU), ``"scan"`` (LAPACK's factor by a
+        ``lax.scan`` everywhere: no host call, so ``jax.export`` can serialize the
+        program) or ``"parallel"`` (block cyclic reduction, as on GPU and TPU). A static
+        choice: a compiled program keeps the one it was traced with.
 
     Returns:
       A :class:`BandedLU`.
 
     Raises:
       TypeError: if ``A`` is not a DiaMatrix.
-      ValueError: if ``A`` is not square.
+      ValueError: if ``A`` is not square, or ``method`` is not one of those above.
       numpy.linalg.LinAlgError: outside ``jit``, if ``A`` is exactly singular (a pivot
         ``U[i, i]`` is 0, as LAPACK's ``info = i + 1`` reports). Under ``jit`` nothing is
         raised: :attr:`BandedLU.info` holds LAPACK's ``info`` and solves return NaN.
@@ -582,10 +553,10 @@ def lu_factor(A: DiaMatrix) -> BandedLU:
       >>> bool(jnp.allclose(u, v, rtol=1e-5))
       True
     """
-    lu = lu_unchecked(as_square_matrix(A, "lu_factor"))
+    lu = lu_unchecked(as_square_matrix(A, "lu_factor"), method)
 
     def what(i: int) -> str:
-        if lu._layout.parallel:
+        if lu._factor.plan.layout.parallel:
             return (
                 f"A is singular, or needs row interchanges across blocks, which the parallel "
                 f"LU does not make: the diagonal block from row {i - 1} was singular when "
@@ -639,10 +610,10 @@ def lu_solve(lu: BandedLU, b: ArrayLike, trans: int = 0) -> Array:
         )
     if isinstance(trans, bool) or trans not in (0, 1, 2):
         raise ValueError(f"lu_solve: trans must be 0, 1 or 2, got {trans!r}")
-    return lu._solve(b, int(trans), None, "lu_solve")
+    return lu._solve(b, int(trans), "lu_solve")
 
 
-def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
+def cho_factor(A: DiaMatrix, lower: bool = False, *, method: str = "auto") -> BandedCholesky:
     """The Cholesky factorization of a Hermitian positive definite banded DiaMatrix.
 
     Reads one triangle of ``A``, the upper one (offsets ``>= 0``) unless ``lower``, as
@@ -657,13 +628,15 @@ def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
     Args:
       A: a square DiaMatrix (possibly batched).
       lower: read the lower triangle instead of the upper one (a Python bool).
+      method: which implementation factors ``A``, as for :func:`lu_factor`.
 
     Returns:
       A :class:`BandedCholesky`.
 
     Raises:
       TypeError: if ``A`` is not a DiaMatrix or ``lower`` not a bool.
-      ValueError: if ``A`` is not square.
+      ValueError: if ``A`` is not square, or ``method`` is not one of
+        :func:`lu_factor`'s.
       numpy.linalg.LinAlgError: outside ``jit``, if the matrix is not positive definite
         (its leading minor of order ``info`` is not positive, as LAPACK reports). Under
         ``jit`` nothing is raised: :attr:`BandedCholesky.info` holds ``info`` and solves
@@ -681,10 +654,10 @@ def cho_factor(A: DiaMatrix, lower: bool = False) -> BandedCholesky:
     A = as_square_matrix(A, "cho_factor")
     if not isinstance(lower, (bool, np.bool_)):
         raise TypeError(f"cho_factor: lower must be a bool, got {type(lower).__name__}")
-    c = cholesky_unchecked(A, bool(lower))
+    c = cholesky_unchecked(A, bool(lower), method)
 
     def what(i: int) -> str:
-        if c._layout.parallel:
+        if c._factor.plan.layout.parallel:
             return (
                 "A is not Hermitian positive definite: cyclic reduction met a diagonal "
                 f"block from row {i - 1} that is not positive definite (info = {i})"
@@ -730,10 +703,10 @@ def cho_solve(c: BandedCholesky, b: ArrayLike) -> Array:
             "cho_solve: c must be a jaxdia.BandedCholesky (from jaxdia.cho_factor), got "
             f"{type(c).__name__}"
         )
-    return c._solve(b, 0, c.lower, "cho_solve")
+    return c._solve(b, 0, "cho_solve")
 
 
-def solve_banded(A: DiaMatrix, b: ArrayLike) -> Array:
+def solve_banded(A: DiaMatrix, b: ArrayLike, *, method: str = "auto") -> Array:
     """Solves ``A @ x == b`` directly, for a square banded DiaMatrix ``A``.
 
     ``jaxdia.lu_factor(A).solve(b)`` in one call: an LU factorization with partial
@@ -782,6 +755,8 @@ def solve_banded(A: DiaMatrix, b: ArrayLike) -> Array:
     Args:
       A: a square DiaMatrix (possibly batched).
       b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
+      method: which implementation solves, as for :func:`jaxdia.lu_factor`
+        (``"lapack"`` and ``"scan"`` factor ``A`` into LAPACK's stored layout first).
 
     Returns:
       ``x``, of the broadcast batch shape and ``b``'s trailing shape, in the promoted
@@ -789,7 +764,8 @@ def solve_banded(A: DiaMatrix, b: ArrayLike) -> Array:
 
     Raises:
       TypeError: if ``A`` is not a DiaMatrix, or ``b`` is not numeric.
-      ValueError: if ``A`` is not square, or ``b``'s shape does not fit.
+      ValueError: if ``A`` is not square, ``b``'s shape does not fit, or ``method`` is
+        not one of :func:`jaxdia.lu_factor`'s.
 
     Example:
       >>> import jax.numpy as jnp
@@ -800,17 +776,13 @@ def solve_banded(A: DiaMatrix, b: ArrayLike) -> Array:
       True
     """
     A = as_square_matrix(A, "solve_banded")
-    if not is_traced(A.data) and not bool(jnp.all(_finite(A.data, offsets=A.offsets))):
-        refuse_non_finite("solve_banded", A._parts)
-    return banded.solve_once(A._parts, b)
+    plan = choose(A.offsets, A.shape[0], use=Use.SOLVE, method=method, function="solve_banded")
+    return banded.solve_once(A._parts, b, plan)
 
 
-@functools.partial(jax.jit, static_argnames="offsets")
-def _finite(data: Array, *, offsets: tuple[int, ...]) -> Array:
-    return banded.finite(data, offsets, None)
-
-
-def solveh_banded(A: DiaMatrix, b: ArrayLike, *, lower: bool = False) -> Array:
+def solveh_banded(
+    A: DiaMatrix, b: ArrayLike, *, lower: bool = False, method: str = "auto"
+) -> Array:
     """Solves ``A @ x == b`` for a Hermitian positive definite banded ``A``, in one call.
 
     SciPy's name: :func:`cho_factor` then :func:`cho_solve` (factor once with those to
@@ -820,6 +792,7 @@ def solveh_banded(A: DiaMatrix, b: ArrayLike, *, lower: bool = False) -> Array:
       A: a square DiaMatrix (possibly batched).
       b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
       lower: read the lower triangle instead.
+      method: which implementation factors ``A``, as for :func:`lu_factor`.
 
     Returns:
       ``x``, as :func:`cho_solve` returns it.
@@ -837,10 +810,10 @@ def solveh_banded(A: DiaMatrix, b: ArrayLike, *, lower: bool = False) -> Array:
       >>> [round(float(value), 4) for value in x]
       [1.0, 1.0, 1.0]
     """
-    return cho_solve(cho_factor(A, lower=lower), b)
+    return cho_solve(cho_factor(A, lower=lower, method=method), b)
 
 
-def factorized(A: DiaMatrix) -> jax.tree_util.Partial:
+def factorized(A: DiaMatrix, *, method: str = "auto") -> jax.tree_util.Partial:
     """A function solving ``A @ x == b``, with ``A`` factored once (SciPy's name).
 
     ``factorized(A)(b)`` is ``lu_factor(A).solve(b)``. The result is a
@@ -849,6 +822,7 @@ def factorized(A: DiaMatrix) -> jax.tree_util.Partial:
 
     Args:
       A: a square DiaMatrix (possibly batched).
+      method: which implementation factors ``A``, as for :func:`lu_factor`.
 
     Returns:
       ``solve``, with ``solve(b)`` as :func:`lu_solve` (``solve(b, trans)`` too).
@@ -863,4 +837,4 @@ def factorized(A: DiaMatrix) -> jax.tree_util.Partial:
       >>> solve(jnp.array([3.0, 4.0, 4.0]))
       Array([1., 1., 1.], dtype=float32)
     """
-    return jax.tree_util.Partial(lu_solve, lu_factor(A))
+    return jax.tree_util.Partial(lu_solve, lu_factor(A, method=method))

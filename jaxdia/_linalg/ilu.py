@@ -1,9 +1,10 @@
 """ILU(0) and IC(0) of a square matrix at the array level: the factor, and its application.
 
-:func:`factorize` takes a ``DiaParts`` (possibly batched) to a :class:`Factor` in the row
-layout of :mod:`jaxdia._kernels.ilu`, by the primitives of :mod:`jaxdia._kernels.ilu_primitives`;
-:func:`apply` solves with it, :func:`diagonals` gives its triangles back as DIA data. The
-matrix is factored as it is: orderings are the caller's (:mod:`jaxdia._linalg.incomplete`).
+:func:`factorize` takes a ``DiaParts`` (possibly batched) to an :class:`IncompleteFactor` in
+the row layout of :mod:`jaxdia._kernels.ilu`, by the primitives of
+:mod:`jaxdia._kernels.ilu_primitives`; :func:`apply` solves with it, :func:`diagonals`
+gives its triangles back as DIA data. The matrix is factored as it is: orderings are the
+caller's (:mod:`jaxdia._linalg.incomplete`).
 
 Given a ``grid`` (the unknowns are its points in C order), the factor keeps only entries
 that couple grid neighbours (points whose coordinates differ by at most one along every
@@ -39,7 +40,7 @@ DEFAULT_SWEEPS = 2
 
 
 @jax.tree_util.register_pytree_with_keys_class
-class Factor(Immutable):
+class IncompleteFactor(Immutable):
     """An incomplete factor of one matrix, or of a batch (leading dims of every array).
 
     ``kind="ilu"``: ``A ~ L U``, ``L`` unit lower triangular with the strictly lower
@@ -130,7 +131,7 @@ def factorize(
     grid: tuple[int, ...] | None = None,
     weights: tuple[int, ...] | None = None,
     solves: str = "auto",
-) -> tuple[Factor, Array]:
+) -> tuple[IncompleteFactor, Array]:
     """The ILU(0) or IC(0) factor of a square ``A`` holding its main diagonal, and the
     pivots (``U``'s diagonal for ILU, ``L``'s for IC: a breakdown shows as a zero or
     non-finite pivot, or for IC a NaN one).
@@ -161,13 +162,15 @@ def factorize(
     lower = factor[..., :center, :]
     upper = factor[..., center + 1 :, :] if kind == "ilu" else None
     upper_offsets = offsets[center + 1 :] if kind == "ilu" else ()
-    result = Factor._make(
+    result = IncompleteFactor._make(
         lower, upper, 1 / pivots, kind, offsets[:center], upper_offsets, grid, weights, solves
     )
     return result, pivots
 
 
-def _solve(factor: Factor, coefficients, offsets, inverse_diagonal, b, transpose, conjugate):
+def _solve(
+    factor: IncompleteFactor, coefficients, offsets, inverse_diagonal, b, transpose, conjugate
+):
     if not offsets:  # a diagonal triangle
         if inverse_diagonal is None:
             return b
@@ -185,7 +188,7 @@ def _solve(factor: Factor, coefficients, offsets, inverse_diagonal, b, transpose
     )
 
 
-def apply(factor: Factor, b: Array, adjoint: bool = False) -> Array:
+def apply(factor: IncompleteFactor, b: Array, adjoint: bool = False) -> Array:
     """``(L U)^-1 b`` (``(L L^H)^-1 b`` for IC), or with ``adjoint`` its conjugate
     transpose applied, for ``b`` ``(..., n)`` of the factor's dtype whose batch dims equal
     the factor's, or for a factor without batch dims."""

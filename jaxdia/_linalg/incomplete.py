@@ -51,7 +51,7 @@ class _Incomplete(Immutable):
     _leaves = ("_factor",)
     _static = ("_order", "_method", "_sweeps")
     _name: ClassVar[str] = ""
-    _factor: _ilu.Factor
+    _factor: _ilu.IncompleteFactor
     _order: tuple[int, ...]
     _method: str
     _sweeps: int
@@ -258,7 +258,12 @@ def _matrix(rows: Array, offsets: tuple[int, ...]) -> DiaMatrix:
 
 @functools.partial(jax.jit, static_argnames=("order", "batch", "adjoint"))
 def _apply(
-    factor: _ilu.Factor, v: Array, *, order: tuple[int, ...], batch: tuple[int, ...], adjoint: bool
+    factor: _ilu.IncompleteFactor,
+    v: Array,
+    *,
+    order: tuple[int, ...],
+    batch: tuple[int, ...],
+    adjoint: bool,
 ) -> Array:
     """The solves for ``v`` ``(*vbatch, n)``, broadcast to ``batch``, as one compiled call;
     ``v`` reordered (and the result back) when the factor reverses axes."""
@@ -456,7 +461,7 @@ def _build(
     shift: ArrayLike,
     solves: str,
     dtype: DTypeLike | None,
-) -> tuple[_ilu.Factor, tuple[int, ...], str, int]:
+) -> tuple[_ilu.IncompleteFactor, tuple[int, ...], str, int]:
     A = as_square_matrix(A, function)
     if A.dtype not in _DTYPES:
         raise TypeError(

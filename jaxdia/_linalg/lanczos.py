@@ -49,7 +49,8 @@ from .._ops import add, conj, shifted, transpose
 from .._parts import DiaParts
 from .._products import matvec as dia_matvec
 from .._typing import ArrayLike, DTypeLike, Scalar
-from .banded import factor_lu, is_tridiagonal, oneshot, solve
+from .banded import factor, solve
+from .plan import Use, choose
 
 #: ``which`` values: largest/smallest magnitude, largest/smallest algebraic, both ends.
 WHICH = ("LM", "SM", "LA", "SA", "BE")
@@ -277,17 +278,15 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
 
 
 def _shift_invert(A: DiaParts, sigma: Array):
-    """``x -> (A - sigma I)^{-1} x``: ``A - sigma I`` factored once (banded LU), each
-    application one solve with the stored factor. A tridiagonal ``A - sigma I`` is
-    solved afresh each time by a one-shot solve instead (``lax.linalg.tridiagonal_solve``
-    on CPU and GPUs): O(n) either way, and that call has no per-call overhead beyond
-    LAPACK's (the stored factor's solve is a host call, whose fixed cost dominates a
-    solve of a few thousand rows)."""
+    """``x -> (A - sigma I)^{-1} x`` as the plan has it (``Use.SOLVES``): ``A - sigma I``
+    factored once (banded LU), each application one solve with the stored factor; a
+    tridiagonal one solved afresh each time by a one-shot solve."""
     B = shifted(A, sigma)
-    if is_tridiagonal(B.offsets):
-        return lambda x: solve(B, oneshot(B), x, function="eigsh")
-    factor = factor_lu(B)
-    return lambda x: solve(B, factor, x, function="eigsh")
+    plan = choose(B.offsets, B.shape[0], use=Use.SOLVES)
+    if not plan.stored:  # no arrays: made where it is used, not carried by the loops
+        return lambda x: solve(B, factor(B, plan), x, function="eigsh")
+    stored = factor(B, plan)
+    return lambda x: solve(B, stored, x, function="eigsh")
 
 
 def _one(config: Config, data: Array, v0: Array, sigma: Array, tol: Array):

@@ -51,7 +51,8 @@ from .._products import looped_matvec, matvec
 from .._pytree import Immutable
 from .._typing import DTypeLike, Grid
 from . import ilu
-from .banded import Factor, factor_lu, solve
+from .banded import Factor, factor, solve
+from .plan import Use, choose
 from .smoothers import gershgorin, jacobi_steps, row_sums, smooth, smoothing_data
 from .stencil import (
     Cells,
@@ -59,7 +60,7 @@ from .stencil import (
     Step,
     Values,
     cells_of,
-    color,
+    colour,
     dia_from_rows,
     displacements,
     flat_offset,
@@ -77,7 +78,7 @@ _V = TypeVar("_V", Array, np.ndarray, Values)
 
 def probe(A: DiaParts, grid: Grid, axes: Sequence[int]) -> Array:
     """``R A P`` read off by probing: the rows ``(n_coarse, 3^dim)`` for
-    :func:`jaxdia._linalg.stencil.dia_from_rows` (``by_color``).
+    :func:`jaxdia._linalg.stencil.dia_from_rows` (``by_colour``).
 
     Column ``c`` is ``R A P e_c``, where ``e_c`` is 1 on the coarse points of colour
     ``c``: since the neighbours of a coarse point have distinct colours, its entry ``i``
@@ -86,7 +87,7 @@ def probe(A: DiaParts, grid: Grid, axes: Sequence[int]) -> Array:
     """
     coarse = coarse_grid(grid, axes)
     width = 3 ** len(grid)
-    probes = (color(coarse)[..., None] == jnp.arange(width, dtype=np.int32)).astype(A.dtype)
+    probes = (colour(coarse)[..., None] == jnp.arange(width, dtype=np.int32)).astype(A.dtype)
     fine = interpolate(probes, axes, grid).reshape(-1, width)
     product = spmm(A.data, fine, offsets=A.offsets, shape=A.shape)
     return restrict(product.reshape(*grid, width), axes).reshape(-1, width)
@@ -239,7 +240,7 @@ class Hierarchy(Immutable):
     inverse_diagonals: tuple[Array, ...]
     bounds: tuple[Array, ...]
     coarse_lu: Factor | Array
-    factors: tuple[ilu.Factor, ...]
+    factors: tuple[ilu.IncompleteFactor, ...]
     grids: tuple[StaticGrid, ...]
     plan: Plan
     smoother: str
@@ -253,10 +254,11 @@ def coarse_factor(A: DiaParts) -> Factor | Array:
     cycle's coarse solve is one matrix-vector product where a banded solve is a sequence
     of small kernels, about ``2 log2(n / m)`` of them for cyclic reduction (at most
     ``MAX_COARSE`` = 4096 unknowns: at most 128 MiB in float64)."""
-    if _dispatch.coarse_solve_by_inverse():
+    plan = choose(A.offsets, A.shape[0], use=Use.COARSE)
+    if plan.dense:
         dense = dia_to_dense(A.data.astype(accumulation_dtype(A.dtype)), A.offsets, A.shape)
         return jnp.linalg.inv(dense)
-    return factor_lu(A)
+    return factor(A, plan)
 
 
 def coarse_solve(A: DiaParts, factor: Factor | Array, b: Array) -> Array:
@@ -294,7 +296,7 @@ def setup(
             cells = galerkin_cells(cells, grid, axis)
             grid = coarse_grid(grid, (axis,))
         rows = stencil_rows(cells, grid, parts.dtype)
-        operator = dia_from_rows(rows, grid, by_color=False)
+        operator = dia_from_rows(rows, grid, by_colour=False)
         operators.append(operator)
         grids.append(grid)
     for axes in plan[len(operators) - 1 :]:
@@ -304,7 +306,7 @@ def setup(
         bounds.append(rho)
         rows = probe(operator, grid, axes)
         grid = coarse_grid(grid, axes)
-        operators.append(dia_from_rows(rows, grid, by_color=True))
+        operators.append(dia_from_rows(rows, grid, by_colour=True))
         grids.append(grid)
     factors = ()
     if smoother == "ilu":
@@ -371,7 +373,7 @@ def host_setup(
     return operators, inverses, bounds
 
 
-def ilu_smoother(A: DiaParts, grid: StaticGrid) -> ilu.Factor:
+def ilu_smoother(A: DiaParts, grid: StaticGrid) -> ilu.IncompleteFactor:
     """A level's ILU(0) for the ``"ilu"`` smoother: exact on CPU, Chow–Patel's sweeps
     and solves by hyperplanes elsewhere (see :mod:`jaxdia._kernels.ilu_primitives`)."""
     factor, _ = ilu.factorize(

@@ -13,16 +13,10 @@ solves with ``A`` at the cost of a banded solve plus O(n r) for the rank ``r = p
 ``I + Z[columns]``, an ``r x r`` matrix factored densely. Transposed solves use the same
 ``Z`` and ``S``: ``A^-T = B^-T (I - V S^-T Z^T)``.
 
-**When to split** (:func:`split`, from the static offsets and ``n``). The matrix must be
-a periodic band: a stencil reaching ``L = max(l, p)`` below and ``U = max(u, q)`` above
-the diagonal (``l``, ``u`` the band's widths) on a circle of ``n`` points, with
-``2 (L + U + 1) <= n``. The stencil then covers at most half the circle: in every row
-the corner entries are at least as many zero columns away from the band's as the stencil
-is wide, and no corner diagonal is a band diagonal seen from the other side (the ``±1``
-of a ``2 x 2`` tridiagonal matrix are ``±(n - 1)`` only in that sense: it is a band).
-Small ``n`` never splits. Among the splits that qualify, :func:`split` compares the work
-of the plain band with that of each (the band's factor plus the ``r`` corrections) and
-picks the cheapest.
+**When to split** is the plan's choice (:func:`jaxdia._linalg.plan.periodic_split`,
+from the static offsets and ``n``): where the corners are well apart from the band (the
+stencil covers at most half the circle of ``n`` points) and the split is cheaper than
+the plain band.
 
 **When the split is accurate** (:func:`growth`). The corrected solve computes
 ``y = B^-1 b`` and subtracts ``Z S^-1 V^T y``: exact in exact arithmetic whatever ``B``
@@ -44,12 +38,13 @@ shift plus a small multiple of ``I``: ``B^-1`` grows geometrically along the ban
 Every periodic factor computes ``g`` (``O(n r)`` on the stored ``Z``, no further solve)
 and is refused above :data:`MAX_GROWTH`, ``1e3``: its solves lose at most about three
 decimal digits more than the banded LU's, in any precision. A refused factor's ``info``
-is ``jaxdia._linalg.banded.UNSTABLE_CORRECTION``, as one whose band is singular has its
-band's ``info``: ``jaxdia._linalg.banded.factor_lu`` then factors the whole band outside
-``jit`` (a dense LU: ``O(n^2)`` memory, ``O(n^3)`` work), and under ``jit`` reports the
-failure (``info != 0``, solves NaN). Transposed solves reuse ``Z`` and ``S`` and show the
-same growth in practice (their bound in norms is ``||B^-1 A||_1``, reached only where the
-rounding errors of the ``n``-term sums ``Z^T b`` all align).
+is :data:`UNSTABLE`, as one whose band is singular has its
+band's ``info``: ``jaxdia._linalg.banded.factor`` then factors the whole band outside
+``jit`` (the plan's ``fallback``: a dense LU, ``O(n^2)`` memory, ``O(n^3)`` work), and
+under ``jit`` reports the failure (``info != 0``, solves NaN). Transposed solves reuse
+``Z`` and ``S`` and show the same growth in practice (their bound in norms is
+``||B^-1 A||_1``, reached only where the rounding errors of the ``n``-term sums ``Z^T b``
+all align).
 """
 
 from __future__ import annotations
@@ -65,72 +60,37 @@ import numpy as np
 from jax import Array, lax
 from jax.scipy.linalg import lu_factor as dense_lu_factor, lu_solve as dense_lu_solve
 
-from .._geometry import band_widths
-
 #: The largest :func:`growth` a periodic factor is used with (see the module docstring):
 #: its solves then lose at most about three decimal digits more than the banded LU's.
 MAX_GROWTH = 1e3
 
+#: ``info`` of a periodic factor whose band factored but whose correction ``S`` is
+#: singular or not finite: ``A`` is singular, or its band nearly so.
+SINGULAR = -2
+#: ``info`` of a periodic factor whose band is too ill-conditioned, next to ``A``, for the
+#: corner correction to be accurate: the growth ``1 + ||B^-1 U||_inf`` bounding its
+#: solves' loss of accuracy is above :data:`MAX_GROWTH`.
+UNSTABLE = -3
+
 
 class Split(NamedTuple):
-    """Where a square matrix's offsets split into a band and corners: ``band`` the
-    indices (into the offsets) of the band's diagonals, ``p`` and ``q`` the number of
-    columns the upper-right and lower-left corners touch (the last ``p``, the first
-    ``q``)."""
+    """Where a square matrix's offsets split into a band and corners (the plan's choice,
+    :func:`jaxdia._linalg.plan.periodic_split`): ``band`` the indices (into the offsets)
+    of the band's diagonals, ``p`` and ``q`` the number of columns the upper-right and
+    lower-left corners touch (the last ``p``, the first ``q``), ``widths`` the band's
+    ``(kl, ku)``."""
 
     band: tuple[int, ...]
     p: int
     q: int
+    widths: tuple[int, int]
 
     @property
     def rank(self) -> int:
         return self.p + self.q
 
-    @classmethod
-    def of(cls, offsets: tuple[int, ...], n: int, p: int, q: int) -> Split:
-        """The split whose corners touch the last ``p`` and the first ``q`` columns."""
-        band = tuple(i for i, k in enumerate(offsets) if -(n - q) < k < n - p)
-        return cls(band, p, q)
-
     def band_offsets(self, offsets: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(offsets[i] for i in self.band)
-
-
-def _work(n: int, lower: int, upper: int, rank: int) -> int:
-    """Multiply-adds of factoring a band of ``lower``/``upper`` diagonals plus ``rank``
-    corrections (their solves and the dense ``rank x rank`` factor), and of one solve."""
-    band = n * (lower + 1) * (lower + upper + 1) + n * (2 * lower + upper + 1)
-    return band + rank * n * (2 * lower + upper + 1) + rank**3 + 2 * n * rank
-
-
-def separated(n: int, lower: int, upper: int, p: int, q: int) -> bool:
-    """Whether a band of ``lower``/``upper`` diagonals and corners touching the last ``p``
-    and the first ``q`` columns are a periodic stencil covering at most half the circle
-    of ``n`` points (see the module docstring): ``2 (L + U + 1) <= n``."""
-    return 2 * (max(lower, p) + max(upper, q) + 1) <= n
-
-
-def split(offsets: tuple[int, ...], n: int) -> Split | None:
-    """The cheapest split of an ``n x n`` matrix's ``offsets`` into a band and corner
-    diagonals that are :func:`separated`, or None when the plain band is cheapest or no
-    split is separated (no corners, corners that reach too far to be a small correction,
-    or ``n`` too small for the corners to be told from the band)."""
-    lower, upper = band_widths(offsets)
-    best, best_work = None, _work(n, lower, upper, 0)
-    uppers = sorted({0, *(k for k in offsets if k > 0)})
-    lowers = sorted({0, *(-k for k in offsets if k < 0)})
-    for u in uppers:
-        above = [k for k in offsets if k > u]
-        p = n - min(above) if above else 0
-        for l in lowers:
-            below = [k for k in offsets if k < -l]
-            q = n + max(below) if below else 0
-            if p + q == 0 or not separated(n, l, u, p, q):
-                continue
-            work = _work(n, l, u, p + q)
-            if work < best_work:
-                best, best_work = Split.of(offsets, n, p, q), work
-    return best
 
 
 #: The names of a :class:`Correction`'s arrays, in order (its pytree leaves, and the key
@@ -138,37 +98,28 @@ def split(offsets: tuple[int, ...], n: int) -> Split | None:
 CORRECTION_ARRAYS = ("corrections", "capacitance_lu", "capacitance_pivots")
 
 
-@partial(jax.tree_util.register_dataclass, data_fields=CORRECTION_ARRAYS, meta_fields=("p", "q"))
+@partial(jax.tree_util.register_dataclass, data_fields=CORRECTION_ARRAYS, meta_fields=())
 @dataclass(frozen=True)
 class Correction:
     """What a periodic factor holds besides its band's factor: the corner correction of
-    ``A = B + U V^T`` (see the module docstring). A pytree: the arrays are its leaves,
-    ``p`` and ``q`` (the corners' columns, as :class:`Split`'s) static.
+    ``A = B + U V^T`` (see the module docstring; where the corners are is the factor's
+    plan's :class:`Split`). A pytree of its three arrays.
 
     Attributes:
       corrections: ``Z = B^-1 U``, ``(..., n, r)``.
       capacitance_lu: ``jax.scipy.linalg.lu_factor``'s ``lu`` of ``S = I + V^T Z``,
         ``(..., r, r)``.
       capacitance_pivots: its pivots, ``(..., r)``.
-      p: the number of last columns the upper-right corner touches.
-      q: the number of first columns the lower-left corner touches.
     """
 
     corrections: Array
     capacitance_lu: Array
     capacitance_pivots: Array
-    p: int
-    q: int
 
     @property
     def arrays(self) -> tuple[Array, Array, Array]:
         """``(corrections, capacitance_lu, capacitance_pivots)``."""
         return self.corrections, self.capacitance_lu, self.capacitance_pivots
-
-    def split(self, offsets: tuple[int, ...]) -> Split:
-        """The :class:`Split` of the ``offsets`` of the matrix this factor corrects."""
-        n = self.corrections.shape[-2]
-        return Split.of(offsets, n, self.p, self.q)
 
 
 def columns(n: int, where: Split) -> np.ndarray:
@@ -210,40 +161,64 @@ def capacitance(Z: Array, n: int, where: Split) -> tuple[Array, Array]:
     return dense_lu_factor(S)
 
 
-def _dense_solve(lu: Array, pivots: Array, rhs: Array, trans: int) -> Array:
-    """``op(S)^-1 rhs`` for ``rhs`` ``(..., r, k)``; a complex ``rhs`` for a real ``S`` as
-    its real and imaginary parts side by side."""
-    if jnp.iscomplexobj(rhs) and not jnp.iscomplexobj(lu):
-        k = rhs.shape[-1]
-        both = jnp.concatenate([rhs.real, rhs.imag], axis=-1)
-        solved = _dense_solve(lu, pivots, both, trans)
-        return solved[..., :k] + 1j * solved[..., k:]
-    lu = jnp.broadcast_to(lu, (*rhs.shape[:-2], *lu.shape[-2:]))
-    pivots = jnp.broadcast_to(pivots, (*rhs.shape[:-2], pivots.shape[-1]))
-    return dense_lu_solve((lu, pivots), rhs.astype(jnp.result_type(lu, rhs)), trans=trans)
-
-
-def solve(
-    band_solve: Callable[[Array, int], Array],
-    Z: Array,
-    lu: Array,
-    pivots: Array,
-    rhs: Array,
-    trans: int,
+def correct(
+    data: Array,
+    offsets: tuple[int, ...],
     where: Split,
-) -> Array:
-    """``op(A)^-1 rhs`` for ``rhs`` ``(..., n, k)``, given ``band_solve(rhs, t)``
-    (``op_t(B)^-1 rhs``) and the stored ``Z``, ``S``'s LU: ``trans`` 0 ``A``, 1 ``A^T``, 2
-    ``A^H``."""
-    n = rhs.shape[-2]
-    cols = columns(n, where)
-    if trans == 0:
-        y = band_solve(rhs, 0)
-        return y - jnp.matmul(
-            Z, _dense_solve(lu, pivots, y[..., cols, :], 0), precision=lax.Precision.HIGHEST
+    band_solve: Callable[[Array], Array],
+    info: Array,
+) -> tuple[Correction, Array]:
+    """The correction of the corners ``where`` of the square matrix ``data`` stores, given
+    ``band_solve(rhs)`` (``B^-1 rhs``, ``rhs`` ``(..., n, k)``) with a factor of its band
+    whose ``info`` is given: ``Z = B^-1 U``, the LU of ``S = I + V^T Z``, and ``info``
+    with :data:`SINGULAR` or :data:`UNSTABLE` where the band factored but the correction
+    cannot be used."""
+    n = data.shape[-1]
+    Z = band_solve(corners(data, offsets, where))
+    lu, pivots = capacitance(Z, n, where)
+    bad = jnp.any(jnp.diagonal(lu, axis1=-2, axis2=-1) == 0, axis=-1)
+    bad = bad | ~jnp.all(jnp.isfinite(lu), axis=(-2, -1))
+    info = jnp.where(info != 0, info, jnp.where(bad, SINGULAR, 0))
+    # NaN growth (a NaN in Z) is unstable too.
+    stable = growth(Z) <= MAX_GROWTH
+    info = jnp.where(info != 0, info, jnp.where(stable, 0, UNSTABLE))
+    return Correction(Z, lu, pivots), info
+
+
+def _dense_solve(lu: Array, pivots: Array, rhs: Array, trans: int) -> Array:
+    """``op(S)^-1 rhs`` for ``rhs`` ``(..., r, k)``; a real ``S`` with a complex ``rhs``
+    is solved in complex arithmetic (``r x r``: no cost worth splitting ``rhs`` for)."""
+    dtype = jnp.result_type(lu, rhs)
+    lu = jnp.broadcast_to(lu, (*rhs.shape[:-2], *lu.shape[-2:])).astype(dtype)
+    pivots = jnp.broadcast_to(pivots, (*rhs.shape[:-2], pivots.shape[-1]))
+    return dense_lu_solve((lu, pivots), rhs.astype(dtype), trans=trans)
+
+
+def corrected(
+    band_solve: Callable[[Array, int], Array],
+    correction: Correction,
+    where: Split,
+    precision: np.dtype,
+) -> Callable[[Array, int], Array]:
+    """``solve(rhs, t)``: ``op_t(A)^-1 rhs`` for ``rhs`` ``(..., n, k)`` (``t`` 0 ``A``, 1
+    ``A^T``, 2 ``A^H``), the band solve ``band_solve(rhs, t)`` (``op_t(B)^-1 rhs``)
+    corrected for the corners ``where`` by the stored ``Z`` and ``S``'s LU, in
+    ``precision``."""
+
+    def solve(rhs: Array, trans: int) -> Array:
+        Z = correction.corrections.astype(precision)
+        lu = correction.capacitance_lu.astype(precision)
+        pivots = correction.capacitance_pivots
+        cols = columns(rhs.shape[-2], where)
+        if trans == 0:
+            y = band_solve(rhs, 0)
+            return y - jnp.matmul(
+                Z, _dense_solve(lu, pivots, y[..., cols, :], 0), precision=lax.Precision.HIGHEST
+            )
+        Zt = jnp.swapaxes(Z.conj() if trans == 2 else Z, -1, -2)
+        removed = _dense_solve(
+            lu, pivots, jnp.matmul(Zt, rhs, precision=lax.Precision.HIGHEST), trans
         )
-    Zt = jnp.swapaxes(Z.conj() if trans == 2 else Z, -1, -2)
-    correction = _dense_solve(
-        lu, pivots, jnp.matmul(Zt, rhs, precision=lax.Precision.HIGHEST), trans
-    )
-    return band_solve(rhs.at[..., cols, :].add(-correction), trans)
+        return band_solve(rhs.at[..., cols, :].add(-removed), trans)
+
+    return solve

@@ -8,7 +8,7 @@ and the gradient of ``log |det A|`` (``A^-T`` on ``A``'s pattern, see
 How: the band is block tridiagonal with ``m x m`` blocks (``m`` the wider of the two
 half-bandwidths), and every entry of ``A^-1`` within the band lies in the block tridiagonal
 part of ``A^-1``. Block cyclic reduction factors ``A`` and
-:func:`jaxdia._kernels.band_parallel.selected_inverse` unwinds it, level by level, into
+:func:`jaxdia._kernels.band_parallel.inverse_blocks` unwinds it, level by level, into
 those blocks (the block form of Takahashi's recurrences ``Z = U^-1 L^-1`` on the band):
 O(n m^2) work, O(log n) sequential steps, on every platform, and no dense inverse or
 ``n`` solves. Everything is ``jax.numpy``, so the result is differentiable (at the same
@@ -49,7 +49,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from .. import _dispatch
 from .._checks import is_traced
 from .._geometry import accumulation_dtype, band_widths, in_bounds
 from .._kernels import band_parallel, band_scan, lapack
@@ -57,6 +56,7 @@ from .._kernels.band_layouts import PB, PT
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from . import banded, periodic
+from .plan import Plan, Use, choose, hermitian_offsets
 
 
 def _triangle(lower: bool | None) -> str | None:
@@ -79,7 +79,7 @@ def block_inverse(A: DiaParts, lower: bool | None) -> tuple[tuple[Array, Array, 
     flat = data.reshape(-1, *data.shape[-2:])
     blocks = band_parallel.dia_blocks(flat, offsets, m, _triangle(lower))
     arrays, _ = band_parallel.factor(*(x[:, :, None] for x in blocks), hermitian=lower is not None)
-    inverse = band_parallel.selected_inverse(tuple(a[:, :, 0] for a in arrays))
+    inverse = band_parallel.inverse_blocks(tuple(a[:, :, 0] for a in arrays))
     residual = band_parallel.inverse_residual(blocks, inverse)
     return inverse, residual <= max_residual(data.dtype)
 
@@ -119,33 +119,32 @@ def gather(
 
 def selected_data(
     A: DiaParts,
-    lower: bool | None = None,
+    plan: Plan,
     *,
     transpose: bool = False,
     factor: banded.Factor | None = None,
 ) -> Array:
     """DIA ``data`` of ``A^-1`` (``transpose``: of ``A^-T``) on ``A``'s pattern, of
-    ``A.data``'s shape (batch included); ``lower`` given: the inverse of the Hermitian
-    matrix that triangle of ``A`` defines, from its whole band. NaN for a system the
-    residual check refuses.
+    ``A.data``'s shape (batch included), by the route ``plan`` names; a Cholesky plan
+    (``plan.lower`` given): the inverse of the Hermitian matrix that triangle of ``A``
+    defines, from its whole band. NaN for a system the residual check refuses.
 
-    A general (``lower`` None) periodic ``A`` goes through its periodic LU factor
-    (``factor``, :func:`jaxdia._linalg.banded.factor_lu`'s, or one factored here):
-    :func:`periodic_data`, at banded cost; where that factor was refused eagerly (a
-    ``factor`` without a correction, or one whose ``info`` is nonzero outside ``jit``) as
-    the whole band its offsets span, as ``factor_lu`` does."""
+    A periodic plan goes through the periodic LU factor (``factor``, or one factored
+    here): :func:`periodic_data`, at banded cost; where that factor was refused eagerly
+    (its ``info`` nonzero outside ``jit``) as the whole band its offsets span, as
+    :func:`jaxdia._linalg.banded.factor` does."""
     n = A.shape[0]
     if n == 0:
         return jnp.zeros(A.data.shape, accumulation_dtype(A.dtype))
-    if lower is None and periodic.split(A.offsets, n) is not None:
+    if plan.split is not None:
         if factor is None:
-            factor = banded.factor_periodic(A)
-        if factor is not None and factor.correction is not None and _usable(factor.info):
+            factor = banded.factor_periodic(A, plan)
+        if factor.correction is not None and _usable(factor.info):
             return periodic_data(A, factor, transpose=transpose)
-    if lower is None:
-        return band_data(A, transpose=transpose)
+    if plan.lower is None:
+        return band_data(A, transpose=transpose, pivoted=plan.pivoted)
     # assume_a="pos" for a matrix that is not: NaN, as its Cholesky factor would be.
-    inverse, ok = block_inverse(A, lower)
+    inverse, ok = block_inverse(A, plan.lower)
     values = gather(inverse, A.offsets, n, transpose=transpose)
     values = jnp.where(ok[:, None, None], values, jnp.nan)
     return values.reshape(A.data.shape)
@@ -159,15 +158,15 @@ def _reduction(data: Array, offsets: tuple[int, ...], transpose: bool) -> tuple[
     return gather(inverse, offsets, n, transpose=transpose), ok
 
 
-def band_data(A: DiaParts, *, transpose: bool) -> Array:
+def band_data(A: DiaParts, *, transpose: bool, pivoted: bool) -> Array:
     """:func:`selected_data` of a general ``A`` (no periodic split): cyclic reduction's
-    values where the residual check passes, and elsewhere on CPU :func:`pivoted_data`
-    (exact for any nonsingular matrix, computed only when some system was refused), on
-    GPU/TPU NaN (:func:`jaxdia._dispatch.selected_inverse_pivots_by_scan`)."""
+    values where the residual check passes, and elsewhere, where the plan says
+    ``pivoted`` (on CPU), :func:`pivoted_data` (exact for any nonsingular matrix, computed
+    only when some system was refused), else NaN."""
     n = A.shape[0]
     data = jnp.where(in_bounds(A.offsets, (n, n)), A.data, 0)
     data = data.astype(accumulation_dtype(data.dtype)).reshape(-1, *A.data.shape[-2:])
-    if _dispatch.selected_inverse_pivots_by_scan():
+    if pivoted:
         values = _pivoting_band_data(data, A.offsets, transpose)
     else:
         values, ok = _reduction(data, A.offsets, transpose)
@@ -315,8 +314,8 @@ def _shifted(row: Array, shift: int) -> Array:
 def _upper_band(factor: banded.Factor) -> tuple[Array, int, bool]:
     """``(c, kd, lower)``: ``?pbtrf``'s band array of ``factor`` (``PB``'s own, or
     ``R = D^1/2 L^H`` of ``PT``'s ``L D L^H`` as an upper band, ``kd = 1``)."""
-    if factor.layout is PB:
-        kd, lower = factor.widths
+    if factor.plan.layout is PB:
+        kd, lower = factor.plan.widths
         return factor.arrays[0], kd, bool(lower)
     d, e = factor.arrays  # e[i] = L[i + 1, i]
     root = jnp.sqrt(d).astype(e.dtype)
@@ -326,13 +325,13 @@ def _upper_band(factor: banded.Factor) -> tuple[Array, int, bool]:
 
 def _beyond(factor: banded.Factor, offsets: tuple[int, ...]) -> np.ndarray:
     """``(nd, 1)``: the diagonals farther from the main one than ``factor``'s band."""
-    kd = factor.widths[0] if factor.layout is PB else 1
+    kd = factor.plan.widths[0] if factor.plan.layout is PB else 1
     return np.array([abs(offset) > kd for offset in offsets], bool)[:, None]
 
 
-@partial(jax.custom_jvp, nondiff_argnums=(2, 3, 4))
+@partial(jax.custom_jvp, nondiff_argnums=(2, 3))
 def _factor_data(
-    data: Array, factor: banded.Factor, offsets: tuple[int, ...], lower: bool, transpose: bool
+    data: Array, factor: banded.Factor, offsets: tuple[int, ...], transpose: bool
 ) -> Array:
     n = data.shape[-1]
     c, kd, stored_lower = _upper_band(factor)
@@ -354,40 +353,39 @@ def _factor_data(
 
 
 @_factor_data.defjvp
-def _factor_data_jvp(offsets, lower, transpose, primals, tangents):
+def _factor_data_jvp(offsets, transpose, primals, tangents):
     data, factor = primals
     n = data.shape[-1]
-    value = _factor_data(data, factor, offsets, lower, transpose)
+    value = _factor_data(data, factor, offsets, transpose)
 
     def reduction(data: Array) -> Array:
-        return selected_data(DiaParts(data, offsets, (n, n)), lower, transpose=transpose)
+        return selected_data(DiaParts(data, offsets, (n, n)), factor.plan, transpose=transpose)
 
     _, tangent = jax.jvp(reduction, (data,), (tangents[0],))
     return value, jnp.where(_beyond(factor, offsets), 0, tangent).astype(value.dtype)
 
 
-def factor_data(
-    A: DiaParts, factor: banded.Factor, lower: bool, *, transpose: bool = False
-) -> Array:
-    """:func:`selected_data` of the Hermitian positive definite matrix the triangle
-    ``lower`` of ``A`` defines, read from its LAPACK Cholesky ``factor`` (``PB`` or ``PT``:
-    :func:`jaxdia._dispatch.selected_inverse_from_host_factor` says when) by Takahashi's
-    recurrences: the same entries, except those of the other triangle farther from the
-    diagonal than the factor's band (zero here; unused by the log-determinant's gradient).
-    NaN for a system whose factor failed (``info`` nonzero). Differentiable in ``A.data``
-    (the derivative is cyclic reduction's, :func:`selected_data`'s)."""
-    if factor.layout not in (PB, PT) or factor.correction is not None:
-        raise ValueError(f"factor_data: needs a banded Cholesky factor, got {factor.layout!r}")
+def factor_data(A: DiaParts, factor: banded.Factor, *, transpose: bool = False) -> Array:
+    """:func:`selected_data` of the Hermitian positive definite matrix that the triangle of
+    ``A`` its LAPACK Cholesky ``factor`` (``PB`` or ``PT``: where the plan says
+    ``takahashi``) read defines, by Takahashi's recurrences on that factor: the same
+    entries, except those of the other triangle farther from the diagonal than the
+    factor's band (zero here; unused by the log-determinant's gradient). NaN for a system
+    whose factor failed (``info`` nonzero). Differentiable in ``A.data`` (the derivative
+    is cyclic reduction's, :func:`selected_data`'s)."""
+    layout = factor.plan.layout
+    if layout not in (PB, PT):
+        raise ValueError(f"factor_data: needs a banded Cholesky factor, got {layout!r}")
     n = A.shape[0]
     if n == 0:
         return jnp.zeros(A.data.shape, accumulation_dtype(A.dtype))
-    return _factor_data(A.data, factor, A.offsets, lower, transpose)
+    return _factor_data(A.data, factor, A.offsets, transpose)
 
 
 def _usable(info: Array) -> bool:
     """Whether a periodic factor is used: always under a trace (its ``info`` masks the
-    result), and eagerly when it did not fail (else ``factor_lu`` would have replaced it by
-    the whole band's)."""
+    result), and eagerly when it did not fail (else :func:`jaxdia._linalg.banded.factor`
+    would have replaced it by the whole band's)."""
     return is_traced(info) or not np.any(np.asarray(info))
 
 
@@ -436,15 +434,14 @@ def _periodic_data(
     """:func:`periodic_data` as one compiled call."""
     n = data.shape[-1]
     A = DiaParts(data, offsets, (n, n))
-    correction = factor.correction
-    assert correction is not None
-    where = correction.split(offsets)
+    where = factor.plan.split
+    assert where is not None and factor.correction is not None
     work = accumulation_dtype(A.dtype)
     data = jnp.where(in_bounds(offsets, (n, n)), A.data, 0).astype(work)
     A = A.with_data(data)
     band_offsets = where.band_offsets(offsets)
     band = DiaParts(data[..., list(where.band), :], band_offsets, (n, n))
-    band_factor = banded.Factor(factor.layout, factor.widths, factor.arrays, factor.info)
+    band_factor = banded.Factor(factor.plan.band, factor.arrays, factor.info)
     Z = banded.solve(band, band_factor, periodic.corners(data, offsets, where))
     # The rows of A^-1 to compute: V's columns, then (for A^-1) the other corner rows.
     diagonal, slot, row, column = _corner_entries(offsets, n, where)
@@ -460,7 +457,8 @@ def _periodic_data(
     Z = Z.reshape(systems, n, where.rank)
     Qt = Qt.reshape(systems, n, len(rows))
     # B's diagonals: B^-1 minus Z Q on their entries (i, j) = (j - offset, j).
-    values = band_data(band, transpose=transpose).reshape(systems, len(band_offsets), n)
+    values = band_data(band, transpose=transpose, pivoted=factor.plan.pivoted)
+    values = values.reshape(systems, len(band_offsets), n)
     slots = np.arange(n)
     first = np.clip(slots[None, :] - np.asarray(band_offsets)[:, None], 0, n - 1)  # i
     second = np.broadcast_to(slots, first.shape)  # j
@@ -479,7 +477,9 @@ def _periodic_data(
     return out.reshape(A.data.shape)
 
 
-def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False) -> DiaMatrix:
+def selected_inverse(
+    A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False, method: str = "auto"
+) -> DiaMatrix:
     """``A^-1`` on ``A``'s pattern: a DiaMatrix with ``A``'s offsets holding ``A^-1``'s
     entries there (exact up to rounding, at banded cost).
 
@@ -517,13 +517,17 @@ def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False
       A: a square DiaMatrix (possibly batched).
       assume_a: ``"gen"`` (general) or ``"pos"`` (Hermitian positive definite).
       lower: with ``"pos"``: read the lower triangle instead of the upper one.
+      method: which implementation factors ``A`` where a factor is used (a periodic
+        matrix's, and with ``"pos"`` on CPU the Cholesky factor), as for
+        :func:`jaxdia.lu_factor`.
 
     Returns:
       A DiaMatrix of ``A``'s offsets, shape and batch shape (16-bit matrices in float32).
 
     Raises:
       TypeError: if ``A`` is not a DiaMatrix or ``lower`` not a bool.
-      ValueError: if ``A`` is not square or ``assume_a`` is not ``"gen"`` or ``"pos"``.
+      ValueError: if ``A`` is not square, ``assume_a`` is not ``"gen"`` or ``"pos"``, or
+        ``method`` is not one of :func:`jaxdia.lu_factor`'s.
 
     Example:
       >>> import jax.numpy as jnp
@@ -539,70 +543,53 @@ def selected_inverse(A: DiaMatrix, *, assume_a: str = "gen", lower: bool = False
     if not isinstance(lower, (bool, np.bool_)):
         raise TypeError(f"selected_inverse: lower must be a bool, got {type(lower).__name__}")
     parts, triangle = A._parts, bool(lower)
-    read = parts.offsets if assume_a == "gen" else hermitian_offsets(parts.offsets, triangle)
-    if periodic.split(read, parts.shape[0]) is not None:
-        # Eagerly, a refused periodic factor is replaced by the whole band's (factor_lu):
-        # that choice needs the concrete factor, so a periodic matrix is not compiled whole.
-        return DiaMatrix._wrap(parts.with_data(_selected_inverse(parts, assume_a, triangle)))
-    data = _compiled_selected_inverse(
-        parts.data, parts.offsets, parts.shape, assume_a, triangle, *banded.trace_keys()
-    )
+    plan = choose(
+        parts.offsets, parts.shape[0], None if assume_a == "gen" else triangle,
+        use=Use.INVERSE, method=method, function="selected_inverse",
+    )  # fmt: skip
+    if plan.compiled_whole:
+        data = _compiled_selected_inverse(
+            parts.data, parts.offsets, parts.shape, assume_a, triangle, plan
+        )
+    else:
+        data = _selected_inverse(parts, assume_a, triangle, plan)
     return DiaMatrix._wrap(parts.with_data(data))
 
 
-@partial(jax.jit, static_argnums=(1, 2, 3, 4, 5, 6))
+@partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
 def _compiled_selected_inverse(
     data: Array,
     offsets: tuple[int, ...],
     shape: tuple[int, int],
     assume_a: str,
     lower: bool,
-    platform: str,
-    method: str,
+    plan: Plan,
 ) -> Array:
     """:func:`selected_inverse`'s values of a band, as one compiled program: eagerly its
     hundreds of operations would each compile apart (seconds for the first call)."""
-    del platform, method  # keys of the compiled program (banded.trace_keys)
-    return _selected_inverse(DiaParts(data, offsets, shape), assume_a, lower)
+    return _selected_inverse(DiaParts(data, offsets, shape), assume_a, lower, plan)
 
 
-def _selected_inverse(parts: DiaParts, assume_a: str, triangle: bool) -> Array:
-    """:func:`selected_inverse`'s values (checked arguments)."""
+def _selected_inverse(parts: DiaParts, assume_a: str, triangle: bool, plan: Plan) -> Array:
+    """:func:`selected_inverse`'s values (checked arguments), by the route ``plan``
+    names."""
     if assume_a == "gen":
-        return selected_data(parts)
-    full = hermitian_offsets(parts.offsets, triangle)
-    if periodic.split(full, parts.shape[0]) is not None:
+        return selected_data(parts, plan)
+    if plan.split is not None:
         # Periodic: the Hermitian matrix's corners split off as a general matrix's are.
-        values = selected_data(hermitian_parts(parts, triangle))
-        rows = [full.index(k) for k in parts.offsets]
+        hermitian = hermitian_parts(parts, triangle)
+        values = selected_data(hermitian, plan)
+        rows = [hermitian.offsets.index(k) for k in parts.offsets]
         return values[..., rows, :]
-    if _from_cholesky_factor(parts.offsets, triangle):
-        factor = banded.factor_cholesky(parts, triangle)
-        if factor.layout in (PB, PT):
-            return factor_data(parts, factor, triangle)
-    return selected_data(parts, triangle)
-
-
-def _from_cholesky_factor(offsets: tuple[int, ...], lower: bool) -> bool:
-    """Whether :func:`selected_inverse` reads a Hermitian positive definite matrix's
-    inverse from its Cholesky factor (:func:`factor_data`): where
-    :func:`jaxdia._dispatch.selected_inverse_from_host_factor` says so, and no diagonal of
-    the other triangle lies beyond the band of the one read."""
-    kd = banded.cholesky_bandwidth(offsets, lower)
-    within = all(abs(offset) <= kd for offset in offsets)
-    return within and _dispatch.selected_inverse_from_host_factor()
-
-
-def hermitian_offsets(offsets: tuple[int, ...], lower: bool) -> tuple[int, ...]:
-    """The offsets of :func:`hermitian_parts`: ``offsets`` and the mirror images of those
-    in the triangle ``lower`` selects."""
-    triangle = [k for k in offsets if (k <= 0 if lower else k >= 0)]
-    return tuple(sorted({*offsets, *(-k for k in triangle)}))
+    if plan.takahashi:
+        return factor_data(parts, banded.factor(parts, plan))
+    return selected_data(parts, plan)
 
 
 def hermitian_parts(A: DiaParts, lower: bool) -> DiaParts:
     """The Hermitian matrix that the triangle ``lower`` selects of a square ``A`` defines
-    (the real part of its diagonal), with :func:`hermitian_offsets` (zero on those of
+    (the real part of its diagonal), with :func:`jaxdia._linalg.plan.hermitian_offsets`
+    (zero on those of
     ``A``'s that neither the triangle nor its mirror image holds)."""
     data, offsets, (n, _) = A
     data = jnp.where(in_bounds(offsets, (n, n)), data, 0)

@@ -186,8 +186,8 @@ def probe(A: ShardedDiaMatrix, grid: Grid, axes: Sequence[int]) -> Array:
 
     def probes(block: Array) -> Array:  # this device's coarse points, one-hot by colour
         first = lax.axis_index(axis) * coarse_planes
-        colors = stencil.color((coarse_planes, *coarse[1:]), first)
-        one_hot = colors[..., None] == jnp.arange(width, dtype=np.int32)
+        colours = stencil.colour((coarse_planes, *coarse[1:]), first)
+        one_hot = colours[..., None] == jnp.arange(width, dtype=np.int32)
         return one_hot.astype(block.dtype).reshape(-1, width)
 
     spec = PartitionSpec(axis)
@@ -272,8 +272,8 @@ def gather_probe(A: ShardedDiaMatrix, grid: Grid, axes: Sequence[int]) -> Array:
     mesh, axis, shards = A.mesh, A.axis, A.shards
     coarse = multigrid_hierarchy.coarse_grid(grid, axes)
     width = 3 ** len(grid)
-    colors = stencil.color(coarse)[..., None] == jnp.arange(width, dtype=np.int32)
-    probes = place(colors.astype(A.dtype).reshape(-1, width), mesh, PartitionSpec())
+    colours = stencil.colour(coarse)[..., None] == jnp.arange(width, dtype=np.int32)
+    probes = place(colours.astype(A.dtype).reshape(-1, width), mesh, PartitionSpec())
     spec = PartitionSpec(axis)
 
     def fine(probes: Array) -> Array:
@@ -301,7 +301,7 @@ def coarse_data(rows: Array, coarse: Grid, mesh: Mesh, axis: Hashable) -> tuple[
         before, after = halos(block, plane, plane, axis, shards, dim=0)
         rows = jnp.concatenate([*before, block, *after])
         first = lax.axis_index(axis) * planes - 1
-        parts = stencil.dia_from_rows(rows, extended, by_color=True, first=first)
+        parts = stencil.dia_from_rows(rows, extended, by_colour=True, first=first)
         assert parts.offsets == offsets
         return parts.data[:, plane : plane + planes * plane]
 
@@ -367,7 +367,7 @@ def setup(
         if level + 1 == gathered and not aligned(grid, axes, S.shards):
             # Restricted onto every device: the rest of the hierarchy is built on each.
             rows = gather_probe(S, grid, axes)
-            local_finest = stencil.dia_from_rows(rows, coarse, by_color=True)
+            local_finest = stencil.dia_from_rows(rows, coarse, by_colour=True)
             continue
         data, offsets = coarse_data(probe(S, grid, axes), coarse, mesh, axis)
         if level + 1 < gathered:

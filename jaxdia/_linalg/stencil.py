@@ -11,7 +11,7 @@ are eliminated, as in ``pyamg.gallery.poisson``). A dict of cells holds the stor
 Here: a grid's strides and neighbour displacements and the DIA offsets they make
 (:func:`flat_offset`), the checks of a grid and of a matrix's stencil on it
 (:func:`as_grid`, :func:`check_stencil`), a matrix's cells (:func:`cells_of`) and back
-(:func:`dia_from_rows`), and the point colouring that probing uses (:func:`color`). The
+(:func:`dia_from_rows`), and the point colouring that probing uses (:func:`colour`). The
 cell functions take ``xp`` (``jax.numpy`` or ``numpy``): some callers work on the host
 with concrete values.
 
@@ -172,7 +172,7 @@ def stencil_rows(cells: Cells, grid: Grid, dtype: DTypeLike, xp: ModuleType = jn
     return rows.reshape(math.prod(grid), -1)
 
 
-def color(grid: Grid, first: int | Array = 0) -> Array:
+def colour(grid: Grid, first: int | Array = 0) -> Array:
     """Each point's colour, ``sum_a (i_a mod 3) 3^(dim - 1 - a)``, shaped as the grid:
     the ``3^dim`` neighbours of a point (itself included) have distinct colours.
 
@@ -189,12 +189,12 @@ def color(grid: Grid, first: int | Array = 0) -> Array:
     return total
 
 
-def dia_from_rows(rows: Values, grid: Grid, by_color: bool, first: int | Array = 0) -> DiaParts:
+def dia_from_rows(rows: Values, grid: Grid, by_colour: bool, first: int | Array = 0) -> DiaParts:
     """The DIA form of a stencil whose row ``i`` (of ``rows``, ``(prod(grid), 3^dim)``)
-    holds ``A[i, i + d]`` in the column of displacement ``d`` (``by_color`` False, see
+    holds ``A[i, i + d]`` in the column of displacement ``d`` (``by_colour`` False, see
     :func:`stencil_rows`) or of the colour of point ``i + d`` (True, what probing gives,
     see :func:`jaxdia._linalg.multigrid_hierarchy.probe`; ``first`` as for
-    :func:`color`). One gather for all diagonals: ``data[k, j] = A[j - o_k, j]`` is row
+    :func:`colour`). One gather for all diagonals: ``data[k, j] = A[j - o_k, j]`` is row
     ``j - d`` where that point lies in the grid, else 0.
     """
     dim = len(grid)
@@ -207,8 +207,8 @@ def dia_from_rows(rows: Values, grid: Grid, by_color: bool, first: int | Array =
         lambda a, b: a & b, [(i >= 0) & (i < size) for i, size in zip(source, grid)]
     )
     flat = sum(i * stride for i, stride in zip(source, strides(grid)))
-    if by_color:
-        column = jnp.broadcast_to(color(grid, first), (len(steps), *grid))
+    if by_colour:
+        column = jnp.broadcast_to(colour(grid, first), (len(steps), *grid))
     else:
         index = [displacements(dim).index(d) for d in steps]
         column = np.asarray(index, np.int32).reshape(len(steps), *([1] * dim))
