@@ -69,7 +69,7 @@ MOSAIC_GPU_DEFAULT_FROM_JAX = (0, 11)
 #: step costs XLA's loop overhead once for all the systems side by side in it, plus their
 #: arithmetic. Up to ``SCAN_ROWS`` rows, and for batches of at least ``SCAN_BATCH``
 #: systems of up to ``SCAN_BATCH_ROWS`` rows, the scan was faster
-#: (benchmarks/notes/solves.md).
+#: (benchmarks/notes/batched_solves.md).
 SCAN_ROWS = 16
 SCAN_BATCH = 64
 SCAN_BATCH_ROWS = 128

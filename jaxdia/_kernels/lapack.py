@@ -13,7 +13,7 @@ an XLA error (``XlaRuntimeError``); LAPACK's ``info`` is a result.
 Why not ``jax.pure_callback``: a Python callback receives *copies* of its operands
 (``pure_callback`` even ``device_put``s them once more), so every solve would copy the
 whole factor, many times the work of the solve itself for a wide band
-(``benchmarks/README.md``). Through the FFI the factor is read where it lies, and the
+(``benchmarks/notes/solves.md``). Through the FFI the factor is read where it lies, and the
 right-hand side is solved in place in the output buffer (aliased to the operand).
 
 The extension is built with the package (``pip install``; a C compiler is needed to build

@@ -14,7 +14,7 @@ Shapes (``B`` are batch dimensions of equal rank that broadcast against each oth
   and 0 in padding slots: the cotangent of ``data`` in ``y = A @ x``.
 
 How ``spmm_xla`` is formulated (the measurements behind each choice are in
-``benchmarks/README.md``). Each diagonal contributes ``d_k[r + a_k] * x[r + b_k]`` to the
+``benchmarks/notes/products.md``). Each diagonal contributes ``d_k[r + a_k] * x[r + b_k]`` to the
 output rows ``r`` of a static range ``[lo_k, hi_k)``. The rows where every diagonal is in
 range (the *interior*, all of them but ``max|offset|`` or so at each end) are one sum of
 statically sliced, equally long operands: XLA CPU fuses it into a single loop with no
@@ -36,7 +36,7 @@ output is the edge formulation instead, which is also one fused loop; with more 
 diagonals (scattered offsets, as ``kron`` builds) it is the loop over the diagonals.
 
 ``sddmm_xla`` is one gather (see its docstring). What else was tried, and the numbers, are
-in ``benchmarks/README.md``.
+in ``benchmarks/notes/products.md``.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ _MIN_INTERIOR_FRACTION = 0.5
 # their compile time grows with the terms, where the loop's stays constant. For one column
 # the loop is as fast beyond this; for several it stays slower than the unrolled loops
 # (it revisits the output window once per diagonal), so those unroll further, up to where
-# compile time starts to outweigh that (benchmarks/README.md).
+# compile time starts to outweigh that (benchmarks/notes/compile.md).
 _MAX_UNROLLED_TERMS = 64
 _MAX_UNROLLED_TERMS_SEVERAL_COLUMNS = 200
 

@@ -6,7 +6,7 @@ contiguously in its row. :func:`run_sums_xla` sums the requested runs, reading o
 elements (never the O(m * n) mask of ``jnp.trace``, never a padding slot of ``data``).
 
 It picks its strategy by size; each choice answers a property of XLA:CPU (the
-measurements are in ``benchmarks/README.md``, "Offset traces"):
+measurements are in ``benchmarks/notes/traces.md``):
 
 * Small windows: the runs as strided slices, zero-padded into one window, then a
   ``fori_loop`` adding it up in chunks. The PjRt CPU client runs a program on the

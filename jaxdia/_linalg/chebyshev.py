@@ -38,7 +38,7 @@ from .smoothers import (
 def default_lower(degree: int) -> float:
     """The lower end of the default interval, as a fraction of the upper bound: about
     where the Chebyshev polynomial of ``degree`` starts to pay in conjugate gradients
-    (tuned on 2-D Poisson; see benchmarks/README.md)."""
+    (tuned on 2-D Poisson; see benchmarks/notes/preconditioners.md)."""
     return 1.0 / degree**2
 
 

@@ -35,7 +35,7 @@ KINDS = ("ilu", "ic")
 
 #: Chow–Patel sweeps where they are used and not asked for: two gave BiCGStab iteration
 #: counts within 5 % of the exact factorization's on the convection-diffusion problems of
-#: benchmarks/README.md, one up to 60 % more.
+#: benchmarks/notes/preconditioners.md, one up to 60 % more.
 DEFAULT_SWEEPS = 2
 
 

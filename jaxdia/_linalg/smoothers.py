@@ -136,9 +136,10 @@ def fusible_product(A: DiaParts) -> Callable[[Array], Array]:
     never read). The ``dia_spmm`` primitive computes the product on its own, into a
     buffer written piece by piece; a Chebyshev step around it (the product, then three
     vector updates) then passes over memory several times, where XLA makes one loop of
-    this expression and the updates (measured in benchmarks/README.md). Not a primitive:
-    differentiated and batched as ``jax.numpy``. Where a step is unrolled, XLA may
-    recompute it in every consumer instead: the polynomial's steps run in a loop.
+    this expression and the updates (measured in benchmarks/notes/preconditioners.md).
+    Not a primitive: differentiated and batched as ``jax.numpy``. Where a step is
+    unrolled, XLA may recompute it in every consumer instead: the polynomial's steps run
+    in a loop.
     """
     data, offsets, shape = A
     n = shape[1]
@@ -185,7 +186,7 @@ def gershgorin(A: DiaParts) -> tuple[Array, Array]:
 #: ``D^-1 A``; the damped Jacobi smoother's weight is ``JACOBI_WEIGHT / rho``. For the
 #: 3-, 5- and 7-point Laplacians ``rho`` is 2 and the modes that linear interpolation
 #: cannot represent lie above ``2 / dim``; the fractions were tuned on 1-D, 2-D and 3-D
-#: Poisson, jumping coefficients and convection-diffusion (see benchmarks/README.md).
+#: Poisson, jumping coefficients and convection-diffusion (benchmarks/notes/preconditioners.md).
 CHEBYSHEV_LOWER = {1: 1 / 3, 2: 1 / 6, 3: 1 / 6}
 
 
