@@ -457,7 +457,7 @@ def test_least_squares_program_does_not_grow_with_pairs():
 
 
 def test_lineax_least_squares_with_a_drifting_band_matches_numpy():
-    """The issue's problem: 103 diagonals (more than 17 minutes of compilation before)."""
+    """A band drifting across 103 diagonals (more than 17 minutes of compilation before)."""
     A, b = drifting(103)
     x = jax.jit(lineax_lstsq)(A, jnp.asarray(b))
     assert_solves(x, A, b, 1e-10)
