@@ -19,6 +19,15 @@ transverse-field Ising chain of 10, 12 and 14 sites built with ``jaxdia.kron``
 (offsets ``0, +-2^k``), at ``t = 1`` and on 101 times in ``[0, 5]``, against SciPy's
 ``expm_multiply`` on the same operator (CSR) in the same process.
 
+Products of two DIA matrices (``--products``): ``A @ B`` against the number of
+diagonals (3-103 in a contiguous band, and the 2-D stencil offsets ``-N, -1, 0, 1, N``)
+at n = 300, 1e4 and 1e6 in float64 and float32, beside the form it had before, one
+static slice per pair of diagonals (``unrolled_product`` below, measured in the same
+run, interleaved); ``A.T @ A`` at n = 300; and the least-squares solve of a tall banded
+problem whose band drifts across 13-103 diagonals through lineax's
+``jaxdia.BandedSolver`` (the target: at most 3 s of compilation at 103 diagonals),
+beside NumPy's dense ``lstsq`` on the same problem.
+
 With ``--profile`` the solver cases report instead where XLA's compile time goes: its
 phases as ``jax.profiler`` records them (HLO passes, the fusion emitters, LLVM's code
 generation; summed over XLA's threads) and the number of fusions in the optimized
@@ -33,6 +42,7 @@ Usage::
     python benchmarks/bench_compile.py [--n 2000] [--markdown FILE]
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_compile.py --solvers [--markdown FILE]
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_compile.py --solvers --profile
+    OPENBLAS_NUM_THREADS=1 python benchmarks/bench_compile.py --products [--markdown FILE]
 """
 
 from __future__ import annotations
@@ -311,6 +321,214 @@ def solver_table(cases, profile: bool = False) -> list[str]:
     return lines
 
 
+# -- products of DIA matrices (--products) ----------------------------------------------------
+
+#: Diagonals of the contiguous bands of ``A @ B``; None: the 2-D stencil ``-N, -1, 0, 1, N``.
+PRODUCT_DIAGONALS = (3, 5, 13, 27, 53, 103, None)
+PRODUCT_SIZES = (300, 10_000, 1_000_000)
+#: The unrolled reference compiles for minutes beyond this many diagonals (n = 1e6: 27).
+UNROLLED_MAX = 53
+#: Diagonals of the drifting least-squares problems (lineax's BandedSolver).
+LSTSQ_DIAGONALS = (13, 23, 33, 53, 103)
+
+
+def unrolled_product(A, B):
+    """``A @ B`` as jaxdia computed it before: one static slice per pair of diagonals,
+    each result diagonal the sum of its pairs' padded rows (the program grows with the
+    pairs)."""
+    import functools
+
+    (m, n), p = A.shape, B.shape[1]
+    dtype = jnp.result_type(A.dtype, B.dtype)
+    wide = jnp.float32 if dtype.itemsize <= 2 else dtype
+    terms = {}
+    for ia, a in enumerate(A.offsets):
+        for ib, b in enumerate(B.offsets):
+            c = a + b
+            low, high = max(0, c, b), min(p, m + c, n + b)
+            if low < high:
+                product = A.data[ia, low - b : high - b].astype(wide) * B.data[ib, low:high].astype(
+                    wide
+                )
+                terms.setdefault(c, []).append(jnp.pad(product, (low, p - high)))
+    offsets = tuple(sorted(terms))
+    rows = [functools.reduce(jnp.add, terms[c]).astype(dtype) for c in offsets]
+    return jaxdia.DiaMatrix(jnp.stack(rows), offsets, (m, p))
+
+
+def _compiled(fn, *args):
+    """``(compiled, trace + lower s, compile s, StableHLO lines)`` of a fresh ``jax.jit``."""
+    start = time.perf_counter()
+    lowered = jax.jit(fn).trace(*args).lower()
+    traced = time.perf_counter()
+    compiled = lowered.compile()
+    return (
+        compiled,
+        traced - start,
+        time.perf_counter() - traced,
+        len(lowered.as_text().splitlines()),
+    )
+
+
+def _interleaved_ms(calls, *args, budget=2.0):
+    """Median wall ms of each compiled call, the calls alternating round by round (so a
+    change of the machine's load hits all alike); at least 3 rounds, up to ``budget``
+    seconds."""
+    for call in calls:
+        jax.block_until_ready(call(*args))
+    times = [[] for _ in calls]
+    spent = 0.0
+    while len(times[0]) < 3 or (spent < budget and len(times[0]) < 100):
+        for call, kept in zip(calls, times):
+            start = time.perf_counter()
+            jax.block_until_ready(call(*args))
+            kept.append(time.perf_counter() - start)
+            spent += kept[-1]
+    return [1e3 * statistics.median(kept) for kept in times]
+
+
+def product_rows(sizes, dtypes=(np.float64, np.float32)):
+    """The ``A @ B`` table: jaxdia's product and the unrolled reference."""
+    rng = np.random.default_rng(0)
+    lines = [
+        f"jax {jax.__version__}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}. "
+        "`A @ B` of two n x n DIA matrices under `jax.jit`: trace + lower and XLA compile "
+        "in seconds, StableHLO lines, run in ms (median, the two forms interleaved); "
+        "'unrolled': one static slice per pair of diagonals, the form before.",
+        "",
+        "| dtype | n | diagonals | pairs | compile (trace + XLA) | lines | run ms "
+        "| unrolled compile | unrolled lines | unrolled run ms | run / unrolled |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    print("\n".join(lines), flush=True)
+    for dtype in dtypes:
+        for n in sizes:
+            for count in PRODUCT_DIAGONALS:
+                if count is not None and n >= 1_000_000 and count > 53:
+                    continue  # 2.5 GB and tens of seconds a call
+                if count is None:
+                    side = int(round(n**0.5))
+                    offsets, name = (-side, -1, 0, 1, side), f"stencil +-1, +-{side}"
+                else:
+                    offsets = tuple(range(-(count // 2), count - count // 2))
+                    name = f"band {count}"
+                A, B = (
+                    jaxdia.DiaMatrix(
+                        rng.standard_normal((len(offsets), n)).astype(dtype), offsets, (n, n)
+                    )
+                    for _ in range(2)
+                )
+                ours, lower, compile_, size = _compiled(lambda A, B: A @ B, A, B)
+                calls = [ours]
+                limit = 27 if n >= 1_000_000 else UNROLLED_MAX
+                reference = "| - | - | - | - |"
+                if len(offsets) <= limit:
+                    theirs, lower2, compile2, size2 = _compiled(unrolled_product, A, B)
+                    calls.append(theirs)
+                run = _interleaved_ms(calls, A, B)
+                if len(calls) == 2:
+                    reference = (
+                        f"| {lower2 + compile2:.2f} | {size2} | {run[1]:.3f} "
+                        f"| {run[0] / run[1]:.2f} |"
+                    )
+                lines.append(
+                    f"| {np.dtype(dtype).name} | {n} | {name} | {len(offsets) ** 2} "
+                    f"| {lower + compile_:.2f} | {size} | {run[0]:.3f} {reference}"
+                )
+                print(lines[-1], flush=True)
+    return lines
+
+
+def transpose_product_rows(n=300):
+    """``A.T @ A`` of an n x n band (the issue's measure): compile seconds and lines."""
+    lines = [
+        "",
+        f"`A.T @ A`, n = {n}, float64: trace + compile seconds and StableHLO lines, "
+        "jaxdia's against the unrolled reference.",
+        "",
+        "| diagonals | compile | lines | unrolled compile | unrolled lines |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    print("\n".join(lines), flush=True)
+    for count in (5, 13, 27, 53, 103):
+        offsets = tuple(range(-(count // 2), count - count // 2))
+        A = jaxdia.DiaMatrix(np.ones((count, n)), offsets, (n, n))
+        _, lower, compile_, size = _compiled(lambda A: A.T @ A, A)
+        reference = "- | - |"
+        if count <= UNROLLED_MAX:
+            _, lower2, compile2, size2 = _compiled(lambda A: unrolled_product(A.T, A), A)
+            reference = f"{lower2 + compile2:.2f} | {size2} |"
+        lines.append(f"| {count} | {lower + compile_:.2f} | {size} | {reference}")
+        print(lines[-1], flush=True)
+    return lines
+
+
+def drifting_problem(count, n=200):
+    """A tall banded least-squares problem: ``m = n + count - 3`` observations, each
+    seeing 3 neighbouring unknowns, so that its DIA band drifts across about ``count``
+    diagonals; the dense matrix and a right-hand side too."""
+    m = n + count - 3
+    rows = np.arange(m)
+    first = (rows * (n - 3)) // (m - 1)
+    dense = np.zeros((m, n))
+    rng = np.random.default_rng(count)
+    for t in range(3):
+        dense[rows, first + t] = rng.standard_normal(m) + 2
+    return jaxdia.DiaMatrix.from_dense(dense), dense, rng.standard_normal(m)
+
+
+def least_squares_rows():
+    """The least-squares solve through lineax (``BandedSolver``) and ``lstsq_banded``:
+    compile wall and CPU seconds, lines, run ms, beside NumPy's dense ``lstsq``."""
+    import lineax as lx
+
+    lines = [
+        "",
+        "Least squares of a 200-unknown problem whose band drifts across the diagonals "
+        "(float64): `lx.linear_solve(DiaLinearOperator(A), b, BandedSolver())` and "
+        "`jaxdia.lstsq_banded` under `jax.jit`, seconds (XLA compile: wall / CPU of the "
+        "process), StableHLO lines, run ms; NumPy's dense `lstsq` on the same problem.",
+        "",
+        "| diagonals | lineax trace + lower | lineax compile (wall / CPU) | lines | run ms "
+        "| lstsq_banded compile | NumPy ms | max error |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    print("\n".join(lines), flush=True)
+    for count in LSTSQ_DIAGONALS:
+        A, dense, b = drifting_problem(count)
+        b = jnp.asarray(b)
+
+        def solve(A, b):
+            return lx.linear_solve(jaxdia.DiaLinearOperator(A), b, jaxdia.BandedSolver()).value
+
+        start, cpu = time.perf_counter(), time.process_time()
+        lowered = jax.jit(solve).trace(A, b).lower()
+        lower = time.perf_counter() - start
+        start, cpu = time.perf_counter(), time.process_time()
+        compiled = lowered.compile()
+        compile_, compile_cpu = time.perf_counter() - start, time.process_time() - cpu
+        _, lower2, compile2, _ = _compiled(jaxdia.lstsq_banded, A, b)
+        (run,) = _interleaved_ms([compiled], A, b, budget=1.0)
+        reference = np.linalg.lstsq(dense, np.asarray(b), rcond=None)[0]
+        timings = []
+        for _ in range(5):
+            start = time.perf_counter()
+            np.linalg.lstsq(dense, np.asarray(b), rcond=None)
+            timings.append(time.perf_counter() - start)
+        error = float(np.max(np.abs(np.asarray(compiled(A, b)) - reference)))
+        lines.append(
+            f"| {A.n_diags} | {lower:.2f} | {compile_:.2f} / {compile_cpu:.2f} "
+            f"| {len(lowered.as_text().splitlines())} | {run:.2f} | {lower2 + compile2:.2f} "
+            f"| {1e3 * statistics.median(timings):.2f} | {error:.1e} |"
+        )
+        print(lines[-1], flush=True)
+    return lines
+
+
+def products_section(sizes):
+    return product_rows(sizes) + transpose_product_rows() + least_squares_rows()
+
+
 def main():
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -322,7 +540,19 @@ def main():
         "--profile", action="store_true", help="with --solvers: XLA's compile phases, fusions"
     )
     p.add_argument("--case", default=None, help=argparse.SUPPRESS)  # one, in this process
+    p.add_argument(
+        "--products", action="store_true", help="A @ B, A.T @ A, least squares vs diagonals"
+    )
+    p.add_argument(
+        "--product-sizes", type=int, nargs="*", default=list(PRODUCT_SIZES), help="with --products"
+    )
     args = p.parse_args()
+    if args.products:
+        lines = products_section(args.product_sizes)
+        if args.markdown:
+            with open(args.markdown, "w") as f:
+                f.write("\n".join(lines) + "\n")
+        return
     if args.case:
         print(json.dumps(run_case(args.case, args.profile)))
         return

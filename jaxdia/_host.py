@@ -205,8 +205,8 @@ def host_matmul(A: DiaParts, B: DiaParts) -> DiaParts:
     a, b = np.asarray(A.data).astype(dtype), np.asarray(B.data).astype(dtype)
     terms: dict[int, list[np.ndarray]] = {}
     with np.errstate(all="ignore"):
-        for ia, offset_a in enumerate(A.offsets):
-            for ib, offset_b in enumerate(B.offsets):
+        for ib, offset_b in enumerate(B.offsets):
+            for ia, offset_a in enumerate(A.offsets):
                 c = offset_a + offset_b
                 low, high = max(0, c, offset_b), min(p, m + c, n + offset_b)
                 if low < high:

@@ -2,6 +2,7 @@
 
 import functools
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
@@ -166,3 +167,13 @@ def relative_error(x, expected):
 
 def dense_solution(data, offsets, shape, b):
     return jnp.linalg.solve(jaxdia.DiaMatrix(data, offsets, shape).todense(), b)
+
+
+def program_lines(fn, *args, compiled: bool = True) -> tuple[int, int]:
+    """Lines of ``jax.jit(fn)(*args)``'s lowered StableHLO and of its compiled HLO for
+    this backend (0 when ``compiled`` is False): the program's size, which compile
+    time follows. The StableHLO holds one copy of each jitted function however often it
+    is called; the compiled HLO has them inlined."""
+    lowered = jax.jit(fn).lower(*args)
+    hlo = len(lowered.compile().as_text().splitlines()) if compiled else 0
+    return len(lowered.as_text().splitlines()), hlo

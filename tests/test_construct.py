@@ -1,5 +1,6 @@
-"""jaxdia.diags and jaxdia.eye against scipy.sparse.diags_array and eye_array."""
+"""jaxdia.diags, jaxdia.eye and jaxdia.kron against SciPy's diags_array, eye_array and kron."""
 
+import functools
 import warnings
 
 import jax
@@ -12,6 +13,8 @@ from hypothesis import given, strategies as st
 import jaxdia
 from jaxdia import _construct
 from jaxdia.testing import offsets, shapes
+
+from .helpers import program_lines
 
 
 @st.composite
@@ -243,3 +246,37 @@ def test_float64_numpy_input_without_x64_warns_once_naming_the_function():
     with warnings.catch_warnings():  # x64 on: nothing is narrowed
         warnings.simplefilter("error")
         assert jaxdia.DiaMatrix.from_scipy(S).dtype == np.float64
+
+
+def banded(shape, offsets, seed=0):
+    rng = np.random.default_rng(seed)
+    return jaxdia.DiaMatrix(rng.standard_normal((len(offsets), shape[1])), offsets, shape)
+
+
+@pytest.mark.parametrize("shape_b", [(4, 4), (3, 5)])
+def test_traced_kron_matches_scipy_and_does_not_grow_with_pairs(shape_b):
+    """``kron`` under ``jit`` (square and rectangular B): SciPy's values, the gradient of
+    both factors, and a program the same size for 5 and 53 diagonals of A (its pairs of
+    diagonals are one vectorized product, or one scatter, not one piece each)."""
+    B = banded(shape_b, tuple(range(-shape_b[0] + 1, shape_b[1])), seed=1)
+    kron = jax.jit(jaxdia.kron)
+    sizes = []
+    for count in (5, 53):
+        A = banded((60, 60), tuple(range(-(count // 2), count - count // 2)))
+        K = kron(A, B)
+        expected = sp.kron(A.to_scipy(), B.to_scipy()).toarray()
+        np.testing.assert_allclose(np.asarray(K.todense()), expected, rtol=1e-12, atol=1e-12)
+        sizes.append(program_lines(jaxdia.kron, A, B))
+    assert abs(sizes[0][0] - sizes[1][0]) <= 16 and abs(sizes[0][1] - sizes[1][1]) <= 16
+
+    def loss(a, b, dense=False):
+        A_ = jaxdia.DiaMatrix(a, A.offsets, A.shape)
+        B_ = jaxdia.DiaMatrix(b, B.offsets, B.shape)
+        K = jnp.kron(A_.todense(), B_.todense()) if dense else jaxdia.kron(A_, B_).todense()
+        return jnp.sum(jnp.sin(K))
+
+    A = banded((6, 6), (-2, 0, 3))
+    got = jax.grad(loss, argnums=(0, 1))(A.data, B.data)
+    expected = jax.grad(functools.partial(loss, dense=True), argnums=(0, 1))(A.data, B.data)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-12)

@@ -15,7 +15,7 @@ from jaxdia import _dispatch
 from jaxdia._geometry import in_bounds
 from jaxdia._linalg import lstsq
 
-from .helpers import dense_f64
+from .helpers import dense_f64, program_lines
 from .test_dispatch import lapack_calls, loops_grow_with_n
 from .test_lowering import lowered_text
 
@@ -416,3 +416,48 @@ def test_stacked_blocks_keep_the_normal_band_narrow():
         ValueError, match=r"mask must be a boolean array of shape \(len\(A.offsets\)"
     ):
         jaxdia.lstsq_banded(A, b, mask=mask[:2])
+
+
+def drifting(count, n=120):
+    """A tall banded problem whose rows each see 3 neighbouring unknowns: ``m = n + count
+    - 3`` observations spread over ``n`` unknowns, so that in DIA storage the band drifts
+    across ``count`` diagonals (or a few more)."""
+    m = n + count - 3
+    rows = np.arange(m)
+    first = (rows * (n - 3)) // (m - 1)
+    dense = np.zeros((m, n))
+    rng = np.random.default_rng(count)
+    for t in range(3):
+        dense[rows, first + t] = rng.standard_normal(m) + 2
+    return jaxdia.DiaMatrix.from_dense(dense), rhs(m)
+
+
+def lineax_lstsq(A, b):
+    return lx.linear_solve(jaxdia.DiaLinearOperator(A), b, jaxdia.BandedSolver()).value
+
+
+def test_least_squares_program_does_not_grow_with_pairs():
+    """The normal equations are one loop over A's diagonals (their program is the same
+    for 13 and 53 diagonals: unrolled, it grew with the pairs, 111,740 lines and minutes
+    of compilation at 103); the whole lineax solve grows by the products' unrolled terms
+    below their own thresholds, not by pairs, and not at all beyond them."""
+    pairs = lambda A: lstsq.normal_pairs(A.offsets, A.shape, np.ones((A.n_diags, A.shape[1]), bool))  # noqa: E731
+    normal = {}
+    for count in (13, 53):
+        A, _ = drifting(count)
+        normal[count] = program_lines(lambda A: lstsq.normal_upper(A._parts, pairs(A)).data, A)
+    assert abs(normal[13][0] - normal[53][0]) <= 4 and abs(normal[13][1] - normal[53][1]) <= 4
+    lowered = {}
+    for count in (5, 53, 70, 103):
+        A, b = drifting(count)
+        lowered[count] = program_lines(lineax_lstsq, A, jnp.asarray(b), compiled=count > 53)
+    assert lowered[53][0] - lowered[5][0] <= 60 * (53 - 5)  # unrolled pairs: ~10 lines each
+    assert abs(lowered[70][0] - lowered[103][0]) <= 40
+    assert abs(lowered[70][1] - lowered[103][1]) <= 40
+
+
+def test_lineax_least_squares_with_a_drifting_band_matches_numpy():
+    """A band drifting across 103 diagonals (more than 17 minutes of compilation before)."""
+    A, b = drifting(103)
+    x = jax.jit(lineax_lstsq)(A, jnp.asarray(b))
+    assert_solves(x, A, b, 1e-10)

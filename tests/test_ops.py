@@ -5,6 +5,7 @@ slots only; the drawn matrices hold NaN in their padding, so a padding read show
 a NaN in the result.
 """
 
+import functools
 import re
 
 import jax
@@ -16,9 +17,11 @@ from hypothesis import given, strategies as st
 from jax import lax
 
 import jaxdia
+from jaxdia import _products
+from jaxdia._geometry import in_bounds
 from jaxdia.testing import batch_shapes, dia_matrices, dtypes, shapes
 
-from .helpers import assert_close, dense_f64, to_scipy_f64
+from .helpers import assert_close, dense_f64, program_lines, to_scipy_f64
 
 
 def wide(dtype):
@@ -423,6 +426,226 @@ def test_matmul_dia_jit_vmap_grad():
     batched = jax.vmap(lambda a: (jaxdia.DiaMatrix(a, A.offsets, A.shape) @ B).data)(batch)
     direct = (jaxdia.DiaMatrix(batch, A.offsets, A.shape) @ B).data
     np.testing.assert_allclose(batched, direct, rtol=1e-12)
+
+
+def nan_padded(shape, offsets, dtype, batch=(), seed=0):
+    """A DiaMatrix of random in-bounds entries and NaN in every padding slot."""
+    rng = np.random.default_rng(seed)
+    data = rng.standard_normal((*batch, len(offsets), shape[1]))
+    if np.dtype(dtype).kind == "c":
+        data = data + 1j * rng.standard_normal(data.shape)
+    inside = np.asarray(in_bounds(offsets, shape, host=True))
+    return jaxdia.DiaMatrix(np.where(inside, data, np.nan).astype(dtype), offsets, shape)
+
+
+def pair_product(path):
+    """``A @ B`` by ``_products.pair_products`` on a forced path, in a fresh ``jit``
+    (``A @ B`` itself is one jitted function, cached per structure): unrolled or looped."""
+    cap = 10**9 if path == "unrolled" else 0
+
+    def product(A, B):
+        saved, _products.MAX_UNROLLED_PAIRS = _products.MAX_UNROLLED_PAIRS, cap
+        try:
+            return jaxdia.DiaMatrix._wrap(_products.pair_products(A._parts, B._parts))
+        finally:
+            _products.MAX_UNROLLED_PAIRS = saved
+
+    return product
+
+
+#: (m, n, p, offsets of A, offsets of B): the adversarial products, each on both paths.
+PRODUCTS = [
+    (1, 1, 1, (0,), (0,)),
+    (3, 5, 2, (-2, 0, 4), (-4, -1, 1)),  # rectangular
+    (4, 9, 3, tuple(range(-3, 9)), tuple(range(-8, 3))),  # bands as wide as the matrices
+    (7, 7, 7, (), (0, 1)),  # no diagonal
+    (7, 7, 7, (3,), (5,)),  # the only pair lands outside: no diagonal
+    (36, 36, 36, (-6, -1, 0, 1, 6), (-6, -1, 0, 1, 6)),  # 2-D stencils on a 6 x 6 grid
+    (30, 20, 40, tuple(range(-29, 20, 3)), tuple(range(-19, 40, 4))),  # scattered, wider
+    (60, 40, 60, tuple(range(-22, 3)), tuple(range(-2, 23))),  # tall bands that drift
+]
+
+
+@pytest.mark.parametrize(
+    "m, n, p, offsets_a, offsets_b, path",
+    [
+        (*case, path)
+        for case in PRODUCTS
+        for path in ("default", "unrolled", "looped")
+        # The unrolled form runs up to the cap only (beyond, its program grows with pairs).
+        if path != "unrolled" or len(case[3]) * len(case[4]) <= _products.MAX_UNROLLED_PAIRS
+    ],
+)
+def test_matmul_dia_paths_match_scipy(m, n, p, offsets_a, offsets_b, path):
+    """Both forms of ``A @ B`` (and the default's choice) against SciPy's CSR product,
+    NaN in every padding slot, in the dtypes and batches a DiaMatrix holds."""
+    product = jax.jit(operator_matmul if path == "default" else pair_product(path))
+    for dtype_a, dtype_b in [(np.float64, np.float64), (np.complex128, np.float32)]:
+        A = nan_padded((m, n), offsets_a, dtype_a)
+        B = nan_padded((n, p), offsets_b, dtype_b, seed=1)
+        C = product(A, B)
+        assert C.shape == (m, p) and C.offsets == product_offsets(A, B)
+        assert C.dtype == jnp.result_type(dtype_a, dtype_b)
+        expected = (to_scipy_f64(A).tocsr() @ to_scipy_f64(B).tocsr()).toarray()
+        assert_close(dense_f64(C), expected, np.float32 if dtype_b == np.float32 else np.float64)
+        inside = np.asarray(in_bounds(C.offsets, C.shape, host=True))
+        assert np.all(np.asarray(C.data)[..., ~inside] == 0)  # the result's padding
+    A = nan_padded((m, n), offsets_a, np.float64, batch=(2, 1))
+    B = nan_padded((n, p), offsets_b, np.float64, batch=(3,), seed=1)
+    C = product(A, B)
+    assert C.batch_shape == (2, 3)
+    assert_close(dense_f64(C), dense_f64(A) @ dense_f64(B), np.float64, scale=n + 1)
+
+
+def operator_matmul(A, B):
+    return A @ B
+
+
+@pytest.mark.parametrize("path", ["unrolled", "looped"])
+@pytest.mark.parametrize("dtype", [np.float16, jnp.bfloat16])
+def test_matmul_dia_16_bit_accumulates_in_float32(path, dtype):
+    """Up to 41 terms per diagonal added in float32 and rounded once (added in 16 bits,
+    their sum would drift by several units in the last place)."""
+    offsets = tuple(range(-20, 21))
+    A = jaxdia.DiaMatrix(np.full((41, 60), 1.0, dtype), offsets, (60, 60))
+    B = jaxdia.DiaMatrix(np.full((41, 60), 0.1, dtype), offsets, (60, 60))
+    if path == "unrolled":  # 64 pairs or fewer
+        A, B = (jaxdia.DiaMatrix(M.data[17:24], offsets[17:24], M.shape) for M in (A, B))
+    C = jax.jit(pair_product(path))(A, B)
+    assert C.dtype == np.dtype(dtype)
+    exact = dense_f64(A) @ dense_f64(B)  # 16-bit inputs are exact in float64
+    np.testing.assert_array_equal(np.asarray(C.todense(), np.float64), exact.astype(dtype))
+
+
+# The unrolled form's derivatives are those of static slices (test_matmul_dia_jit_vmap_grad).
+@pytest.mark.parametrize("path", [pytest.param("unrolled", marks=pytest.mark.full), "looped"])
+def test_matmul_dia_paths_grad_jvp_vmap(path):
+    """Reverse and forward derivatives with respect to both operands' data, on both
+    paths, against the dense product; NaN in padding reaches no value or derivative."""
+    A = nan_padded((9, 8), (-5, -2, 0, 1, 4), np.complex128)
+    B = nan_padded((8, 7), (-3, 0, 2, 6), np.float64, seed=1)
+    product = pair_product(path)
+
+    def loss(a, b, dense=False):
+        A_, B_ = jaxdia.DiaMatrix(a, A.offsets, A.shape), jaxdia.DiaMatrix(b, B.offsets, B.shape)
+        C = A_.todense() @ B_.todense() if dense else product(A_, B_).todense()
+        return jnp.sum(jnp.abs(jnp.sin(C)) ** 2)
+
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(A.data, B.data)
+    expected = jax.grad(functools.partial(loss, dense=True), argnums=(0, 1))(A.data, B.data)
+    for got, want in zip(grads, expected):
+        np.testing.assert_allclose(got, np.nan_to_num(want), rtol=1e-10, atol=1e-12)
+    tangents = (jnp.where(jnp.isnan(A.data), 0, 1 - 0.5j), jnp.where(jnp.isnan(B.data), 0, 0.25))
+    _, forward = jax.jvp(loss, (A.data, B.data), tangents)
+    _, dense = jax.jvp(functools.partial(loss, dense=True), (A.data, B.data), tangents)
+    np.testing.assert_allclose(forward, dense, rtol=1e-10)
+    batch = jnp.stack([A.data, 2 * A.data])
+    mapped = jax.vmap(lambda a: product(jaxdia.DiaMatrix(a, A.offsets, A.shape), B).data)(batch)
+    direct = product(jaxdia.DiaMatrix(batch, A.offsets, A.shape), B).data
+    np.testing.assert_allclose(mapped, direct, rtol=1e-12)
+
+
+def band(n, count, dtype=np.float64):
+    offsets = tuple(range(-(count // 2), count - count // 2))
+    return jaxdia.DiaMatrix(np.ones((count, n), dtype), offsets, (n, n))
+
+
+def test_matmul_dia_program_does_not_grow_with_pairs():
+    """Pins the form of ``A @ B``: up to ``MAX_UNROLLED_PAIRS`` pairs unrolled (no loop, a
+    program bounded by the cap), beyond it one loop over B's diagonals whose program
+    (StableHLO and compiled HLO) is the same at 13 and 53 diagonals, 169 and 2809 pairs
+    (unrolled, 53 diagonals made 25,000 lines and compiled for 10-50 s)."""
+    matmul = operator_matmul
+    small, cap = band(120, 8), band(120, 9)  # 64 pairs (the cap), 81
+    assert "stablehlo.while" not in jax.jit(matmul).lower(small, small).as_text()
+    assert "stablehlo.while" in jax.jit(matmul).lower(cap, cap).as_text()
+    assert program_lines(matmul, small, small, compiled=False)[0] < 700
+    sizes = {count: program_lines(matmul, band(120, count), band(120, count)) for count in (13, 53)}
+    assert abs(sizes[13][0] - sizes[53][0]) <= 4 and abs(sizes[13][1] - sizes[53][1]) <= 4
+    # A.T @ A: the transpose slices each diagonal (for in-place products), the product
+    # adds nothing per pair.
+    transposed = lambda A: A.T @ A  # noqa: E731
+    lines = {count: program_lines(transposed, band(120, count)) for count in (5, 53)}
+    for kind in (0, 1):
+        assert lines[53][kind] - lines[5][kind] <= 16 * (53 - 5)
+    # A Galerkin product R A P: linear interpolation to 30 coarse points, whose DIA form
+    # drifts over 31 diagonals, and A of 5 and of 53 diagonals.
+    P = interpolation(60)
+    galerkin = lambda A, P: P.T @ A @ P  # noqa: E731
+    sizes = {count: program_lines(galerkin, band(60, count), P) for count in (5, 53)}
+    assert abs(sizes[5][0] - sizes[53][0]) <= 24 and abs(sizes[5][1] - sizes[53][1]) <= 24
+
+
+def interpolation(n):
+    """1-D linear interpolation from ``n // 2`` coarse points (fine ``2I + 1``) to ``n``."""
+    dense = np.zeros((n, n // 2))
+    for coarse in range(n // 2):
+        dense[2 * coarse + 1, coarse] = 1
+        dense[2 * coarse, coarse] = 0.5
+        if 2 * coarse + 2 < n:
+            dense[2 * coarse + 2, coarse] = 0.5
+    return jaxdia.DiaMatrix.from_dense(dense)
+
+
+def test_galerkin_product_matches_scipy():
+    P = interpolation(60)
+    A = nan_padded((60, 60), tuple(range(-6, 7)), np.float64)
+    coarse = jax.jit(lambda A, P: P.T @ A @ P)(A, P)
+    S, SP = to_scipy_f64(A).tocsr(), to_scipy_f64(P).tocsr()
+    assert_close(dense_f64(coarse), (SP.T @ S @ SP).toarray(), np.float64, scale=100)
+
+
+def windows_read_by_static_slices(hlo: str) -> int:
+    """Fusions of compiled HLO rooted at a ``dynamic-update-slice`` of a parameter that
+    read that parameter through a static ``slice``: XLA does not match the two as the same
+    rows, and makes the update a pass over the whole result instead of an in-place one."""
+    count = 0
+    for computation in re.split(r"\n(?=%|ENTRY)", hlo):
+        root = re.search(r"ROOT %\S+ = \S+ dynamic-update-slice\((%[\w.\-]+),", computation)
+        if root and re.search(r" slice\(" + re.escape(root.group(1)) + r"\)", computation):
+            count += 1
+    return count
+
+
+def test_matmul_dia_loop_updates_its_windows_in_place():
+    """Pins the loop's window updates as in-place ones where every window starts on the
+    same row (XLA folds a constant start, and a window as tall as the result, into a
+    static slice of the carried result): the upper triangle of ``A^H A`` (the normal
+    equations) and a product with a diagonal matrix, beside a band product. They ran
+    20-40x slower before."""
+    A = band(40, 21)
+    H = _products.adjoint(A._parts)
+    upper = (np.asarray(H.offsets)[:, None] + np.asarray(A.offsets)[None, :]) >= 0
+    D = jaxdia.DiaMatrix(np.ones((1, 40)), (0,), (40, 40))
+    wide = band(40, 81)
+
+    def normal(A):
+        return _products.pair_products(_products.adjoint(A._parts), A._parts, upper).data
+
+    for fn, args in [
+        (normal, (A,)),
+        (operator_matmul, (wide, D)),
+        (operator_matmul, (wide, A)),
+    ]:
+        hlo = jax.jit(fn).lower(*args).compile().as_text()
+        assert "while" in hlo and windows_read_by_static_slices(hlo) == 0
+
+
+def test_matmul_dia_gradient_memory_stays_with_the_operands():
+    """The loop's step is rematerialized in reverse mode: the gradient's temporaries stay
+    within a few times the operands and result (storing each step's products, they were
+    10x that: more than all the pairs' products)."""
+    A = band(4000, 27)
+
+    def loss(a, b):
+        C = jaxdia.DiaMatrix(a, A.offsets, A.shape) @ jaxdia.DiaMatrix(b, A.offsets, A.shape)
+        return jnp.sum(C.data**2)
+
+    compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(A.data, A.data).compile()
+    if compiled.memory_analysis() is None:
+        pytest.skip("no memory analysis on this backend")
+    operands = (27 + 27 + 53) * 4000 * 8  # A, B and C
+    assert compiled.memory_analysis().temp_size_in_bytes < 4 * operands
 
 
 # -- reductions ------------------------------------------------------------------------------

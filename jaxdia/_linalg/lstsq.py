@@ -39,6 +39,7 @@ from .._checks import as_array, broadcast_batch, integers_as, is_traced, result_
 from .._geometry import accumulation_dtype, in_bounds
 from .._matrix import DiaMatrix, as_matrix
 from .._parts import DiaParts
+from .._products import adjoint, pair_products
 from .._pytree import StaticBooleans
 from .._typing import ArrayLike
 from .factor import BandedCholesky, cholesky_unchecked
@@ -85,37 +86,31 @@ def normal_pairs(offsets: tuple[int, ...], shape: tuple[int, int], slots: np.nda
 
 def normal_upper(A: DiaParts, pairs: Pairs) -> DiaParts:
     """The upper triangle (offsets ``>= 0``) of ``A^H A`` (``n x n``) for an ``m x n``
-    DIA ``A`` whose padding slots hold zeros: diagonal ``b - a`` collects
-    ``conj(A[r, i]) A[r, i + b - a]`` for each pair of diagonals ``a <= b`` of
-    ``pairs`` (see :func:`normal_pairs`)."""
-    n = A.shape[1]
-    batch = A.data.shape[:-2]
-    sums: dict[int, Array] = {}
-    for ia, ib in pairs:
-        a, b = A.offsets[ia], A.offsets[ib]
-        d = b - a
-        start, stop = _columns_of_pair(a, b, A.shape)
-        left = A.data[..., ia, start - d : stop - d]  # A[r, j - d], r = j - b
-        right = A.data[..., ib, start:stop]  # A[r, j]
-        term = jnp.pad(jnp.conj(left) * right, [(0, 0)] * len(batch) + [(start, n - stop)])
-        sums[d] = sums[d] + term if d in sums else term
-    offsets = tuple(sorted(sums))
-    if not offsets:  # no entry at all: a zero matrix (its rank check fails)
-        return DiaParts(jnp.zeros((*batch, 1, n), A.data.dtype), (0,), (n, n))
-    return DiaParts(jnp.stack([sums[d] for d in offsets], axis=-2), offsets, (n, n))
+    DIA ``A``: diagonal ``b - a`` collects ``conj(A[r, i]) A[r, i + b - a]`` for each
+    pair of diagonals ``a <= b`` of ``pairs`` (see :func:`normal_pairs`), as one loop
+    over ``A``'s diagonals (:func:`jaxdia._products.pair_products`: a program of constant
+    size, however many pairs)."""
+    n, q = A.shape[1], len(A.offsets)
+    keep = np.zeros((q, q), bool)
+    for ia, ib in pairs:  # A^H's diagonal -a is its row q - 1 - ia
+        keep[q - 1 - ia, ib] = True
+    G = pair_products(adjoint(A), A, keep)
+    if not G.offsets:  # no entry at all: a zero matrix (its rank check fails)
+        return DiaParts(jnp.zeros((*A.data.shape[:-2], 1, n), A.data.dtype), (0,), (n, n))
+    return G
 
 
 def _row_sum_bound(G: DiaParts) -> Array:
-    """``max_i sum_j |G[i, j]|`` of the Hermitian matrix whose upper triangle ``G`` holds:
-    a bound of its largest eigenvalue."""
-    n = G.shape[0]
-    sums = jnp.zeros((*G.data.shape[:-2], n), jnp.abs(G.data).dtype)
-    for k, d in enumerate(G.offsets):
-        magnitude = jnp.abs(G.data[..., k, :])
-        sums = sums + jnp.pad(magnitude[..., d:], [(0, 0)] * (sums.ndim - 1) + [(0, d)])
-        if d > 0:  # G[i, i - d] = conj(G[i - d, i]): column i of diagonal d
-            sums = sums + magnitude
-    return jnp.max(sums, axis=-1)
+    """``max_i sum_j |G[i, j]|`` of the Hermitian matrix whose upper triangle ``G`` holds
+    (zero in its padding slots): a bound of its largest eigenvalue. Row ``i`` of ``G``
+    holds the upper triangle's row ``i`` and, mirrored, its column ``i`` (the diagonal
+    once); the column sums add ``data``'s rows, the row sums those of ``G^H``'s (one
+    gather), so the program does not grow with the band."""
+    magnitude = jnp.abs(G.data)
+    columns = jnp.sum(magnitude, axis=-2)
+    rows = jnp.sum(jnp.abs(adjoint(G).data), axis=-2)
+    diagonal = magnitude[..., G.offsets.index(0), :] if 0 in G.offsets else 0
+    return jnp.max(rows + columns - diagonal, axis=-1)
 
 
 class LeastSquares(NamedTuple):
@@ -134,9 +129,12 @@ class LeastSquares(NamedTuple):
         if b.ndim == 1:  # one vector, for every matrix of a batch
             return self.solve(b[:, None])[..., 0]
         A, factor = self.scaled, self.factor
-        y = factor.solve(A.H @ b)
-        for _ in range(REFINEMENTS):
-            y = y + factor.solve(A.H @ (b - A @ y))
+
+        def refine(_: Array, y: Array) -> Array:
+            return y + factor.solve(_adjoint_times(A, b - A @ y))
+
+        # One refinement step compiled, run REFINEMENTS times.
+        y = jax.lax.fori_loop(0, REFINEMENTS, refine, factor.solve(_adjoint_times(A, b)))
         return _nan_unless(self.ok, y / self.scale[..., :, None])
 
     def solve_adjoint(self, c: Array) -> Array:
@@ -146,6 +144,13 @@ class LeastSquares(NamedTuple):
             return self.solve_adjoint(c[:, None])[..., 0]
         y = self.scaled @ self.factor.solve(c / self.scale[..., :, None])
         return _nan_unless(self.ok, y)
+
+
+def _adjoint_times(A: DiaMatrix, r: Array) -> Array:
+    """``A^H @ r`` for ``r`` of shape ``(..., m, k)``, as ``conj(conj(r)^T @ A)^T``: the
+    product reads ``A``'s data in place, where ``A.H`` would first build the transposed
+    copy (one piece per diagonal)."""
+    return jnp.conj(jnp.swapaxes(jnp.swapaxes(jnp.conj(r), -1, -2) @ A, -1, -2))
 
 
 def _nan_unless(ok: Array, x: Array) -> Array:
