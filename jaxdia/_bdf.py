@@ -79,6 +79,8 @@ class Problem(NamedTuple):
 
     rhs: Callable[[Array, Array], Array]
     jacobian: Callable[[Array, Array], Any]
+    #: ``(t, y) -> zeros`` with the structure of ``jacobian(t, y)``.
+    jacobian_placeholder: Callable[[Array, Array], Any]
     linear_solver: LinearSolver
     constant_jacobian: bool
 
@@ -107,6 +109,7 @@ class _State(NamedTuple):
     factor_usable: Array  # what prepare said of it
     current_jac: Array  # J was computed during this step
     need_jac: Array  # the next attempt recomputes J (Newton failed with an old one)
+    initial_jac: Array  # the next attempt computes the first J, at (t0, y0)
     new_step: Array  # the next attempt starts a step
     status: Array
     counts: Counts
@@ -278,18 +281,32 @@ def _newton(
     return converged, k, yd[0], yd[1]
 
 
-def initial_step(
-    problem: Problem, t0: Array, y0: Array, f0: Array, t_bound: Array, rtol, atol, max_step
-) -> Array:
-    """SciPy's ``select_initial_step`` for order 1 (one more right-hand side)."""
+def start(
+    problem: Problem, t0: Array, y0: Array, t_bound: Array, rtol, atol, max_step
+) -> tuple[Array, Array]:
+    """``(f0, h0)``: ``fun(t0, y0)`` and SciPy's ``select_initial_step`` for order 1, which
+    evaluates ``fun`` once more. The two evaluations are a loop of two iterations, so
+    that the right-hand side is compiled once for both."""
     interval = jnp.abs(t_bound - t0)
     direction = jnp.sign(t_bound - t0)
     scale = atol + jnp.abs(y0) * rtol
     d0 = rms(y0 / scale)
-    d1 = rms(f0 / scale)
-    h0 = jnp.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / jnp.where(d1 > 0, d1, 1))
-    h0 = jnp.minimum(h0, interval)
-    f1 = problem.rhs(t0 + h0 * direction, y0 + h0 * direction * f0)
+
+    def first_guess(f0: Array) -> tuple[Array, Array]:
+        d1 = rms(f0 / scale)
+        h0 = jnp.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / jnp.where(d1 > 0, d1, 1))
+        return jnp.minimum(h0, interval), d1
+
+    def evaluate(i, carry):
+        f0, _ = carry
+        # The first iteration evaluates at (t0, y0), the second a step h0 along f0.
+        step = jnp.where(i == 0, 0, first_guess(f0)[0] * direction)
+        f = problem.rhs(t0 + step, y0 + step.astype(y0.dtype) * f0)
+        return jnp.where(i == 0, f, f0), f
+
+    zero = jnp.zeros_like(y0)
+    f0, f1 = lax.fori_loop(0, 2, evaluate, (zero, zero))
+    h0, d1 = first_guess(f0)
     d2 = rms((f1 - f0) / scale) / jnp.where(h0 > 0, h0, 1)
     flat = (d1 <= 1e-15) & (d2 <= 1e-15)
     h1 = jnp.where(
@@ -298,7 +315,7 @@ def initial_step(
         jnp.sqrt(0.01 / jnp.maximum(jnp.maximum(d1, d2), 1e-300)),
     )
     h = jnp.minimum(jnp.minimum(100 * h0, h1), jnp.minimum(interval, max_step))
-    return lax.stop_gradient(h.astype(interval.dtype))
+    return f0, lax.stop_gradient(h.astype(interval.dtype))
 
 
 def integrate(
@@ -320,13 +337,13 @@ def integrate(
     newton_tol = jnp.maximum(10 * eps / rtol, jnp.minimum(0.03, jnp.sqrt(rtol)))
     alpha, gamma, error_const = (jnp.asarray(c, real) for c in (_ALPHA, _GAMMA, _ERROR_CONST))
 
-    f0 = problem.rhs(t0, y0)
-    h0 = initial_step(problem, t0, y0, f0, t_bound, rtol, atol, max_step)
-    jac0 = problem.jacobian(t0, y0)
+    f0, h0 = start(problem, t0, y0, t_bound, rtol, atol, max_step)
     zero = jnp.zeros_like(y0)
     D = (y0, f0 * (h0 * direction).astype(y0.dtype)) + (zero,) * (MAX_ORDER + 1)
-    shapes = jax.eval_shape(problem.linear_solver.prepare, jac0, h0)[0]
-    factor0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    # The first Jacobian, SciPy's J at (t0, y0), is computed by the first attempt, in
+    # the loop's evaluation of J (one compiled copy of it); these zeros hold its place.
+    jac0 = problem.jacobian_placeholder(t0, y0)
+    factor0 = _zeros(jax.eval_shape(problem.linear_solver.prepare, jac0, h0)[0])
 
     # t_eval entries at t0 are y0; the others are written as steps pass them.
     at_start = direction * (t_eval - t0) <= 0
@@ -349,6 +366,7 @@ def integrate(
         factor_usable=jnp.bool_(False),
         current_jac=jnp.bool_(True),
         need_jac=jnp.bool_(False),
+        initial_jac=jnp.bool_(True),
         new_step=jnp.bool_(True),
         status=status,
         counts=Counts(jnp.int32(2), one, jnp.int32(0), jnp.int32(0), jnp.int32(0)),
@@ -388,11 +406,14 @@ def integrate(
         c = h / alpha[order]
 
         counts = s.counts
-        jac, njev = lax.cond(
-            s.need_jac,
-            lambda: (problem.jacobian(t_new, y_predict), counts.njev + 1),
-            lambda: (s.jac, counts.njev),
-        )
+
+        def new_jacobian():
+            # The first attempt's is SciPy's initial J, counted in the initial njev.
+            t_jac = jnp.where(s.initial_jac, t0, t_new)
+            y_jac = jnp.where(s.initial_jac, y0, y_predict)
+            return problem.jacobian(t_jac, y_jac), counts.njev + s.need_jac
+
+        jac, njev = lax.cond(s.need_jac | s.initial_jac, new_jacobian, lambda: (s.jac, counts.njev))
         current_jac = current_jac | s.need_jac
         factor_ok = factor_ok & ~s.need_jac
 
@@ -466,6 +487,7 @@ def integrate(
             factor_ok=jnp.where(accepted, ~choose, converged),
             current_jac=current_jac,
             need_jac=~converged & ~current_jac & ~too_small,
+            initial_jac=jnp.bool_(False),
             new_step=accepted,
             status=status.astype(jnp.int32),
             counts=Counts(
@@ -481,6 +503,11 @@ def integrate(
 
     final = lax.while_loop(lambda s: s.status == RUNNING, attempt, state)
     return final.ys, final.t, final.status, final.counts
+
+
+def _zeros(shapes: Any) -> Any:
+    """Zeros shaped like the ``jax.ShapeDtypeStruct`` leaves of ``shapes``."""
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
 def _write_outputs(

@@ -395,3 +395,19 @@ def test_errors():
         jaxdia.eigsh(A, return_info=None)
     with pytest.raises(TypeError, match="ncv must be static"):
         jax.jit(lambda ncv: jaxdia.eigsh(A, ncv=ncv))(30)
+
+
+def test_cpu_lanczos_program_structure():
+    """What keeps eigsh's compiled program small on CPU: each Lanczos step
+    orthogonalizes in one BLAS host call (gmres's Gram-Schmidt), the thick restart runs
+    after every sweep (no conditional: after the last, V's first rows are the Ritz
+    vectors returned), and LAPACK reads T's upper triangle as it is (no symmetrization)."""
+    A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(300, 300))
+    text = jax.jit(lambda A: jaxdia.eigsh(A, k=4, which="SA")).lower(A).as_text()
+    assert text.count("custom_call @jaxdia_lapack_gram_schmidt") == 1
+    assert "stablehlo.case" not in text
+    assert "uplo = 85" in text  # ord("U")
+    w, v = jaxdia.eigsh(A, k=4, which="SA")
+    exact = 2 - 2 * np.cos(np.arange(1, 5) * np.pi / 301)
+    np.testing.assert_allclose(np.asarray(w), exact, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(A @ v), np.asarray(v * w), atol=1e-9)
