@@ -499,3 +499,16 @@ def test_the_right_hand_side_is_traced_once_per_use():
     assert calls == 4
     assert int(result.njev) == 1 and bool(result.success)
     np.testing.assert_allclose(np.asarray(result.y[:, -1]), np.exp(-1.0), rtol=1e-2)
+
+
+def test_the_update_of_the_differences_is_one_loop_for_every_order():
+    """The differences are one (8, n) array whose accepted-step update is a loop over the
+    rows it changes, read and written in place: one compiled body for every order, where a
+    branch per order (a six-way ``lax.switch``) compiled each order's rows apart. The
+    program's conditionals are the new Jacobian's and the prediction's switch."""
+    program = jax.jit(
+        lambda y0: jaxdia.solve_ivp(lambda t, y: -y, (0.0, 1.0), y0, jac_offsets=(-1, 0, 1)).y
+    )
+    text = program.lower(jnp.ones(8)).as_text()
+    assert text.count("stablehlo.case") == 2
+    np.testing.assert_allclose(np.asarray(program(jnp.ones(8)))[:, -1], np.exp(-1.0), rtol=1e-2)
