@@ -135,15 +135,10 @@ def _pad_to(x: _V, axis: int, size: int, xp: ModuleType = jnp) -> _V:
 
 
 def _points(x: _V, axis: int, p: int, xp: ModuleType = jnp) -> _V:
-    """``x[2I + 1 + p]`` along ``axis`` for every coarse ``I`` (0 beyond the end): a
-    strided view, zero-padded by the one point past the end (``p = 1`` on an even axis),
-    so that XLA fuses it into its consumer instead of materializing a padded copy."""
-    n = x.shape[axis]
-    nc = coarse_size(n)
-    start = 1 + p
-    inside = min(nc, (n - start + 1) // 2)  # the I whose 2I + 1 + p < n
-    view = _index(x, axis, slice(start, start + 2 * inside - 1, 2))
-    return _pad_to(view, axis, nc, xp)
+    """``x[2I + 1 + p]`` along ``axis`` for every coarse ``I`` (0 beyond the end)."""
+    nc = coarse_size(x.shape[axis])
+    x = _pad_to(x, axis, 2 * nc + 2, xp)
+    return _index(x, axis, slice(1 + p, 1 + p + 2 * nc - 1, 2))
 
 
 def restrict(x: Array, axes: Sequence[int]) -> Array:
@@ -194,10 +189,12 @@ def galerkin_cells(cells: Cells, grid: Grid, axis: int, xp: ModuleType = jnp) ->
     """
     out: Cells = {}
     views: dict[tuple[Step, int], Values] = {}
+    nc = coarse_size(grid[axis])
     for d, values in cells.items():
+        padded = _pad_to(values, axis, 2 * nc + 2, xp)  # once per cell: a copy on the host
         for p, D, weight in _galerkin_terms(d[axis]):
             if (d, p) not in views:
-                views[d, p] = _points(values, axis, p, xp)
+                views[d, p] = _index(padded, axis, slice(1 + p, 1 + p + 2 * nc - 1, 2))
             target = d[:axis] + (D,) + d[axis + 1 :]
             term = weight * views[d, p]
             out[target] = out[target] + term if target in out else term
@@ -285,9 +282,6 @@ def setup(
     """
     dim = len(grid)
     operators, inverses, bounds, grids = [parts], [], [], [grid]
-    # The rows (stencil_rows' or probe's layout) each coarse level was made from: its
-    # smoothing data are read off them (one pass) rather than off its diagonals.
-    rows, by_color = None, False
     if plan and by_cells:
         cells = cells_of(parts, grid)
         center = cells.get((0,) * dim, jnp.zeros(grid, parts.dtype))
@@ -305,13 +299,10 @@ def setup(
         grids.append(grid)
     for axes in plan[len(operators) - 1 :]:
         operator = operators[-1]
-        if rows is None:
-            inverse, rho = gershgorin(operator)
-        else:
-            inverse, rho = rows_smoothing_data(rows, grid, by_color)
+        inverse, rho = gershgorin(operator)
         inverses.append(inverse)
         bounds.append(rho)
-        rows, by_color = probe(operator, grid, axes), True
+        rows = probe(operator, grid, axes)
         grid = coarse_grid(grid, axes)
         operators.append(dia_from_rows(rows, grid, by_color=True))
         grids.append(grid)
@@ -329,21 +320,6 @@ def setup(
         smoother,
         sweeps,
     )
-
-
-def rows_smoothing_data(rows: Values, grid: Grid, by_color: bool) -> tuple[Array, Array]:
-    """:func:`jaxdia._linalg.smoothers.gershgorin` of the stencil whose rows are ``rows``
-    (``(prod(grid), 3^dim)``, as :func:`jaxdia._linalg.stencil.dia_from_rows` takes them):
-    row ``i`` holds all of ``A``'s entries in row ``i`` (zeros where a neighbour lies
-    outside the grid), its diagonal in the column of displacement 0 (``by_color``: of
-    ``i``'s own colour). The same values, summed in another order."""
-    rows = jnp.asarray(rows)
-    if by_color:
-        own = color(grid).reshape(-1, 1) == np.arange(rows.shape[-1], dtype=np.int32)
-        center = jnp.sum(jnp.where(own, rows, 0), axis=-1)
-    else:
-        center = rows[:, displacements(len(grid)).index((0,) * len(grid))]
-    return smoothing_data(center, jnp.sum(jnp.abs(rows), axis=-1))
 
 
 def dia_of_cells(cells: Cells, grid: Grid, dtype: DTypeLike) -> DiaParts:
