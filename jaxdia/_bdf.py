@@ -79,6 +79,8 @@ class Problem(NamedTuple):
 
     rhs: Callable[[Array, Array], Array]
     jacobian: Callable[[Array, Array], Any]
+    #: ``(t, y) -> zeros`` with the structure of ``jacobian(t, y)``.
+    jacobian_placeholder: Callable[[Array, Array], Any]
     linear_solver: LinearSolver
     constant_jacobian: bool
 
@@ -96,7 +98,7 @@ class Counts(NamedTuple):
 class _State(NamedTuple):
     t: Array
     h_abs: Array
-    D: tuple[Array, ...]  # MAX_ORDER + 3 backward differences, for h_abs / pending_factor
+    D: Array  # (MAX_ORDER + 3, n): backward differences, for h_abs / pending_factor
     rescale_pending: Array  # the next attempt rescales D by pending_factor first
     pending_factor: Array
     order: Array
@@ -107,6 +109,7 @@ class _State(NamedTuple):
     factor_usable: Array  # what prepare said of it
     current_jac: Array  # J was computed during this step
     need_jac: Array  # the next attempt recomputes J (Newton failed with an old one)
+    initial_jac: Array  # the next attempt computes the first J, at (t0, y0)
     new_step: Array  # the next attempt starts a step
     status: Array
     counts: Counts
@@ -144,17 +147,11 @@ def change_matrix(order: Array, factor: Array, dtype: Any) -> Array:
     )
 
 
-def transform_rows(D: tuple[Array, ...], M: Array) -> tuple[Array, ...]:
-    """``D`` with its rows ``0 .. MAX_ORDER`` replaced by ``M.T @ D[: MAX_ORDER + 1]``.
-
-    ``D`` is a tuple of rows rather than one array so that this and every other
-    update of the differences is one elementwise pass that XLA vectorizes (a ``dot`` of
-    a 6 x 6 by a 6 x n matrix, or a ``stack`` of updated rows, is several times slower
-    on CPU)."""
-    M = M.astype(D[0].dtype)
-    head = tuple(_total(M[i, j] * D[i] for i in range(MAX_ORDER + 1)) for j in range(MAX_ORDER + 1))
-    # Materialized once: fused into its consumers, XLA would recompute it in each.
-    return lax.optimization_barrier(head) + D[MAX_ORDER + 1 :]
+def transform_rows(D: Array, M: Array) -> Array:
+    """``D`` with its rows ``0 .. MAX_ORDER`` replaced by ``M.T @ D[: MAX_ORDER + 1]``:
+    one product, written over those rows in place."""
+    head = jnp.matmul(M.T.astype(D.dtype), D[: MAX_ORDER + 1], precision="highest")
+    return lax.dynamic_update_slice_in_dim(D, head, 0, axis=0)
 
 
 def _total(terms: Iterable[Array]) -> Array:
@@ -162,7 +159,7 @@ def _total(terms: Iterable[Array]) -> Array:
     return functools.reduce(operator.add, terms)
 
 
-def rescale_if(rescaled: Array, D: tuple[Array, ...], M: Array) -> tuple[Array, ...]:
+def rescale_if(rescaled: Array, D: Array, M: Array) -> Array:
     """``transform_rows(D, M)`` if ``rescaled``, else ``D``: a loop run once or not at all,
     so that the attempts that keep the step size and the order (most of them) do not
     pass over ``D`` (XLA keeps an unchanged carry in place; a ``lax.cond`` would copy it)."""
@@ -174,15 +171,15 @@ def rescale_if(rescaled: Array, D: tuple[Array, ...], M: Array) -> tuple[Array, 
     return D
 
 
-def predict(D: tuple[Array, ...], order: Array, weights: Array) -> tuple[Array, Array]:
+def predict(D: Array, order: Array, weights: Array) -> tuple[Array, Array]:
     """``(y_predict, psi)``: the sum of the rows ``0 .. order`` and that of the rows
     ``1 .. order`` weighted by ``weights``, one branch per order, so that each reads only
     its own rows."""
 
-    def of_order(o: int) -> Callable[[tuple[Array, ...]], tuple[Array, Array]]:
-        def branch(D: tuple[Array, ...]) -> tuple[Array, Array]:
+    def of_order(o: int) -> Callable[[Array], tuple[Array, Array]]:
+        def branch(D: Array) -> tuple[Array, Array]:
             psi = _total(weights[k] * D[k] for k in range(1, o + 1))
-            return _total(D[: o + 1]), psi
+            return _total(D[k] for k in range(o + 1)), psi
 
         return branch
 
@@ -190,46 +187,56 @@ def predict(D: tuple[Array, ...], order: Array, weights: Array) -> tuple[Array, 
 
 
 def accept(
-    D: tuple[Array, ...],
+    D: Array,
     d: Array,
     order: Array,
     accepted: Array,
     scale: Array,
     error_const: Array,
-) -> tuple[tuple[Array, ...], Array, Array]:
+) -> tuple[Array, Array, Array]:
     """``(D, error_m, error_p)`` after an attempt: for an accepted step, SciPy's update of
     the differences (rows ``order + 2`` and ``order + 1``, then ``D[i] += D[i + 1]`` from
     ``i = order`` down) and the error estimates of orders ``order - 1`` and ``order + 1``
-    (infinite where there is no such order); else ``D`` unchanged. One branch per order,
-    each reading only the rows it changes."""
+    (infinite where there is no such order); else ``D`` unchanged.
+
+    The update is a loop over the rows it changes, each row read and written in place,
+    run once (accepted) or not at all: the same work for every order in one compiled
+    body, where a branch per order compiled each order's rows apart."""
     inf = jnp.full((), jnp.inf, scale.dtype)
 
-    def keep(D: tuple[Array, ...]) -> tuple[tuple[Array, ...], Array, Array]:
-        return D, inf, inf
+    def row(D: Array, i: Array) -> Array:
+        return lax.dynamic_index_in_dim(D, i, keepdims=False)
 
-    def of_order(o: int) -> Callable[[tuple[Array, ...]], tuple[tuple[Array, ...], Array, Array]]:
-        def branch(D: tuple[Array, ...]) -> tuple[tuple[Array, ...], Array, Array]:
-            new = list(D)
-            new[o + 2] = d - D[o + 1]
-            new[o + 1] = d
-            for i in reversed(range(o + 1)):
-                new[i] = D[i] + new[i + 1]
-            error_m = rms(error_const[o - 1] * (D[o] + d) / scale) if o > 1 else inf
-            error_p = rms(error_const[o + 1] * new[o + 2] / scale) if o < MAX_ORDER else inf
-            return tuple(new), error_m, error_p
+    def put(D: Array, value: Array, i: Array) -> Array:
+        return lax.dynamic_update_index_in_dim(D, value, i, axis=0)
 
-        return branch
+    def update(carry):
+        _, D, _, _ = carry
+        o = order
+        D = put(D, d - row(D, o + 1), o + 2)
+        D = put(D, d, o + 1)
+        # D[i] += D[i + 1] for i = o .. 0
+        D = lax.fori_loop(
+            0, o + 1, lambda k, D: put(D, row(D, o - k) + row(D, o - k + 1), o - k), D
+        )
+        # D[o] is now D[o] + d, and D[o + 2] = d - D[o + 1]: SciPy's two estimates.
+        ec = error_const.astype(scale.dtype)
+        error_m = jnp.where(o > 1, rms(ec[o - 1] * row(D, o) / scale), inf)
+        error_p = jnp.where(
+            o < MAX_ORDER, rms(ec[jnp.minimum(o + 1, MAX_ORDER)] * row(D, o + 2) / scale), inf
+        )
+        return jnp.bool_(False), D, error_m, error_p
 
-    branches = [keep] + [of_order(o) for o in range(1, MAX_ORDER + 1)]
-    return lax.switch(jnp.where(accepted, order, 0), branches, D)
+    _, D, error_m, error_p = lax.while_loop(lambda carry: carry[0], update, (accepted, D, inf, inf))
+    return D, error_m, error_p
 
 
-def interpolate(D: tuple[Array, ...], order: Array, t: Array, h: Array, at: Array) -> Array:
+def interpolate(D: Array, order: Array, t: Array, h: Array, at: Array) -> Array:
     """SciPy's ``BdfDenseOutput`` at one time ``at``: the interpolating polynomial of the
     step that ended at ``t`` with step ``h`` (signed)."""
     k = np.arange(MAX_ORDER)
     x = (at - (t - h * k)) / (h * (1 + k))
-    p = jnp.where(k < order, jnp.cumprod(x), 0).astype(D[0].dtype)
+    p = jnp.where(k < order, jnp.cumprod(x), 0).astype(D.dtype)
     return D[0] + _total(p[i] * D[i + 1] for i in range(MAX_ORDER))
 
 
@@ -278,18 +285,32 @@ def _newton(
     return converged, k, yd[0], yd[1]
 
 
-def initial_step(
-    problem: Problem, t0: Array, y0: Array, f0: Array, t_bound: Array, rtol, atol, max_step
-) -> Array:
-    """SciPy's ``select_initial_step`` for order 1 (one more right-hand side)."""
+def start(
+    problem: Problem, t0: Array, y0: Array, t_bound: Array, rtol, atol, max_step
+) -> tuple[Array, Array]:
+    """``(f0, h0)``: ``fun(t0, y0)`` and SciPy's ``select_initial_step`` for order 1, which
+    evaluates ``fun`` once more. The two evaluations are a loop of two iterations, so
+    that the right-hand side is compiled once for both."""
     interval = jnp.abs(t_bound - t0)
     direction = jnp.sign(t_bound - t0)
     scale = atol + jnp.abs(y0) * rtol
     d0 = rms(y0 / scale)
-    d1 = rms(f0 / scale)
-    h0 = jnp.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / jnp.where(d1 > 0, d1, 1))
-    h0 = jnp.minimum(h0, interval)
-    f1 = problem.rhs(t0 + h0 * direction, y0 + h0 * direction * f0)
+
+    def first_guess(f0: Array) -> tuple[Array, Array]:
+        d1 = rms(f0 / scale)
+        h0 = jnp.where((d0 < 1e-5) | (d1 < 1e-5), 1e-6, 0.01 * d0 / jnp.where(d1 > 0, d1, 1))
+        return jnp.minimum(h0, interval), d1
+
+    def evaluate(i, carry):
+        f0, _ = carry
+        # The first iteration evaluates at (t0, y0), the second a step h0 along f0.
+        step = jnp.where(i == 0, 0, first_guess(f0)[0] * direction)
+        f = problem.rhs(t0 + step, y0 + step.astype(y0.dtype) * f0)
+        return jnp.where(i == 0, f, f0), f
+
+    zero = jnp.zeros_like(y0)
+    f0, f1 = lax.fori_loop(0, 2, evaluate, (zero, zero))
+    h0, d1 = first_guess(f0)
     d2 = rms((f1 - f0) / scale) / jnp.where(h0 > 0, h0, 1)
     flat = (d1 <= 1e-15) & (d2 <= 1e-15)
     h1 = jnp.where(
@@ -298,7 +319,7 @@ def initial_step(
         jnp.sqrt(0.01 / jnp.maximum(jnp.maximum(d1, d2), 1e-300)),
     )
     h = jnp.minimum(jnp.minimum(100 * h0, h1), jnp.minimum(interval, max_step))
-    return lax.stop_gradient(h.astype(interval.dtype))
+    return f0, lax.stop_gradient(h.astype(interval.dtype))
 
 
 def integrate(
@@ -320,13 +341,18 @@ def integrate(
     newton_tol = jnp.maximum(10 * eps / rtol, jnp.minimum(0.03, jnp.sqrt(rtol)))
     alpha, gamma, error_const = (jnp.asarray(c, real) for c in (_ALPHA, _GAMMA, _ERROR_CONST))
 
-    f0 = problem.rhs(t0, y0)
-    h0 = initial_step(problem, t0, y0, f0, t_bound, rtol, atol, max_step)
-    jac0 = problem.jacobian(t0, y0)
-    zero = jnp.zeros_like(y0)
-    D = (y0, f0 * (h0 * direction).astype(y0.dtype)) + (zero,) * (MAX_ORDER + 1)
-    shapes = jax.eval_shape(problem.linear_solver.prepare, jac0, h0)[0]
-    factor0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    f0, h0 = start(problem, t0, y0, t_bound, rtol, atol, max_step)
+    D = jnp.concatenate(
+        [
+            y0[None],
+            (f0 * (h0 * direction).astype(y0.dtype))[None],
+            jnp.zeros((MAX_ORDER + 1, *y0.shape), y0.dtype),
+        ]
+    )
+    # The first Jacobian, SciPy's J at (t0, y0), is computed by the first attempt, in
+    # the loop's evaluation of J (one compiled copy of it); these zeros hold its place.
+    jac0 = problem.jacobian_placeholder(t0, y0)
+    factor0 = _zeros(jax.eval_shape(problem.linear_solver.prepare, jac0, h0)[0])
 
     # t_eval entries at t0 are y0; the others are written as steps pass them.
     at_start = direction * (t_eval - t0) <= 0
@@ -349,6 +375,7 @@ def integrate(
         factor_usable=jnp.bool_(False),
         current_jac=jnp.bool_(True),
         need_jac=jnp.bool_(False),
+        initial_jac=jnp.bool_(True),
         new_step=jnp.bool_(True),
         status=status,
         counts=Counts(jnp.int32(2), one, jnp.int32(0), jnp.int32(0), jnp.int32(0)),
@@ -383,16 +410,19 @@ def integrate(
         factor_ok = s.factor_ok & ~past
         current_jac = jnp.where(s.new_step, problem.constant_jacobian, s.current_jac)
 
-        y_predict, psi = predict(D, order, (gamma / alpha[order]).astype(D[0].dtype))
+        y_predict, psi = predict(D, order, (gamma / alpha[order]).astype(D.dtype))
         scale = atol + rtol * jnp.abs(y_predict)
         c = h / alpha[order]
 
         counts = s.counts
-        jac, njev = lax.cond(
-            s.need_jac,
-            lambda: (problem.jacobian(t_new, y_predict), counts.njev + 1),
-            lambda: (s.jac, counts.njev),
-        )
+
+        def new_jacobian():
+            # The first attempt's is SciPy's initial J, counted in the initial njev.
+            t_jac = jnp.where(s.initial_jac, t0, t_new)
+            y_jac = jnp.where(s.initial_jac, y0, y_predict)
+            return problem.jacobian(t_jac, y_jac), counts.njev + s.need_jac
+
+        jac, njev = lax.cond(s.need_jac | s.initial_jac, new_jacobian, lambda: (s.jac, counts.njev))
         current_jac = current_jac | s.need_jac
         factor_ok = factor_ok & ~s.need_jac
 
@@ -466,6 +496,7 @@ def integrate(
             factor_ok=jnp.where(accepted, ~choose, converged),
             current_jac=current_jac,
             need_jac=~converged & ~current_jac & ~too_small,
+            initial_jac=jnp.bool_(False),
             new_step=accepted,
             status=status.astype(jnp.int32),
             counts=Counts(
@@ -483,13 +514,18 @@ def integrate(
     return final.ys, final.t, final.status, final.counts
 
 
+def _zeros(shapes: Any) -> Any:
+    """Zeros shaped like the ``jax.ShapeDtypeStruct`` leaves of ``shapes``."""
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
 def _write_outputs(
     ys: Array,
     next_out: Array,
     t_eval: Array,
     t: Array,
     direction: Array,
-    D: tuple[Array, ...],
+    D: Array,
     order: Array,
     h: Array,
     accepted: Array,

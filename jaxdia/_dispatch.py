@@ -174,11 +174,13 @@ BLAS_DTYPES = ("float32", "float64", "complex64", "complex128")
 
 
 def gram_schmidt_by_blas(dtype) -> bool:
-    """Whether ``gmres`` orthogonalizes each Arnoldi vector in one host call of two BLAS
-    ``?gemv`` a pass (:func:`jaxdia._kernels.lapack.gram_schmidt`): on CPU, for BLAS's
-    dtypes, where XLA's block Gram-Schmidt (a copy of each block of the basis, small
-    loop fusions split over threads) took twice its time (benchmarks/notes/krylov.md).
-    GPUs and TPUs keep XLA's, which runs on the device."""
+    """Whether ``gmres`` (each Arnoldi vector) and ``eigsh`` (each Lanczos vector)
+    orthogonalize in one host call of two BLAS ``?gemv`` a pass
+    (:func:`jaxdia._kernels.lapack.gram_schmidt`): on CPU, for BLAS's dtypes, where XLA's
+    block Gram-Schmidt (a copy of each block of the basis, small loop fusions split over
+    threads) took twice its time (benchmarks/notes/krylov.md), and where ``eigsh``'s loop
+    of passes compiled a dozen fused loops (benchmarks/notes/compile.md). GPUs and TPUs
+    keep XLA's, which runs on the device."""
     return default_platform() == "cpu" and np.dtype(dtype).name in BLAS_DTYPES
 
 

@@ -5,7 +5,6 @@ over :mod:`jaxdia._bdf`'s loop, keeping the Jacobian and its factor across steps
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any, NamedTuple, cast
 
 import jax
@@ -14,8 +13,8 @@ import numpy as np
 from jax import Array
 
 from . import _bdf
-from ._checks import is_traced, static_int
-from ._jacobian import jacobian as banded_jacobian
+from ._checks import as_array, is_traced, static_int
+from ._jacobian import jacobian as banded_jacobian, pattern
 from ._kernels.primitives import forward_only
 from ._linalg.factor import lu_unchecked, solve_unchecked
 from ._linalg.incomplete import ilu0
@@ -135,16 +134,24 @@ def _bicgstab_solver(
     return _bdf.LinearSolver(prepare, solve)
 
 
-def _as_times(t_span: Any, t_eval: Any, dtype: np.dtype) -> tuple[Array, Array, Array]:
+def _value(value: Any) -> Any:
+    """``value`` as a NumPy array where it is concrete (checked and cast on the host, with
+    no program compiled), else as the traced array."""
+    if any(is_traced(leaf) for leaf in jax.tree.leaves(value)):
+        return jnp.asarray(value)
+    return np.asarray(value)
+
+
+def _as_times(t_span: Any, t_eval: Any, dtype: np.dtype) -> tuple[Any, Any, Any]:
     """``(t0, t1, t_eval)`` checked, in ``dtype``; ``t_eval`` None is ``t_span``."""
-    span = jnp.asarray(t_span)
+    span = _value(t_span)
     if span.shape != (2,):
         raise ValueError(f"solve_ivp: t_span must be (t0, t1), got shape {span.shape}")
     if not (jnp.issubdtype(span.dtype, jnp.integer) or jnp.issubdtype(span.dtype, jnp.floating)):
         raise TypeError(f"solve_ivp: t_span must be real numbers, got dtype {span.dtype}")
     span = span.astype(dtype)
     t0, t1 = span[0], span[1]
-    times = span if t_eval is None else jnp.asarray(t_eval)
+    times = span if t_eval is None else _value(t_eval)
     if times.ndim != 1 or times.shape[0] == 0:
         raise ValueError(f"solve_ivp: t_eval must be 1-D and not empty, got shape {times.shape}")
     times = times.astype(dtype)
@@ -178,8 +185,8 @@ def _grid(grid: Grid | None, linear_solver: str, n: int) -> tuple[int, ...] | No
     return shape
 
 
-def _tolerance(value: Any, name: str, n: int, dtype: np.dtype) -> Array:
-    tol = jnp.asarray(value)
+def _tolerance(value: Any, name: str, n: int, dtype: np.dtype) -> Any:
+    tol = _value(value)
     if tol.ndim > 1 or (tol.ndim == 1 and tol.shape[0] != n):
         raise ValueError(f"solve_ivp: {name} must be a scalar or of shape ({n},), got {tol.shape}")
     if not is_traced(tol) and np.any(~(np.asarray(tol) >= 0)):
@@ -194,13 +201,17 @@ def _jacobian_function(
     jac_mask: ArrayLike | None,
     n: int,
     args: tuple[Any, ...],
-) -> Callable[[Array, Array], DiaMatrix]:
-    """``(t, y) -> J``, outside differentiation: from ``jac``, else by compressed
-    differentiation of ``fun`` on the offsets (all of them for a small system)."""
+    dtype: np.dtype,
+) -> tuple[Callable[[Array, Array], DiaMatrix], Callable[[Array, Array], DiaMatrix]]:
+    """``(jacobian, placeholder)``: ``(t, y) -> J``, outside differentiation, from ``jac``,
+    else by compressed differentiation of ``fun`` on the offsets (all of them for a small
+    system); and ``(t, y) -> zeros`` of its structure, without tracing the compressed
+    differentiation a second time."""
     if jac is not None:
         if jac_offsets is not None or jac_mask is not None:
             raise ValueError("solve_ivp: give jac, or jac_offsets (and jac_mask), not both")
         user_jac = jac
+        stored = None
 
         def evaluate(t: Array, y: Array) -> DiaMatrix:
             J = user_jac(t, y, *args)
@@ -227,6 +238,8 @@ def _jacobian_function(
                 )
             jac_offsets = range(-(n - 1), n)
         offsets = tuple(int(k) for k in np.atleast_1d(np.asarray(jac_offsets)))
+        # jaxdia.jacobian's result: the offsets that hold entries, sorted, in y's dtype.
+        stored = pattern(offsets, (n, n), jac_mask, "solve_ivp").offsets
 
         def evaluate(t: Array, y: Array) -> DiaMatrix:
             J = banded_jacobian(lambda v: fun(t, v, *args), offsets, mask=jac_mask)(y)
@@ -236,7 +249,14 @@ def _jacobian_function(
         J = evaluate(*jax.lax.stop_gradient((t, y)))
         return jax.lax.stop_gradient(J)
 
-    return jacobian
+    def placeholder(t: Array, y: Array) -> DiaMatrix:
+        if stored is None:
+            shapes = jax.eval_shape(jacobian, t, y)
+            return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        zeros = jnp.zeros((len(stored), n), dtype)
+        return DiaMatrix._wrap(DiaParts(zeros, stored, (n, n)))
+
+    return jacobian, placeholder
 
 
 def solve_ivp(
@@ -359,30 +379,66 @@ def solve_ivp(
         raise ValueError(
             f"solve_ivp: linear_solver must be one of {_LINEAR_SOLVERS}, got {linear_solver!r}"
         )
+    ys, status, counts, times = _solve(
+        fun, t_span, y0, t_eval, args, rtol, atol, jac, jac_offsets, jac_mask,
+        linear_solver, krylov_rtol, krylov_maxiter, grid, max_step, max_steps, rows=False,
+    )  # fmt: skip
+    return OdeResult(times, ys, status, *counts)
+
+
+def _solve(
+    fun: Callable[..., Any],
+    t_span: Any,
+    y0: ArrayLike,
+    t_eval: Any,
+    args: tuple[Any, ...],
+    rtol: ArrayLike,
+    atol: ArrayLike,
+    jac: Callable[..., DiaMatrix] | None,
+    jac_offsets: Offsets | None,
+    jac_mask: ArrayLike | None,
+    linear_solver: str,
+    krylov_rtol: float,
+    krylov_maxiter: int | None,
+    grid: Grid | None,
+    max_step: float,
+    max_steps: int,
+    rows: bool,
+) -> tuple[Array, Array, _bdf.Counts, Array]:
+    """:func:`solve_ivp`'s arguments checked (with NumPy where they are concrete) and its
+    integration as one compiled program: ``(ys, status, counts, t_eval)`` with the
+    solutions as the rows of ``ys`` if ``rows``, else as its columns."""
     max_steps = static_int(max_steps, "solve_ivp: max_steps")
     if max_steps < 1:
         raise ValueError(f"solve_ivp: max_steps must be positive, got {max_steps}")
     if not isinstance(args, tuple):
         raise TypeError(f"solve_ivp: args must be a tuple, got {type(args).__name__}")
-    y0 = jnp.asarray(y0)
-    if not jnp.issubdtype(y0.dtype, jnp.inexact):
-        y0 = y0.astype(jnp.result_type(float))
+    y0 = as_array(y0, "solve_ivp: y0")
+    dtype0 = np.dtype(y0.dtype)
+    if not jnp.issubdtype(dtype0, jnp.inexact):
+        dtype0 = np.dtype(jnp.result_type(float))
+    dtype0 = np.dtype(jax.dtypes.canonicalize_dtype(dtype0))
     if y0.ndim != 1 or y0.shape[0] == 0:
         raise ValueError(f"solve_ivp: y0 must be 1-D and not empty, got shape {y0.shape}")
     n = y0.shape[0]
-    real = np.dtype(jnp.real(y0).dtype)
+    real = np.dtype(jnp.finfo(dtype0).dtype)
     t0, t1, times = _as_times(t_span, t_eval, real)
-    out = jax.eval_shape(lambda t, y: fun(t, y, *args), t0, y0)
+    out = jax.eval_shape(
+        lambda t, y: fun(t, y, *args),
+        jax.ShapeDtypeStruct((), real),
+        jax.ShapeDtypeStruct((n,), dtype0),
+    )
     if getattr(out, "shape", None) != (n,):
         raise TypeError(
             f"solve_ivp: fun(t, y, *args) must return an array of shape ({n},) like y0, got "
             f"{getattr(out, 'shape', type(out).__name__)}"
         )
-    dtype = jnp.result_type(y0.dtype, out.dtype)
-    y0 = y0.astype(dtype)
+    dtype = np.dtype(jnp.result_type(dtype0, out.dtype))
     eps = float(np.finfo(real).eps)
-    rtol_ = jnp.maximum(_tolerance(rtol, "rtol", n, real), 100 * eps)
+    rtol_ = _tolerance(rtol, "rtol", n, real)
+    rtol_ = jnp.maximum(rtol_, 100 * eps) if is_traced(rtol_) else np.maximum(rtol_, 100 * eps)
     atol_ = _tolerance(atol, "atol", n, real)
+    max_step_ = _value(max_step).astype(real)
 
     def rhs(t, y):
         return jnp.asarray(fun(t, y, *args)).astype(dtype)
@@ -392,19 +448,27 @@ def solve_ivp(
         solver = _banded_solver()
     else:
         solver = _bicgstab_solver(krylov_rtol, krylov_maxiter, grid_shape)
+    jacobian, placeholder = _jacobian_function(fun, jac, jac_offsets, jac_mask, n, args, dtype)
     problem = _bdf.Problem(
         rhs=rhs,
-        jacobian=_jacobian_function(fun, jac, jac_offsets, jac_mask, n, args),
+        jacobian=jacobian,
+        jacobian_placeholder=placeholder,
         linear_solver=solver,
         constant_jacobian=False,
     )
-    # One compiled program (eagerly, the set-up before the loop would compile operation by
-    # operation: about 90 small programs for the first call).
-    integrate = jax.jit(partial(_bdf.integrate, problem), static_argnums=7)
-    ys, _, status, counts = integrate(
-        t0, t1, y0, times, rtol_, atol_, jnp.asarray(max_step, real), max_steps
-    )
-    return OdeResult(times, forward_only(ys.T, _REVERSE_MODE), status, *counts)
+
+    def integrate(t0, t1, y0, times, rtol, atol, max_step):
+        y0 = jnp.asarray(y0).astype(dtype)
+        ys, _, status, counts = _bdf.integrate(
+            problem, t0, t1, y0, times, rtol, atol, max_step, max_steps
+        )
+        ys = forward_only(ys if rows else ys.T, _REVERSE_MODE)
+        return ys, status, counts, jnp.asarray(times)
+
+    # One compiled program: its inputs are the checked arguments, and everything else
+    # (casts, the set-up before the loop, the layout of the solutions) is inside it.
+    operands = (t0, t1, y0, times, rtol_, atol_, max_step_)
+    return jax.jit(integrate)(*operands)
 
 
 def odeint(
@@ -435,7 +499,7 @@ def odeint(
       >>> bool(jnp.allclose(y[-1], jnp.exp(-2.0), rtol=1e-3))
       True
     """
-    times = jnp.asarray(t)
+    times = _value(t)
     if times.ndim != 1 or times.shape[0] < 1:
         raise ValueError(f"odeint: t must be 1-D and not empty, got shape {times.shape}")
     offsets = None
@@ -446,15 +510,9 @@ def odeint(
         if lower < 0 or upper < 0:
             raise ValueError(f"odeint: ml and mu must be >= 0, got ml={ml}, mu={mu}")
         offsets = tuple(range(-lower, upper + 1))
-    result = solve_ivp(
-        lambda s, y, *a: func(y, s, *a),
-        (times[0], times[-1]),
-        y0,
-        t_eval=times,
-        args=tuple(args),
-        rtol=rtol,
-        atol=atol,
-        jac_offsets=offsets,
-        max_steps=max_steps,
-    )
-    return result.y.T
+    ys, *_ = _solve(
+        lambda s, y, *a: func(y, s, *a), _value([times[0], times[-1]]), y0, times,
+        tuple(args), rtol, atol, None, offsets, None, "banded", 1e-6, None, None,
+        float("inf"), max_steps, rows=True,
+    )  # fmt: skip
+    return ys

@@ -464,15 +464,51 @@ def test_van_der_pol_stiff_counts_and_accuracy_against_scipy():
     np.testing.assert_allclose(np.asarray(ours.y[0]), reference.y[0], atol=1e-3)
 
 
-def test_an_eager_integration_compiles_the_loop_with_its_set_up(caplog):
-    """Eagerly, the set-up before the loop is compiled with it: a first call compiled
-    about 90 programs op by op (the checks of the arguments still run apart)."""
+def test_an_eager_integration_compiles_one_program(caplog):
+    """Eagerly, the checks of the arguments run on the host (NumPy) and everything else
+    (casts, the set-up before the loop, the layout of the solutions) is compiled with the
+    loop: one program (a first call compiled about 90 op by op, then 15)."""
+    y0 = jax.block_until_ready(jnp.ones(4))
     with jax.log_compiles(), caplog.at_level("WARNING", logger="jax"):
         result = jaxdia.solve_ivp(
-            lambda t, y: -3.0 * y, (0.0, 1.0), jnp.ones(4), t_eval=[1.0], jac_offsets=(0,)
+            lambda t, y: -3.0 * y, (0.0, 1.0), y0, t_eval=[1.0], jac_offsets=(0,)
         )
         jax.block_until_ready(result.y)
+        ys = jaxdia.odeint(lambda y, t: -3.0 * y, np.ones(4), np.array([0.0, 1.0]), ml=0, mu=0)
+        jax.block_until_ready(ys)
     compiled = [r for r in caplog.records if "Finished XLA compilation" in r.getMessage()]
-    assert len(compiled) <= 15, [r.getMessage() for r in compiled]
-    assert bool(result.success)
+    assert len(compiled) == 2, [r.getMessage() for r in compiled]
+    assert bool(result.success) and isinstance(result.t, jax.Array)
     np.testing.assert_allclose(np.asarray(result.y[:, 0]), np.exp(-3.0), rtol=1e-2)
+    np.testing.assert_allclose(np.asarray(ys[-1]), np.exp(-3.0), rtol=1e-2)
+
+
+def test_the_right_hand_side_is_traced_once_per_use():
+    """``fun`` is traced four times: the check of its output, the start (``f(t0, y0)``
+    and the initial step's second evaluation in one loop), the Newton iteration and the
+    Jacobian's linearization (the first Jacobian is computed by the loop's evaluation of
+    J, whose structure is known without tracing it again)."""
+    calls = 0
+
+    def decay(t, y):
+        nonlocal calls
+        calls += 1
+        return -y
+
+    result = jaxdia.solve_ivp(decay, (0.0, 1.0), jnp.ones(8), jac_offsets=(0,))
+    assert calls == 4
+    assert int(result.njev) == 1 and bool(result.success)
+    np.testing.assert_allclose(np.asarray(result.y[:, -1]), np.exp(-1.0), rtol=1e-2)
+
+
+def test_the_update_of_the_differences_is_one_loop_for_every_order():
+    """The differences are one (8, n) array whose accepted-step update is a loop over the
+    rows it changes, read and written in place: one compiled body for every order, where a
+    branch per order (a six-way ``lax.switch``) compiled each order's rows apart. The
+    program's conditionals are the new Jacobian's and the prediction's switch."""
+    program = jax.jit(
+        lambda y0: jaxdia.solve_ivp(lambda t, y: -y, (0.0, 1.0), y0, jac_offsets=(-1, 0, 1)).y
+    )
+    text = program.lower(jnp.ones(8)).as_text()
+    assert text.count("stablehlo.case") == 2
+    np.testing.assert_allclose(np.asarray(program(jnp.ones(8)))[:, -1], np.exp(-1.0), rtol=1e-2)

@@ -7,6 +7,7 @@ small, and few distinct ones, since each grid and coarsening compiles its own pr
 """
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +18,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import jaxdia
-from jaxdia._linalg import multigrid_hierarchy, stencil
+from jaxdia._linalg import multigrid_hierarchy, smoothers, stencil
 
 from .grids import (
     GRID_2D,
@@ -241,6 +242,43 @@ def test_eager_setup_matches_the_compiled_setup(grid, problem, dtype):
         np.testing.assert_allclose(mine, theirs, rtol=rtol, atol=rtol * np.abs(theirs).max())
     b = rhs(A.shape[0])
     np.testing.assert_allclose(eager(b), compiled(b), rtol=rtol * 10)
+
+
+@pytest.mark.parametrize("steps", [1, 2, 4, 7])
+@pytest.mark.parametrize("start", [False, True])
+def test_chebyshev_by_ratio_is_chebyshev_steps(steps, start):
+    """Multigrid's Chebyshev smoother (coefficients computed once for the interval's ratio,
+    scaled by 1 / rho) is the generic recurrence's polynomial, to rounding: unrolled (up
+    to 5 steps) and looped, from zero and from a start, with the residual."""
+    S = jump((9, 8)).tocsr()
+    A = jaxdia.DiaMatrix.from_scipy(S.todia())
+    inverse = jnp.asarray(1 / S.diagonal())
+    rho = jnp.asarray(1.7)
+    b, x = jnp.asarray(rhs(S.shape[0])), (jnp.asarray(rhs(S.shape[0], seed=1)) if start else None)
+    ours = smoothers.chebyshev_steps_by_ratio(
+        A.__matmul__, lambda v: inverse * v, b, x, rho, 1 / 6, steps, residual=True
+    )
+    theirs = smoothers.chebyshev_steps(
+        A.__matmul__, lambda v: inverse * v, b, x, rho / 6, rho, steps, residual=True
+    )
+    for mine, reference in zip(ours, theirs):
+        np.testing.assert_allclose(mine, reference, rtol=1e-12, atol=1e-12)
+
+
+def test_chebyshev_smoother_scalars_do_not_grow_with_its_degree():
+    """The smoother's scalars are one division by the level's bound per smoothing: the
+    cycle's scalar divisions (each a compiled kernel of its own in XLA:CPU) do not grow
+    with ``sweeps``, as the recurrence's own scalars per step did."""
+    A = jaxdia.DiaMatrix.from_scipy(poisson((32, 32)).todia())
+    counts = set()
+    for sweeps in (2, 4, 7):
+        M = jaxdia.multigrid(A, (32, 32), max_coarse=16, sweeps=sweeps)
+        text = jax.jit(lambda M, v: M(v)).lower(M, jnp.ones(A.shape[0])).as_text()
+        smoothings = 2 * (len(M.levels) - 1)
+        scalar_divisions = len(re.findall(r"stablehlo\.divide .*: tensor<f(32|64)>$", text, re.M))
+        assert scalar_divisions <= 2 * smoothings, (sweeps, scalar_divisions)
+        counts.add(scalar_divisions)
+    assert len(counts) == 1, counts
 
 
 # -- convergence ---------------------------------------------------------------------------------

@@ -40,9 +40,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from .. import _dispatch
 from .._checks import as_array, reject_unsupported, scalar, spans_processes, static_int
 from .._convert import dia_to_dense
 from .._geometry import accumulation_dtype, in_bounds
+from .._kernels import lapack
 from .._kernels.primitives import sddmm, spmm
 from .._matrix import DiaMatrix, as_square_matrix
 from .._ops import add, conj, shifted, transpose
@@ -118,12 +120,14 @@ def _rank(theta: Array, which: str) -> Array:
 # -- the Lanczos loop --------------------------------------------------------------------------
 
 
-def _orthogonalize(V: Array, w: Array) -> tuple[Array, Array, Array]:
+def _orthogonalize(V: Array, w: Array, j: Array) -> tuple[Array, Array, Array]:
     """``(w', h, ||w'||)``: ``w`` minus its projection on the rows of ``V`` (orthonormal,
     or zero), and the coefficients ``h = V^* w``. Classical Gram-Schmidt, repeated when it
     cancelled most of ``w`` (ARPACK's DGKS test ``||w'|| < ||w|| / sqrt(2)``, which for an
     orthonormal ``V`` is ``||w'|| < ||h||``): the basis stays orthogonal to rounding with
-    two passes at most. The passes are a ``while_loop``, so one is compiled."""
+    two passes at most. The passes are a ``while_loop``, so one is compiled. (``j``, the
+    last row of ``V`` that is not zero, is for :func:`_orthogonalize_by_blas`.)"""
+    del j
 
     def one_pass(state):
         w, h, _, passes = state
@@ -141,10 +145,16 @@ def _orthogonalize(V: Array, w: Array) -> tuple[Array, Array, Array]:
     return w, h, norm
 
 
-def _projected(H: Array) -> Array:
-    """The Hermitian ``T`` whose upper triangle the Gram-Schmidt coefficients filled."""
-    upper = jnp.triu(H, 1)
-    return upper + jnp.conj(upper.T) + jnp.diag(jnp.real(jnp.diagonal(H)).astype(H.dtype))
+def _orthogonalize_by_blas(V: Array, w: Array, j: Array) -> tuple[Array, Array, Array]:
+    """:func:`_orthogonalize` on CPU: one host call
+    (:func:`jaxdia._kernels.lapack.gram_schmidt`, as ``gmres``'s) whose classical passes
+    run over rows ``0..j`` (two BLAS ``?gemv`` each), the second where the first left
+    less than ``||w|| / sqrt(2)``: the same DGKS test, on the norm before the pass
+    rather than the coefficients' (equal for an orthonormal ``V``). A compiled program
+    holds a custom call where the loop of passes held a dozen fused loops."""
+    real = jnp.finfo(w.dtype).dtype
+    floor = (jnp.linalg.norm(w) / math.sqrt(2)).astype(real)
+    return lapack.gram_schmidt(V, w, jnp.asarray(j, jnp.int32), floor)
 
 
 def _pseudo_random(n: int, seed: Array, dtype: DTypeLike) -> Array:
@@ -183,6 +193,10 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
     norm0 = jnp.linalg.norm(v0)
     start = jnp.where(norm0 > 0, v0, _pseudo_random(n, jnp.int32(0), dtype))
     start = start / jnp.linalg.norm(start)
+    orthogonalize = (
+        _orthogonalize_by_blas if _dispatch.gram_schmidt_by_blas(dtype) else _orthogonalize
+    )
+    rows = np.arange(ncv)
 
     def step(j, state):
         V, H, beta, first, iteration = state
@@ -193,30 +207,37 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
 
         def attempt(state):
             tries, w, _, h, _ = state
-            w, coefficients, norm = _orthogonalize(V, w)
+            w, coefficients, norm = orthogonalize(V, w, j)
             h = jnp.where(tries == 0, coefficients, h)
             lost = (tries == 0) & (norm <= 10 * eps * jnp.linalg.norm(coefficients))
             return tries + 1, jnp.where(lost, fresh, w), norm, h, lost
 
-        start = (jnp.int32(0), op(V[j]), jnp.zeros((), real), jnp.zeros((ncv + 1,), dtype), False)
+        w = op(lax.dynamic_index_in_dim(V, j, keepdims=False))
+        start = (jnp.int32(0), w, jnp.zeros((), real), jnp.zeros((ncv + 1,), dtype), False)
         tries, w, norm, h, _ = lax.while_loop(
             lambda state: (state[0] == 0) | state[4], attempt, start
         )
-        H = H.at[j, j].set(jnp.real(h[j]).astype(dtype))
-        # Beside the diagonal, the previous step's beta (after a restart, the arrow).
-        H = H.at[j - 1, j].set(jnp.where(j > first, beta.astype(dtype), H[j - 1, j]))
+        # Column j of T: alpha_j on the diagonal and, above it, the previous step's beta
+        # (after a restart, the arrow): one column read and written in place.
+        column = lax.dynamic_index_in_dim(H, j, axis=1, keepdims=False)
+        column = jnp.where(rows == j, jnp.real(h[j]).astype(dtype), column)
+        column = jnp.where((rows == j - 1) & (j > first), beta.astype(dtype), column)
+        H = lax.dynamic_update_index_in_dim(H, column, j, axis=1)
         beta = jnp.where(tries > 1, 0, norm)
-        V = V.at[j + 1].set(w / norm)
+        V = lax.dynamic_update_index_in_dim(V, w / norm, j + 1, axis=0)
         return V, H, beta, first, iteration
 
     def ritz(H, beta):
-        theta, S = jnp.linalg.eigh(_projected(H))
+        """The Ritz values and vectors of ``T``, most wanted first, and how many of the
+        ``k`` wanted ones pass the convergence test. ``T`` is Hermitian and ``H`` holds
+        its upper triangle (the lower one is zero), which LAPACK reads as it is."""
+        theta, S = jnp.linalg.eigh(H, UPLO="U", symmetrize_input=False)
         order = _rank(theta, config.which)
-        residual = jnp.abs(beta) * jnp.abs(S[ncv - 1])
-        bound = tol * jnp.maximum(eps ** (2 / 3), jnp.abs(theta))
-        wanted = order[:k]
-        nconv = jnp.sum(residual[wanted] <= bound[wanted], dtype=np.int32)
-        return theta, S, order, nconv
+        theta, S = theta[order], S[:, order]
+        residual = jnp.abs(beta) * jnp.abs(S[ncv - 1, :k])
+        bound = tol * jnp.maximum(eps ** (2 / 3), jnp.abs(theta[:k]))
+        nconv = jnp.sum(residual <= bound, dtype=np.int32)
+        return theta, S, nconv
 
     def more(state):
         *_, done, _ = state
@@ -226,7 +247,7 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
         V, H, beta, first, iteration, matvecs, _, _ = state
         V, H, beta, _, _ = lax.fori_loop(first, ncv, step, (V, H, beta, first, iteration))
         matvecs = matvecs + ncv - first
-        theta, S, order, nconv = ritz(H, beta)
+        theta, S, nconv = ritz(H, beta)
         # A NaN or inf in T (from NaN entries, or an exactly singular A - sigma I) stays:
         # stop at once instead of restarting maxiter times.
         broken = ~(jnp.all(jnp.isfinite(H)) & jnp.isfinite(beta))
@@ -239,39 +260,43 @@ def _lanczos(op, v0: Array, config: Config, tol: Array):
         extra = (ncv - k) // 2 if config.which == "SM" else jnp.minimum(nconv, (ncv - k) // 2)
         kept_count = jnp.minimum(k + extra, ncv - 1)
 
-        def thick_restart(V):
-            index = np.arange(ncv)
-            kept = index < kept_count
-            Y = jnp.where(
-                kept[:, None],
-                jnp.matmul(S[:, order].T, V[:ncv], precision=lax.Precision.HIGHEST),
-                0,
-            )
-            fresh = jnp.zeros_like(V).at[:ncv].set(Y).at[kept_count].set(V[ncv])
-            arrow = jnp.where(kept, beta * jnp.conj(S[ncv - 1, order]), 0).astype(dtype)
-            H = jnp.diag(jnp.where(kept, theta[order], 0).astype(dtype))
-            return fresh, H.at[:, kept_count].add(arrow)
-
-        V, H = lax.cond(done, lambda V: (V, H), thick_restart, V)
+        # The thick restart, one product: the kept Ritz vectors (most wanted first) become
+        # the first rows of V and the residual vector V[ncv] the next one. After the last
+        # restart too: V's first k rows are then the wanted Ritz vectors.
+        kept = rows < kept_count
+        combination = jnp.where(kept, jnp.pad(S, ((0, 1), (0, 0))), 0)
+        residual_row = (rows == kept_count) & (np.arange(ncv + 1)[:, None] == ncv)
+        combination = jnp.where(residual_row, 1, combination)
+        combination = jnp.pad(combination, ((0, 0), (0, 1)))
+        V = jnp.matmul(combination.T, V, precision=lax.Precision.HIGHEST)
+        # T: the kept Ritz values, and the arrow beta s_last in column kept_count.
+        arrow = jnp.where(kept, beta * jnp.conj(S[ncv - 1]), 0).astype(dtype)
+        diagonal = jnp.where(kept, theta, 0).astype(dtype)
+        column = rows[None, :]
+        H = jnp.where(
+            rows[:, None] == column,
+            diagonal[:, None],
+            jnp.where(column == kept_count, arrow[:, None], 0),
+        ).astype(dtype)
         first = jnp.where(done, first, kept_count)
-        return V, H, beta, first, iteration + 1, matvecs, done, (theta, S, order, nconv)
+        return V, H, beta, first, iteration + 1, matvecs, done, (theta[:k], nconv)
 
     V = jnp.zeros((ncv + 1, n), dtype).at[0].set(start)
     H = jnp.zeros((ncv, ncv), dtype)
     zero = jnp.int32(0)
-    # The last restart's Ritz pairs ride along (the loop stops before restarting H).
-    pairs = (
-        jnp.zeros((ncv,), real),
-        jnp.zeros((ncv, ncv), dtype),
-        jnp.zeros((ncv,), int),
+    # The last restart's wanted Ritz values ride along (the loop stops after restarting).
+    state = (
+        V,
+        H,
+        jnp.zeros((), real),
         zero,
+        zero,
+        zero,
+        jnp.bool_(False),
+        (jnp.zeros((k,), real), zero),
     )
-    state = (V, H, jnp.zeros((), real), zero, zero, zero, jnp.bool_(False), pairs)
-    V, _, _, _, iterations, matvecs, _, pairs = lax.while_loop(more, restart, state)
-    theta, S, order, nconv = pairs
-    wanted = order[:k]
-    Y = jnp.matmul(S[:, wanted].T, V[:ncv], precision=lax.Precision.HIGHEST)
-    return theta[wanted], Y, nconv >= k, nconv, iterations, matvecs
+    V, _, _, _, iterations, matvecs, _, (theta, nconv) = lax.while_loop(more, restart, state)
+    return theta, V[:k], nconv >= k, nconv, iterations, matvecs
 
 
 # -- one matrix ------------------------------------------------------------------------------
@@ -382,7 +407,7 @@ def _zero_tangent(x: Array) -> Array | np.ndarray:
 
 def check_hermitian(A: DiaParts) -> None:
     """A ValueError unless ``A`` (concrete data) is finite and Hermitian to 1000 rounding
-    errors of its largest entry. On the host, with SciPy: it also runs inside a trace that
+    errors of its largest entry. On the host, with NumPy: it also runs inside a trace that
     closes over a concrete matrix. Data that spans other processes is checked by a
     reduction on the devices instead (this host cannot fetch it; a NaN there fails the
     Hermitian test)."""
@@ -401,17 +426,7 @@ def check_hermitian(A: DiaParts) -> None:
                 "eigsh: A must not contain infs or NaNs, but "
                 f"A[{j - A.offsets[k]}, {j}] = {host[(*member, k, j)]}{where}"
             )
-        import scipy.sparse  # loaded on first use: importing jaxdia does not load SciPy
-
-        defect = scale = 0.0
-        for index in np.ndindex(*host.shape[:-2]):
-            S = scipy.sparse.dia_array(
-                (host[index].astype(work), np.array(A.offsets)), shape=A.shape
-            )
-            S = S.tocsr()
-            difference = abs(S - S.conj().T)
-            defect = max(defect, float(difference.max()) if difference.nnz else 0.0)
-            scale = max(scale, float(abs(S).max()) if S.nnz else 0.0)
+        defect, scale = _host_hermitian_defect(host.astype(work), A.offsets, A.shape[0])
     if not defect <= 1000 * float(np.finfo(work).eps) * scale:
         kind = "Hermitian" if np.dtype(A.data.dtype).kind == "c" else "symmetric"
         raise ValueError(
@@ -419,6 +434,28 @@ def check_hermitian(A: DiaParts) -> None:
             f"{defect:.3g} against max|A| = {scale:.3g}; use A + A.H (or (A + A.H) / 2) if "
             "the asymmetry is rounding"
         )
+
+
+def _host_hermitian_defect(
+    host: np.ndarray, offsets: tuple[int, ...], n: int
+) -> tuple[float, float]:
+    """``(max|A - A^H|, max|A|)`` of square DIA data on the host (``(..., n_diags, n)``,
+    zero outside the matrix): each stored diagonal against the conjugate of its mirror
+    image (zero where that is not stored), one slice of each per diagonal. Entry
+    ``(c - o, c)`` of offset ``o`` is ``data[k, c]``; its mirror ``(c, c - o)``, of offset
+    ``-o``, is ``data[k', c - o]``."""
+    stored = {offset: k for k, offset in enumerate(offsets)}
+    defect = 0.0
+    for k, offset in enumerate(offsets):
+        lo, hi = max(0, offset), min(n, n + offset)  # the columns inside the matrix
+        if lo >= hi:
+            continue
+        values = host[..., k, lo:hi]
+        mirror = stored.get(-offset)
+        if mirror is not None:
+            values = values - np.conj(host[..., mirror, lo - offset : hi - offset])
+        defect = max(defect, float(np.max(np.abs(values))))
+    return defect, float(np.max(np.abs(host), initial=0.0))
 
 
 @jax.jit

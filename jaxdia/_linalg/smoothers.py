@@ -106,6 +106,52 @@ def chebyshev_steps(
     return x, (r - matvec(d)) if residual else None
 
 
+def chebyshev_steps_by_ratio(
+    matvec: Callable[[Array], Array],
+    scale: Callable[[Array], Array],
+    b: Array,
+    x: Array | None,
+    upper: Array,
+    ratio: float,
+    steps: int,
+    residual: bool,
+) -> tuple[Array, Array | None]:
+    """:func:`chebyshev_steps` on ``[ratio * upper, upper]``: the recurrence's
+    coefficients depend on the interval only through ``ratio``, so they are computed here
+    once (in float64, NumPy) and scaled by ``1 / upper``; the compiled smoother holds one
+    division where :func:`chebyshev_steps` computes a few scalars per step (each its own
+    compiled kernel in XLA:CPU). The same polynomial, to rounding."""
+    sigma = (1 + ratio) / (1 - ratio)
+    theta, delta = (1 + ratio) / 2, (1 - ratio) / 2  # of an interval with upper = 1
+    rho = 1 / sigma
+    keep, new = [], []  # d = keep[k] d + new[k] / upper * scale(r) at step k
+    for _ in range(steps - 1):
+        rho_next = 1 / (2 * sigma - rho)
+        keep.append(rho_next * rho)
+        new.append(2 * rho_next / delta)
+        rho = rho_next
+    inverse = 1 / upper
+    r = b if x is None else b - matvec(x)
+    d = (inverse / theta).astype(r.dtype) * scale(r)
+    x = d if x is None else x + d
+
+    def step(carry: tuple[Array, Array, Array], keep, new) -> tuple[Array, Array, Array]:
+        x, r, d = carry
+        r = r - matvec(d)
+        d = keep.astype(r.dtype) * d + (new * inverse).astype(r.dtype) * scale(r)
+        return x + d, r, d
+
+    carry = (x, r, d)
+    if steps - 1 <= _UNROLL:
+        for k in range(steps - 1):
+            carry = step(carry, np.asarray(keep[k]), np.asarray(new[k]))
+    else:
+        keeps, news = jnp.asarray(keep), jnp.asarray(new)
+        carry = lax.fori_loop(0, steps - 1, lambda k, c: step(c, keeps[k], news[k]), carry)
+    x, r, d = carry
+    return x, (r - matvec(d)) if residual else None
+
+
 def jacobi_steps(
     matvec: Callable[[Array], Array],
     scale: Callable[[Array], Array],
@@ -216,8 +262,9 @@ def smooth(
 
     if kind == "jacobi":
         return jacobi_steps(matvec, scale, b, x, JACOBI_WEIGHT / rho, sweeps, residual)
-    lower = CHEBYSHEV_LOWER[dim] * rho
-    return chebyshev_steps(matvec, scale, b, x, lower, rho, sweeps, residual)
+    return chebyshev_steps_by_ratio(
+        matvec, scale, b, x, rho, CHEBYSHEV_LOWER[dim], sweeps, residual
+    )
 
 
 # -- what the preconditioners ask of A -------------------------------------------------------
