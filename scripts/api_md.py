@@ -130,7 +130,11 @@ def properties() -> set[str]:
     names = set()
     for cls_name in ("DiaMatrix", "ShardedDiaMatrix"):
         cls = getattr(jaxdia, cls_name)
-        names |= {f"{cls_name}.{n}" for n, v in vars(cls).items() if isinstance(v, property)}
+        names |= {
+            f"{cls_name}.{n}"
+            for n in dir(cls)
+            if isinstance(inspect.getattr_static(cls, n), property)
+        }
     return names
 
 
@@ -164,9 +168,12 @@ def render() -> str:
             if name in props:
                 ret = inspect.signature(obj).return_annotation  # type: ignore[arg-type]
                 head = name + ("" if ret is inspect.Signature.empty else f": {_annotation(ret)}")
-                out.append(f"#### `{head}` (property)\n\n{summary(obj)}\n")
+                head = f"{head}` (property)"
             else:
-                out.append(f"#### `{signature(name, obj)}`\n\n{summary(obj)}\n")
+                head = f"{signature(name, obj)}`"
+            # The groups of methods a class is built from say ``Self`` for the class.
+            head = re.sub(r"\bSelf\b", name.partition(".")[0], head)
+            out.append(f"#### `{head}\n\n{summary(obj)}\n")
     left = sorted(set(api) - done)
     if left:
         raise SystemExit(f"api_md.py: no section for {left}")
