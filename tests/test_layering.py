@@ -52,6 +52,7 @@ LAYERS = {
     "_kernels.xla": 2,
     "_kernels.xla_runs": 2,
     "_kernels.pallas_triton": 2,
+    "_kernels.pallas_mosaic_gpu_plan": 2,
     "_kernels.pallas_mosaic_gpu": 2,
     "_kernels.pallas_tpu": 2,
     "_kernels.lapack": 2,
