@@ -365,8 +365,10 @@ def bench_pivoting(n: int, rounds: int) -> None:
             run()
             cpu.append(time.process_time() - start)
         ratio = times["pivoting"] / times["dominant"]
-        print(f"| {label} | {n} | {times['dominant'] * 1e3:.1f} | {times['pivoting'] * 1e3:.1f} "
-              f"| {ratio:.1f}x | {cpu[0]:.2f} / {cpu[1]:.2f} |")  # fmt: skip
+        print(
+            f"| {label} | {n} | {times['dominant'] * 1e3:.1f} | {times['pivoting'] * 1e3:.1f} "
+            f"| {ratio:.1f}x | {cpu[0]:.2f} / {cpu[1]:.2f} |"
+        )
 
 
 def main() -> None:

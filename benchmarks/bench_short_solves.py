@@ -189,9 +189,15 @@ class Gbtrs:
             b = np.ascontiguousarray(b, dtype=np.float64)
             x = b.copy()
             info = run(
-                self.address, self.n, self.width, calls,
-                self.lu.ctypes.data, self.pivots.ctypes.data, b.ctypes.data, x.ctypes.data,
-            )  # fmt: skip
+                self.address,
+                self.n,
+                self.width,
+                calls,
+                self.lu.ctypes.data,
+                self.pivots.ctypes.data,
+                b.ctypes.data,
+                x.ctypes.data,
+            )
             assert info == 0, f"dgbtrs: info = {info}"
             return x
 

@@ -354,18 +354,41 @@ def factor_once(quick: bool) -> list[str]:
             t = time_stepping(f"heat 2-D {N}", S2, u0, steps, max(2, rounds - 2), factor)
             name = "`cho_factor`" if factor == "cholesky" else "`lu_factor`"
             target = "<= 2" if N == 100 else "(report)"
-            add(f"heat 2-D, {N} x {N} (band {N}), {steps} steps, {name} + scan", *t[:2],
-                target, t[2])  # fmt: skip
+            add(
+                f"heat 2-D, {N} x {N} (band {N}), {steps} steps, {name} + scan",
+                *t[:2],
+                target,
+                t[2],
+            )
         parts = breakdown(S2, max(2, rounds - 2))
-        add(f"  {N} x {N}: factorization alone, `cho_factor` vs `splu`", parts["splu"],
-            parts["cho_factor"], "(report)", 0.0)  # fmt: skip
-        add(f"  {N} x {N}: one solve, stored factor vs `splu(...).solve`", parts["splu.solve"],
-            parts["solve"], "(report)", 0.0)  # fmt: skip
+        add(
+            f"  {N} x {N}: factorization alone, `cho_factor` vs `splu`",
+            parts["splu"],
+            parts["cho_factor"],
+            "(report)",
+            0.0,
+        )
+        add(
+            f"  {N} x {N}: one solve, stored factor vs `splu(...).solve`",
+            parts["splu.solve"],
+            parts["solve"],
+            "(report)",
+            0.0,
+        )
     scipy_time, jax_time, in_loop, compile_time, fill = crank_nicolson(120, rounds, 5)
-    add("Crank-Nicolson 2-D, complex, n = 14400, band 120: per solve", scipy_time, jax_time,
-        "<= 2", compile_time)  # fmt: skip
-    add("  same, per step of 20 (SciPy: a loop; jaxdia: a jitted `lax.scan`)", *in_loop, "<= 2",
-        compile_time)  # fmt: skip
+    add(
+        "Crank-Nicolson 2-D, complex, n = 14400, band 120: per solve",
+        scipy_time,
+        jax_time,
+        "<= 2",
+        compile_time,
+    )
+    add(
+        "  same, per step of 20 (SciPy: a loop; jaxdia: a jitted `lax.scan`)",
+        *in_loop,
+        "<= 2",
+        compile_time,
+    )
     print(f"  (SuperLU's L + U hold {fill:.0f} entries per row; the band LU 2 * 120 + 1)")
     N = 120
     cn = sp.eye_array(N * N) + 0.5j * 1e-4 * laplacian_2d(N)
@@ -378,8 +401,13 @@ def factor_once(quick: bool) -> list[str]:
         t = factorization(name, S, kind, rounds)
         add(name, *t[:2], "<= 1.5", t[2])
     scipy_time, jax_time, stored, compile_time = many_tridiagonal(1000, 1000, rounds)
-    add("1000 tridiagonal systems, n = 1000, `vmap(solve_banded)`", scipy_time, jax_time,
-        ">= 10x faster (<= 0.1)", compile_time)  # fmt: skip
+    add(
+        "1000 tridiagonal systems, n = 1000, `vmap(solve_banded)`",
+        scipy_time,
+        jax_time,
+        ">= 10x faster (<= 0.1)",
+        compile_time,
+    )
     add("  same, `vmap(lu_solve)` with stored factors", scipy_time, stored, "(report)", 0.0)
     return lines
 

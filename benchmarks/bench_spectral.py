@@ -76,8 +76,8 @@ def compare(name, ours, scipy_call, check, rounds, inner):
     error = check(np.asarray(mine), reference)
     if not error <= 1e-10:
         raise AssertionError(f"{name}: jaxdia and SciPy differ by {error:.2e}")
-    t = {k: median for k, (median, _) in timed({"jaxdia": ours, "scipy": scipy_call}, rounds,
-                                                 inner).items()}  # fmt: skip
+    timings = timed({"jaxdia": ours, "scipy": scipy_call}, rounds, inner)
+    t = {k: median for k, (median, _) in timings.items()}
     compile_time = max(first - t["jaxdia"], 0.0)
     return (
         f"| {name} | {shown(t['scipy'])} | {shown(t['jaxdia'])} | "
@@ -107,8 +107,8 @@ def eigsh_rows(rounds, inner):
                 return float(np.abs(w - expected).max() / np.abs(expected).max())
 
             mode_text = ", ".join(f"{k}={v!r}" for k, v in mode.items())
-            rows.append(compare(f"eigsh, {label}, k=20, {mode_text}", ours, reference, check,
-                                rounds, inner))  # fmt: skip
+            name = f"eigsh, {label}, k=20, {mode_text}"
+            rows.append(compare(name, ours, reference, check, rounds, inner))
             print(rows[-1], flush=True)
     return rows
 
@@ -132,8 +132,8 @@ def expm_rows(rounds, inner):
             return float(np.abs(X - expected).max() / np.abs(expected).max())
 
         label = f"t = {t}" if grid is None else f"{grid} times in [0, {t}]"
-        rows.append(compare(f"expm_multiply, -i t H psi, n = 1e5, {label}", ours, reference,
-                            check, rounds, inner))  # fmt: skip
+        name = f"expm_multiply, -i t H psi, n = 1e5, {label}"
+        rows.append(compare(name, ours, reference, check, rounds, inner))
         print(rows[-1], flush=True)
     return rows
 

@@ -136,17 +136,26 @@ def main() -> int:
     value = float(objective(log_tau))
     oracle = dense_log_marginal if args.small else sparse_log_marginal
     expected = -oracle(np.asarray(log_tau), structure, y) / n
-    ok &= check("log likelihood", abs(value - expected) < 1e-9 * max(1, abs(expected)),
-                f"jaxdia {value:.12f}, {oracle.__name__} {expected:.12f}")  # fmt: skip
+    ok &= check(
+        "log likelihood",
+        abs(value - expected) < 1e-9 * max(1, abs(expected)),
+        f"jaxdia {value:.12f}, {oracle.__name__} {expected:.12f}",
+    )
     step = 1e-5
     numeric = [
-        (-oracle(np.asarray(log_tau) + step * e, structure, y) / n
-         + oracle(np.asarray(log_tau) - step * e, structure, y) / n) / (2 * step)
+        (
+            -oracle(np.asarray(log_tau) + step * e, structure, y) / n
+            + oracle(np.asarray(log_tau) - step * e, structure, y) / n
+        )
+        / (2 * step)
         for e in np.eye(2)
-    ]  # fmt: skip
+    ]
     grad = np.asarray(gradient(log_tau))
-    ok &= check("gradient", np.allclose(grad, numeric, rtol=1e-5, atol=1e-7),
-                f"jax.grad {grad}, central differences {np.asarray(numeric)}")  # fmt: skip
+    ok &= check(
+        "gradient",
+        np.allclose(grad, numeric, rtol=1e-5, atol=1e-7),
+        f"jax.grad {grad}, central differences {np.asarray(numeric)}",
+    )
 
     # A plain gradient descent with a backtracking step.
     start = time.perf_counter()

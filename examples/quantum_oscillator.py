@@ -43,8 +43,9 @@ def hamiltonian(n: int, L: float):
     ``[-L, L]``."""
     x = np.linspace(-L, L, n + 2)[1:-1]
     h = x[1] - x[0]
-    kinetic = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n),
-                           dtype=jnp.float64) * (0.5 / h**2)  # fmt: skip
+    kinetic = jaxdia.diags(
+        [-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n), dtype=jnp.float64
+    ) * (0.5 / h**2)
     potential = jaxdia.diags([x**2 / 2], offsets=[0], shape=(n, n))
     return kinetic + potential, x, h
 
@@ -157,10 +158,15 @@ def plot(path: Path, x, E, states, t, density, mean_x, x0) -> None:
     for level, state in zip(E[:6], states.T[:6]):
         ax.plot(x, level + 0.4 * state * np.sign(state[np.argmax(np.abs(state))]))
     ax.set(xlim=(-6, 6), ylim=(0, 6.5), xlabel="x", title="eigenstates (eigsh), offset by E_n")
-    image = axes[1].imshow(density.T, aspect="auto", origin="lower",
-                           extent=(t[0], t[-1], x[0], x[-1]), cmap="magma")  # fmt: skip
-    axes[1].set(ylim=(-2 * abs(x0), 2 * abs(x0)), xlabel="t", ylabel="x",
-                title="|psi(x, t)|^2 (expm_multiply)")  # fmt: skip
+    image = axes[1].imshow(
+        density.T, aspect="auto", origin="lower", extent=(t[0], t[-1], x[0], x[-1]), cmap="magma"
+    )
+    axes[1].set(
+        ylim=(-2 * abs(x0), 2 * abs(x0)),
+        xlabel="t",
+        ylabel="x",
+        title="|psi(x, t)|^2 (expm_multiply)",
+    )
     fig.colorbar(image, ax=axes[1])
     axes[2].plot(t, mean_x, label="<x>(t), expm_multiply")
     axes[2].plot(t, x0 * np.cos(t), "--", label="x0 cos t")

@@ -169,9 +169,12 @@ def main() -> int:
     ok &= check("smoothed variances", bool(error < 1e-8), f"max relative error {error:.1e}")
     # Relative to the terms it is the difference of (1/2 h^T J^-1 h and c/2 cancel).
     error = abs(float(loglik) - expected_loglik) / (abs(c) + abs(expected_loglik))
-    ok &= check("log-likelihood", error < 1e-10,
-                f"jaxdia {float(loglik):.6f}, Kalman filter {expected_loglik:.6f}, "
-                f"error {error:.1e} relative to the cancelling terms")  # fmt: skip
+    ok &= check(
+        "log-likelihood",
+        error < 1e-10,
+        f"jaxdia {float(loglik):.6f}, Kalman filter {expected_loglik:.6f}, "
+        f"error {error:.1e} relative to the cancelling terms",
+    )
     return 0 if ok else 1
 
 

@@ -67,6 +67,19 @@ def index_dtype(size: int) -> type:
     return np.int64
 
 
+def real_dtype(dtype: DTypeLike) -> np.dtype:
+    """The real dtype of ``dtype``'s precision: ``float32`` for ``complex64``, a real
+    floating dtype itself.
+
+    Example:
+      >>> import numpy as np
+      >>> from jaxdia._geometry import real_dtype
+      >>> real_dtype(np.complex64), real_dtype(np.float64)
+      (dtype('float32'), dtype('float64'))
+    """
+    return np.dtype(np.finfo(dtype).dtype)
+
+
 def accumulation_dtype(dtype: DTypeLike) -> np.dtype:
     """The dtype sums run in: float32 for 16-bit floats, else ``dtype`` itself."""
     dtype = np.dtype(dtype)

@@ -31,6 +31,37 @@ details and a runnable example each (`help(jaxdia.diags)`); the examples run as 
 in `make test`. Examples assume JAX's defaults (x64 off, so `float32`).
 """
 
+#: The families of names and the guide page of each (the table rows are Markdown's, one a
+#: line, hence longer than the code's line length).
+GLANCE = """\
+## At a glance
+
+| | |
+|---|---|
+| `DiaMatrix(data, offsets, shape)` | construct (validated, canonicalized) |
+| `DiaMatrix.from_scipy(S)`, `A.to_scipy()`, `from_dense`, `todense`, `from_bcoo`, ... | lossless conversions (any `scipy.sparse` format in) |
+| `jaxdia.diags`, `jaxdia.eye`, `jaxdia.kron` | SciPy's `diags_array`, `eye_array`, `kron` |
+| `A @ X`, `X @ A`, `A @ B`, `jaxdia.matmul(A, X, implementation=None)` | products, `jnp.matmul` broadcasting |
+| `A.traces(q)`, `A.trace(k)`, `A.diagonal(k)`, `jaxdia.traces(M, q)` | offset traces and diagonals (dense `M` too) |
+| `A.T`, `A.H`, `A + B`, `A * B`, `A ** p`, `abs(A)`, `A.sum(axis)`, ... | arithmetic and reductions staying in DIA (`dia_array` semantics) |
+| `jaxdia.align`, `A.with_offsets`, `A.eliminate_zeros()`; `save_npz`, `load_npz` | structure helpers; SciPy's `.npz` files |
+| `jaxdia.lu_factor`, `cho_factor`, `solve_banded`, `solveh_banded`, `factorized` | [banded direct solves, factor once; periodic bands too](solvers.md#direct-solves-factor-once-solve-many) |
+| `jaxdia.slogdet`, `lu.slogdet()`, `cho.logdet()`, `selected_inverse` | [log-determinants differentiable at banded cost; the inverse on the band](solvers.md#determinants-and-the-selected-inverse) |
+| `jaxdia.lstsq_banded`; `BandedSolver` on tall operators | [banded least squares](solvers.md#least-squares-lstsq_banded) |
+| `jaxdia.multigrid(A, grid)`, `chebyshev`, `jacobi`; `jaxdia.cg`, `bicgstab`, `gmres` | [preconditioners (also SciPy's `M=`); solvers reporting convergence on the true residual](solvers.md#preconditioners-and-solvers-that-report), taking [SciPy's operators](migration.md#operators) (`LinearOperator`, matrices, lineax), `callback` and `x0="Mb"` |
+| `jaxdia.ilu0(A, grid)`, `jaxdia.ic0(A, grid)` | [incomplete LU and Cholesky (ILU(0), IC(0)) for convection-dominated problems](solvers.md#incomplete-factorizations-ilu0-and-ic0) |
+| `jaxdia.DiaLinearOperator`, `jaxdia.BandedSolver` | [lineax](solvers.md#scipys-solvers-and-lineax) |
+| `jaxdia.jacobian`, `value_and_jacobian`; `BandedSolver(offsets)`, `MultigridSolver` | [banded Jacobians from a few JVPs; Newton (optimistix), diffrax](nonlinear.md) |
+| `jaxdia.solve_ivp(..., method="BDF")`, `jaxdia.odeint` | [stiff integration keeping the banded Jacobian and its LU across steps (SciPy BDF's steps)](nonlinear.md#stiff-integrators-that-keep-their-jacobian-jaxdiasolve_ivp) |
+| `jaxdia.eigsh`, `jaxdia.expm_multiply` | [SciPy's, differentiable, under `jit`/`vmap`](solvers.md#eigenvalues-and-the-matrix-exponential) |
+| `A.matvec`, `A.rmatvec`, `A.matmat`, `A.rmatmat` | [SciPy's `LinearOperator` protocol](migration.md#handing-a-diamatrix-or-a-jaxdia-preconditioner-to-scipy) |
+| `jaxdia.shard(A, mesh, axis)`, sharded `data` | [several devices and processes, `Explicit` or `Auto` mesh axes; `cg`, `jacobi`, `chebyshev`, `multigrid` on sharded matrices](sharding.md) |
+| `jaxdia.testing` | Hypothesis strategies for your own property tests |
+
+Everything but file I/O runs under `jit`, `vmap` and `grad`. JAX's own `cg` and `bicgstab`
+take `A` as it is; JAX's `gmres` does not report: use `jaxdia.gmres`
+([`solvers.md`](solvers.md#iterative-solvers))."""  # noqa: E501
+
 SECTIONS = (
     ("The matrix", ("jaxdia.DiaMatrix",), "DiaMatrix."),
     (
@@ -130,7 +161,11 @@ def properties() -> set[str]:
     names = set()
     for cls_name in ("DiaMatrix", "ShardedDiaMatrix"):
         cls = getattr(jaxdia, cls_name)
-        names |= {f"{cls_name}.{n}" for n, v in vars(cls).items() if isinstance(v, property)}
+        names |= {
+            f"{cls_name}.{n}"
+            for n in dir(cls)
+            if isinstance(inspect.getattr_static(cls, n), property)
+        }
     return names
 
 
@@ -138,7 +173,7 @@ def render() -> str:
     api = public_api()
     props = properties()
     done: set[str] = set()
-    out = [HEADER]
+    out = [HEADER, GLANCE]
     for title, prefixes, member_prefix in SECTIONS:
         names = [
             n
@@ -164,9 +199,12 @@ def render() -> str:
             if name in props:
                 ret = inspect.signature(obj).return_annotation  # type: ignore[arg-type]
                 head = name + ("" if ret is inspect.Signature.empty else f": {_annotation(ret)}")
-                out.append(f"#### `{head}` (property)\n\n{summary(obj)}\n")
+                head = f"{head}` (property)"
             else:
-                out.append(f"#### `{signature(name, obj)}`\n\n{summary(obj)}\n")
+                head = f"{signature(name, obj)}`"
+            # The groups of methods a class is built from say ``Self`` for the class.
+            head = re.sub(r"\bSelf\b", name.partition(".")[0], head)
+            out.append(f"#### `{head}\n\n{summary(obj)}\n")
     left = sorted(set(api) - done)
     if left:
         raise SystemExit(f"api_md.py: no section for {left}")

@@ -37,9 +37,14 @@ class Forced:
     method="scan")``, and ``jax.jit(Forced("scan").lu_factor)`` compiles with it."""
 
     FUNCTIONS = (
-        "lu_factor", "cho_factor", "solve_banded", "solveh_banded", "factorized", "slogdet",
+        "lu_factor",
+        "cho_factor",
+        "solve_banded",
+        "solveh_banded",
+        "factorized",
+        "slogdet",
         "selected_inverse",
-    )  # fmt: skip
+    )
 
     def __init__(self, method: str):
         self.method = method

@@ -45,18 +45,20 @@ def _top_level() -> dict[str, object]:
 
 
 def _members(cls: type) -> dict[str, object]:
-    """Public methods and properties defined on ``cls`` itself (slots are attributes,
-    described in the class docstring)."""
+    """Public methods and properties of ``cls``, its own and those of the classes it is
+    built from (``DiaMatrix``'s groups of methods), each as the class finds it (slots are
+    attributes, described in the class docstring)."""
     members = {}
-    for name, value in vars(cls).items():
-        if name.startswith("_") or name in PROTOCOL:
-            continue
-        if isinstance(value, property):
-            members[name] = value.fget
-        elif isinstance(value, (classmethod, staticmethod)):
-            members[name] = value.__func__
-        elif inspect.isfunction(value):
-            members[name] = value
+    for base in reversed(cls.__mro__):  # a subclass's definition replaces its base's
+        for name, value in vars(base).items():
+            if name.startswith("_") or name in PROTOCOL:
+                continue
+            if isinstance(value, property):
+                members[name] = value.fget
+            elif isinstance(value, (classmethod, staticmethod)):
+                members[name] = value.__func__
+            elif inspect.isfunction(value):
+                members[name] = value
     return members
 
 

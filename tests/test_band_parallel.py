@@ -174,8 +174,8 @@ def test_the_rule_catches_a_scan(monkeypatch):
     scan = Forced("scan")
 
     def make(n):
-        return (lambda A, b: scan.lu_factor(A).solve(b)), (_band(n, BANDS["pentadiagonal"]),
-                                                         jnp.ones(n, jnp.float32))  # fmt: skip
+        A, b = _band(n, BANDS["pentadiagonal"]), jnp.ones(n, jnp.float32)
+        return (lambda A, b: scan.lu_factor(A).solve(b)), (A, b)
 
     with pytest.raises(AssertionError):
         assert_no_loop_grows(make, "cuda")
@@ -382,10 +382,14 @@ def test_unsolvable_systems_are_nan_on_accelerators(platform):
     b = jnp.asarray(rhs((2, 1, n), seed=17))
     solve = jax.jit(
         functools.partial(
-            band_primitives._solve_parallel, layout=band_layouts.ONESHOT, widths=(1, 1), trans=0,
-            offsets=good.offsets, platform=platform,
+            band_primitives._solve_parallel,
+            layout=band_layouts.ONESHOT,
+            widths=(1, 1),
+            trans=0,
+            offsets=good.offsets,
+            platform=platform,
         )
-    )  # fmt: skip
+    )
     x = solve(data, b)
     np.testing.assert_allclose(x[0, 0], scipy_solve(good, b[0, 0]), rtol=1e-12)
     assert np.isnan(x[1]).all()

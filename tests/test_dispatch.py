@@ -75,7 +75,7 @@ PLANS = [
     (
         (WIDE, 100, None, Use.FACTOR, "parallel", "cpu"),
         Plan(CR, (2, 1), None, "parallel", pivoted=True),
-    ),  # fmt: skip
+    ),
     ((WIDE, 100, None, Use.FACTOR, "lapack", "tpu"), Plan(GB, (2, 1), None, "lapack")),
     ((TRIDIAGONAL, 100, None, Use.FACTOR, "scan", "gpu"), Plan(GT, (), None, "scan")),
     # Cholesky: one triangle's band; Takahashi's recurrences on LAPACK's factor on CPU
@@ -83,13 +83,13 @@ PLANS = [
     (
         (PENTADIAGONAL, 100, True, Use.FACTOR, "auto", "cpu"),
         Plan(PB, (2, 1), True, takahashi=True),
-    ),  # fmt: skip
+    ),
     ((WIDE, 100, False, Use.FACTOR, "auto", "cpu"), Plan(PT, (), False, takahashi=True)),
     ((PENTADIAGONAL, 100, False, Use.FACTOR, "auto", "tpu"), Plan(CH, (2, 0), False)),
     (
         (PENTADIAGONAL, 100, False, Use.FACTOR, "parallel", "cpu"),
         Plan(CH, (2, 0), False, "parallel"),
-    ),  # fmt: skip
+    ),
     ((PENTADIAGONAL, 100, False, Use.FACTOR, "lapack", "gpu"), Plan(PB, (2, 0), False, "lapack")),
     # periodic: the band's layout, the corners split off, the whole band as the fallback
     (
@@ -108,14 +108,14 @@ PLANS = [
             split=Split((0, 1), 1, 0, (1, 0)),
             fallback=Plan(GB, (1, 99), pivoted=True),
             pivoted=True,
-        ),  # fmt: skip
+        ),
     ),
     # too small to tell the corners from the band, or corners too far in: the whole band
     ((TRIDIAGONAL, 2, None, Use.FACTOR, "auto", "cpu"), Plan(GT, (), pivoted=True)),
     (
         ((-40, -1, 0, 1, 40), 100, None, Use.FACTOR, "auto", "cpu"),
         Plan(GB, (40, 40), pivoted=True),
-    ),  # fmt: skip
+    ),
     # a Cholesky factor never splits: the corners are part of its band
     ((PERIODIC, 100, False, Use.FACTOR, "auto", "cpu"), Plan(PB, (99, 0), False, takahashi=True)),
     # one solve: a one-shot factor, unless periodic or LAPACK's layouts are forced
@@ -124,7 +124,7 @@ PLANS = [
     (
         (WIDE, 100, None, Use.SOLVE, "parallel", "cpu"),
         Plan(ONESHOT, (2, 1), None, "parallel", pivoted=True),
-    ),  # fmt: skip
+    ),
     ((WIDE, 100, None, Use.SOLVE, "lapack", "cpu"), Plan(GB, (2, 1), None, "lapack", pivoted=True)),
     ((TRIDIAGONAL, 100, None, Use.SOLVE, "scan", "cpu"), Plan(GT, (), None, "scan", pivoted=True)),
     (
@@ -144,7 +144,7 @@ PLANS = [
     (
         (PENTADIAGONAL, 100, False, Use.INVERSE, "auto", "cpu"),
         Plan(PB, (2, 0), False, takahashi=True),
-    ),  # fmt: skip
+    ),
     (((-3, 0, 1), 100, False, Use.INVERSE, "auto", "cpu"), Plan(PT, (), False)),
     ((PENTADIAGONAL, 100, False, Use.INVERSE, "auto", "gpu"), Plan(CH, (2, 0), False)),
     (

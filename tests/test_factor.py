@@ -182,7 +182,7 @@ def test_lu_matches_scipy(forced, lower, upper, dtype, columns):
             (2, 3, np.float32),
         ],
         scan=[1, 2, 4],
-    ),  # fmt: skip
+    ),
     indirect=["forced"],
 )
 def test_lu_factor_is_lapacks(forced, lower, upper, dtype):
@@ -276,7 +276,7 @@ def test_lu_property(data):
             (2, np.complex64, None, True),
         ],
         scan=[2, 3, 5],
-    ),  # fmt: skip
+    ),
     indirect=["forced"],
 )
 def test_cholesky_matches_scipy(forced, kd, dtype, columns, lower):
@@ -368,10 +368,14 @@ def test_factorized_matches_splu():
     rng = np.random.default_rng(0)
     n = 30
     S = sp.diags_array(
-        [rng.standard_normal(n - 3), rng.standard_normal(n - 1), 6 + rng.random(n),
-         rng.standard_normal(n - 2)],
+        [
+            rng.standard_normal(n - 3),
+            rng.standard_normal(n - 1),
+            6 + rng.random(n),
+            rng.standard_normal(n - 2),
+        ],
         offsets=[-3, -1, 0, 2],
-    ).tocsc()  # fmt: skip
+    ).tocsc()
     A = jaxdia.DiaMatrix.from_scipy(S)
     b = rhs((n, 2))
     solve = jaxdia.factorized(A)
@@ -606,7 +610,7 @@ def test_lu_gradients(forced, lower, upper, dtype, trans, columns):
             (2, np.float64, False),
         ],
         scan=[1],
-    ),  # fmt: skip
+    ),
     indirect=["forced"],
 )
 def test_cholesky_gradients(forced, kd, dtype, lower):
@@ -794,17 +798,15 @@ def test_pytree_structure():
     restored = pickle.loads(pickle.dumps(lu))
     np.testing.assert_array_equal(restored.lu, lu.lu)
     c = jaxdia.cho_factor(hermitian_band(5, 1), lower=True)
-    assert [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(c)[0]] == [
-        ".data", ".d", ".e", ".info"
-    ]  # fmt: skip
+    keys = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(c)[0]]
+    assert keys == [".data", ".d", ".e", ".info"]
     assert repr(c) == (
         "BandedCholesky(shape=(5, 5), dtype=float64, kind='tridiagonal', lower=True, bandwidth=1)"
     )
     assert c.matrix.shape == (5, 5) and c.factors[0].shape == (5,)
     band = jaxdia.cho_factor(hermitian_band(6, 2))
-    assert [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(band)[0]] == [
-        ".data", ".c", ".info"
-    ]  # fmt: skip
+    keys = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(band)[0]]
+    assert keys == [".data", ".c", ".info"]
     assert band.bandwidth == 2
 
 

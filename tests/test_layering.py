@@ -12,8 +12,10 @@ bottom up (``CONTRIBUTING.md`` describes them):
    foundations (and itself), and it is the only place that registers a lowering;
 3. array-level operations on ``(data, offsets, shape)``: conversions, products, traces,
    arithmetic (never ``DiaMatrix``);
-4. the ``DiaMatrix`` class and its constructors, and the row-sharded
-   ``ShardedDiaMatrix`` beside it (the solvers take both);
+4. the ``DiaMatrix`` class, assembled from groups of thin methods (elementwise
+   arithmetic, reductions, structure edits, products and SciPy's operator protocol) over
+   one base, and its constructors, and the row-sharded ``ShardedDiaMatrix`` beside it
+   (the solvers take both);
 5. ``_linalg/``: banded factors, Krylov solvers, preconditioners, multigrid, ``eigsh``,
    ``expm_multiply``, in five steps: modules that import no sibling (the Krylov loops,
    smoothers, ILU rows, stencil geometry, ...); banded solves, Jacobi and deep halos; the
@@ -50,6 +52,7 @@ LAYERS = {
     "_kernels.xla": 2,
     "_kernels.xla_runs": 2,
     "_kernels.pallas_triton": 2,
+    "_kernels.pallas_mosaic_gpu_plan": 2,
     "_kernels.pallas_mosaic_gpu": 2,
     "_kernels.pallas_tpu": 2,
     "_kernels.lapack": 2,
@@ -68,6 +71,11 @@ LAYERS = {
     "_traces": 3,
     "_colouring": 3,
     "_ops": 3,
+    "_matrix_base": 4,
+    "_matrix_elementwise": 4,
+    "_matrix_reductions": 4,
+    "_matrix_structure": 4,
+    "_matrix_operator": 4,
     "_matrix": 4,
     "_functions": 4,
     "_construct": 4,
@@ -229,6 +237,8 @@ def test_imports_within_a_layer_have_an_order():
     assert depths["_linalg.plan"] < depths["_linalg.banded"] < depths["_linalg.factor"]
     assert depths["_linalg.multigrid"] > depths["_linalg.multigrid_hierarchy"]
     assert depths["_kernels.band_primitives"] > depths["_kernels.band_parallel"]
+    groups = ("_matrix_elementwise", "_matrix_reductions", "_matrix_structure", "_matrix_operator")
+    assert all(depths["_matrix_base"] < depths[group] < depths["_matrix"] for group in groups)
 
 
 def test_kernels_import_only_the_foundations():
@@ -261,10 +271,11 @@ def test_backends_do_not_import_each_other():
 
 
 def test_the_layering_test_sees_imports():
-    # A guard against a parser that finds nothing: _matrix imports from below, and the
-    # folders' relative imports resolve.
+    # A guard against a parser that finds nothing: the matrix modules import from below,
+    # and the folders' relative imports resolve.
     modules = _modules()
-    assert {"_ops", "_checks", "_geometry"} <= modules["_matrix"]
+    assert {"_convert", "_checks", "_matrix_operator"} <= modules["_matrix"]
+    assert {"_ops", "_matrix_base", "_parts"} <= modules["_matrix_elementwise"]
     assert {"_kernels.band_scan", "_kernels.lapack", "_geometry"} <= modules[
         "_kernels.band_primitives"
     ]

@@ -289,9 +289,11 @@ def test_cholesky_logdet_gradient(method, lower, dtype):
 
     clean = jnp.where(jnp.isfinite(A.data), A.data, 0)
     np.testing.assert_allclose(
-        jax.grad(loss)(A.data), jnp.where(jnp.isfinite(A.data), jax.grad(dense_loss)(clean), 0),
-        rtol=1e-9, atol=1e-12,
-    )  # fmt: skip
+        jax.grad(loss)(A.data),
+        jnp.where(jnp.isfinite(A.data), jax.grad(dense_loss)(clean), 0),
+        rtol=1e-9,
+        atol=1e-12,
+    )
 
 
 def test_hessian_matches_dense():
@@ -492,9 +494,11 @@ def test_selected_inverse_hermitian_reads_one_triangle_whatever_the_other_holds(
     inverse of the Hermitian matrix that triangle defines (they once held other entries)."""
     n = 7
     read = [0.7, -0.4] if not lower else [-0.4, 0.7]
-    A = jaxdia.diags([0.5, *read] if not lower else [*read, 0.5], offsets=(
-        [-3, 0, 1] if not lower else [-1, 0, 3]
-    ), shape=(n, n))  # fmt: skip
+    A = jaxdia.diags(
+        [0.5, *read] if not lower else [*read, 0.5],
+        offsets=[-3, 0, 1] if not lower else [-1, 0, 3],
+        shape=(n, n),
+    )
     triangle = np.triu(dense_f64(A)) if not lower else np.tril(dense_f64(A))
     hermitian = triangle + triangle.T - np.diag(np.diag(triangle)) + 2 * np.eye(n)
     A = A + 2 * jaxdia.eye(n)
@@ -643,9 +647,11 @@ def test_pivoting_selected_inverse_and_gradient(n, offsets, kind, dtype, batch):
     gradient = dense_gradient(A)
     for fn in (jax.jit(selected),):
         np.testing.assert_allclose(
-            on_pattern(A, fn(A.data))[..., pattern(A)], expected[..., pattern(A)],
-            rtol=tol, atol=tol,
-        )  # fmt: skip
+            on_pattern(A, fn(A.data))[..., pattern(A)],
+            expected[..., pattern(A)],
+            rtol=tol,
+            atol=tol,
+        )
     assert_on_pattern(A, jax.jit(jax.grad(loss))(A.data), gradient, dtype, scale=5)
     if batch:
         vmapped = jax.vmap(selected)(A.data)

@@ -38,7 +38,7 @@ from .core import (
     dia_data,
     pick,
     raised,
-)  # fmt: skip
+)
 
 TIMEOUT = 90.0
 

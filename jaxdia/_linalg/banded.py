@@ -41,7 +41,7 @@ from jax import Array, lax
 from jax.typing import ArrayLike
 
 from .._checks import check_rhs, is_traced, result_dtype
-from .._geometry import accumulation_dtype, in_bounds
+from .._geometry import accumulation_dtype, in_bounds, real_dtype
 from .._kernels import band_primitives as prims
 from .._kernels.band_layouts import GT, PT, Layout
 from .._kernels.primitives import spmm
@@ -71,10 +71,6 @@ jax.tree_util.register_pytree_node(
     lambda factor: ((factor.arrays, factor.correction, factor.info), factor.plan),
     lambda plan, leaves: Factor(plan, leaves[0], leaves[2], leaves[1]),
 )
-
-
-def _real(dtype: np.dtype) -> np.dtype:
-    return np.dtype(np.finfo(dtype).dtype)
 
 
 def _clean(data: Array, offsets: tuple[int, ...]) -> Array:
@@ -130,7 +126,7 @@ def _cholesky_operands(
         return (data,), ()
     if layout is PT:
         data = _clean(data, offsets)
-        d = _diagonal(data, offsets, 0).real.astype(_real(data.dtype))
+        d = _diagonal(data, offsets, 0).real.astype(real_dtype(data.dtype))
         if lower:
             e = _diagonal(data, offsets, -1)  # A[i + 1, i], column i
         else:  # A[i + 1, i] = conj(A[i, i + 1]), column i + 1
@@ -167,9 +163,13 @@ def _factor(
     else:
         operands, placement = _cholesky_operands(data, offsets, layout, widths, lower)
     *arrays, info = prims.factor(
-        *operands, layout=layout, widths=widths, placement=placement, offsets=offsets,
+        *operands,
+        layout=layout,
+        widths=widths,
+        placement=placement,
+        offsets=offsets,
         method=method,
-    )  # fmt: skip
+    )
     # LAPACK factors NaN and inf without complaint (a NaN pivot is no zero pivot): say so
     # in info, where SciPy's check_finite would have refused the matrix.
     return tuple(arrays), jnp.where(finite(data, offsets, lower), info, NON_FINITE_ENTRY)
@@ -231,9 +231,13 @@ def factor(A: DiaParts, plan: Plan) -> Factor:
         return Factor(plan, (), jnp.zeros(A.batch_shape, np.int32))
     if plan.split is None:
         arrays, info = _factor(
-            A.data, offsets=A.offsets, layout=plan.layout, widths=plan.widths,
-            lower=plan.lower, method=plan.method,
-        )  # fmt: skip
+            A.data,
+            offsets=A.offsets,
+            layout=plan.layout,
+            widths=plan.widths,
+            lower=plan.lower,
+            method=plan.method,
+        )
         return Factor(plan, arrays, info)
     corrected = factor_periodic(A, plan)
     if is_traced(corrected.info) or not np.any(np.asarray(corrected.info)):
@@ -318,7 +322,7 @@ def _compiled_solve(
             trans=trans,
             function=function,
             nan_on_failure=nan_on_failure,
-        )  # fmt: skip
+        )
     )
 
 
@@ -361,7 +365,7 @@ def _solve(
     real_factor = jnp.issubdtype(work, jnp.complexfloating) and not jnp.issubdtype(
         factor_dtype, jnp.complexfloating
     )
-    precision = _real(work) if real_factor else work
+    precision = real_dtype(work) if real_factor else work
     arrays = _in_precision(plan.layout, arrays, band, precision, real_factor)
     failed = (info != 0)[..., None, None]
     nan_where = failed if nan_on_failure else None
@@ -415,7 +419,7 @@ def _in_precision(
             # jaxdia._kernels.band_refine).
             return array
         if index in layout.real_arrays:  # the real diagonal of L D L^H
-            return array.astype(_real(precision))
+            return array.astype(real_dtype(precision))
         return array.astype(precision)
 
     arrays = tuple(cast(index, array) for index, array in enumerate(arrays))
@@ -441,10 +445,14 @@ def _band_solve(
 
         def primitive(columns: Array) -> Array:
             return prims.solve(
-                *arrays, columns.astype(precision), layout=plan.layout, widths=plan.widths,
+                *arrays,
+                columns.astype(precision),
+                layout=plan.layout,
+                widths=plan.widths,
                 trans=min(t, 1) if real_factor else t,  # a real factor's A^H is A^T
-                offsets=offsets if plan.layout.refined else (), method=plan.method,
-            )  # fmt: skip
+                offsets=offsets if plan.layout.refined else (),
+                method=plan.method,
+            )
 
         x = _complex_on_real(primitive, columns) if real_factor else primitive(columns)
         if failed is not None:

@@ -39,17 +39,13 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from .._geometry import in_bounds
+from .._geometry import in_bounds, real_dtype
 from .._kernels.band_layouts import GB, GT, PB, PT
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from . import banded, periodic
 from .plan import Plan, choose
 from .selected_inverse import factor_data, selected_data
-
-
-def _real(dtype: np.dtype) -> np.dtype:
-    return np.dtype(np.finfo(dtype).dtype)
 
 
 def _pivot_terms(diagonal: Array, swaps: Array) -> tuple[Array, Array]:
@@ -85,7 +81,7 @@ def _block_terms(inverses: list[Array]) -> tuple[Array, Array]:
     dtype = inverses[-1].dtype
     shape = inverses[-1].shape[:-3]
     sign = jnp.prod(jnp.stack(signs), axis=0) if signs else jnp.ones(shape, dtype)
-    logabs = jnp.sum(jnp.stack(logs), axis=0) if logs else jnp.zeros(shape, _real(dtype))
+    logabs = jnp.sum(jnp.stack(logs), axis=0) if logs else jnp.zeros(shape, real_dtype(dtype))
     return sign, logabs
 
 
@@ -121,7 +117,7 @@ def factor_slogdet(factor: banded.Factor, n: int) -> tuple[Array, Array]:
         arrays = factor.arrays
         dtype = np.dtype(arrays[factor.plan.layout.typed_array].dtype if arrays else np.float32)
         shape = factor.info.shape
-        return jnp.ones(shape, dtype), jnp.zeros(shape, _real(dtype))
+        return jnp.ones(shape, dtype), jnp.zeros(shape, real_dtype(dtype))
     sign, logabs = band_slogdet(factor)
     info = factor.info
     readable = info == 0

@@ -239,8 +239,9 @@ def _systems_under_vmap(offsets: tuple[int, ...], transpose: bool):
             x if mapped else jnp.broadcast_to(x, (size, *x.shape))
             for x, mapped in zip((values, ok, data), batched, strict=True)
         )
-        out = recompute(values.reshape(-1, *values.shape[2:]), ok.reshape(-1),
-                        data.reshape(-1, *data.shape[2:]))  # fmt: skip
+        out = recompute(
+            values.reshape(-1, *values.shape[2:]), ok.reshape(-1), data.reshape(-1, *data.shape[2:])
+        )
         return out.reshape(values.shape), True
 
     return recompute
@@ -544,9 +545,13 @@ def selected_inverse(
         raise TypeError(f"selected_inverse: lower must be a bool, got {type(lower).__name__}")
     parts, triangle = A._parts, bool(lower)
     plan = choose(
-        parts.offsets, parts.shape[0], None if assume_a == "gen" else triangle,
-        use=Use.INVERSE, method=method, function="selected_inverse",
-    )  # fmt: skip
+        parts.offsets,
+        parts.shape[0],
+        None if assume_a == "gen" else triangle,
+        use=Use.INVERSE,
+        method=method,
+        function="selected_inverse",
+    )
     if plan.compiled_whole:
         data = _compiled_selected_inverse(
             parts.data, parts.offsets, parts.shape, assume_a, triangle, plan
