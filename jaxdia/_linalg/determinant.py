@@ -44,7 +44,7 @@ from .._kernels.band_layouts import GB, GT, PB, PT
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
 from . import banded, periodic
-from .plan import Plan, choose
+from .plan import Plan, choose, pivoted_lu
 from .selected_inverse import factor_data, selected_data
 
 
@@ -135,6 +135,8 @@ def factor_slogdet(factor: banded.Factor, n: int) -> tuple[Array, Array]:
         # nearly singular next to A (large growth) rounds S to singular too.
         accurate = periodic.growth(correction.corrections) <= periodic.MAX_GROWTH
         readable = (info == 0) | ((info == periodic.SINGULAR) & accurate)
+    # A reduction that met a singular block reads NaN from it: both are NaN then.
+    readable = readable & ~jnp.isnan(logabs)
     sign = jnp.where(readable, sign, jnp.nan)
     logabs = jnp.where(readable, logabs, jnp.nan)
     return sign, logabs
@@ -145,7 +147,21 @@ def _slogdet(data: Array, factor: banded.Factor, offsets: tuple[int, ...]) -> tu
     """``(sign, log|det A|)`` of ``A = (data, offsets)`` from its ``factor`` (a Cholesky
     factor: of the Hermitian matrix that its triangle defines), differentiable in ``data``
     (the factor's arrays get no derivative)."""
-    return factor_slogdet(factor, data.shape[-1])
+    n = data.shape[-1]
+    sign, logabs = factor_slogdet(factor, n)
+    pivoted = pivoted_lu(factor.plan)
+    if pivoted is None or n == 0:
+        return sign, logabs
+    # Where cyclic reduction met a singular block (its info is LAPACK's, so only the NaN
+    # says so), the determinant is read from LAPACK's pivoted LU, as the solves fall back.
+    failed = jnp.isnan(logabs) & (factor.info >= 0)
+
+    def from_pivoted_lu() -> tuple[Array, Array]:
+        lu = banded.factor(DiaParts(data, offsets, (n, n)), pivoted)
+        s, log = factor_slogdet(lu, n)
+        return jnp.where(failed, s, sign), jnp.where(failed, log, logabs)
+
+    return jax.lax.cond(jnp.any(failed), from_pivoted_lu, lambda: (sign, logabs))
 
 
 @_slogdet.defjvp

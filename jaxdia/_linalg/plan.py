@@ -205,6 +205,16 @@ def _choose(
     return plan
 
 
+def pivoted_lu(plan: Plan) -> Plan | None:
+    """The plan of LAPACK's LU with partial pivoting that a cyclic reduction's LU ``plan``
+    (of a whole band) reads where the reduction met a singular block, on the platforms
+    whose solves fall back to LAPACK (``plan.pivoted``); None elsewhere."""
+    if plan.layout is not CR or not plan.pivoted or plan.split is not None:
+        return None
+    kl, ku = plan.widths
+    return Plan(*_lu_layout((kl, ku), cyclic=False), method="lapack")
+
+
 def _lu_layout(widths: tuple[int, int], cyclic: bool) -> tuple[Layout, tuple[int, ...]]:
     """The LU factor's layout and its widths, for a band of ``widths`` ``(kl, ku)``."""
     if cyclic:
