@@ -461,8 +461,7 @@ def _sum(A: DiaParts, axis: int | None, dtype: np.dtype | None) -> Array:
             return _sum_diagonals(_filled(A), dtype)
         return jnp.sum(_filled(A), axis=(-2, -1), dtype=dtype)
     # Products with ones: the product's loop reads each diagonal once without temporaries
-    # and runs on every core, where XLA CPU's reduction of the masked data does neither
-    # (benchmarks/README.md).
+    # and runs on every core, where XLA CPU's reduction of the masked data does neither.
     A = A if dtype is None else astype(A, dtype)
     m, n = A.shape
     if axis == 0:
