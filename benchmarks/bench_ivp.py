@@ -134,10 +134,16 @@ class Table:
 def jaxdia_call(field, y0, t1, t_eval, tol, offsets, mask):
     solve = jax.jit(
         lambda y0: jaxdia.solve_ivp(
-            field, (0.0, t1), y0, t_eval=t_eval, rtol=tol[0], atol=tol[1],
-            jac_offsets=offsets, jac_mask=mask,
+            field,
+            (0.0, t1),
+            y0,
+            t_eval=t_eval,
+            rtol=tol[0],
+            atol=tol[1],
+            jac_offsets=offsets,
+            jac_mask=mask,
         )
-    )  # fmt: skip
+    )
     y0 = jnp.asarray(y0)
     return lambda: solve(y0)
 
@@ -145,9 +151,14 @@ def jaxdia_call(field, y0, t1, t_eval, tol, offsets, mask):
 def scipy_ivp_call(numpy_field, y0, t1, tol, offsets, method):
     sparsity = band_sparsity(y0.size, offsets)
     return lambda: scipy.integrate.solve_ivp(
-        numpy_field, (0.0, t1), y0, method=method, jac_sparsity=sparsity,
-        rtol=tol[0], atol=tol[1],
-    )  # fmt: skip
+        numpy_field,
+        (0.0, t1),
+        y0,
+        method=method,
+        jac_sparsity=sparsity,
+        rtol=tol[0],
+        atol=tol[1],
+    )
 
 
 def report(table, case, timings, reference, compiled=()):
@@ -181,9 +192,16 @@ def gray_scott_case(table, args):
     tol = (1.49012e-8, 1.49012e-8)  # odeint's defaults, as in the tutorial
     fk = (gray_scott.F, gray_scott.K)
     reference = scipy.integrate.odeint(
-        gray_scott.gray_scott_numpy, y0, t, args=fk, ml=2, mu=2, rtol=1e-12, atol=1e-12,
+        gray_scott.gray_scott_numpy,
+        y0,
+        t,
+        args=fk,
+        ml=2,
+        mu=2,
+        rtol=1e-12,
+        atol=1e-12,
         mxstep=100_000,
-    )[-1]  # fmt: skip
+    )[-1]
 
     def numpy_field(s, y):
         return gray_scott.gray_scott_numpy(y, s, *fk)
@@ -194,10 +212,15 @@ def gray_scott_case(table, args):
         ),
         "SciPy solve_ivp BDF": scipy_ivp_call(numpy_field, y0, t_end, tol, range(-2, 3), "BDF"),
         "jaxdia.solve_ivp BDF": jaxdia_call(
-            lambda s, y: gray_scott.gray_scott(y, s, *fk), y0, t_end, jnp.asarray(t), tol,
-            tuple(range(-2, 3)), None,
+            lambda s, y: gray_scott.gray_scott(y, s, *fk),
+            y0,
+            t_end,
+            jnp.asarray(t),
+            tol,
+            tuple(range(-2, 3)),
+            None,
         ),
-    }  # fmt: skip
+    }
     report(table, case, interleaved(calls, args.repeats), reference, {"jaxdia.solve_ivp BDF"})
 
 
@@ -291,9 +314,15 @@ def diffrax_call(field, y0, t1, linear_solver, tol):
     @jax.jit
     def run(y0):
         solution = dfx.diffeqsolve(
-            dfx.ODETerm(field), dfx.Kvaerno5(root_finder=root_finder), 0.0, t1, None, y0,
-            stepsize_controller=dfx.PIDController(rtol=tol, atol=tol), max_steps=100_000,
-        )  # fmt: skip
+            dfx.ODETerm(field),
+            dfx.Kvaerno5(root_finder=root_finder),
+            0.0,
+            t1,
+            None,
+            y0,
+            stepsize_controller=dfx.PIDController(rtol=tol, atol=tol),
+            max_steps=100_000,
+        )
         assert solution.ys is not None
         return solution.ys[-1], solution.stats["num_steps"]
 

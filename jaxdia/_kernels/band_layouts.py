@@ -104,42 +104,111 @@ class Layout:
 
 #: LAPACK's banded LU (``?gbtrf``/``?gbtrs``).
 GB = Layout(
-    "gb", "band", hermitian=False, lapack=True, parallel=False, pivots=True, band_array=True,
-    refined=False, operand_core=(2,), array_core=(2, 1), solve_core=2, leaves=("lu", "pivots"),
-)  # fmt: skip
+    "gb",
+    "band",
+    hermitian=False,
+    lapack=True,
+    parallel=False,
+    pivots=True,
+    band_array=True,
+    refined=False,
+    operand_core=(2,),
+    array_core=(2, 1),
+    solve_core=2,
+    leaves=("lu", "pivots"),
+)
 #: LAPACK's tridiagonal LU (``?gttrf``/``?gttrs``).
 GT = Layout(
-    "gt", "tridiagonal", hermitian=False, lapack=True, parallel=False, pivots=True,
-    band_array=False, refined=False, operand_core=(2,), array_core=(2, 1), solve_core=2,
+    "gt",
+    "tridiagonal",
+    hermitian=False,
+    lapack=True,
+    parallel=False,
+    pivots=True,
+    band_array=False,
+    refined=False,
+    operand_core=(2,),
+    array_core=(2, 1),
+    solve_core=2,
     leaves=("lu", "pivots"),
-)  # fmt: skip
+)
 #: LAPACK's banded Cholesky (``?pbtrf``/``?pbtrs``).
 PB = Layout(
-    "pb", "band", hermitian=True, lapack=True, parallel=False, pivots=False, band_array=True,
-    refined=False, operand_core=(2,), array_core=(2,), solve_core=2, leaves=("c",),
-)  # fmt: skip
+    "pb",
+    "band",
+    hermitian=True,
+    lapack=True,
+    parallel=False,
+    pivots=False,
+    band_array=True,
+    refined=False,
+    operand_core=(2,),
+    array_core=(2,),
+    solve_core=2,
+    leaves=("c",),
+)
 #: LAPACK's tridiagonal ``L D L^H`` (``?pttrf``/``?pttrs``).
 PT = Layout(
-    "pt", "tridiagonal", hermitian=True, lapack=True, parallel=False, pivots=False,
-    band_array=False, refined=False, operand_core=(1, 1), array_core=(1, 1), solve_core=1,
-    leaves=("d", "e"), real_arrays=(0,),
-)  # fmt: skip
+    "pt",
+    "tridiagonal",
+    hermitian=True,
+    lapack=True,
+    parallel=False,
+    pivots=False,
+    band_array=False,
+    refined=False,
+    operand_core=(1, 1),
+    array_core=(1, 1),
+    solve_core=1,
+    leaves=("d", "e"),
+    real_arrays=(0,),
+)
 #: Block cyclic reduction's LU.
 CR = Layout(
-    "cr", "parallel", hermitian=False, lapack=False, parallel=True, pivots=False,
-    band_array=False, refined=True, operand_core=(2,), array_core=(), solve_core=3, leaves=(),
-)  # fmt: skip
+    "cr",
+    "parallel",
+    hermitian=False,
+    lapack=False,
+    parallel=True,
+    pivots=False,
+    band_array=False,
+    refined=True,
+    operand_core=(2,),
+    array_core=(),
+    solve_core=3,
+    leaves=(),
+)
 #: Block cyclic reduction's Cholesky.
 CH = Layout(
-    "ch", "parallel", hermitian=True, lapack=False, parallel=True, pivots=False,
-    band_array=False, refined=False, operand_core=(2,), array_core=(), solve_core=3, leaves=(),
-)  # fmt: skip
+    "ch",
+    "parallel",
+    hermitian=True,
+    lapack=False,
+    parallel=True,
+    pivots=False,
+    band_array=False,
+    refined=False,
+    operand_core=(2,),
+    array_core=(),
+    solve_core=3,
+    leaves=(),
+)
 #: No stored factor: the solve factors the matrix as it goes (LAPACK or cyclic reduction,
 #: chosen per platform and size when the program is lowered).
 ONESHOT = Layout(
-    "os", "", hermitian=False, lapack=False, parallel=False, pivots=False, band_array=False,
-    refined=True, operand_core=(), array_core=(), solve_core=2, leaves=(),
-)  # fmt: skip
+    "os",
+    "",
+    hermitian=False,
+    lapack=False,
+    parallel=False,
+    pivots=False,
+    band_array=False,
+    refined=True,
+    operand_core=(),
+    array_core=(),
+    solve_core=2,
+    leaves=(),
+)
 
 LAYOUTS = (GB, GT, PB, PT, CR, CH, ONESHOT)
 
