@@ -196,14 +196,19 @@ def test_a_reduction_that_meets_a_singular_block(dtype):
     is at hand (GPU, TPU) sign and logabsdet are both NaN."""
     from jaxdia._linalg.determinant import factor_slogdet
 
-    for case, dense in enumerate([
-        np.array([[0.0, 0.10490011], [0.12573022, 0.0]]),
-        np.eye(4, k=1) + np.eye(4, k=-1),  # det 1
-        np.eye(3, k=1) + np.eye(3, k=-1),  # singular
-        np.diag([2.0, 0.0, 3.0, 0.0, 5.0], 0) + np.eye(5, k=1) - 2 * np.eye(5, k=-1),
-    ]):
+    for case, dense in enumerate(
+        [
+            np.array([[0.0, 0.10490011], [0.12573022, 0.0]]),
+            np.eye(4, k=1) + np.eye(4, k=-1),  # det 1
+            np.eye(3, k=1) + np.eye(3, k=-1),  # singular
+            np.diag([2.0, 0.0, 3.0, 0.0, 5.0], 0) + np.eye(5, k=1) - 2 * np.eye(5, k=-1),
+        ]
+    ):
         A = jaxdia.DiaMatrix.from_dense(dense.astype(dtype))
-        for actual in [jaxdia.slogdet(A, method="parallel"), jax.jit(Forced("parallel").slogdet)(A)]:
+        for actual in [
+            jaxdia.slogdet(A, method="parallel"),
+            jax.jit(Forced("parallel").slogdet)(A),
+        ]:
             assert_slogdet(tuple(np.asarray(x)[None] for x in actual), dense[None], dtype)
         plan = choose(A.offsets, A.shape[0], method="parallel", function="slogdet")
         unpivoted = dataclasses.replace(plan, pivoted=False)
