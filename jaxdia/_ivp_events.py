@@ -190,7 +190,7 @@ class Found(NamedTuple):
     event stopped the integration."""
 
     g: Array  # (E,)
-    count: Array  # (E,) int32
+    occurred: Array  # (E,) int32
     t: Array  # (E, capacity)
     y: Array  # (E, capacity, n)
     y_stop: Array  # (n,)
@@ -210,7 +210,7 @@ def observer(events: Events, capacity: int) -> _bdf.Observer:
         E = len(functions)
         return Found(
             g=values(t0, y0),
-            count=jnp.zeros(E, jnp.int32),
+            occurred=jnp.zeros(E, jnp.int32),
             t=jnp.full((E, capacity), jnp.nan, t0.dtype),
             y=jnp.full((E, capacity, *y0.shape), jnp.nan, y0.dtype),
             y_stop=y0,
@@ -245,7 +245,7 @@ def observer(events: Events, capacity: int) -> _bdf.Observer:
             return jnp.full(len(functions), step.t), jnp.zeros_like(found.y[:, 0])
 
         roots, at_roots = lax.cond(jnp.any(active), locate, nothing)
-        counted = found.count + active
+        counted = found.occurred + active
         reached = active & (counted >= terminal)
         stop = jnp.any(reached)
         # The earliest zero of a terminal event that reached its count ends the
@@ -253,13 +253,13 @@ def observer(events: Events, capacity: int) -> _bdf.Observer:
         along = jnp.sign(step.h) * roots
         first = jnp.argmin(jnp.where(reached, along, jnp.inf))
         kept = active & (~stop | (along <= along[first]))
-        slots = jnp.minimum(found.count, capacity - 1)
+        slots = jnp.minimum(found.occurred, capacity - 1)
         rows = jnp.arange(len(functions))
         t_rec = found.t.at[rows, slots].set(jnp.where(kept, roots, found.t[rows, slots]))
         y_old = found.y[rows, slots]
         y_rec = found.y.at[rows, slots].set(jnp.where(kept[:, None], at_roots, y_old))
         y_stop = jnp.where(stop, at_roots[first], found.y_stop)
-        new = Found(g_new, found.count + kept.astype(jnp.int32), t_rec, y_rec, y_stop)
+        new = Found(g_new, found.occurred + kept.astype(jnp.int32), t_rec, y_rec, y_stop)
         return new, stop, roots[first]
 
     return _bdf.Observer(init, observe)

@@ -170,7 +170,7 @@ def _probe_jac(jac: Callable[..., Any], n: int, real: np.dtype, dtype: np.dtype)
             return out
         try:
             return jnp.asarray(out)
-        except TypeError:
+        except (TypeError, ValueError):
             raise TypeError(
                 "solve_ivp: jac must return a jaxdia.DiaMatrix, a dense matrix or a "
                 f"scipy.sparse matrix, got {type(out).__name__}"
@@ -223,8 +223,14 @@ def jacobian_of(
             f = single(t, y, args)
             return banded_num_jac(
                 lambda s, Y: columns(s, Y, args),
-                t, y, f, threshold, stored.offsets, stored.slots, colours,
-            )  # fmt: skip
+                t,
+                y,
+                f,
+                threshold,
+                stored.offsets,
+                stored.slots,
+                colours,
+            )
 
         return _on_host(num_jac, stored, host_args, n, dtype)
     user_jac = jac
@@ -234,7 +240,7 @@ def jacobian_of(
             raise ValueError("solve_ivp: give jac, or jac_offsets (and jac_mask), not both")
 
         def evaluate(t: Array, y: Array, threshold: Array) -> DiaMatrix:
-            J = user_jac(t, y, *args)
+            J = cast(DiaMatrix, user_jac(t, y, *args))
             if J.shape != (n, n) or J.batch_shape:
                 raise TypeError(
                     f"solve_ivp: jac must return a jaxdia.DiaMatrix of shape ({n}, {n}), got "

@@ -38,13 +38,13 @@ ROWS = _bdf.MAX_ORDER + 1
 
 
 class Record(NamedTuple):
-    """The accepted steps' interpolants so far, in slots ``0 .. count - 1``."""
+    """The accepted steps' interpolants so far, in slots ``0 .. recorded - 1``."""
 
     t: Array  # (capacity,) the step's end
     h: Array  # (capacity,) its signed size
     order: Array  # (capacity,)
     D: Array  # (capacity, ROWS, n)
-    count: Array
+    recorded: Array
 
 
 def recorder(capacity: int) -> _bdf.Observer:
@@ -56,18 +56,18 @@ def recorder(capacity: int) -> _bdf.Observer:
             h=jnp.ones(capacity, t0.dtype),
             order=jnp.zeros(capacity, jnp.int32),
             D=jnp.zeros((capacity, ROWS, *y0.shape), y0.dtype),
-            count=jnp.int32(0),
+            recorded=jnp.int32(0),
         )
 
     def observe(record: Record, step: _bdf.Step) -> tuple[Record, Array, Array]:
-        slot = jnp.minimum(record.count, capacity - 1)
+        slot = jnp.minimum(record.recorded, capacity - 1)
         put = jax.lax.dynamic_update_index_in_dim
         updated = Record(
             t=put(record.t, step.t, slot, 0),
             h=put(record.h, step.h, slot, 0),
             order=put(record.order, step.order, slot, 0),
             D=put(record.D, step.D[:ROWS], slot, 0),
-            count=record.count + step.accepted.astype(jnp.int32),
+            recorded=record.recorded + step.accepted.astype(jnp.int32),
         )
         return updated, jnp.bool_(False), step.t
 
@@ -186,7 +186,7 @@ def solution(
     ``t_final``. An integration stopped by an event at the start of its last step drops
     that step (SciPy's: its interpolant would cover no time)."""
     capacity = record.t.shape[0]
-    count = record.count
+    count = record.recorded
     previous = record.t[jnp.clip(count - 2, 0, capacity - 1)]
     empty_last = terminated & (count > 1) & (t_final == previous)
     count = count - empty_last.astype(count.dtype)
