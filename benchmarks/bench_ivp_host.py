@@ -63,7 +63,7 @@ def timed(run: Callable[[], Any], repeats: int) -> tuple[float, float, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description="A NumPy right-hand side on the host.")
     parser.add_argument("--points", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     options = parser.parse_args()

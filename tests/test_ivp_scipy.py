@@ -322,3 +322,21 @@ def test_a_numpy_program_holds_a_callback_and_a_jax_one_does_not():
 
     assert "callback" in lowered(lambda t, y: np.asarray(-y))
     assert "callback" not in lowered(lambda t, y: -y)
+
+
+@pytest.mark.full
+def test_float32_with_a_numpy_right_hand_side_and_an_event_stays_float32():
+    def growth(t, y):
+        return [float(y[0]) * (1.0 - float(y[0]))]  # float() does not trace
+
+    def half(t, y):
+        return y[0] - 0.5
+
+    y0 = np.array([0.1], np.float32)
+    ours = jaxdia.solve_ivp(growth, (0.0, 6.0), y0, events=half, dense_output=True, rtol=1e-4)
+    assert ours.y.dtype == np.float32 and ours.sol is not None and ours.t_events is not None
+    assert ours.sol(1.0).dtype == np.float32
+    # The logistic curve crosses 1/2 at t = log(9).
+    np.testing.assert_allclose(float(ours.t_events[0][0]), np.log(9.0), rtol=1e-3)
+    exact = 1 / (1 + 9 * np.exp(-6.0))
+    np.testing.assert_allclose(float(ours.y[0, -1]), exact, rtol=1e-3)
