@@ -9,6 +9,7 @@ from ._construct import diags as diags, eye as eye, kron as kron
 from ._functions import align as align, matmul as matmul, traces as traces
 from ._io import load_npz as load_npz, save_npz as save_npz
 from ._ivp import OdeResult as OdeResult, odeint as odeint, solve_ivp as solve_ivp
+from ._ivp_output import OdeSolution as OdeSolution
 from ._jacobian import jacobian as jacobian, value_and_jacobian as value_and_jacobian
 from ._linalg.chebyshev import Chebyshev as Chebyshev, chebyshev as chebyshev
 from ._linalg.determinant import slogdet as slogdet
@@ -114,6 +115,7 @@ __all__ = [
     "multigrid",
     "odeint",
     "OdeResult",
+    "OdeSolution",
     "save_npz",
     "selected_inverse",
     "shard",

@@ -49,6 +49,7 @@ _ERROR_CONST = _KAPPA * _GAMMA + 1 / np.arange(1, MAX_ORDER + 2)
 #: ``status`` values: SciPy's 0 (the end was reached) and -1 (a step below the spacing
 #: of floats was needed), and jaxdia's own failures.
 RUNNING = 2
+TERMINATED = 1
 SUCCESS = 0
 STEP_TOO_SMALL = -1
 MAX_STEPS_REACHED = -2
@@ -56,6 +57,7 @@ NON_FINITE = -3
 
 MESSAGES = {
     RUNNING: "The integration is still running.",
+    TERMINATED: "A termination event occurred.",
     SUCCESS: "The solver successfully reached the end of the integration interval.",
     STEP_TOO_SMALL: "Required step size is less than spacing between numbers.",
     MAX_STEPS_REACHED: "The number of step attempts reached max_steps before the end.",
@@ -95,6 +97,32 @@ class Counts(NamedTuple):
     nattempts: Array
 
 
+class Step(NamedTuple):
+    """A step attempt as an :class:`Observer` sees it. For an accepted one, ``t_old``,
+    ``t``, ``h`` (signed), ``order`` and ``D`` are the step's interpolant (SciPy's
+    ``BdfDenseOutput``: :func:`interpolate`) and ``y`` the solution at ``t``; for a
+    rejected one they are garbage."""
+
+    accepted: Array
+    t_old: Array
+    t: Array
+    h: Array
+    order: Array
+    D: Array  # (MAX_ORDER + 3, n): the rows 0 .. order interpolate
+    y: Array
+
+
+class Observer(NamedTuple):
+    """What the loop carries for its caller beside the integration (a record of the
+    steps, events): ``init(t0, y0)`` the first carry; ``observe(carry, step)`` returns
+    the next carry, whether the integration stops at this (accepted) step, and where
+    (the loop then ends with status ``TERMINATED`` at that time, and writes the ``t_eval``
+    entries up to it)."""
+
+    init: Callable[[Array, Array], Any]
+    observe: Callable[[Any, Step], tuple[Any, Array, Array]]
+
+
 class _State(NamedTuple):
     t: Array
     h_abs: Array
@@ -115,6 +143,7 @@ class _State(NamedTuple):
     counts: Counts
     ys: Array  # (len(t_eval), n)
     next_out: Array  # the first t_eval not yet written
+    observed: Any  # the Observer's carry (nothing without one)
 
 
 def rms(x: Array) -> Array:
@@ -286,11 +315,21 @@ def _newton(
 
 
 def start(
-    problem: Problem, t0: Array, y0: Array, t_bound: Array, rtol, atol, max_step
+    problem: Problem,
+    t0: Array,
+    y0: Array,
+    t_bound: Array,
+    rtol,
+    atol,
+    max_step,
+    first_step: Array | None = None,
 ) -> tuple[Array, Array]:
     """``(f0, h0)``: ``fun(t0, y0)`` and SciPy's ``select_initial_step`` for order 1, which
     evaluates ``fun`` once more. The two evaluations are a loop of two iterations, so
-    that the right-hand side is compiled once for both."""
+    that the right-hand side is compiled once for both. A ``first_step`` is ``h0`` (one
+    evaluation, as SciPy's)."""
+    if first_step is not None:
+        return problem.rhs(t0, y0), lax.stop_gradient(jnp.asarray(first_step, t0.dtype))
     interval = jnp.abs(t_bound - t0)
     direction = jnp.sign(t_bound - t0)
     scale = atol + jnp.abs(y0) * rtol
@@ -332,16 +371,21 @@ def integrate(
     atol: Array,
     max_step: Array,
     max_steps: int,
-) -> tuple[Array, Array, Array, Counts]:
-    """Integrates from ``t0`` to ``t_bound``: ``(ys, t, status, counts)`` with ``ys`` the
-    solution at each ``t_eval`` (NaN where not reached), ``t`` the last time reached."""
+    first_step: Array | None = None,
+    observer: Observer | None = None,
+) -> tuple[Array, Array, Array, Counts, Any]:
+    """Integrates from ``t0`` to ``t_bound``: ``(ys, t, status, counts, observed)`` with
+    ``ys`` the solution at each ``t_eval`` (NaN where not reached), ``t`` the last time
+    reached and ``observed`` the ``observer``'s last carry (``()`` without one)."""
     real = jnp.real(y0).dtype
     eps = float(jnp.finfo(real).eps)
     direction = jnp.sign(t_bound - t0)
-    newton_tol = jnp.maximum(10 * eps / rtol, jnp.minimum(0.03, jnp.sqrt(rtol)))
+    # SciPy's Newton tolerance is of a scalar rtol; per-component ones take the tightest.
+    newton_rtol = rtol if jnp.ndim(rtol) == 0 else jnp.min(rtol)
+    newton_tol = jnp.maximum(10 * eps / newton_rtol, jnp.minimum(0.03, jnp.sqrt(newton_rtol)))
     alpha, gamma, error_const = (jnp.asarray(c, real) for c in (_ALPHA, _GAMMA, _ERROR_CONST))
 
-    f0, h0 = start(problem, t0, y0, t_bound, rtol, atol, max_step)
+    f0, h0 = start(problem, t0, y0, t_bound, rtol, atol, max_step, first_step)
     D = jnp.concatenate(
         [
             y0[None],
@@ -378,9 +422,17 @@ def integrate(
         initial_jac=jnp.bool_(True),
         new_step=jnp.bool_(True),
         status=status,
-        counts=Counts(jnp.int32(2), one, jnp.int32(0), jnp.int32(0), jnp.int32(0)),
+        counts=Counts(
+            jnp.int32(2 if first_step is None else 1),
+            # A constant Jacobian is given, not computed (SciPy's njev 0).
+            jnp.int32(0 if problem.constant_jacobian else 1),
+            jnp.int32(0),
+            jnp.int32(0),
+            jnp.int32(0),
+        ),
         ys=ys,
         next_out=jnp.sum(at_start).astype(jnp.int32),
+        observed=() if observer is None else observer.init(t0, y0),
     )
 
     def attempt(s: _State) -> _State:
@@ -476,12 +528,20 @@ def integrate(
             (status == RUNNING) & (nattempts >= max_steps), MAX_STEPS_REACHED, status
         )
         order_next = jnp.where(accepted, new_order, order)
+        observed, t_out = s.observed, t_next
+        if observer is not None:
+            step = Step(accepted, t, t_new, h, order_next, D_next, y_new)
+            observed, stop, t_stop = observer.observe(s.observed, step)
+            # A terminal event overrides reaching t_bound or max_steps, as in SciPy.
+            stop = accepted & stop
+            t_out = jnp.where(stop, t_stop, t_next)
+            status = jnp.where(stop, TERMINATED, status)
         # D_next is still in the step size h; the next attempt rescales it.
         ys, next_out = _write_outputs(
-            s.ys, s.next_out, t_eval, t_next, direction, D_next, order_next, h, accepted
+            s.ys, s.next_out, t_eval, t_out, t_next, direction, D_next, order_next, h, accepted
         )
         return _State(
-            t=t_next,
+            t=t_out,
             h_abs=jnp.where(accepted, h_acc, jnp.where(shrink_now, h_abs * shrink, h_abs)),
             D=D_next,
             rescale_pending=jnp.where(accepted, choose, shrink_now),
@@ -508,10 +568,11 @@ def integrate(
             ),
             ys=ys,
             next_out=next_out,
+            observed=observed,
         )
 
     final = lax.while_loop(lambda s: s.status == RUNNING, attempt, state)
-    return final.ys, final.t, final.status, final.counts
+    return final.ys, final.t, final.status, final.counts, final.observed
 
 
 def _zeros(shapes: Any) -> Any:
@@ -523,6 +584,7 @@ def _write_outputs(
     ys: Array,
     next_out: Array,
     t_eval: Array,
+    bound: Array,
     t: Array,
     direction: Array,
     D: Array,
@@ -530,12 +592,13 @@ def _write_outputs(
     h: Array,
     accepted: Array,
 ) -> tuple[Array, Array]:
-    """Writes the dense output at the ``t_eval`` entries the step just passed."""
+    """Writes the dense output of the step that ended at ``t`` at the ``t_eval`` entries
+    it passed, up to ``bound`` (``t``, or where an event stopped the integration)."""
     m = t_eval.shape[0]
 
     def cond(carry):
         _, i = carry
-        return accepted & (i < m) & (direction * (t_eval[jnp.minimum(i, m - 1)] - t) <= 0)
+        return accepted & (i < m) & (direction * (t_eval[jnp.minimum(i, m - 1)] - bound) <= 0)
 
     def body(carry):
         ys, i = carry

@@ -1,55 +1,60 @@
 """Stiff initial value problems with banded Jacobians: :func:`solve_ivp` (SciPy's
 ``solve_ivp(method="BDF")``) and :func:`odeint` (SciPy's ``odeint`` with ``ml``/``mu``),
-over :mod:`jaxdia._bdf`'s loop, keeping the Jacobian and its factor across steps."""
+over :mod:`jaxdia._bdf`'s loop, keeping the Jacobian and its factor across steps.
+
+This module is the public face: the arguments handed to :class:`jaxdia._ivp_problem.Problem`
+(which checks them and runs the integration as one compiled program) and its outputs
+shaped as SciPy's result where they are concrete."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from . import _bdf
-from ._checks import as_array, is_traced, static_int
-from ._jacobian import jacobian as banded_jacobian, pattern
-from ._kernels.primitives import forward_only
-from ._linalg.factor import lu_unchecked, solve_unchecked
-from ._linalg.incomplete import ilu0
-from ._linalg.krylov import bicgstab
-from ._linalg.multigrid import multigrid
-from ._matrix import DiaMatrix
-from ._parts import DiaParts
+from . import _bdf, _ivp_checks as checks
+from ._checks import is_traced, static_int
+from ._ivp_output import OdeSolution, head
+from ._ivp_problem import Problem, Raw
 from ._typing import ArrayLike, Grid, Offsets
-
-_LINEAR_SOLVERS = ("banded", "bicgstab", "multigrid")
-#: Without ``jac_offsets`` or ``jac`` the Jacobian is the whole matrix: for small systems.
-_DENSE_LIMIT = 1024
-_REVERSE_MODE = (
-    "jaxdia.solve_ivp (and odeint) cannot be differentiated in reverse mode (jax.grad, "
-    "jax.vjp, jax.jacrev): the integration is a lax.while_loop of unbounded length. Use "
-    "forward mode, jax.jacfwd or jax.jvp (one integration per input direction), e.g. "
-    "jax.jacfwd(loss)(y0) for the gradient of a scalar loss"
-)
 
 
 class OdeResult(NamedTuple):
     """What :func:`solve_ivp` returns (a pytree: it can leave ``jit`` and be batched by ``vmap``).
 
     Attributes:
-      t: the times of the solution, shape ``(m,)``: ``t_eval``, or ``t_span`` without it.
-      y: the solution at ``t``, shape ``(n, m)`` as SciPy's; NaN at times the
+      t: the times of the solution: ``t_eval``; without it, ``t_span``'s two ends (the
+        last where an event stopped the integration), or with ``dense_output`` every
+        step's end (SciPy's ``t``).
+      y: the solution at ``t``, shape ``(n, len(t))`` as SciPy's; NaN at times the
         integration did not reach (when it failed).
-      status: 0 when the end of ``t_span`` was reached; -1 when a step below the spacing
-        of floats was needed (SciPy's failure); -2 when ``max_steps`` attempts ran out;
-        -3 when ``y0`` or ``fun(t0, y0)`` is not finite.
-      nfev: evaluations of ``fun`` (the Jacobian's linearizations not counted).
+      status: 0 when the end of ``t_span`` was reached; 1 when a terminal event stopped
+        it (SciPy's); -1 when a step below the spacing of floats was needed (SciPy's
+        failure); -2 when ``max_steps`` attempts ran out; -3 when ``y0`` or
+        ``fun(t0, y0)`` is not finite.
+      nfev: evaluations of ``fun`` (the Jacobian's linearizations or finite
+        differences not counted, as in SciPy).
       njev: Jacobians computed.
       nlu: factorizations of ``I - c J`` (preconditioners, for the Krylov ``linear_solver``s).
       nsteps: accepted steps.
       nattempts: step attempts (accepted and rejected; ``max_steps`` bounds them).
+      sol: with ``dense_output``, the :class:`jaxdia.OdeSolution` (SciPy's ``sol``); else None.
+      t_events: with ``events``, the times of each event's occurrences, a list of
+        arrays (SciPy's); else None.
+      y_events: with ``events``, the solution at them, a list of ``(count, n)`` arrays
+        (shape ``(0,)`` for none, as SciPy's); else None.
+      nevents: with ``events``, how many times each event occurred (a jaxdia
+        addition: under ``jit`` it says how many of ``t_events``' slots hold one).
+
+    Eagerly ``t``, ``y``, ``t_events`` and ``y_events`` have SciPy's lengths. Under
+    ``jit`` (and ``vmap``) shapes are static: with ``dense_output`` and no ``t_eval``,
+    ``t`` and ``y`` have a slot per possible step (``max_steps + 1``), NaN after the
+    last; after a terminal event the ``t_eval`` entries it did not reach are NaN in
+    ``y``; each ``t_events[i]`` has ``event_capacity`` slots (``y_events[i]``
+    ``(event_capacity, n)``), NaN after the ``nevents[i]`` first.
 
     Example:
       >>> import jax.numpy as jnp
@@ -68,10 +73,14 @@ class OdeResult(NamedTuple):
     nlu: Array
     nsteps: Array
     nattempts: Array
+    sol: OdeSolution | None = None
+    t_events: list[Array] | None = None
+    y_events: list[Array] | None = None
+    nevents: Array | None = None
 
     @property
     def success(self) -> Array:
-        """``status >= 0``: the end of the interval was reached."""
+        """``status >= 0``: the end of the interval, or a terminal event, was reached."""
         return self.status >= 0
 
     @property
@@ -88,208 +97,54 @@ class OdeResult(NamedTuple):
         return [_bdf.MESSAGES[int(code)] for code in status.ravel()]
 
 
-def _newton_matrix(J: DiaMatrix, c: Array) -> DiaMatrix:
-    """``I - c J`` with the offsets of ``J`` and 0."""
-    offsets = tuple(sorted(set(J.offsets) | {0}))
-    rows = []
-    for offset in offsets:
-        row = (
-            -c.astype(J.dtype) * J.data[..., J.offsets.index(offset), :]
-            if offset in J.offsets
-            else jnp.zeros(J.data.shape[:-2] + J.data.shape[-1:], J.dtype)
-        )
-        rows.append(row + 1 if offset == 0 else row)
-    return DiaMatrix._wrap(DiaParts(jnp.stack(rows, axis=-2), offsets, J.shape))
-
-
-def _banded_solver() -> _bdf.LinearSolver:
-    def prepare(J, c):
-        lu = lu_unchecked(_newton_matrix(J, c))
-        return lu, lu.ok
-
-    # The loop reads lu.ok itself: no NaN select over each solution.
-    return _bdf.LinearSolver(prepare, solve_unchecked)
-
-
-def _bicgstab_solver(
-    rtol: ArrayLike, maxiter: int | None, grid: tuple[int, ...] | None
-) -> _bdf.LinearSolver:
-    """BiCGStab on ``I - c J`` preconditioned by its ILU(0), or, on a ``grid``, by a
-    multigrid V-cycle of it."""
-
-    def prepare(J, c):
-        M = _newton_matrix(J, c)
-        return (M, ilu0(M) if grid is None else multigrid(M, grid)), jnp.bool_(True)
-
-    def solve(state, b):
-        M, preconditioner = state
-        # A relative residual below 100 eps is not attainable (float32's 1e-6, say).
-        floor = 100 * jnp.finfo(b.dtype).eps
-        x, info = bicgstab(
-            M, b, M=preconditioner, rtol=jnp.maximum(rtol, floor), atol=0.0, maxiter=maxiter
-        )
-        # A solve that did not converge (or a non-finite b) fails the Newton iteration.
-        return jnp.where(info.converged, x, jnp.nan)
-
-    return _bdf.LinearSolver(prepare, solve)
-
-
-def _value(value: Any) -> Any:
-    """``value`` as a NumPy array where it is concrete (checked and cast on the host, with
-    no program compiled), else as the traced array."""
-    if any(is_traced(leaf) for leaf in jax.tree.leaves(value)):
-        return jnp.asarray(value)
-    return np.asarray(value)
-
-
-def _as_times(t_span: Any, t_eval: Any, dtype: np.dtype) -> tuple[Any, Any, Any]:
-    """``(t0, t1, t_eval)`` checked, in ``dtype``; ``t_eval`` None is ``t_span``."""
-    span = _value(t_span)
-    if span.shape != (2,):
-        raise ValueError(f"solve_ivp: t_span must be (t0, t1), got shape {span.shape}")
-    if not (jnp.issubdtype(span.dtype, jnp.integer) or jnp.issubdtype(span.dtype, jnp.floating)):
-        raise TypeError(f"solve_ivp: t_span must be real numbers, got dtype {span.dtype}")
-    span = span.astype(dtype)
-    t0, t1 = span[0], span[1]
-    times = span if t_eval is None else _value(t_eval)
-    if times.ndim != 1 or times.shape[0] == 0:
-        raise ValueError(f"solve_ivp: t_eval must be 1-D and not empty, got shape {times.shape}")
-    times = times.astype(dtype)
-    if not is_traced(times) and not is_traced(span):
-        host, a, b = np.asarray(times), float(t0), float(t1)
-        if np.any(~np.isfinite(host)) or not np.isfinite(a) or not np.isfinite(b):
-            raise ValueError("solve_ivp: t_span and t_eval must be finite")
-        if np.any(host < min(a, b)) or np.any(host > max(a, b)):
-            raise ValueError(f"solve_ivp: values in t_eval are not within t_span ({a}, {b})")
-        steps = np.diff(host) * (1 if b >= a else -1)
-        if np.any(steps < 0):
-            raise ValueError("solve_ivp: t_eval must be sorted in the direction of t_span")
-    return t0, t1, times
-
-
-def _grid(grid: Grid | None, linear_solver: str, n: int) -> tuple[int, ...] | None:
-    """``grid`` checked: given exactly for ``linear_solver="multigrid"``, of ``n`` points."""
-    if linear_solver != "multigrid":
-        if grid is not None:
-            raise ValueError(
-                f"solve_ivp: grid is for linear_solver='multigrid', got it with {linear_solver!r}"
-            )
-        return None
-    if grid is None:
-        raise ValueError("solve_ivp: linear_solver='multigrid' needs grid, e.g. grid=(64, 64)")
-    shape = tuple(static_int(size, "solve_ivp: grid") for size in np.atleast_1d(grid))
-    if not 1 <= len(shape) <= 3 or min(shape) < 1 or int(np.prod(shape)) != n:
-        raise ValueError(
-            f"solve_ivp: grid must be 1 to 3 positive sizes whose product is n = {n}, got {grid!r}"
-        )
-    return shape
-
-
-def _tolerance(value: Any, name: str, n: int, dtype: np.dtype) -> Any:
-    tol = _value(value)
-    if tol.ndim > 1 or (tol.ndim == 1 and tol.shape[0] != n):
-        raise ValueError(f"solve_ivp: {name} must be a scalar or of shape ({n},), got {tol.shape}")
-    if not is_traced(tol) and np.any(~(np.asarray(tol) >= 0)):
-        raise ValueError(f"solve_ivp: {name} must be non-negative, got {value!r}")
-    return tol.astype(dtype)
-
-
-def _jacobian_function(
-    fun: Callable[..., Any],
-    jac: Callable[..., Any] | None,
-    jac_offsets: Offsets | None,
-    jac_mask: ArrayLike | None,
-    n: int,
-    args: tuple[Any, ...],
-    dtype: np.dtype,
-) -> tuple[Callable[[Array, Array], DiaMatrix], Callable[[Array, Array], DiaMatrix]]:
-    """``(jacobian, placeholder)``: ``(t, y) -> J``, outside differentiation, from ``jac``,
-    else by compressed differentiation of ``fun`` on the offsets (all of them for a small
-    system); and ``(t, y) -> zeros`` of its structure, without tracing the compressed
-    differentiation a second time."""
-    if jac is not None:
-        if jac_offsets is not None or jac_mask is not None:
-            raise ValueError("solve_ivp: give jac, or jac_offsets (and jac_mask), not both")
-        user_jac = jac
-        stored = None
-
-        def evaluate(t: Array, y: Array) -> DiaMatrix:
-            J = user_jac(t, y, *args)
-            if not isinstance(J, DiaMatrix) or J.shape != (n, n):
-                raise TypeError(
-                    f"solve_ivp: jac must return a jaxdia.DiaMatrix of shape ({n}, {n}), got "
-                    f"{type(J).__name__} of shape {getattr(J, 'shape', None)}"
-                )
-            if J.batch_shape:
-                raise ValueError(
-                    f"solve_ivp: jac must return one matrix, got a batch {J.batch_shape}"
-                )
-            return J
-
-    else:
-        if jac_offsets is None:
-            if jac_mask is not None:
-                raise ValueError("solve_ivp: jac_mask needs jac_offsets")
-            if n > _DENSE_LIMIT:
-                raise ValueError(
-                    f"solve_ivp: give jac_offsets (the Jacobian's diagonals) or jac for a "
-                    f"system of n = {n} > {_DENSE_LIMIT} equations; without them the "
-                    "Jacobian would be the whole matrix"
-                )
-            jac_offsets = range(-(n - 1), n)
-        offsets = tuple(int(k) for k in np.atleast_1d(np.asarray(jac_offsets)))
-        # jaxdia.jacobian's result: the offsets that hold entries, sorted, in y's dtype.
-        stored = pattern(offsets, (n, n), jac_mask, "solve_ivp").offsets
-
-        def evaluate(t: Array, y: Array) -> DiaMatrix:
-            J = banded_jacobian(lambda v: fun(t, v, *args), offsets, mask=jac_mask)(y)
-            return cast(DiaMatrix, J)
-
-    def jacobian(t, y):
-        J = evaluate(*jax.lax.stop_gradient((t, y)))
-        return jax.lax.stop_gradient(J)
-
-    def placeholder(t: Array, y: Array) -> DiaMatrix:
-        if stored is None:
-            shapes = jax.eval_shape(jacobian, t, y)
-            return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-        zeros = jnp.zeros((len(stored), n), dtype)
-        return DiaMatrix._wrap(DiaParts(zeros, stored, (n, n)))
-
-    return jacobian, placeholder
-
-
 def solve_ivp(
     fun: Callable[..., Any],
     t_span: Sequence[ArrayLike] | ArrayLike,
-    y0: ArrayLike,
-    method: str = "BDF",
+    y0: ArrayLike | Sequence[Any],
+    method: Any = "BDF",
     t_eval: Sequence[ArrayLike] | ArrayLike | None = None,
+    dense_output: bool = False,
+    events: Callable[..., Any] | Sequence[Callable[..., Any]] | None = None,
+    vectorized: bool = False,
+    args: tuple[Any, ...] | None = None,
     *,
-    args: tuple[Any, ...] = (),
     rtol: ArrayLike = 1e-3,
     atol: ArrayLike = 1e-6,
-    jac: Callable[..., DiaMatrix] | None = None,
+    jac: Any = None,
+    jac_sparsity: Any = None,
     jac_offsets: Offsets | None = None,
     jac_mask: ArrayLike | None = None,
+    first_step: ArrayLike | None = None,
+    max_step: ArrayLike = float("inf"),
     linear_solver: str = "banded",
     krylov_rtol: float = 1e-6,
     krylov_maxiter: int | None = None,
     grid: Grid | None = None,
-    max_step: float = float("inf"),
-    max_steps: int = 100_000,
+    max_steps: int | None = None,
+    event_capacity: int = 16,
 ) -> OdeResult:
     """Integrates a stiff system ``y' = fun(t, y, *args)`` whose Jacobian is banded, by
     SciPy's BDF method, keeping the Jacobian and the factor of ``I - c J`` across steps.
 
-    As ``scipy.integrate.solve_ivp(fun, t_span, y0, method="BDF", t_eval=t_eval,
-    args=args, rtol=rtol, atol=atol, jac_sparsity=...)``: the same variable-order (1 to
-    5), quasi-constant step size NDF formulas, error estimate, order selection and
-    Newton iteration, so that it takes the same steps to rounding. ``J`` comes from
+    As ``scipy.integrate.solve_ivp(fun, t_span, y0, method="BDF", t_eval, dense_output,
+    events, vectorized, args, rtol=, atol=, jac=, jac_sparsity=, first_step=,
+    max_step=)``: the same variable-order (1 to 5), quasi-constant step size NDF
+    formulas, error estimate, order selection and Newton iteration, so that it takes the
+    same steps to rounding; SciPy's dense output (``sol``) and events. ``J`` comes from
     :func:`jaxdia.jacobian` on ``jac_offsets`` (one product per colour: 5 for a 1-D
     two-species problem with offsets ``-2 .. 2``), or from ``jac``; like SciPy it is
     recomputed only when Newton fails to converge with a ``J`` from an earlier step,
     and ``I - c J`` is refactored when the step size or the order changes.
+
+    ``fun`` (and ``jac``, the events) may be written in ``jax.numpy`` (traced into the
+    program) or, as for SciPy, in NumPy: a function that does not trace (it returns a
+    list of numbers, calls NumPy on ``y``, branches on ``t`` in Python) is told apart by
+    tracing it once and runs on the host through ``jax.pure_callback``. That costs a
+    round trip to Python per evaluation (each Newton iteration's ``fun``), works under
+    ``jit`` and ``vmap`` (one call per member), and cannot be differentiated; its
+    Jacobian is SciPy's finite differences on the band (``jac_offsets``,
+    ``jac_sparsity``), one evaluation of ``fun`` per colour of the band's columns, on
+    the host.
 
     The whole integration is one ``lax.while_loop``: it runs under ``jit`` (``t_eval``
     has a static length) and ``vmap`` (a batch of ``y0``, of ``args``, of tolerances;
@@ -300,33 +155,63 @@ def solve_ivp(
     hidden: ``status`` is negative and ``y`` is NaN from the first ``t_eval`` the
     integration did not reach.
 
+    ``dense_output=True`` records every accepted step's interpolating polynomial (SciPy's
+    ``BdfDenseOutput``) in arrays with a slot per possible step: ``6 n`` values of ``y``'s
+    dtype per step, ``48 n max_steps`` bytes in float64, allocated whole (pass
+    ``max_steps`` for large systems; with the default, more than a GiB is an error).
+    ``events`` are SciPy's: functions ``event(t, y, *args)`` with the attributes
+    ``terminal`` (a bool, or the occurrence that stops) and ``direction``, located on
+    each step's polynomial by Brent's method to SciPy's tolerance.
+
     Differentiation: forward mode (``jax.jvp``, ``jax.jacfwd``) with respect to ``y0``
-    and ``args``; the step sizes, orders and Newton matrices are held fixed, so the
-    tangent is that of the computed solution along its steps. Reverse mode
+    and ``args``; the step sizes, orders, Newton matrices and event times are held
+    fixed, so the tangent is that of the computed solution along its steps. Reverse mode
     (``jax.grad``, ``jax.vjp``) is not supported (the loop has no bound): it raises a
     ``ValueError`` that says so; ``jax.jacfwd(loss)`` gives the gradient of a scalar
     loss in one integration per input.
 
     Args:
-      fun: the right-hand side ``fun(t, y, *args)``, returning an array shaped like ``y``.
-      t_span: ``(t0, t1)``; ``t1 < t0`` integrates backwards.
-      y0: the initial value, 1-D (real or complex floats; integers are cast to floats).
-      method: ``"BDF"`` (the only method).
+      fun: the right-hand side ``fun(t, y, *args)``, returning an array (or a list)
+        shaped like ``y``; in ``jax.numpy`` or NumPy (see above).
+      t_span: ``(t0, t1)``; ``t1 < t0`` integrates backwards; ``t1`` may be infinite
+        (for an integration that a terminal event ends).
+      y0: the initial value, 1-D (real or complex floats; integers are cast to floats);
+        empty, nothing is integrated (SciPy's result: ``t_span``'s ends).
+      method: ``"BDF"`` or SciPy's class ``scipy.integrate.BDF`` (the only method).
       t_eval: times at which to return the solution (sorted in the direction of
         ``t_span``, within it), from the interpolating polynomial of the step that
-        covers each (no extra steps). None: ``t_span``'s two ends (SciPy returns every
-        step; a static shape cannot).
-      args: extra arguments of ``fun`` (and ``jac``).
-      rtol: relative tolerance (below ``100 eps`` it is raised to it, as SciPy does).
+        covers each (no extra steps). None: with ``dense_output`` every step's end (as
+        SciPy's), else ``t_span``'s two ends (every step needs the record that
+        ``dense_output`` keeps).
+      dense_output: return ``sol``, the interpolant of every step (see above).
+      events: a function ``event(t, y, *args)`` or a sequence of them, with SciPy's
+        ``terminal`` and ``direction`` attributes: their zeros are returned in
+        ``t_events`` and ``y_events``, and ``status`` is 1 when a terminal one stopped
+        the integration.
+      vectorized: ``fun`` takes ``y`` of shape ``(n, k)`` and returns ``(n, k)``
+        (SciPy's): its finite-difference Jacobian on the host evaluates all colours in
+        one call.
+      args: extra arguments of ``fun`` (and ``jac``, the events); a tuple (None: none).
+      rtol: relative tolerance, a scalar or one per component (below ``100 eps`` it is
+        raised to it, as SciPy does; the Newton iteration's tolerance is of the
+        smallest).
       atol: absolute tolerance, a scalar or one per component.
-      jac: ``jac(t, y, *args)`` returning the Jacobian as a :class:`jaxdia.DiaMatrix`;
-        None computes it from ``jac_offsets``.
+      jac: the Jacobian: a matrix (a :class:`jaxdia.DiaMatrix`, a dense array or a
+        ``scipy.sparse`` matrix: constant, never recomputed, ``njev`` 0), or
+        ``jac(t, y, *args)`` returning one (a ``DiaMatrix``; a dense or ``scipy.sparse``
+        matrix is read on ``jac_offsets``/``jac_sparsity``, every diagonal without them
+        for ``n <= 1024``). None: differentiate ``fun`` on the band.
+      jac_sparsity: SciPy's: an ``(n, n)`` array or ``scipy.sparse`` matrix whose
+        nonzeros may be nonzero in the Jacobian (read on the host into ``jac_offsets``
+        and ``jac_mask``).
       jac_offsets: the Jacobian's diagonals (SciPy ``odeint``'s ``ml``, ``mu`` are
         ``range(-ml, mu + 1)``; periodic problems add the corners ``±(n - 1)`` ..., which
         the banded LU factors as a band plus a low-rank correction). None without
-        ``jac``: the whole matrix, for ``n <= 1024``.
+        ``jac`` or ``jac_sparsity``: the whole matrix, for ``n <= 1024``.
       jac_mask: structural zeros within ``jac_offsets`` (see :func:`jaxdia.jacobian`),
         e.g. for interleaved species; fewer colours.
+      first_step: the first step size (positive, at most ``|t1 - t0|``); None:
+        SciPy's ``select_initial_step``.
       linear_solver: ``"banded"`` (:func:`jaxdia.lu_factor`: the default, best for
         bands up to a few hundred wide), ``"bicgstab"`` (:func:`jaxdia.bicgstab`
         preconditioned by :func:`jaxdia.ilu0` of ``I - c J``, rebuilt when SciPy would
@@ -343,20 +228,27 @@ def solve_ivp(
       krylov_maxiter: the most iterations of each Krylov solve (None: ``10 n``).
       grid: for ``linear_solver="multigrid"``, the grid ``(n1, n2)`` or ``(n1, n2, n3)``
         whose points in C order are ``y``'s components (``prod(grid) == n``).
-      max_step: the largest step size.
-      max_steps: the most step attempts (accepted and rejected); status -2 beyond.
+      max_step: the largest step size (positive).
+      max_steps: the most step attempts (accepted and rejected); status -2 beyond. None:
+        100 000. With ``dense_output`` it is the number of steps recorded.
+      event_capacity: the occurrences of each event kept under ``jit`` (an eager call
+        runs again with enough when an event occurs more often).
 
     Returns:
-      An :class:`OdeResult`: ``t``, ``y`` (shape ``(n, len(t))``), ``status``,
-      ``success``, ``message``, ``nfev``, ``njev``, ``nlu``, ``nsteps``, ``nattempts``.
+      An :class:`OdeResult`: ``t``, ``y`` (shape ``(n, len(t))``), ``sol``,
+      ``t_events``, ``y_events``, ``status``, ``success``, ``message``, ``nfev``,
+      ``njev``, ``nlu``, ``nsteps``, ``nattempts``, ``nevents``.
 
     Raises:
-      ValueError: for a method other than ``"BDF"``, a ``y0`` that is not 1-D,
+      ValueError: for a method other than BDF, a ``y0`` that is not 1-D,
         ``t_span``/``t_eval`` of the wrong shape, outside ``t_span`` or unsorted,
-        negative tolerances, ``jac`` together with ``jac_offsets``, or no
-        ``jac_offsets`` for ``n > 1024``; and when reverse mode differentiates it.
-      TypeError: for a ``fun`` whose output is not shaped like ``y0``, or a ``jac`` that
-        does not return a DiaMatrix of shape ``(n, n)``.
+        negative tolerances, a non-positive ``max_step`` or ``first_step``, an event's
+        ``terminal`` that is not a bool or a positive int, a matrix ``jac`` together
+        with ``jac_offsets``, or no band for ``n > 1024``; and when reverse mode
+        differentiates it.
+      TypeError: for a ``fun`` whose output is not shaped like ``y0``, a ``jac`` that
+        does not return a matrix of shape ``(n, n)``, or an event that does not return
+        a real scalar.
 
     Example:
       >>> import jax.numpy as jnp
@@ -372,103 +264,89 @@ def solve_ivp(
       >>> exact = jnp.exp(-jnp.pi**2 * 0.1) * jnp.sin(jnp.pi * x)  # the grid's mode decays
       >>> bool(jnp.max(jnp.abs(sol.y[:, -1] - exact)) < 1e-3)
       True
+
+      A ball thrown up, written in NumPy as for SciPy, stopped when it lands:
+
+      >>> import numpy as np
+      >>> def hit_ground(t, y):
+      ...     return y[0]
+      >>> hit_ground.terminal, hit_ground.direction = True, -1
+      >>> res = jaxdia.solve_ivp(lambda t, y: [y[1], -9.81], (0.0, 10.0), [0.0, 10.0],
+      ...                        events=hit_ground, dense_output=True)
+      >>> int(res.status), round(float(res.t_events[0][0]), 4)  # 2 v0 / g
+      (1, 2.0387)
     """
-    if method != "BDF":
-        raise ValueError(f"solve_ivp: method must be 'BDF' (the only one), got {method!r}")
-    if linear_solver not in _LINEAR_SOLVERS:
+    checks.method(method)
+    if linear_solver not in checks.LINEAR_SOLVERS:
         raise ValueError(
-            f"solve_ivp: linear_solver must be one of {_LINEAR_SOLVERS}, got {linear_solver!r}"
+            f"solve_ivp: linear_solver must be one of {checks.LINEAR_SOLVERS}, got "
+            f"{linear_solver!r}"
         )
-    ys, status, counts, times = _solve(
-        fun, t_span, y0, t_eval, args, rtol, atol, jac, jac_offsets, jac_mask,
-        linear_solver, krylov_rtol, krylov_maxiter, grid, max_step, max_steps, rows=False,
-    )  # fmt: skip
-    return OdeResult(times, ys, status, *counts)
-
-
-def _solve(
-    fun: Callable[..., Any],
-    t_span: Any,
-    y0: ArrayLike,
-    t_eval: Any,
-    args: tuple[Any, ...],
-    rtol: ArrayLike,
-    atol: ArrayLike,
-    jac: Callable[..., DiaMatrix] | None,
-    jac_offsets: Offsets | None,
-    jac_mask: ArrayLike | None,
-    linear_solver: str,
-    krylov_rtol: float,
-    krylov_maxiter: int | None,
-    grid: Grid | None,
-    max_step: float,
-    max_steps: int,
-    rows: bool,
-) -> tuple[Array, Array, _bdf.Counts, Array]:
-    """:func:`solve_ivp`'s arguments checked (with NumPy where they are concrete) and its
-    integration as one compiled program: ``(ys, status, counts, t_eval)`` with the
-    solutions as the rows of ``ys`` if ``rows``, else as its columns."""
-    max_steps = static_int(max_steps, "solve_ivp: max_steps")
-    if max_steps < 1:
-        raise ValueError(f"solve_ivp: max_steps must be positive, got {max_steps}")
-    if not isinstance(args, tuple):
-        raise TypeError(f"solve_ivp: args must be a tuple, got {type(args).__name__}")
-    y0 = as_array(y0, "solve_ivp: y0")
-    dtype0 = np.dtype(y0.dtype)
-    if not jnp.issubdtype(dtype0, jnp.inexact):
-        dtype0 = np.dtype(jnp.result_type(float))
-    dtype0 = np.dtype(jax.dtypes.canonicalize_dtype(dtype0))
-    if y0.ndim != 1 or y0.shape[0] == 0:
-        raise ValueError(f"solve_ivp: y0 must be 1-D and not empty, got shape {y0.shape}")
-    n = y0.shape[0]
-    real = np.dtype(jnp.finfo(dtype0).dtype)
-    t0, t1, times = _as_times(t_span, t_eval, real)
-    out = jax.eval_shape(
-        lambda t, y: fun(t, y, *args),
-        jax.ShapeDtypeStruct((), real),
-        jax.ShapeDtypeStruct((n,), dtype0),
+    capacity = checks.capacity(event_capacity)
+    problem = Problem(
+        fun,
+        t_span,
+        y0,
+        t_eval,
+        checks.extra_args(args),
+        rtol=rtol,
+        atol=atol,
+        jac=jac,
+        jac_sparsity=jac_sparsity,
+        jac_offsets=jac_offsets,
+        jac_mask=jac_mask,
+        linear_solver=linear_solver,
+        krylov_rtol=krylov_rtol,
+        krylov_maxiter=krylov_maxiter,
+        grid=grid,
+        max_step=max_step,
+        first_step=first_step,
+        max_steps=max_steps,
+        dense_output=dense_output,
+        events=events,
+        vectorized=vectorized,
     )
-    if getattr(out, "shape", None) != (n,):
-        raise TypeError(
-            f"solve_ivp: fun(t, y, *args) must return an array of shape ({n},) like y0, got "
-            f"{getattr(out, 'shape', type(out).__name__)}"
-        )
-    dtype = np.dtype(jnp.result_type(dtype0, out.dtype))
-    eps = float(np.finfo(real).eps)
-    rtol_ = _tolerance(rtol, "rtol", n, real)
-    rtol_ = jnp.maximum(rtol_, 100 * eps) if is_traced(rtol_) else np.maximum(rtol_, 100 * eps)
-    atol_ = _tolerance(atol, "atol", n, real)
-    max_step_ = _value(max_step).astype(real)
+    raw = problem.run(capacity, rows=False)
+    if raw.nevents is not None and not is_traced(raw.nevents):
+        most = int(np.max(raw.nevents, initial=0))
+        if most > capacity:  # eagerly, every occurrence is returned
+            raw = problem.run(most, rows=False)
+    return _result(raw, problem, eager=not is_traced(raw.status))
 
-    def rhs(t, y):
-        return jnp.asarray(fun(t, y, *args)).astype(dtype)
 
-    grid_shape = _grid(grid, linear_solver, n)
-    if linear_solver == "banded":
-        solver = _banded_solver()
-    else:
-        solver = _bicgstab_solver(krylov_rtol, krylov_maxiter, grid_shape)
-    jacobian, placeholder = _jacobian_function(fun, jac, jac_offsets, jac_mask, n, args, dtype)
-    problem = _bdf.Problem(
-        rhs=rhs,
-        jacobian=jacobian,
-        jacobian_placeholder=placeholder,
-        linear_solver=solver,
-        constant_jacobian=False,
+def _result(raw: Raw, problem: Problem, eager: bool) -> OdeResult:
+    """The program's outputs as :class:`OdeResult`: eagerly with SciPy's lengths."""
+    t, ys, sol = raw.t, raw.ys, raw.sol
+    t_events = y_events = None
+    if raw.t_events is not None and raw.y_events is not None and raw.nevents is not None:
+        t_events, y_events = list(raw.t_events), list(raw.y_events)
+        if eager:
+            counts = [int(k) for k in np.asarray(raw.nevents)]
+            t_events = [head(times, k) for times, k in zip(t_events, counts, strict=True)]
+            # SciPy's np.asarray([]) for an event that never occurred: shape (0,).
+            y_events = [
+                head(values, k) if k else jnp.zeros(0, values.dtype)
+                for values, k in zip(y_events, counts, strict=True)
+            ]
+    if eager:
+        if problem.t_eval is None and sol is not None:
+            kept = int(sol.n_segments) + 1
+            t, ys = head(t, kept), head(ys.T, kept).T
+        elif problem.t_eval is not None and int(raw.status) == _bdf.TERMINATED:
+            # SciPy returns the t_eval entries before a terminal event only.
+            direction = np.sign(float(problem.t1) - float(problem.t0))
+            kept = int(np.sum(direction * (np.asarray(t) - float(raw.t_final)) <= 0))
+            t, ys = head(t, kept), head(ys.T, kept).T
+    return OdeResult(
+        t,
+        ys,
+        raw.status,
+        *raw.counts,
+        sol=sol,
+        t_events=t_events,
+        y_events=y_events,
+        nevents=raw.nevents,
     )
-
-    def integrate(t0, t1, y0, times, rtol, atol, max_step):
-        y0 = jnp.asarray(y0).astype(dtype)
-        ys, _, status, counts = _bdf.integrate(
-            problem, t0, t1, y0, times, rtol, atol, max_step, max_steps
-        )
-        ys = forward_only(ys if rows else ys.T, _REVERSE_MODE)
-        return ys, status, counts, jnp.asarray(times)
-
-    # One compiled program: its inputs are the checked arguments, and everything else
-    # (casts, the set-up before the loop, the layout of the solutions) is inside it.
-    operands = (t0, t1, y0, times, rtol_, atol_, max_step_)
-    return jax.jit(integrate)(*operands)
 
 
 def odeint(
@@ -499,7 +377,7 @@ def odeint(
       >>> bool(jnp.allclose(y[-1], jnp.exp(-2.0), rtol=1e-3))
       True
     """
-    times = _value(t)
+    times = checks.value(t)
     if times.ndim != 1 or times.shape[0] < 1:
         raise ValueError(f"odeint: t must be 1-D and not empty, got shape {times.shape}")
     offsets = None
@@ -510,9 +388,16 @@ def odeint(
         if lower < 0 or upper < 0:
             raise ValueError(f"odeint: ml and mu must be >= 0, got ml={ml}, mu={mu}")
         offsets = tuple(range(-lower, upper + 1))
-    ys, *_ = _solve(
-        lambda s, y, *a: func(y, s, *a), _value([times[0], times[-1]]), y0, times,
-        tuple(args), rtol, atol, None, offsets, None, "banded", 1e-6, None, None,
-        float("inf"), max_steps, rows=True,
-    )  # fmt: skip
-    return ys
+    span = checks.value([times[0], times[-1]])
+    problem = Problem(
+        lambda s, y, *a: func(y, s, *a),
+        span,
+        y0,
+        times,
+        tuple(args),
+        rtol=rtol,
+        atol=atol,
+        jac_offsets=offsets,
+        max_steps=max_steps,
+    )
+    return problem.run(1, rows=True).ys

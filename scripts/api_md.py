@@ -80,6 +80,7 @@ SECTIONS = (
             "jaxdia.IncompleteCholesky",
             "jaxdia.SolveInfo",
             "jaxdia.OdeResult",
+            "jaxdia.OdeSolution",
         ),
         None,
     ),
