@@ -160,9 +160,14 @@ def test_periodic_reaction_diffusion_uses_the_corners():
     y0 = 0.5 * np.cos(2 * np.pi * x) + 0.1
     t_eval = np.linspace(0, 3, 4)
     ours = jaxdia.solve_ivp(
-        allen_cahn, (0.0, 3.0), y0, t_eval=t_eval, rtol=1e-7, atol=1e-9,
+        allen_cahn,
+        (0.0, 3.0),
+        y0,
+        t_eval=t_eval,
+        rtol=1e-7,
+        atol=1e-9,
         jac_offsets=(-(n - 1), -1, 0, 1, n - 1),
-    )  # fmt: skip
+    )
     reference = si.solve_ivp(
         for_scipy(allen_cahn),
         (0, 3),
@@ -202,10 +207,15 @@ def test_vmap_over_initial_values_and_parameters_matches_one_by_one():
 
     solve = jax.jit(
         lambda y0, k: jaxdia.solve_ivp(
-            decay, (0.0, 2.0), y0, t_eval=jnp.array([1.0, 2.0]), args=(k,), rtol=1e-7,
+            decay,
+            (0.0, 2.0),
+            y0,
+            t_eval=jnp.array([1.0, 2.0]),
+            args=(k,),
+            rtol=1e-7,
             jac_offsets=(-2, -1, 0, 2),
         )
-    )  # fmt: skip
+    )
     y0s = jnp.array([[1.0, 2.0, 3.0], [0.5, -1.0, 0.0]])
     ks = jnp.array([1.0, 30.0])
     batch = jax.vmap(solve)(y0s, ks)
@@ -328,9 +338,13 @@ def test_float32_stays_float32_within_its_tolerance():
 def test_complex_linear_oscillation():
     omega = 5.0
     result = jaxdia.solve_ivp(
-        lambda t, y: (1j * omega - 1.0) * y, (0.0, 1.0), jnp.ones(2, jnp.complex128),
-        rtol=1e-9, atol=1e-12, jac_offsets=(0,),
-    )  # fmt: skip
+        lambda t, y: (1j * omega - 1.0) * y,
+        (0.0, 1.0),
+        jnp.ones(2, jnp.complex128),
+        rtol=1e-9,
+        atol=1e-12,
+        jac_offsets=(0,),
+    )
     np.testing.assert_allclose(np.asarray(result.y[:, -1]), np.exp(1j * omega - 1.0), rtol=1e-6)
 
 
@@ -348,9 +362,14 @@ def test_bicgstab_linear_solver_matches_the_banded_one():
     offsets = (-grid, -1, 0, 1, grid)
     banded = jaxdia.solve_ivp(heat, (0.0, 0.1), y0, rtol=1e-6, jac_offsets=offsets)
     krylov = jaxdia.solve_ivp(
-        heat, (0.0, 0.1), y0, rtol=1e-6, jac_offsets=offsets, linear_solver="bicgstab",
+        heat,
+        (0.0, 0.1),
+        y0,
+        rtol=1e-6,
+        jac_offsets=offsets,
+        linear_solver="bicgstab",
         krylov_rtol=1e-10,
-    )  # fmt: skip
+    )
     assert bool(krylov.success)
     np.testing.assert_allclose(np.asarray(krylov.y), np.asarray(banded.y), rtol=1e-6, atol=1e-9)
 
@@ -373,10 +392,17 @@ def test_multigrid_linear_solver_matches_scipy_bdf_and_fails_honestly():
     # One program for both runs: krylov_maxiter is traced.
     solve = jax.jit(
         lambda y0, krylov_maxiter: jaxdia.solve_ivp(
-            allen_cahn, (0.0, 0.05), y0, jac_offsets=offsets, linear_solver="multigrid",
-            grid=(points, points), krylov_rtol=1e-8, krylov_maxiter=krylov_maxiter, **kwargs,
+            allen_cahn,
+            (0.0, 0.05),
+            y0,
+            jac_offsets=offsets,
+            linear_solver="multigrid",
+            grid=(points, points),
+            krylov_rtol=1e-8,
+            krylov_maxiter=krylov_maxiter,
+            **kwargs,
         )
-    )  # fmt: skip
+    )
     ours = solve(y0, 100)
     diagonals = [np.ones(points**2 - abs(k)) for k in offsets]
     sparsity = sp.csc_array(sp.diags_array(diagonals, offsets=list(offsets)))  # pyright: ignore[reportArgumentType]
