@@ -324,6 +324,7 @@ def test_the_program_of_a_host_operator_calls_it_and_a_matrix_gets_no_trace_esti
     B = jnp.ones(10)
     host = jax.jit(lambda B: jaxdia.expm_multiply(host_operator(M), B, traceA=0.0))
     assert "callback" in host.lower(B).as_text()
+    assert relative_error(host(B), sla.expm(M) @ B) < 1e-12
     # the exact trace of a matrix: no QR of Hutch++ in the program; estimated: one
     dense = jax.jit(lambda M, B: jaxdia.expm_multiply(M, B)).lower(jnp.asarray(M), B).as_text()
     with pytest.warns(UserWarning, match="will be estimated"):
@@ -349,8 +350,12 @@ def test_errors():
         jaxdia.expm_multiply(M, np.ones(5))
     with pytest.raises(ValueError, match=r"B must have shape \(6,\)"):
         jaxdia.expm_multiply(spla.aslinearoperator(M), np.ones((5, 2)))
-    with pytest.raises(ValueError, match="must be square"):
-        jaxdia.expm_multiply(np.ones((3, 4)), np.ones(4))
+    wide = spla.LinearOperator((3, 4), matvec=lambda v: v[:3], rmatvec=lambda v: v, dtype=float)
+    for A in (np.ones((3, 4)), sp.csr_array(np.ones((3, 4))), wide):
+        with pytest.raises(
+            ValueError, match=r"expm_multiply: A must be square, got shape \(3, 4\)"
+        ):
+            jaxdia.expm_multiply(A, np.ones(4))
     with pytest.raises(ValueError, match="must map a vector of shape"):
         jaxdia.expm_multiply(lambda v: v[:3], B, traceA=0.0)
     with pytest.raises(TypeError, match="must map a vector of shape"):
@@ -359,5 +364,8 @@ def test_errors():
         jaxdia.expm_multiply(M.astype(np.longdouble), B)
     with pytest.raises(TypeError, match="A must be a"):
         jaxdia.expm_multiply(object(), B)
+    sharded = jaxdia.shard(jaxdia.eye(6), jax.make_mesh((1,), ("x",)), "x")
+    with pytest.raises(TypeError, match=r"got ShardedDiaMatrix \(pass A.to_dia\(\)\)"):
+        jaxdia.expm_multiply(sharded, B)
     with pytest.raises(TypeError, match="stop must be real"):
         jaxdia.expm_multiply(M, B, start=0, stop=1j)
