@@ -85,6 +85,30 @@ def cases() -> dict:
             x,
         ),
         "expm_multiply": (lambda A, x: jaxdia.expm_multiply(0.1 * A, x), spd, x),
+        "expm_multiply_grid": (
+            lambda A, x: jaxdia.expm_multiply(A, x, start=-0.5, stop=1.0, num=7),
+            A,
+            X,
+        ),
+        "expm_multiply_complex": (
+            lambda A, x: jaxdia.expm_multiply(-1j * A, x.astype(jnp.complex64)),
+            spd,
+            X,
+        ),
+        "expm_multiply_scattered": (lambda A, x: jaxdia.expm_multiply(A, x), poisson, x),
+        "expm_multiply_batched": (
+            lambda A, x: jaxdia.expm_multiply(A, x, traceA=0.0),
+            batched,
+            jnp.ones((4, 50, 2)),
+        ),
+        "expm_multiply_grad": (
+            lambda A, x: jax.grad(
+                lambda A, x: jnp.sum(jaxdia.expm_multiply(A, x, start=0.0, stop=0.5, num=3)),
+                argnums=(0, 1),
+            )(A, x),
+            A,
+            x,
+        ),
     }
 
 

@@ -57,8 +57,10 @@ SLICE = [
     # it, the pivoted LU gives its selected inverse on CPU
     ("logdet", 0, 58),
     # expm (seed 0): a wrong traceA, eager; skew-Hermitian block, jit; a time grid, jit; a
-    # batch, vmap, no shift; the gradient; a stiff diagonal
-    *(("expm", 0, i) for i in (6, 11, 9, 17, 5, 21)),
+    # batch, vmap, no shift; the gradient; a stiff diagonal; operators: a scipy.sparse
+    # matrix on a time grid, jit; a lineax operator, vmap; a function's gradient w.r.t. B
+    # (complex64); through a host LinearOperator, the gradient's TypeError
+    *(("expm", 0, i) for i in (6, 11, 88, 17, 5, 21, 9, 75, 105, 204)),
     # eigsh (seed 0): the dense path, complex, jit; Lanczos, complex LM; shift-invert
     # between eigenvalues, vmap; float32 Laplacian with a shift; repeated eigenvalues, BE;
     # n = 300 with a shift

@@ -447,6 +447,13 @@ def test_cuda_default_exports():
     assert MOSAIC_GPU_CALL in exported.mlir_module()
 
 
+def _expm_multiply_of_a_function(M, b):
+    """expm_multiply of a function of ``M`` written in JAX, its trace estimated."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # SciPy's: the trace is estimated
+        return jaxdia.expm_multiply(lambda v: jnp.matmul(M, v, precision="highest"), b)
+
+
 def _dense_products_cases():
     """Programs with dense block products on the solve side, sized to take their
     accelerator paths: cyclic reduction's blocks (one-shot, LU and Cholesky factors),
@@ -486,6 +493,14 @@ def _dense_products_cases():
         "expm_multiply": (
             lambda A, b: jaxdia.expm_multiply(0.01 * A, b),
             (small, jnp.ones(64, jnp.float32)),
+        ),
+        "expm_multiply_operator": (  # an operator's norm estimates and trace (Hutch++)
+            _expm_multiply_of_a_function,
+            (0.01 * small.todense(), jnp.ones(64, jnp.float32)),
+        ),
+        "expm_multiply_dense": (  # a dense matrix's products
+            lambda M, b: jaxdia.expm_multiply(M, b),
+            (0.01 * small.todense(), jnp.ones(64, jnp.float32)),
         ),
         "gmres": (lambda A, b: jaxdia.gmres(A, b)[0], (small, jnp.ones(64, jnp.float32))),
         "solve_ivp": (

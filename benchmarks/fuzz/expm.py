@@ -11,7 +11,13 @@ float32/64 and complex, a real matrix with a complex ``B`` or the other way roun
 vectors, blocks and a batch of two matrices (under ``vmap``, or one batched DiaMatrix);
 a single time or a grid of 2 to 7 times (negative starts, with or without the
 endpoint); ``traceA`` exact, zero or wrong; eager, ``jit`` and ``vmap``; and the
-gradient of a loss w.r.t. ``A.data`` and ``B``.
+gradient of a loss w.r.t. ``A.data`` and ``B``. The same matrix is also passed as another
+operator (``operator``, drawn last so that earlier seeds keep their cases): a dense NumPy
+array, a ``scipy.sparse`` matrix, ``aslinearoperator`` of it, a ``LinearOperator`` whose
+NumPy products run on the host, a lineax operator or a function written in JAX (its
+norms estimated, its trace too without ``traceA``); ``vmap`` then maps a batch of two
+``B`` (``B`` and ``-2 B``), and the gradient is w.r.t. ``B`` (a ``TypeError`` through the
+host operator, which is what must happen).
 
 Verdicts: PASS within a rounding bound on the error of the Taylor method,
 ``c u (1 + ||t A'||_1) e^min(||t A'||_1, 10) P K`` (``A' = A - mu I`` the shifted matrix,
@@ -27,11 +33,14 @@ valid).
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import scipy.linalg as sla
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
 
 import jaxdia
 
@@ -97,6 +106,18 @@ def generate(rng, seed) -> dict:
         "trace": pick(rng, {"exact": 6, "zero": 1, "wrong": 1}),
         "mode": pick(rng, {"eager": 3, "jit": 2, "vmap": 1, "grad": 2}),
         "values": int(rng.integers(2**31)),
+        "operator": pick(
+            rng,
+            {
+                "dia": 12,
+                "dense": 1,
+                "sparse": 1,
+                "aslinearoperator": 1,
+                "host": 1,
+                "lineax": 1,
+                "function": 1,
+            },
+        ),
     }
 
 
@@ -179,6 +200,8 @@ def check(params: dict) -> Result:
             "endpoint": params["endpoint"],
         }
     )
+    if params.get("operator", "dia") != "dia":
+        return _check_operator(params, dense_of(data, offsets, n), B, kwargs, traceA, grid)
     if params["mode"] == "grad":
         return _check_gradient(params, A, B, kwargs, traceA)
     try:
@@ -343,4 +366,105 @@ def _check_gradient(params: dict, A, B, kwargs, traceA) -> Result:
             )
         else:
             outcome.add(PASS, "", ratio)
+    return outcome.result()
+
+
+def _operator(kind: str, M: np.ndarray):
+    """The matrix ``M`` (in the case's dtype) as the operator ``kind``."""
+    if kind == "dense":
+        return M
+    if kind == "sparse":
+        return sp.csr_array(M)
+    if kind == "aslinearoperator":
+        return spla.aslinearoperator(M)
+    if kind == "host":
+        return spla.LinearOperator(
+            M.shape, matvec=lambda v: M @ v, rmatvec=lambda v: M.conj().T @ v, dtype=M.dtype
+        )
+    if kind == "lineax":
+        import lineax
+
+        return lineax.MatrixLinearOperator(jnp.asarray(M))
+    matrix = jnp.asarray(M)
+    return lambda v: jnp.matmul(matrix, v, precision=jax.lax.Precision.HIGHEST)
+
+
+def _check_operator(params: dict, dense: np.ndarray, B, kwargs, traceA, grid) -> Result:
+    """``expm_multiply`` of the case's matrix (rounded to its dtype) as another operator:
+    judged as the DiaMatrix (eager, ``jit``; ``vmap`` over ``B`` and ``-2 B``), or its
+    gradient w.r.t. ``B`` against dense ``expm``'s."""
+    dtype = DTYPES[params["dtype"]]
+    A = _operator(params["operator"], dense.astype(dtype))
+    mode = params["mode"]
+
+    def run(B):
+        with warnings.catch_warnings():  # SciPy's warning that the trace is estimated
+            warnings.simplefilter("ignore", UserWarning)
+            return jaxdia.expm_multiply(A, B, traceA=traceA, **kwargs)
+
+    if mode == "grad":
+        return _check_operator_gradient(params, dense, run, B, grid)
+    try:
+        if mode == "vmap":
+            both = jax.vmap(run)(jnp.stack([jnp.asarray(B), -2 * jnp.asarray(B)]))
+            X = np.asarray(both[0])
+            other = np.asarray(both[1])
+        else:
+            X = np.asarray((jax.jit(run) if mode == "jit" else run)(jnp.asarray(B)))
+            other = None
+    except Exception as error:  # noqa: BLE001 - every exception is judged
+        return raised(error, unexpected=True)
+    result = _judge(X, dense, B, grid, traceA, dtype)
+    if other is None or result.verdict != PASS:
+        return result
+    return _judge(other, dense, -2 * B, grid, traceA, dtype)
+
+
+def _check_operator_gradient(params: dict, dense: np.ndarray, run, B, grid) -> Result:
+    """The gradient of ``sum |G * X|^2`` w.r.t. ``B`` against the same loss through
+    ``jax.scipy.linalg.expm``; through a host operator, the ``TypeError`` it must raise."""
+    outcome = Outcome()
+    n = dense.shape[0]
+    G = np.random.default_rng(params["values"] + 1).standard_normal(B.shape)
+    wide = jnp.asarray(dense.astype(wide_dtype(dense.dtype)))
+
+    def loss(B):
+        return jnp.sum(jnp.abs(run(B) * G) ** 2)
+
+    def oracle(B):
+        if grid is None:
+            X = jax.scipy.linalg.expm(wide) @ B
+        else:
+            X = jnp.stack([jax.scipy.linalg.expm(t * wide) @ B for t in grid])
+        return jnp.sum(jnp.abs(X * G) ** 2)
+
+    try:
+        got = np.asarray(jax.grad(loss)(jnp.asarray(B)))
+    except TypeError as error:
+        if params["operator"] == "host" and "runs on the host" in str(error):
+            return Result(PASS, "the host operator's TypeError")
+        return raised(error, unexpected=True)
+    except Exception as error:  # noqa: BLE001 - every exception is judged
+        return raised(error, unexpected=True)
+    if params["operator"] == "host":
+        return Result(FAIL, "a gradient through a host operator did not raise")
+    if n > 40 or not np.all(np.isfinite(dense)):
+        if np.all(np.isfinite(dense)) and not np.all(np.isfinite(got)):
+            outcome.add(FAIL, "non-finite gradient w.r.t. B")
+        return outcome.result()
+    expected = np.asarray(jax.grad(oracle)(jnp.asarray(B.astype(wide_dtype(B.dtype)))))
+    if not np.all(np.isfinite(got)):
+        outcome.add(FAIL, "non-finite gradient w.r.t. B")
+        return outcome.result()
+    eps = machine_epsilon(np.result_type(DTYPES[params["dtype"]], B.dtype))
+    size = float(np.abs(dense).sum(axis=0).max(initial=0.0))
+    span = max([1.0] + [abs(t) for t in grid or []])
+    scale = max(float(np.abs(expected).max(initial=0.0)), 1e-300)
+    error = float(np.abs(got - expected).max(initial=0.0)) / scale
+    tolerance = SLACK * 100 * eps * math.exp(min(2 * size * span, 30.0))
+    ratio = error / tolerance
+    if ratio > 1:
+        outcome.add(FAIL, f"gradient w.r.t. B: relative error {error:.2e} > {tolerance:.2e}", ratio)
+    else:
+        outcome.add(PASS, "", ratio)
     return outcome.result()

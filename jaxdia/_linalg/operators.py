@@ -109,8 +109,9 @@ def _flat(v: Array) -> Array:
 
 
 def _dense_product(matrix: Array, v: Array) -> Array:
-    """``matrix @ v`` for vectors on leading dims (``(*batch, n)``)."""
-    return jnp.einsum("ij,...j->...i", matrix.astype(v.dtype), v)
+    """``matrix @ v`` for vectors on leading dims (``(*batch, n)``), at full precision (a
+    float32 dot at the default rounds to bfloat16 on a TPU)."""
+    return jnp.einsum("ij,...j->...i", matrix.astype(v.dtype), v, precision="highest")
 
 
 def _sparse_product(matrix: Any, v: Array) -> Array:
@@ -133,20 +134,26 @@ class HostProduct:
     """A SciPy ``LinearOperator``'s product, run on the host by ``jax.pure_callback``:
     a function of ``(*batch, n)`` arrays, returning the vectors' dtype. It is static (a
     jit argument's structure), equal to another for the same operator, so that a second
-    solve with the same operator compiles nothing."""
+    solve with the same operator compiles nothing. With ``adjoint`` it is the product
+    with ``A^H`` (the operator's ``rmatmat``: see :func:`host_adjoint`)."""
 
-    __slots__ = ("linear_operator", "function", "name")
+    __slots__ = ("linear_operator", "function", "name", "adjoint")
 
-    def __init__(self, linear_operator: Any, function: str, name: str):
+    def __init__(self, linear_operator: Any, function: str, name: str, adjoint: bool = False):
         self.linear_operator = linear_operator
         self.function = function
         self.name = name
+        self.adjoint = adjoint
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, HostProduct) and other.linear_operator is self.linear_operator
+        return (
+            isinstance(other, HostProduct)
+            and other.linear_operator is self.linear_operator
+            and other.adjoint == self.adjoint
+        )
 
     def __hash__(self) -> int:
-        return hash(id(self.linear_operator))
+        return hash((id(self.linear_operator), self.adjoint))
 
     def __call__(self, v: Array) -> Array:
         return _host_product(self, v)
@@ -157,7 +164,9 @@ class HostProduct:
         SciPy's solvers hand one."""
         x = np.array(x)
         flat = x.reshape(-1, x.shape[-1])
-        if flat.shape[0] == 1:
+        if self.adjoint:  # rmatmat: SciPy's falls back on rmatvec, and not the other way
+            y = np.asarray(self.linear_operator.rmatmat(flat.T)).T
+        elif flat.shape[0] == 1:
             y = np.asarray(self.linear_operator.matvec(flat[0])).reshape(1, -1)
         else:
             y = np.asarray(self.linear_operator.matmat(flat.T)).T
@@ -175,6 +184,60 @@ def on_host(A: Any) -> bool:
     custom linear solve then gets no transposed solve (JAX cannot transpose the
     callback, and a gradient through it raises anyway)."""
     return isinstance(A, jax.tree_util.Partial) and isinstance(A.func, HostProduct)
+
+
+#: SciPy's operators that combine others (``A + B``, ``A @ B``, ``c * A``, ``A ** p``,
+#: ``A.H``, ``A.T``): each has an adjoint when every operator it combines has one.
+_COMBINATIONS = {
+    "_SumLinearOperator",
+    "_ProductLinearOperator",
+    "_ScaledLinearOperator",
+    "_PowerLinearOperator",
+    "_AdjointLinearOperator",
+    "_TransposedLinearOperator",
+}
+#: A class that overrides one of these has an adjoint (SciPy's defaults of each defer to
+#: the others and raise where none is defined).
+_ADJOINT_METHODS = ("_rmatvec", "_rmatmat", "_adjoint")
+
+
+def has_adjoint(linear_operator: Any) -> bool:
+    """Whether a SciPy ``LinearOperator`` defines its product with ``A^H`` (``rmatvec``,
+    ``rmatmat`` or ``_adjoint``), read from its class as SciPy's defaults decide, without
+    calling it: one built by ``LinearOperator(shape, matvec)`` alone has none."""
+    base = sys.modules["scipy.sparse.linalg"].LinearOperator
+    kind = type(linear_operator)
+    if kind.__name__ == "_CustomLinearOperator":
+        return any(
+            getattr(linear_operator, f"_CustomLinearOperator__{name}_impl", None) is not None
+            for name in ("rmatvec", "rmatmat")
+        )
+    if kind.__name__ in _COMBINATIONS:
+        parts = [part for part in linear_operator.args if isinstance(part, base)]
+        return all(has_adjoint(part) for part in parts)
+    return any(getattr(kind, name) is not getattr(base, name) for name in _ADJOINT_METHODS)
+
+
+def host_adjoint(A: Any) -> Any:
+    """The product ``v -> A^H v`` of a host operator ``A`` (as :func:`as_operator` returns
+    it) whose ``LinearOperator`` defines one (:func:`has_adjoint`), as ``A`` is applied;
+    None for any other ``A``."""
+    if not on_host(A):
+        return None
+    product = A.func
+    if not has_adjoint(product.linear_operator):
+        return None
+    adjoint = HostProduct(product.linear_operator, product.function, product.name, adjoint=True)
+    return jax.tree_util.Partial(adjoint)
+
+
+def matrix_of(A: Any) -> Any:
+    """The matrix behind ``A`` (as :func:`as_operator` returns it) when it was given as a
+    dense matrix (a NumPy or JAX array) or a ``scipy.sparse`` one (a
+    ``jax.experimental.sparse.BCOO``); None for any other operator."""
+    if isinstance(A, jax.tree_util.Partial) and A.func in (_dense_product, _sparse_product):
+        return A.args[0]
+    return None
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
