@@ -283,7 +283,7 @@ def test_one_shot_batches_on_accelerators_keep_cyclic_reduction(platform, band):
     "band, batch, n",
     [
         ("tridiagonal", 70, 20),  # ?gtsv
-        ("pentadiagonal", 8, 20),  # gbsv: ?gbtrf + ?gbtrs
+        pytest.param("pentadiagonal", 8, 20, marks=pytest.mark.full),  # gbsv: ?gbtrf + ?gbtrs
         ("pentadiagonal", 70, 20),  # gbsv, a large batch of small systems
         pytest.param("7-diagonal", 70, 150, marks=pytest.mark.full),  # gbsv
     ],

@@ -270,7 +270,9 @@ def test_shift_at_an_eigenvalue_reports_inaccurate_pairs():
 # -- derivatives -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("n, sigma", [(N, None), (N, 0.4), (30, None)])
+@pytest.mark.parametrize(
+    "n, sigma", [(N, None), (N, 0.4), pytest.param(30, None, marks=pytest.mark.full)]
+)
 def test_eigenvalue_gradient(n, sigma):
     S = hermitian_band(n, seed=9)
     A = nan_padded(S)

@@ -221,6 +221,7 @@ def test_gradients_match_dense_expm(complex_):
         check_grads(jax.jit(loss), (clean, B), order=1, modes=("rev",), atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.full  # the fast tier: the time grid's gradient in test_expm_operators.py
 def test_time_grid_gradients_match_dense_expm():
     S = band(10, seed=8, scale=0.8)
     A = nan_padded(S)

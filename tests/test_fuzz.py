@@ -294,7 +294,7 @@ def _run(case, isolate: float | None):
 
 #: The fast tier runs this many of each family's SLICE cases (the first), the full tier
 #: all of them; every regression case runs in both.
-FAST_PER_FAMILY = 2
+FAST_PER_FAMILY = 1
 
 
 def _cases():

@@ -302,7 +302,18 @@ SMALL_AXES = [
 ]
 
 
-@pytest.mark.parametrize("grid, displacements, dtype", SMALL_AXES)
+#: SMALL_AXES's cases in the fast tier: an axis that offsets alias, a complex one, the
+#: unsymmetric pattern, a 3-D grid, an axis of 1 (the rest in the full tier).
+SMALL_AXES_FAST = {0, 3, 7, 8, 12}
+
+
+@pytest.mark.parametrize(
+    "grid, displacements, dtype",
+    [
+        pytest.param(*case, marks=() if i in SMALL_AXES_FAST else pytest.mark.full)
+        for i, case in enumerate(SMALL_AXES)
+    ],
+)
 def test_small_axes_give_the_textbook_factors_of_the_neighbour_pattern(grid, displacements, dtype):
     """Axes of 1 to 3 points, where a diagonal's slots that wrap around a grid line can
     take fill (on an axis of 3 points two steps along it land on a neighbour's offset):

@@ -188,7 +188,10 @@ def test_failures_are_nan():
     assert np.allclose(jaxdia.slogdet(shift), np.linalg.slogdet(dense_f64(shift)))  # refactored
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64])
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float32, *(pytest.param(t, marks=pytest.mark.full) for t in (np.float64, np.complex64))],
+)
 def test_a_reduction_that_meets_a_singular_block(dtype):
     """Nonsingular matrices with zero diagonal blocks (they need row interchanges across
     cyclic reduction's blocks; the 2 x 2 one Hypothesis found gave sign 0 with a NaN): on
@@ -538,6 +541,7 @@ def test_selected_inverse_hermitian_reads_one_triangle_whatever_the_other_holds(
     np.testing.assert_allclose(dense_f64(X)[mask], expected[mask], rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.full  # the fast tier: test_hessian_matches_dense differentiates the inverse
 def test_selected_inverse_gradient():
     """The posterior variances' derivative, at banded cost, against dense."""
     A = random_band(10, 2, 2, seed=2)
@@ -555,7 +559,7 @@ def test_selected_inverse_gradient():
     np.testing.assert_allclose(on_pattern(A, actual)[mask], np.asarray(expected)[mask], rtol=1e-9)
 
 
-@pytest.mark.parametrize("lower", [False, True])
+@pytest.mark.parametrize("lower", [pytest.param(False, marks=pytest.mark.full), True])
 def test_selected_inverse_hermitian_gradient(lower):
     """The derivative of the posterior variances (``assume_a="pos"``: read from the
     Cholesky factor on CPU, differentiated through cyclic reduction) against dense."""
@@ -892,7 +896,6 @@ PERIODIC = [
     (15, (-13, -1, 0, 1, 2, 14)),
 ]
 PERIODIC_FAST = {(12, np.complex128)}
-GRADIENT_FAST = {(15, "lapack")}
 TINY_FAST = {(2, np.complex64), (3, np.float64)}
 
 
@@ -921,15 +924,10 @@ def test_periodic_selected_inverse(n, offsets, dtype, monkeypatch):
     assert len(calls) == 3  # the banded-cost path, not the whole band
 
 
+@pytest.mark.full  # the fast tier: test_periodic_variances_gradient's selected inverse
 @pytest.mark.parametrize(
     "n, offsets, method",
-    [
-        pytest.param(
-            *case, method, marks=() if (case[0], method) in GRADIENT_FAST else pytest.mark.full
-        )
-        for case in PERIODIC[:2] + PERIODIC[3:]
-        for method in METHODS
-    ],
+    [(*case, method) for case in PERIODIC[:2] + PERIODIC[3:] for method in METHODS],
 )
 def test_periodic_logdet_gradient(n, offsets, method, monkeypatch):
     calls = spy_periodic(monkeypatch)
@@ -1014,6 +1012,7 @@ def test_periodic_stencils_on_tiny_matrices(n, dtype):
         assert_on_pattern(A, grad(A.data), dense_gradient(A), dtype)
 
 
+@pytest.mark.full
 def test_periodic_ill_conditioned_band(monkeypatch):
     """A cyclic shift plus a little noise: well conditioned, while its band without the
     corners is nearly singular (the correction's growth far above its bound). Eagerly the
@@ -1041,7 +1040,8 @@ def periodic_split(A):
     return choose(A.offsets, A.shape[0]).split is not None
 
 
-@pytest.mark.parametrize("lower", [pytest.param(False, marks=pytest.mark.full), True])
+@pytest.mark.full  # the fast tier: test_selected_inverse_hermitian, the general periodic one
+@pytest.mark.parametrize("lower", [False, True])
 def test_periodic_hermitian_selected_inverse(lower, monkeypatch):
     """``assume_a="pos"`` reads one triangle (the other holds garbage here), and its
     corners split off as a general matrix's; the Cholesky log-determinant's gradient
