@@ -172,9 +172,9 @@ def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool):
 
     def record(failed, bad, first_block):
         """``failed`` with this level's failures (its blocks are the matrix's blocks
-        ``first_block + 2 q stride``)."""
-        blocks = (first_block + 2 * stride * np.arange(bad.shape[AXIS])).astype(np.int32)
-        rows = jnp.where(bad, blocks[None, :, None] * m, _NONE).min(axis=AXIS)
+        ``first_block + 2 q stride``; an iota, not a table the size of the level)."""
+        blocks = first_block + 2 * stride * lax.broadcasted_iota(np.int32, bad.shape, AXIS)
+        rows = jnp.where(bad, blocks * m, _NONE).min(axis=AXIS)
         return jnp.where((rows != _NONE) & ((failed < 0) | (rows < failed)), rows, failed)
 
     zeros = None

@@ -230,7 +230,7 @@ def _bands(data, placement, ldab: int):
     n = data.shape[-1]
     zeros = jnp.zeros(data.shape[:-2] + (n,), data.dtype)
     columns = [zeros] * ldab
-    inside = in_bounds(tuple(offset for offset, _ in placement), (n, n), host=True)
+    inside = in_bounds(tuple(offset for offset, _ in placement), (n, n))
     for index, (_, column) in enumerate(placement):
         if column >= 0:  # padding slots hold anything
             columns[column] = jnp.where(inside[index], data[..., index, :], 0)

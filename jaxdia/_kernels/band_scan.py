@@ -173,10 +173,11 @@ def _eliminate(band: Array, *, kl: int, ku: int) -> tuple[Array, Array, Array, A
     width = kl + ku + 1
     # The first window: rows 0 .. kl over columns 0 .. kl + ku: W0[r, c] = R[r, c - r + kl].
     padded = jnp.concatenate([band, jnp.zeros((kl + 1, width), band.dtype)])
-    rows, cols = np.meshgrid(np.arange(kl + 1), np.arange(width), indexing="ij")
-    source = cols - rows + kl
+    # Index tables as iotas: NumPy ones would be constants of (kl + 1) * width elements.
+    rows = lax.broadcasted_iota(np.int32, (kl + 1, width), 0)
+    source = lax.broadcasted_iota(np.int32, (kl + 1, width), 1) - rows + kl
     inside = (source < width) & (rows < n)
-    window = jnp.where(inside, padded[rows, np.minimum(source, width - 1)], 0)
+    window = jnp.where(inside, padded[rows, jnp.minimum(source, width - 1)], 0)
     # Row r = i + kl + 1 enters after step i, over columns i + 1 .. i + 1 + kl + ku.
     incoming = padded[kl + 1 : kl + 1 + n]
 
@@ -307,9 +308,11 @@ def pbtrf(ab: Array, *, kd: int, lower: bool) -> tuple[Array, Array]:
     columns = shift_columns(rows_g[:, ::-1], np.arange(kd + 1))  # C[i, s] = G[i + s, kd - s]
     padded = jnp.concatenate([columns[1:], jnp.zeros((1, kd + 1), ab.dtype)])
     size = min(kd + 1, n)
-    r, c = np.meshgrid(np.arange(kd + 1), np.arange(kd + 1), indexing="ij")
-    upper_part = rows_g[np.minimum(r, n - 1), np.clip(c - r, 0, kd)]
-    lower_part = rows_g[np.minimum(c, n - 1), np.clip(r - c, 0, kd)].conj()
+    # Index tables as iotas: NumPy ones would be constants of (kd + 1)^2 elements.
+    r = lax.broadcasted_iota(np.int32, (kd + 1, kd + 1), 0)
+    c = lax.broadcasted_iota(np.int32, (kd + 1, kd + 1), 1)
+    upper_part = rows_g[jnp.minimum(r, n - 1), jnp.clip(c - r, 0, kd)]
+    lower_part = rows_g[jnp.minimum(c, n - 1), jnp.clip(r - c, 0, kd)].conj()
     window = jnp.where(c >= r, upper_part, lower_part)
     window = jnp.where((r < size) & (c < size), window, jnp.where(r == c, 1, 0))
     window = window.astype(ab.dtype)
