@@ -1,0 +1,303 @@
+"""The central programs do not grow with ``n``, beyond the ``log2 n`` levels of a
+reduction, on any platform: lowering only (abstract arguments, nothing allocated or
+compiled), for ``cpu``, ``tpu`` and ``cuda``.
+
+XLA's compile time follows the program it is given. On a TPU it followed ``n``: a
+tridiagonal ``solve_banded`` compiled in 3 s at ``n = 1e3``, 30 s at ``1e5`` and about
+135 s at ``1e6``, and failed at ``1e7`` for want of 20 GB of memory. The programs held
+tables of ``n`` elements as constants (cyclic reduction's failure bookkeeping, one per
+level; LAPACK-layout masks, one per diagonal). Two rules hold that out:
+
+* No dense constant above :data:`MAX_CONSTANT` elements, whatever ``n`` (splat
+  constants, one value broadcast, cost nothing). What is left are tables of the band:
+  the largest, 300 elements, comes with 21 diagonals.
+* The text (lines and bytes) is affine in ``log n``: lowered at ``n_a < n_b < n_c``, its
+  size ``s`` may grow from ``n_b`` to ``n_c`` by at most ``1.25 * max(s_b - s_a, 0) *
+  log2(n_c / n_b) / log2(n_b / n_a) + slack * s_b`` (:data:`GROWTH_FACTOR`,
+  :data:`SLACK`: 1% of the lines, 3% of the bytes): the growth per doubling measured
+  between the two smaller sizes, times the doublings, with a margin (a level of cyclic
+  reduction or of multigrid adds the same operations at every size; shapes printed with
+  more digits add a little). A program without levels (the products, solves on CPU)
+  may not grow at all beyond the slack. The products' sizes (:data:`SIZES`) are past
+  the small-size strategies (traces sum small windows differently below ``2^16``
+  slots); the factorizations' (:data:`LEVEL_SIZES`) are smaller, their lowering taking
+  longer with the levels.
+
+A factorization's layout is chosen when it is traced, for the default platform: each
+case traces as that platform does (``_dispatch.default_platform`` patched).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.interpreters.mlir import ir
+
+import jaxdia
+from jaxdia import _dispatch
+
+from .test_lowering import lowered
+
+#: The largest dense constant a program may hold (elements), independent of ``n``.
+MAX_CONSTANT = 1024
+#: ``n_a < n_b < n_c`` of the 1-D programs, and the sides of the 2-D multigrid grids
+#: (2, 3 and 4 levels on CPU). The factorizations' are smaller (their lowering grows
+#: with the levels; every size here takes the same path).
+SIZES = (1 << 16, 1 << 17, 1 << 20)
+LEVEL_SIZES = (1 << 12, 1 << 13, 1 << 16)
+SIDES = (128, 256, 512)
+#: The growth allowed beyond the extrapolation: a factor on the growth per doubling
+#: measured between the two smaller sizes (levels differ a little with the parity of
+#: their sizes), and a share of the program for the digits of larger shapes.
+GROWTH_FACTOR = 1.25
+SLACK = {"lines": 0.01, "bytes": 0.03}
+PLATFORMS = ("cpu", "tpu", "cuda")
+DIAGONALS = (3, 21)
+#: The cases the fast tier leaves to the full one (see :func:`cases`).
+FULL = pytest.mark.full
+
+
+def band(n: int, count: int, periodic: bool = False):
+    """An abstract ``n x n`` float32 DiaMatrix of ``count`` diagonals around the main one
+    (``periodic``: and the corners ``+-(n - 1)``)."""
+    offsets = tuple(range(-(count // 2), count - count // 2))
+    if periodic:
+        offsets = (-(n - 1), *offsets, n - 1)
+    return jax.eval_shape(
+        lambda d: jaxdia.DiaMatrix(d, offsets, (n, n)),
+        jax.ShapeDtypeStruct((len(offsets), n), np.float32),
+    )
+
+
+def vector(n: int):
+    return jax.ShapeDtypeStruct((n,), np.float32)
+
+
+def stencil_ode(offsets):
+    """``y' = f(y)`` whose Jacobian has these ``offsets``: ``-2 y`` plus the mean of
+    ``y[i + o]``."""
+
+    def fun(t, y):
+        n = y.shape[0]
+        before = max(-offsets[0], 0)
+        padded = jnp.pad(y, (before, max(offsets[-1], 0)))
+        near = [padded[before + o : before + o + n] for o in offsets if o]
+        return -2.0 * y + sum(near) / len(near)
+
+    return fun
+
+
+def banded_program(name: str, n: int, count: int):
+    """``(f, args)`` of a 1-D program on ``count`` diagonals."""
+    A, b = band(n, count), vector(n)
+
+    def integrate(y0):
+        return jaxdia.solve_ivp(stencil_ode(A.offsets), (0.0, 1.0), y0, jac_offsets=A.offsets).y
+
+    programs = {
+        "A @ x": (lambda A, x: A @ x, (A, b)),
+        "A.T @ x": (lambda A, x: A.T @ x, (A, b)),
+        "traces": (lambda A: A.traces(list(A.offsets)), (A,)),
+        "grad wrt data": (jax.grad(lambda A, x: jnp.sum(A @ x)), (A, b)),
+        "solve_banded": (jaxdia.solve_banded, (A, b)),
+        "periodic solve_banded": (jaxdia.solve_banded, (band(n, count, periodic=True), b)),
+        "lu_factor + solve": (lambda A, b: jaxdia.lu_factor(A).solve(b), (A, b)),
+        "cho_factor + solve": (lambda A, b: jaxdia.cho_factor(A).solve(b), (A, b)),
+        "slogdet": (jaxdia.slogdet, (A,)),
+        "selected_inverse": (lambda A: jaxdia.selected_inverse(A).data, (A,)),
+        "grad slogdet": (jax.grad(lambda A: jaxdia.slogdet(A)[1]), (A,)),
+        "solve_ivp (BDF)": (lambda y0: integrate(y0), (b,)),
+    }
+    return programs[name]
+
+
+def multigrid_program(name: str, side: int):
+    """``(f, args)``: multigrid-CG on the 2-D Poisson problem, its setup in the program
+    or ``M`` an argument (its pytree is the one ``jaxdia.multigrid`` builds eagerly)."""
+    size = side * side
+    offsets = (-side, -1, 0, 1, side)
+    A = jax.eval_shape(
+        lambda d: jaxdia.DiaMatrix(d, offsets, (size, size)),
+        jax.ShapeDtypeStruct((5, size), np.float32),
+    )
+    b, grid = vector(size), (side, side)
+    if name == "multigrid-CG":
+        return (lambda A, b: jaxdia.cg(A, b, M=jaxdia.multigrid(A, grid), maxiter=100)[0]), (A, b)
+    M = jax.eval_shape(lambda A: jaxdia.multigrid(A, grid), A)
+    return (lambda A, M, b: jaxdia.cg(A, b, M=M, maxiter=100)[0]), (A, M, b)
+
+
+# -- the rules ---------------------------------------------------------------------------------
+
+
+def dense_constants(lowering) -> list[tuple[int, str, str]]:
+    """``(elements, type, location)`` of every dense (not splat) constant, in every
+    function of the lowered module."""
+    found = []
+
+    def walk(operation) -> None:
+        for region in operation.regions:
+            for block in region.blocks:
+                for op in block.operations:
+                    if op.operation.name == "stablehlo.constant":
+                        value = ir.DenseElementsAttr(op.operation.attributes["value"])
+                        if not value.is_splat:
+                            elements = math.prod(ir.RankedTensorType(value.type).shape)
+                            where = str(op.location)[:160]
+                            found.append((elements, str(value.type), where))
+                    walk(op.operation)
+
+    walk(lowering.compiler_ir("stablehlo").operation)
+    return found
+
+
+def check_sizes(build, sizes, platform: str, label: str) -> None:
+    """The rules (see the module docstring) for ``build(size)``'s program: no large
+    constant, growth affine in ``log n``."""
+    measured = []
+    for size in sizes:
+        f, args = build(size)
+        lowering = lowered(f, *args, platform=platform)
+        large = [c for c in dense_constants(lowering) if c[0] > MAX_CONSTANT]
+        assert not large, (
+            f"{label} on {platform}, size {size}: dense constants of more than "
+            f"{MAX_CONSTANT} elements (elements, type, location): {large[:3]}"
+        )
+        text = lowering.as_text()
+        measured.append({"lines": text.count("\n"), "bytes": len(text)})
+    a, b, c = sizes
+    doublings = math.log2(c / b) / math.log2(b / a)
+    for key, slack in SLACK.items():
+        s_a, s_b, s_c = (m[key] for m in measured)
+        allowed = GROWTH_FACTOR * max(s_b - s_a, 0) * doublings + slack * s_b
+        assert s_c - s_b <= allowed, (
+            f"{label} on {platform}: {key} {s_a}, {s_b}, {s_c} at sizes {sizes}; from "
+            f"{b} to {c} it grew by {s_c - s_b}, more than affine in log n allows "
+            f"({allowed:.0f})"
+        )
+
+
+@pytest.fixture
+def traced_for(monkeypatch):
+    """Makes tracing choose implementations as ``platform`` does (the layouts of stored
+    factors, multigrid's coarse solve); JAX's caches are cleared so that no trace for
+    another platform is reused."""
+
+    def set_platform(platform: str) -> None:
+        monkeypatch.setattr(
+            _dispatch, "default_platform", lambda: "gpu" if platform == "cuda" else platform
+        )
+        jax.clear_caches()
+
+    yield set_platform
+    jax.clear_caches()
+
+
+# -- the programs ------------------------------------------------------------------------------
+
+PRODUCTS = ("A @ x", "A.T @ x", "traces", "grad wrt data")
+FACTORIZATIONS = (
+    "solve_banded",
+    "periodic solve_banded",
+    "lu_factor + solve",
+    "cho_factor + solve",
+    "slogdet",
+    "grad slogdet",
+    "selected_inverse",
+)
+
+
+def cases(names, platforms, counts, fast):
+    """``(name, count, platform)`` parameters, those not in ``fast`` in the full tier
+    (the fast tier keeps every rule and platform once, in seconds)."""
+    return [
+        pytest.param(name, count, platform, marks=() if (name, count, platform) in fast else FULL)
+        for name in names
+        for count in counts
+        for platform in platforms
+    ]
+
+
+#: The fast tier: each rule once, on the programs this file was written for (cyclic
+#: reduction lowered for tpu, at 3 and 21 diagonals; the selected inverse's on CPU; a
+#: LAPACK solve on CPU; a product); the rest in the full tier.
+FAST_PRODUCTS = {("A.T @ x", 21, "tpu")}
+FAST_FACTORIZATIONS = {
+    ("solve_banded", 3, "tpu"),
+    ("lu_factor + solve", 21, "tpu"),
+    ("selected_inverse", 3, "cpu"),
+    ("solve_banded", 21, "cpu"),
+}
+
+
+@pytest.mark.parametrize(
+    "name, count, platform", cases(PRODUCTS, PLATFORMS, DIAGONALS, FAST_PRODUCTS)
+)
+def test_products_do_not_grow_with_n(name, count, platform, traced_for):
+    traced_for(platform)
+    check_sizes(
+        lambda n: banded_program(name, n, count), SIZES, platform, f"{name}, {count} diagonals"
+    )
+
+
+@pytest.mark.parametrize(
+    "name, count, platform", cases(FACTORIZATIONS, PLATFORMS, (3, 5, 21), FAST_FACTORIZATIONS)
+)
+def test_factorizations_grow_by_levels_only(name, count, platform, traced_for):
+    traced_for(platform)
+    check_sizes(
+        lambda n: banded_program(name, n, count),
+        LEVEL_SIZES,
+        platform,
+        f"{name}, {count} diagonals",
+    )
+
+
+@pytest.mark.parametrize(
+    "name, count, platform",
+    cases(["solve_ivp (BDF)"], PLATFORMS, DIAGONALS, set()),
+)
+def test_bdf_integration_does_not_grow_with_n(name, count, platform, traced_for):
+    traced_for(platform)
+    check_sizes(
+        lambda n: banded_program(name, n, count),
+        LEVEL_SIZES,
+        platform,
+        f"{name}, {count} diagonals",
+    )
+
+
+MULTIGRID = ("multigrid-CG", "multigrid-CG, M built before")
+
+
+@pytest.mark.parametrize(
+    "name, count, platform",
+    cases(MULTIGRID, PLATFORMS, (5,), set()),
+)
+def test_multigrid_grows_by_levels_only(name, count, platform, traced_for):
+    traced_for(platform)
+    check_sizes(lambda side: multigrid_program(name, side), SIDES, platform, name)
+
+
+# -- the rules catch what they are for ----------------------------------------------------------
+
+
+def test_the_rules_catch_tables_and_growth():
+    def with_table(n):  # an n-element index table, as the failure bookkeeping had
+        return (lambda x: x + jnp.asarray(np.arange(n, dtype=np.float32))), (vector(n),)
+
+    with pytest.raises(AssertionError, match="dense constants"):
+        check_sizes(with_table, SIZES, "tpu", "table")
+
+    def unrolled(n):  # a piece of program per 2^14 rows
+        def f(x):
+            return jnp.concatenate([2 * x[i : i + (1 << 14)] for i in range(0, n, 1 << 14)])
+
+        return f, (vector(n),)
+
+    with pytest.raises(AssertionError, match="affine in log n"):
+        check_sizes(unrolled, SIZES, "cpu", "unrolled")
