@@ -52,17 +52,40 @@ The multigrid cases run twice: with the setup inside the jitted call, and as a p
 does, ``M = jaxdia.multigrid(A, grid)`` first (eager: on the host for a concrete ``A``)
 and the jitted solve taking ``M`` as an argument.
 
+Solves against n (``--solves-vs-n``): on the present platform (a TPU, a GPU or the
+CPU), float32, x64 off (as on an accelerator), each case in a fresh process with a
+timeout: seconds of trace + lower and of XLA's compile (nothing runs: the arguments are
+``jax.ShapeDtypeStruct``s, so n = 1e7 allocates nothing), the StableHLO's lines and
+bytes, its largest dense constant (elements) and the compiled program's bytes, for
+``solve_banded``, ``lu_factor`` + solve, ``cho_factor`` + solve, ``slogdet`` and its
+gradient, ``selected_inverse``, a periodic ``solve_banded`` (corners ``+-(n - 1)``), the
+BDF integration of ``solve_ivp`` (the Jacobian, the factor of ``I - c J`` and the loop:
+one program) and multigrid-CG on the 2-D Poisson problem of side ``sqrt(n)`` (setup in the
+call; ``multigrid_M``: ``M`` an argument), at ``--sizes`` n and ``--band-diagonals``
+diagonals (multigrid: its 5-point stencil only), with the compiled program's generated
+code and temporaries (``memory_analysis()``); ``--profile`` adds the compiler's four
+slowest events. A program whose size, code, temporaries or compile time grow with n
+beyond the ``log2 n`` levels of a reduction is the bug this table shows. With
+``--platform tpu`` (or ``cuda``, ``cpu``) the programs are lowered for that platform from
+this machine and not compiled: trace + lower seconds, the StableHLO's size and its
+largest constant, what ``tests/test_program_size.py`` bounds.
+Rows go to ``--markdown FILE`` as each case ends, so a killed run keeps them.
+
 Usage::
 
     python benchmarks/bench_compile.py [--n 2000] [--markdown FILE]
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_compile.py --solvers [--markdown FILE]
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_compile.py --solvers --profile
     OPENBLAS_NUM_THREADS=1 python benchmarks/bench_compile.py --products [--markdown FILE]
+    python benchmarks/bench_compile.py --solves-vs-n [--sizes 1e3,1e6] \
+        [--band-diagonals 3,21] [--cases solve_banded,lu] [--timeout 300] \
+        [--platform tpu] [--markdown FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -600,6 +623,273 @@ def products_section(sizes):
     return product_rows(sizes) + transpose_product_rows() + least_squares_rows()
 
 
+# -- solves against n, each case in a fresh process -------------------------------------------
+
+#: case name -> description; ``multigrid*`` take no number of diagonals.
+SOLVE_CASES = {
+    "solve_banded": "`solve_banded(A, b)`",
+    "lu": "`lu_factor(A).solve(b)`",
+    "cho": "`cho_factor(A).solve(b)`",
+    "slogdet": "`slogdet(A)`",
+    "grad_slogdet": "`grad` of `slogdet(A)[1]`",
+    "selected_inverse": "`selected_inverse(A)`",
+    "periodic": "`solve_banded(A, b)`, corners `+-(n - 1)` too",
+    "bdf": "`solve_ivp(f, ..., jac_offsets)` (BDF)",
+    "multigrid": "multigrid-CG, setup in the call",
+    "multigrid_M": "multigrid-CG, `M` an argument",
+}
+SIZES = (1e3, 1e4, 1e5, 1e6, 1e7)
+BAND_DIAGONALS = (3, 5, 11, 21)
+
+
+def _largest_constant(lowered) -> int:
+    """Elements of the largest dense (not splat) constant of a lowered program."""
+    from jax.interpreters.mlir import ir
+
+    largest = 0
+
+    def walk(operation) -> None:
+        nonlocal largest
+        for region in operation.regions:
+            for block in region.blocks:
+                for op in block.operations:
+                    if op.operation.name == "stablehlo.constant":
+                        value = ir.DenseElementsAttr(op.operation.attributes["value"])
+                        if not value.is_splat:
+                            shape = ir.RankedTensorType(value.type).shape
+                            largest = max(largest, int(np.prod(shape, dtype=np.int64)))
+                    walk(op.operation)
+
+    walk(lowered.compiler_ir("stablehlo").operation)
+    return largest
+
+
+def _solve_problem(case: str, n: int, diagonals: int):
+    """``(f, args)`` of a case: abstract arguments (``jax.ShapeDtypeStruct``s)."""
+    dtype = np.float32
+    if case.startswith("multigrid"):
+        side = max(round(n**0.5), 4)
+        size = side * side
+        offsets = (-side, -1, 0, 1, side)
+        A = jax.eval_shape(
+            lambda d: jaxdia.DiaMatrix(d, offsets, (size, size)),
+            jax.ShapeDtypeStruct((5, size), dtype),
+        )
+        b = jax.ShapeDtypeStruct((size,), dtype)
+        grid = (side, side)
+        if case == "multigrid":
+            return (lambda A, b: jaxdia.cg(A, b, M=jaxdia.multigrid(A, grid), maxiter=1000)), (A, b)
+        M = jax.eval_shape(lambda A: jaxdia.multigrid(A, grid), A)
+        return (lambda A, M, b: jaxdia.cg(A, b, M=M, maxiter=1000)), (A, M, b)
+    offsets = tuple(range(-(diagonals // 2), diagonals - diagonals // 2))
+    if case == "periodic":
+        offsets = (-(n - 1), *offsets, n - 1)
+    A = jax.eval_shape(
+        lambda d: jaxdia.DiaMatrix(d, offsets, (n, n)),
+        jax.ShapeDtypeStruct((len(offsets), n), dtype),
+    )
+    b = jax.ShapeDtypeStruct((n,), dtype)
+    if case in ("solve_banded", "periodic"):
+        return jaxdia.solve_banded, (A, b)
+    if case == "lu":
+        return (lambda A, b: jaxdia.lu_factor(A).solve(b)), (A, b)
+    if case == "cho":
+        return (lambda A, b: jaxdia.cho_factor(A).solve(b)), (A, b)
+    if case == "slogdet":
+        return jaxdia.slogdet, (A,)
+    if case == "grad_slogdet":
+        return jax.grad(lambda A: jaxdia.slogdet(A)[1]), (A,)
+    if case == "selected_inverse":
+        return (lambda A: jaxdia.selected_inverse(A).data), (A,)
+    if case == "bdf":
+
+        def fun(t, y):  # a stencil of these offsets: y' = -2 y + mean of the neighbours
+            before = max(-offsets[0], 0)
+            padded = jnp.pad(y, (before, max(offsets[-1], 0)))
+            near = [padded[before + o : before + o + n] for o in offsets if o]  # y[i + o]
+            return -2.0 * y + sum(near) / max(len(near), 1)
+
+        def integrate(y0):
+            return jaxdia.solve_ivp(fun, (0.0, 1.0), y0, jac_offsets=offsets).y
+
+        return integrate, (b,)
+    raise ValueError(f"unknown case {case!r}")
+
+
+#: An abstract device for lowering to a GPU this machine lacks (``--platform cuda``).
+ABSTRACT_GPU = "NVIDIA H100"
+
+
+def _lower(f, args, platform: str | None):
+    """``jax.jit(f)`` traced and lowered, for ``platform`` (tracing chooses what that
+    platform runs: ``jaxdia._dispatch.default_platform`` patched) or the present one."""
+    if platform is None:
+        return jax.jit(f).trace(*args).lower()
+    from jaxdia import _dispatch
+
+    _dispatch.default_platform = lambda: "gpu" if platform == "cuda" else platform
+    context = contextlib.nullcontext()
+    if platform == "cuda" and jax.default_backend() != "gpu":
+        device = jax.sharding.AbstractDevice(
+            device_kind=ABSTRACT_GPU, num_cores=None, platform=platform
+        )
+        context = jax.sharding.use_abstract_mesh(
+            jax.sharding.AbstractMesh((), (), abstract_device=device)
+        )
+    with context:
+        return jax.jit(f).trace(*args).lower(lowering_platforms=(platform,))
+
+
+def run_solve_case(
+    case: str, n: int, diagonals: int, profile: bool = False, platform: str | None = None
+) -> dict:
+    """One case of the solves-against-n table, measured in this (fresh) process; with
+    ``platform`` (another than the present one) lowered for it and not compiled."""
+    jax.config.update("jax_enable_x64", False)
+    f, args = _solve_problem(case, n, diagonals)
+    cpu, wall = time.process_time(), time.perf_counter()
+    lowered = _lower(f, args, platform)
+    lower_cpu, lower_wall = time.process_time() - cpu, time.perf_counter() - wall
+    text = lowered.as_text()
+    result = {
+        "lower_wall": lower_wall,
+        "lower_cpu": lower_cpu,
+        "lines": text.count("\n"),
+        "bytes": len(text),
+        "largest_constant": _largest_constant(lowered),
+        "phases": [],
+    }
+    if platform is not None:
+        return result
+    cpu, wall = time.process_time(), time.perf_counter()
+    compiled, phases = compile_phases(lowered) if profile else (lowered.compile(), [])
+    compile_cpu, compile_wall = time.process_time() - cpu, time.perf_counter() - wall
+    memory = compiled.memory_analysis()
+    return result | {
+        "compile_wall": compile_wall,
+        "compile_cpu": compile_cpu,
+        "compiled_bytes": len(compiled.as_text() or ""),
+        "code_bytes": getattr(memory, "generated_code_size_in_bytes", -1),
+        "temp_bytes": getattr(memory, "temp_size_in_bytes", -1),
+        "phases": phases,
+    }
+
+
+def compile_phases(lowered, count: int = 4) -> tuple[jax.stages.Compiled, list]:
+    """``lowered.compile()`` under ``jax.profiler.trace``: the executable and the
+    ``count`` events of the compiler that took longest in all, ``(name, seconds)``
+    (whatever the platform's compiler names them; summed over its threads)."""
+    import collections
+    import glob
+    import gzip
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as directory:
+        with jax.profiler.trace(directory):
+            compiled = lowered.compile()
+        (path,) = glob.glob(f"{directory}/**/*.trace.json.gz", recursive=True)
+        with gzip.open(path) as f:
+            events = json.load(f)["traceEvents"]
+    totals = collections.Counter()
+    for event in events:
+        if event.get("ph") == "X" and "compile" not in event["name"].lower():
+            totals[event["name"][:60]] += event["dur"] / 1e6
+    return compiled, totals.most_common(count)
+
+
+def _number_list(text: str, kind=float) -> list:
+    return [kind(float(item)) for item in text.split(",") if item]
+
+
+def _solve_row(case: str, diagonals: str, n: int, r: dict, lowered_only: bool) -> str:
+    start = f"| {case} | {diagonals} | {n:.0e} | {r['lower_wall']:.2f} ({r['lower_cpu']:.2f}) |"
+    sizes = f" {r['lines']} | {r['bytes'] / 1024:.0f} | {r['largest_constant']} |"
+    if lowered_only:
+        return start + sizes
+    return (
+        f"{start} {r['compile_wall']:.2f} ({r['compile_cpu']:.2f}) |{sizes} "
+        f"{r['compiled_bytes'] / 1024:.0f} | {r['code_bytes'] / 2**20:.1f} | "
+        f"{r['temp_bytes'] / 2**20:.1f} |"
+    )
+
+
+def solves_vs_n(
+    cases,
+    sizes,
+    diagonal_counts,
+    timeout: float,
+    markdown: str | None,
+    profile: bool = False,
+    platform: str | None = None,
+) -> None:
+    """The solves-against-n table: one fresh process per case, each row printed (and
+    appended to ``markdown``) as it ends; with ``platform``, lowered for it only."""
+    where = (
+        f"lowered for {platform} (not compiled)"
+        if platform
+        else f"platform {jax.default_backend()} ({jax.devices()[0].device_kind})"
+    )
+    header = [
+        f"jax {jax.__version__}, {where}, float32, x64 off, load "
+        f"{os.getloadavg()[0]:.1f}; one fresh process per case, timeout {timeout:g} s. "
+        "Seconds (wall; CPU seconds of the process in brackets); StableHLO lines and KB; "
+        "the largest dense constant in elements"
+        + (
+            "."
+            if platform
+            else "; the compiled program's text in KB, its generated code and temporaries "
+            "in MB (`memory_analysis()`)."
+        ),
+        "",
+    ]
+    if platform:
+        header += [
+            "| case | diagonals | n | trace + lower | StableHLO lines | KB | largest constant |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+    else:
+        header += [
+            "| case | diagonals | n | trace + lower | compile | StableHLO lines | KB | "
+            "largest constant | compiled KB | code MB | temp MB |"
+            + (" slowest phases |" if profile else ""),
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---|" if profile else ""),
+        ]
+    columns = header[-1].count("|") - 1
+    print("\n".join(header), flush=True)
+    if markdown:
+        with open(markdown, "w") as f:
+            f.write("\n".join(header) + "\n")
+    for case in cases:
+        counts = ["5"] if case.startswith("multigrid") else diagonal_counts
+        for diagonals in counts:
+            for n in sizes:
+                command = [sys.executable, __file__, "--solve-case", f"{case}:{n}:{diagonals}"]
+                command += ["--profile"] if profile else []
+                command += ["--platform", platform] if platform else []
+                environment = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+                blank = " |" * (columns - 4)
+                try:
+                    output = subprocess.run(
+                        command, capture_output=True, text=True, timeout=timeout, env=environment
+                    )
+                except subprocess.TimeoutExpired:
+                    row = f"| {case} | {diagonals} | {n:.0e} | timeout (> {timeout:g} s) |{blank}"
+                else:
+                    if output.returncode:
+                        reason = (output.stderr.strip().splitlines() or ["?"])[-1][:120]
+                        row = f"| {case} | {diagonals} | {n:.0e} | failed: {reason} |{blank}"
+                    else:
+                        r = json.loads(output.stdout.strip().splitlines()[-1])
+                        row = _solve_row(case, diagonals, n, r, platform is not None)
+                        if profile and not platform:
+                            phases = ", ".join(f"{name} {t:.1f}" for name, t in r["phases"])
+                            row += f" {phases} |"
+                print(row, flush=True)
+                if markdown:
+                    with open(markdown, "a") as f:
+                        f.write(row + "\n")
+
+
 def main():
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -608,7 +898,10 @@ def main():
     p.add_argument("--markdown", default=None)
     p.add_argument("--solvers", nargs="*", default=None, help="solver cases (all if none)")
     p.add_argument(
-        "--profile", action="store_true", help="with --solvers: XLA's compile phases, fusions"
+        "--profile",
+        action="store_true",
+        help="with --solvers: XLA's compile phases, fusions; with --solves-vs-n: the "
+        "compiler's slowest events",
     )
     p.add_argument("--case", default=None, help=argparse.SUPPRESS)  # one, in this process
     p.add_argument(
@@ -617,6 +910,22 @@ def main():
     p.add_argument(
         "--product-sizes", type=int, nargs="*", default=list(PRODUCT_SIZES), help="with --products"
     )
+    p.add_argument("--solves-vs-n", action="store_true", help="the solves' compile time against n")
+    p.add_argument("--sizes", default=",".join(f"{n:g}" for n in SIZES), help="n, e.g. 1e3,1e6")
+    p.add_argument(
+        "--band-diagonals",
+        default=",".join(map(str, BAND_DIAGONALS)),
+        help="numbers of diagonals of the solves' bands, e.g. 3,21",
+    )
+    p.add_argument("--cases", default=",".join(SOLVE_CASES), help="of " + ", ".join(SOLVE_CASES))
+    p.add_argument("--timeout", type=float, default=600, help="seconds per case")
+    p.add_argument(
+        "--platform",
+        default=None,
+        choices=("cpu", "tpu", "cuda"),
+        help="with --solves-vs-n: lower for this platform only (its program's size, no compile)",
+    )
+    p.add_argument("--solve-case", default=None, help=argparse.SUPPRESS)  # case:n:diagonals
     args = p.parse_args()
     if args.products:
         lines = products_section(args.product_sizes)
@@ -626,6 +935,20 @@ def main():
         return
     if args.case:
         print(json.dumps(run_case(args.case, args.profile)))
+        return
+    if args.solve_case:
+        case, n, diagonals = args.solve_case.split(":")
+        result = run_solve_case(case, int(float(n)), int(diagonals), args.profile, args.platform)
+        print(json.dumps(result))
+        return
+    if args.solves_vs_n:
+        cases = [c for c in args.cases.split(",") if c]
+        unknown = set(cases) - set(SOLVE_CASES)
+        if unknown:
+            p.error(f"--cases: unknown {sorted(unknown)}; known: {', '.join(SOLVE_CASES)}")
+        sizes = _number_list(args.sizes, int)
+        counts = [str(count) for count in _number_list(args.band_diagonals, int)]
+        solves_vs_n(cases, sizes, counts, args.timeout, args.markdown, args.profile, args.platform)
         return
     if args.solvers is not None:
         lines = solver_table(args.solvers or list(SOLVER_CASES), args.profile)

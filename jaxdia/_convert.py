@@ -45,12 +45,15 @@ if TYPE_CHECKING:
 def checked_data(data: npt.ArrayLike, function: str) -> Array | np.ndarray:
     """``data`` checked: a JAX array as given, anything else as a NumPy array (which
     :func:`canonical` canonicalizes on the host and transfers once) in the precision JAX
-    has (see :func:`jaxdia._checks.narrow`)."""
+    has (see :func:`jaxdia._checks.narrow`); integer and bool data in JAX's default
+    float dtype, as SciPy's solvers upcast them (float64 with x64 on, else float32)."""
     array = as_array(
         narrow(data, function, stacklevel=5),  # 5: the caller of DiaMatrix(...)
         "data",
         expected="a numeric array of shape (..., n_diags, width)",
     )
+    if array.dtype == np.bool_ or np.issubdtype(array.dtype, np.integer):
+        array = array.astype(jnp.result_type(float))
     check_dtype(array.dtype)
     if array.ndim < 2:
         raise ValueError(

@@ -75,7 +75,9 @@ class DiaMatrix(Elementwise, Reductions, Structure, Operator):
     are immutable.
 
     Args:
-      data: array-like of shape ``(..., n_diags, width)`` of a floating or complex dtype.
+      data: array-like of shape ``(..., n_diags, width)`` of a floating or complex dtype;
+        integer and bool data become JAX's default float dtype (float64 with x64 on,
+        float32 otherwise), as SciPy's solvers upcast them.
       offsets: the diagonals' offsets: an int, a sequence of ints, or a 1-D integer
         array. They must be static (concrete), and distinct.
       shape: ``(m, n)``.

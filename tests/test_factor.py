@@ -689,8 +689,9 @@ def test_errors():
     with pytest.raises(TypeError, match="lower must be a bool"):
         jaxdia.cho_factor(jaxdia.eye(3), lower="upper")
     lu = jaxdia.lu_factor(random_band(5, 1, 1))
-    with pytest.raises(ValueError, match="trans must be 0, 1 or 2"):
-        lu.solve(np.ones(5), trans=3)
+    for bad in (3, "C", 1.0, True):
+        with pytest.raises(ValueError, match="trans must be 0, 1, 2, 'N', 'T' or 'H'"):
+            lu.solve(np.ones(5), trans=bad)
     with pytest.raises(ValueError, match=r"b must have shape \(5,\) or \(\.\.\., 5, k\)"):
         lu.solve(np.ones(4))
     with pytest.raises(TypeError, match="BandedLU"):
@@ -922,3 +923,29 @@ def test_lineax_solver_cholesky_and_failures():
     assert solution.result == lx.RESULTS.singular
     with pytest.raises(ValueError, match="DiaLinearOperator"):
         solver.init(lx.MatrixLinearOperator(jnp.eye(3)), {})
+
+
+def test_scipy_spellings():
+    """SciPy's spellings: ``trans`` as splu's letters, solve_banded's overwrite and
+    check_finite arguments, and integer matrices (upcast to JAX's default float type, as
+    SciPy's solvers upcast them)."""
+    dense = np.array([[4, 1, 0, 0], [2, 5, 1, 0], [0, 2, 6, 1], [0, 0, 2, 7]])
+    b = np.arange(1.0, 5.0)
+    A = jaxdia.DiaMatrix(
+        jaxdia.DiaMatrix.from_dense(dense).data.astype(np.int32), (-1, 0, 1), (4, 4)
+    )
+    assert A.dtype == jnp.result_type(float)
+    lu = jaxdia.lu_factor(A)
+    for letter, code, matrix in [("N", 0, dense), ("T", 1, dense.T), ("H", 2, dense.T)]:
+        np.testing.assert_allclose(lu.solve(b, trans=letter), lu.solve(b, trans=code))
+        np.testing.assert_allclose(matrix @ np.asarray(lu.solve(b, trans=letter)), b, rtol=1e-12)
+    x = jaxdia.solve_banded(A, b, overwrite_ab=True, overwrite_b=True, check_finite=False)
+    np.testing.assert_allclose(x, np.linalg.solve(dense, b), rtol=1e-12)
+    bad = jaxdia.DiaMatrix(A.data.at[1, 2].set(np.inf), A.offsets, A.shape)
+    with pytest.raises(ValueError, match="infs or NaNs"):
+        jaxdia.solve_banded(bad, b)
+    unchecked = jaxdia.solve_banded(bad, b, check_finite=False)  # as under jit: no check
+    np.testing.assert_array_equal(unchecked, jax.jit(jaxdia.solve_banded)(bad, b))
+    hermitian = jaxdia.DiaMatrix.from_dense(dense + dense.T)
+    x = jaxdia.solveh_banded(hermitian, b, overwrite_ab=True, check_finite=False)
+    np.testing.assert_allclose(x, np.linalg.solve(dense + dense.T, b), rtol=1e-12)

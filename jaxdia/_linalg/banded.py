@@ -532,12 +532,13 @@ def info_errors(info: ArrayLike) -> list[tuple[tuple[int, ...], int]]:
     return [(index, int(host[index])) for index in np.ndindex(host.shape) if host[index]]
 
 
-def solve_once(A: DiaParts, b: ArrayLike, plan: Plan) -> Array:
+def solve_once(A: DiaParts, b: ArrayLike, plan: Plan, *, check_finite: bool = True) -> Array:
     """Solves ``A @ x == b`` for a square ``A`` (see :func:`jaxdia.solve_banded`) with the
     factor ``plan`` names (for ``Use.SOLVE``: none, each solve factors as it goes, unless
-    the matrix is periodic or LAPACK's layouts are forced). Outside ``jit`` a non-finite
-    entry is refused first: a one-shot solve has no ``info`` to report it."""
-    if not is_traced(A.data) and not bool(_all_finite(A.data, A.offsets)):
+    the matrix is periodic or LAPACK's layouts are forced). Outside ``jit``, with
+    ``check_finite``, a non-finite entry is refused first: a one-shot solve has no
+    ``info`` to report it."""
+    if check_finite and not is_traced(A.data) and not bool(_all_finite(A.data, A.offsets)):
         refuse_non_finite("solve_banded", A)
     n = A.shape[0]
     b, _ = check_rhs("solve_banded", n, A.batch_shape, b, A.dtype)

@@ -287,12 +287,13 @@ class BandedLU(_BandedFactor):
         """The number of superdiagonals of the factored matrix."""
         return band_widths(self._offsets)[1]
 
-    def solve(self, b: ArrayLike, trans: int = 0) -> Array:
+    def solve(self, b: ArrayLike, trans: int | str = 0) -> Array:
         """Solves ``A @ x == b`` with the stored factor (see :func:`jaxdia.lu_solve`).
 
         Args:
           b: shape ``(n,)`` or ``(..., n, k)``.
-          trans: 0 solves ``A x = b``, 1 ``A^T x = b``, 2 ``A^H x = b``.
+          trans: 0 or ``"N"`` solves ``A x = b``, 1 or ``"T"`` ``A^T x = b``, 2 or
+            ``"H"`` ``A^H x = b`` (SciPy's ``splu(A).solve`` spells it with letters).
 
         Returns:
           ``x``, as :func:`jaxdia.lu_solve` returns it.
@@ -568,7 +569,7 @@ def lu_factor(A: DiaMatrix, *, method: str = "auto") -> BandedLU:
     return lu
 
 
-def lu_solve(lu: BandedLU, b: ArrayLike, trans: int = 0) -> Array:
+def lu_solve(lu: BandedLU, b: ArrayLike, trans: int | str = 0) -> Array:
     """Solves ``A @ x == b`` (or a transposed system) with a stored LU factor of ``A``.
 
     As ``jax.scipy.linalg.lu_solve``, for a :class:`BandedLU` from :func:`lu_factor`.
@@ -583,7 +584,8 @@ def lu_solve(lu: BandedLU, b: ArrayLike, trans: int = 0) -> Array:
     Args:
       lu: a :class:`BandedLU`.
       b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
-      trans: 0 solves ``A x = b``, 1 ``A^T x = b``, 2 ``A^H x = b``.
+      trans: 0 or ``"N"`` solves ``A x = b``, 1 or ``"T"`` ``A^T x = b``, 2 or ``"H"``
+        ``A^H x = b``.
 
     Returns:
       ``x``, of the broadcast batch shape and ``b``'s trailing shape, in the promoted
@@ -592,7 +594,8 @@ def lu_solve(lu: BandedLU, b: ArrayLike, trans: int = 0) -> Array:
 
     Raises:
       TypeError: if ``lu`` is not a BandedLU, or ``b`` is not numeric.
-      ValueError: if ``trans`` is not 0, 1 or 2, or ``b``'s shape does not fit.
+      ValueError: if ``trans`` is not 0, 1, 2, ``"N"``, ``"T"`` or ``"H"``, or ``b``'s
+        shape does not fit.
 
     Example:
       >>> import jax.numpy as jnp
@@ -608,9 +611,10 @@ def lu_solve(lu: BandedLU, b: ArrayLike, trans: int = 0) -> Array:
             "lu_solve: lu must be a jaxdia.BandedLU (from jaxdia.lu_factor), got "
             f"{type(lu).__name__}"
         )
-    if isinstance(trans, bool) or trans not in (0, 1, 2):
-        raise ValueError(f"lu_solve: trans must be 0, 1 or 2, got {trans!r}")
-    return lu._solve(b, int(trans), "lu_solve")
+    codes = {0: 0, 1: 1, 2: 2, "N": 0, "T": 1, "H": 2}
+    if isinstance(trans, bool) or not isinstance(trans, (int, str)) or trans not in codes:
+        raise ValueError(f"lu_solve: trans must be 0, 1, 2, 'N', 'T' or 'H', got {trans!r}")
+    return lu._solve(b, codes[trans], "lu_solve")
 
 
 def cho_factor(A: DiaMatrix, lower: bool = False, *, method: str = "auto") -> BandedCholesky:
@@ -706,7 +710,15 @@ def cho_solve(c: BandedCholesky, b: ArrayLike) -> Array:
     return c._solve(b, 0, "cho_solve")
 
 
-def solve_banded(A: DiaMatrix, b: ArrayLike, *, method: str = "auto") -> Array:
+def solve_banded(
+    A: DiaMatrix,
+    b: ArrayLike,
+    *,
+    method: str = "auto",
+    overwrite_ab: bool = False,
+    overwrite_b: bool = False,
+    check_finite: bool = True,
+) -> Array:
     """Solves ``A @ x == b`` directly, for a square banded DiaMatrix ``A``.
 
     ``jaxdia.lu_factor(A).solve(b)`` in one call: an LU factorization with partial
@@ -757,6 +769,11 @@ def solve_banded(A: DiaMatrix, b: ArrayLike, *, method: str = "auto") -> Array:
       b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
       method: which implementation solves, as for :func:`jaxdia.lu_factor`
         (``"lapack"`` and ``"scan"`` factor ``A`` into LAPACK's stored layout first).
+      overwrite_ab: unused (SciPy's signature): JAX arrays are never overwritten.
+      overwrite_b: unused, likewise.
+      check_finite: outside ``jit``, refuse a NaN or inf entry of ``A`` first, as
+        SciPy's ``check_finite`` (a pass over ``A.data``); False skips that pass: a
+        non-finite entry then goes into the factorization unchecked, as under ``jit``.
 
     Returns:
       ``x``, of the broadcast batch shape and ``b``'s trailing shape, in the promoted
@@ -764,8 +781,9 @@ def solve_banded(A: DiaMatrix, b: ArrayLike, *, method: str = "auto") -> Array:
 
     Raises:
       TypeError: if ``A`` is not a DiaMatrix, or ``b`` is not numeric.
-      ValueError: if ``A`` is not square, ``b``'s shape does not fit, or ``method`` is
-        not one of :func:`jaxdia.lu_factor`'s.
+      ValueError: if ``A`` is not square, ``b``'s shape does not fit, ``method`` is not
+        one of :func:`jaxdia.lu_factor`'s, or (``check_finite``, outside ``jit``) ``A``
+        holds a NaN or inf.
 
     Example:
       >>> import jax.numpy as jnp
@@ -776,12 +794,20 @@ def solve_banded(A: DiaMatrix, b: ArrayLike, *, method: str = "auto") -> Array:
       True
     """
     A = as_square_matrix(A, "solve_banded")
+    del overwrite_ab, overwrite_b
     plan = choose(A.offsets, A.shape[0], use=Use.SOLVE, method=method, function="solve_banded")
-    return banded.solve_once(A._parts, b, plan)
+    return banded.solve_once(A._parts, b, plan, check_finite=bool(check_finite))
 
 
 def solveh_banded(
-    A: DiaMatrix, b: ArrayLike, *, lower: bool = False, method: str = "auto"
+    A: DiaMatrix,
+    b: ArrayLike,
+    *,
+    lower: bool = False,
+    method: str = "auto",
+    overwrite_ab: bool = False,
+    overwrite_b: bool = False,
+    check_finite: bool = True,
 ) -> Array:
     """Solves ``A @ x == b`` for a Hermitian positive definite banded ``A``, in one call.
 
@@ -793,6 +819,10 @@ def solveh_banded(
       b: the right-hand side(s): shape ``(n,)``, or ``(..., n, k)``.
       lower: read the lower triangle instead.
       method: which implementation factors ``A``, as for :func:`lu_factor`.
+      overwrite_ab: unused (SciPy's signature): JAX arrays are never overwritten.
+      overwrite_b: unused, likewise.
+      check_finite: unused: outside ``jit`` the factor refuses a NaN or inf entry
+        whatever it says (it reads every entry anyway), as SciPy's default does.
 
     Returns:
       ``x``, as :func:`cho_solve` returns it.
@@ -810,6 +840,7 @@ def solveh_banded(
       >>> [round(float(value), 4) for value in x]
       [1.0, 1.0, 1.0]
     """
+    del overwrite_ab, overwrite_b, check_finite
     return cho_solve(cho_factor(A, lower=lower, method=method), b)
 
 
