@@ -390,7 +390,7 @@ def odeint(
         offsets = tuple(range(-lower, upper + 1))
     span = checks.value([times[0], times[-1]])
     problem = Problem(
-        lambda s, y, *a: func(y, s, *a),
+        func,
         span,
         y0,
         times,
@@ -399,5 +399,6 @@ def odeint(
         atol=atol,
         jac_offsets=offsets,
         max_steps=max_steps,
+        swapped=True,
     )
     return problem.run(1, rows=True).ys
