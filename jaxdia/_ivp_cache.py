@@ -104,7 +104,8 @@ class Programs:
     ) -> Callable[..., Any] | None:
         """The program of ``(fun, key)``, made by ``make(fun_by_reference)`` when it is not
         kept; None when ``fun`` or ``key`` cannot be a key (unhashable, or ``fun`` not
-        weakly referable): the caller compiles a program of its own."""
+        weakly referable) or ``make`` returns None: the caller compiles a program of its
+        own."""
         try:
             ref = weakref.ref(fun, self._drop)
             full = (ref, key)
@@ -114,6 +115,8 @@ class Programs:
         program = self._entries.get(full)
         if program is None:
             program = make(_weakly(ref))
+            if program is None:
+                return None
             self._entries[full] = program
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)

@@ -230,11 +230,19 @@ class Problem:
 
     def run(self, capacity: int, rows: bool) -> Raw:
         """The integration as one compiled program, ``capacity`` slots per event: the
-        solutions as the rows of ``ys`` if ``rows``, else as its columns. The program is
-        kept (:data:`jaxdia._ivp_cache.PROGRAMS`) and reused by a later call with the same
-        ``fun`` and :class:`Spec`, whatever its operands' values."""
+        solutions as the rows of ``ys`` if ``rows``, else as its columns."""
         if self.n == 0:
             return self._nothing(rows)
+        program, operands, values = self.program(capacity, rows)
+        return program(operands, values)
+
+    def program(
+        self, capacity: int, rows: bool
+    ) -> tuple[Callable[..., Raw], Operands, tuple[Any, ...]]:
+        """``(program, operands, values)``: the jitted integration of :meth:`run`, called as
+        ``program(operands, values)`` (``values``: the arrays of ``args``). The program is
+        kept (:data:`jaxdia._ivp_cache.PROGRAMS`) and reused by a later call with the same
+        ``fun`` and :class:`Spec`, whatever its operands' values."""
         operands = Operands(
             self.t0,
             self.t1,
@@ -248,24 +256,21 @@ class Problem:
             self.jac_matrix,
         )
         static, values = split_args(self.args)
-        program = None
-        if not (values and self._needs_values(static, values)):
-            spec = self._spec(static, capacity, rows)
+        spec = self._spec(static, capacity, rows)
 
-            def make(fun: Callable[..., Any]) -> Callable[..., Raw]:
-                return jax.jit(functools.partial(_integrate, spec, fun))
+        def make(fun: Callable[..., Any]) -> Callable[..., Raw] | None:
+            if values and self._needs_values(static, values):
+                return None
+            return jax.jit(functools.partial(_integrate, spec, fun))
 
-            try:
-                program = PROGRAMS.get(self.fun, spec, make)
-            except TypeError:  # a hash of spec's that is refused
-                program = None
+        program = PROGRAMS.get(self.fun, spec, make)
         if program is None:
             # Not kept: fun or a part of spec is not hashable (or fun needs args' values):
             # a program of this call's, args closed over as constants.
             static, values = split_args(self.args, operands=False)
             spec = self._spec(static, capacity, rows)
             program = jax.jit(functools.partial(_integrate, spec, self.fun))
-        return program(operands, values)
+        return program, operands, values
 
     def _needs_values(self, static: Args, values: tuple[Any, ...]) -> bool:
         """Whether ``fun`` traces with ``args``' arrays as given but not with them as
