@@ -26,10 +26,12 @@ from __future__ import annotations
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
+
+P = TypeVar("P")
 
 #: How many programs are kept (the least recently used is dropped beyond).
 SIZE = 32
@@ -94,14 +96,14 @@ class Programs:
 
     def __init__(self, size: int = SIZE):
         self.size = size
-        self._entries: OrderedDict[tuple[Any, Any], Callable[..., Any]] = OrderedDict()
+        self._entries: OrderedDict[tuple[Any, Any], Any] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def get(
-        self, fun: Callable[..., Any], key: Any, make: Callable[[Callable[..., Any]], Any]
-    ) -> Callable[..., Any] | None:
+        self, fun: Callable[..., Any], key: Any, make: Callable[[Callable[..., Any]], P | None]
+    ) -> P | None:
         """The program of ``(fun, key)``, made by ``make(fun_by_reference)`` when it is not
         kept; None when ``fun`` or ``key`` cannot be a key (unhashable, or ``fun`` not
         weakly referable) or ``make`` returns None: the caller compiles a program of its

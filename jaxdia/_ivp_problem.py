@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
+from jax.stages import Wrapped
 
 from . import _bdf, _ivp_checks as checks
 from ._checks import as_array, is_traced
@@ -236,9 +237,7 @@ class Problem:
         program, operands, values = self.program(capacity, rows)
         return program(operands, values)
 
-    def program(
-        self, capacity: int, rows: bool
-    ) -> tuple[Callable[..., Raw], Operands, tuple[Any, ...]]:
+    def program(self, capacity: int, rows: bool) -> tuple[Wrapped, Operands, tuple[Any, ...]]:
         """``(program, operands, values)``: the jitted integration of :meth:`run`, called as
         ``program(operands, values)`` (``values``: the arrays of ``args``). The program is
         kept (:data:`jaxdia._ivp_cache.PROGRAMS`) and reused by a later call with the same
@@ -258,7 +257,7 @@ class Problem:
         static, values = split_args(self.args)
         spec = self._spec(static, capacity, rows)
 
-        def make(fun: Callable[..., Any]) -> Callable[..., Raw] | None:
+        def make(fun: Callable[..., Any]) -> Wrapped | None:
             if values and self._needs_values(static, values):
                 return None
             return jax.jit(functools.partial(_integrate, spec, fun))
