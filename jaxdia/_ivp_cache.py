@@ -10,11 +10,14 @@ key; ``jax.jit`` itself keys on the operands' shapes and dtypes. :class:`Program
 the programs of the last :data:`SIZE` keys:
 
 - ``fun`` is held weakly (the program calls it through a weak reference, and the key
-  holds a weak reference with a callback that drops the programs of a ``fun`` that is
-  collected), so a closure made per call is not kept alive, nor the constants compiled
-  into its program;
+  holds a weak reference whose callback marks the programs of a ``fun`` that is
+  collected, dropped at the table's next use), so a closure made per call is not kept
+  alive, nor the constants compiled into its program;
 - no operand is held: a program keeps its executables (and the constants of the
-  functions it traced), never the arrays of the call that compiled it.
+  functions it traced), never the arrays of the call that compiled it;
+- a ``jac`` or an event function is part of the key, held until its program is
+  dropped (one that refers to ``fun`` keeps ``fun`` alive until then: at most
+  :data:`SIZE` programs).
 
 :func:`split_args` splits ``args``: array leaves (NumPy and JAX arrays, NumPy scalars)
 are operands, the other leaves (Python numbers, strings ...) part of the key, compared
@@ -23,6 +26,7 @@ by type and value, as ``jax.jit``'s static arguments are.
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
@@ -92,14 +96,22 @@ def _weakly(ref: weakref.ref) -> Callable[..., Any]:
 
 
 class Programs:
-    """The programs of the last ``size`` keys ``(fun, key)``, ``fun`` held weakly."""
+    """The programs of the last ``size`` keys ``(fun, key)``, ``fun`` held weakly.
+
+    Thread-safe (a lock around the table); a collected ``fun``'s programs are dropped at
+    the next use of the table (the weak reference's callback only notes it: it may run
+    at any allocation, in any thread)."""
 
     def __init__(self, size: int = SIZE):
         self.size = size
         self._entries: OrderedDict[tuple[Any, Any], Any] = OrderedDict()
+        self._dead: list[weakref.ref] = []
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        with self._lock:
+            self._drop_dead()
+            return len(self._entries)
 
     def get(
         self, fun: Callable[..., Any], key: Any, make: Callable[[Callable[..., Any]], P | None]
@@ -109,30 +121,37 @@ class Programs:
         weakly referable) or ``make`` returns None: the caller compiles a program of its
         own."""
         try:
-            ref = weakref.ref(fun, self._drop)
+            ref = weakref.ref(fun, self._dead.append)
             full = (ref, key)
             hash(full)
         except TypeError:
             return None
-        program = self._entries.get(full)
-        if program is None:
+        with self._lock:
+            self._drop_dead()
+            program = self._entries.get(full)
+            if program is not None:
+                self._entries.move_to_end(full)
+                return program
             program = make(_weakly(ref))
             if program is None:
                 return None
             self._entries[full] = program
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
-        else:
-            self._entries.move_to_end(full)
-        return program
+            return program
 
-    def _drop(self, ref: weakref.ref) -> None:
-        """Drops the programs of a ``fun`` that was collected."""
-        for full in [full for full in self._entries if full[0] is ref]:
-            self._entries.pop(full, None)
+    def _drop_dead(self) -> None:
+        """Drops the programs of the ``fun``s that were collected."""
+        while self._dead:
+            ref = self._dead.pop()
+            for full in [full for full in self._entries if full[0] is ref]:
+                del self._entries[full]
 
-    def clear(self) -> None:
-        self._entries.clear()
+    def pairs(self) -> list[tuple[Any, Any]]:
+        """The kept ``(weak reference to fun, key)`` pairs, least recently used first."""
+        with self._lock:
+            self._drop_dead()
+            return list(self._entries)
 
 
 #: The programs of every eager call.

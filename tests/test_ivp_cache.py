@@ -13,7 +13,7 @@ import scipy.integrate as si
 from jax import monitoring
 
 import jaxdia
-from jaxdia._ivp_cache import PROGRAMS
+from jaxdia._ivp_cache import PROGRAMS, Programs
 from jaxdia._ivp_problem import Problem
 
 
@@ -98,7 +98,7 @@ def test_eager_calls_with_one_fun_compile_once_and_match_scipy():
 
 def kept(fun):
     """How many programs of ``fun`` are kept."""
-    return sum(ref() is fun for ref, _ in PROGRAMS._entries)
+    return sum(ref() is fun for ref, _ in PROGRAMS.pairs())
 
 
 def test_a_new_fun_or_n_compiles_again_and_a_dead_fun_is_not_kept():
@@ -161,3 +161,31 @@ def test_a_fun_that_reads_an_array_argument_in_python_stays_in_the_program():
     result = jaxdia.solve_ivp(scaled, (0.0, 1.0), np.ones(4), args=(np.array([2.0]),))
     assert calls <= 8  # traced (a host call per evaluation would be ~100)
     np.testing.assert_allclose(np.asarray(result.y[:, -1]), np.exp(-2.0), rtol=1e-2)
+
+
+def test_the_table_is_bounded_weak_and_refuses_what_cannot_be_a_key():
+    table = Programs(size=2)
+    made = []
+
+    def make(fun):
+        made.append(fun)
+        return len(made)
+
+    funs = [lambda t, y: y for _ in range(3)]
+    assert [table.get(f, "key", make) for f in funs] == [1, 2, 3]
+    assert len(table) == 2 and table.get(funs[2], "key", make) == 3  # the first dropped
+    assert table.get(funs[0], "key", make) == 4 and len(table) == 2  # made again
+    assert table.get(funs[0], "other", make) == 5  # another key, another program
+    assert made[-1](0.0, 7.0) == 7.0  # make gets fun through its weak reference
+    del funs[0]
+    gc.collect()
+    assert len(table) == 0  # both of the collected fun's programs
+
+    class Unhashable:
+        def __eq__(self, other: object) -> bool:
+            return self is other
+
+    assert table.get(Unhashable(), "key", make) is None  # the caller compiles its own
+    assert table.get(funs[1], ["unhashable key"], make) is None
+    assert table.get(funs[1], "refused", lambda fun: None) is None
+    assert len(made) == 5
