@@ -16,6 +16,10 @@ SciPy's fastest in CPU time too (on a loaded machine the CPU time is the steadie
     OPENBLAS_NUM_THREADS=1 PYTHONPATH=. .venv/bin/python benchmarks/bench_ivp.py \\
         [--quick] [--repeats 3] [--cases gray_scott,brusselator_1d,brusselator_2d,tight] \\
         [--no-diffrax] [--profile] [--points 2500]
+    ... bench_ivp.py --cases eager_loop [--calls 10] [--repeats 3] [--no-before]
+
+``--cases eager_loop`` (not in the default cases): a loop of eager calls, the whole
+program's time against SciPy's (:func:`eager_loop_case`).
 
 ``--profile`` adds, per diffrax row, the solves counted at run time, one solve and one
 materialise-and-factor timed alone in compiled loops in the same interleaved rounds as the
@@ -330,6 +334,120 @@ def diffrax_call(field, y0, t1, linear_solver, tol):
     return lambda: run(y0)
 
 
+def eager_loop_case(args) -> None:
+    """``--cases eager_loop``: ``--calls`` eager ``solve_ivp`` calls in a Python loop (a
+    sweep of the diffusion ``alpha``, an array argument, and of ``y0``), the 1-D
+    Brusselator on 20 points (n = 40) to t = 10, against SciPy's BDF (``jac_sparsity``)
+    in the same loop. A round is the whole loop with a fresh ``fun`` (a new closure: its
+    program compiles again, as in a new process), so jaxdia's loop time includes its one
+    compile; ``--repeats`` rounds, interleaved, medians. "a program per call" is the
+    behaviour before eager programs were kept (a ``fun`` that cannot key the cache, one
+    round). "the loop again": the same loop a second time with the same ``fun``, every
+    call reusing the program."""
+    points, calls = 20, args.calls
+    n = 2 * points
+    offsets, mask = brusselator.pattern_1d(points)
+    sparsity = band_sparsity(n, offsets)
+    alphas = np.linspace(0.01, 0.03, calls)
+    y0 = brusselator.initial_1d(points)
+
+    def make():
+        def field(t, y, alpha):
+            u, v = y[0::2], y[1::2]
+            h = 1.0 / (points + 1)
+            up, vp = jnp.pad(u, 1, constant_values=1.0), jnp.pad(v, 1, constant_values=3.0)
+            du = 1 + u * u * v - 4 * u + alpha * (up[:-2] - 2 * u + up[2:]) / h**2
+            dv = 3 * u - u * u * v + alpha * (vp[:-2] - 2 * v + vp[2:]) / h**2
+            return jnp.stack([du, dv], axis=-1).reshape(-1)
+
+        return field
+
+    def numpy_field(t, y, alpha):
+        u, v = y[0::2], y[1::2]
+        h = 1.0 / (points + 1)
+        up, vp = np.pad(u, 1, constant_values=1.0), np.pad(v, 1, constant_values=3.0)
+        du = 1 + u * u * v - 4 * u + alpha * (up[:-2] - 2 * u + up[2:]) / h**2
+        dv = 3 * u - u * u * v + alpha * (vp[:-2] - 2 * v + vp[2:]) / h**2
+        return np.stack([du, dv], axis=-1).reshape(-1)
+
+    class PerCall:  # not hashable: cannot key the cache, a program per call
+        def __eq__(self, other: object) -> bool:  # and so no __hash__
+            return self is other
+
+        def __init__(self):
+            self.field = make()
+
+        def __call__(self, t, y, alpha):
+            return self.field(t, y, alpha)
+
+    def jaxdia_loop(fun):
+        out = []
+        for i, alpha in enumerate(alphas):
+            out.append(
+                jaxdia.solve_ivp(
+                    fun,
+                    (0.0, 10.0),
+                    y0 * (1 + 0.01 * i),
+                    args=(alpha,),
+                    rtol=1e-6,
+                    atol=1e-6,
+                    jac_offsets=offsets,
+                    jac_mask=mask,
+                ).y[:, -1]
+            )
+        return np.asarray(jax.block_until_ready(out))
+
+    def scipy_loop():
+        return np.stack(
+            [
+                scipy.integrate.solve_ivp(
+                    numpy_field,
+                    (0.0, 10.0),
+                    y0 * (1 + 0.01 * i),
+                    method="BDF",
+                    args=(alpha,),
+                    rtol=1e-6,
+                    atol=1e-6,
+                    jac_sparsity=sparsity,
+                ).y[:, -1]
+                for i, alpha in enumerate(alphas)
+            ]
+        )
+
+    def timed(call):
+        start, start_cpu = time.perf_counter(), time.process_time()
+        out = call()
+        return out, time.perf_counter() - start, time.process_time() - start_cpu
+
+    first, again = "jaxdia (its one compile included)", "jaxdia, the loop again (compiled)"
+    rows = {first: [], again: [], "SciPy BDF": []}
+    error = float("nan")
+    for _ in range(args.repeats):
+        fun = make()
+        ours, *t_ours = timed(lambda: jaxdia_loop(fun))
+        rows[first].append(t_ours)
+        rows[again].append(timed(lambda: jaxdia_loop(fun))[1:])
+        theirs, *t_theirs = timed(scipy_loop)
+        rows["SciPy BDF"].append(t_theirs)
+        error = relative_error(ours, theirs)
+    if not args.no_before:
+        rows["jaxdia, a program per call (before)"] = [timed(lambda: jaxdia_loop(PerCall()))[1:]]
+    scipy_wall = statistics.median(t[0] for t in rows["SciPy BDF"])
+    print(
+        f"\neager loop: {calls} solve_ivp calls, 1-D Brusselator n = {n}, t = 10, "
+        f"rtol = atol = 1e-6; load average {os.getloadavg()[0]:.1f} at the end; jaxdia vs "
+        f"SciPy max relative error {error:.1e}\n"
+        "| loop of calls | wall | CPU | per call | vs SciPy (wall) |\n|---|---|---|---|---|"
+    )
+    for name, times in rows.items():
+        wall = statistics.median(t[0] for t in times)
+        cpu = statistics.median(t[1] for t in times)
+        print(
+            f"| {name} | {wall:.2f} s | {cpu:.2f} s | {wall / calls * 1e3:.0f} ms "
+            f"| {wall / scipy_wall:.2f} |"
+        )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke test)")
@@ -337,6 +455,10 @@ def main(argv=None) -> int:
     parser.add_argument("--points", type=int, default=2500, help="Gray-Scott grid points")
     parser.add_argument("--cases", default="gray_scott,brusselator_1d,brusselator_2d,tight")
     parser.add_argument("--no-diffrax", action="store_true")
+    parser.add_argument("--calls", type=int, default=10, help="eager_loop's calls")
+    parser.add_argument(
+        "--no-before", action="store_true", help="eager_loop without a program per call"
+    )
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -354,7 +476,10 @@ def main(argv=None) -> int:
     if "tight" in cases:
         brusselator_case(table, args, 1, tight=True)
         brusselator_case(table, args, 2, tight=True)
-    table.print()
+    if "eager_loop" in cases:
+        eager_loop_case(args)
+    if table.rows:
+        table.print()
     return 0
 
 

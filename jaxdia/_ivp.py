@@ -155,6 +155,22 @@ def solve_ivp(
     hidden: ``status`` is negative and ``y`` is NaN from the first ``t_eval`` the
     integration did not reach.
 
+    Eager calls in a Python loop (a parameter sweep, time windows, a shooting method)
+    compile once: the program is kept for the same ``fun`` (the same Python object, held
+    weakly) and static configuration (``n``, the dtypes, the band, ``jac`` and the events
+    as functions, the linear solver, ``dense_output``, ``max_steps``, ``t_eval``'s
+    length, ``event_capacity``, ``args``' structure and its Python values), and the
+    values of a call are its operands: ``y0``, ``t_span``, ``t_eval``, ``rtol`` and
+    ``atol`` (scalars or per component alike), ``max_step``, ``first_step``,
+    ``krylov_rtol``, a matrix ``jac`` and the arrays of ``args`` (NumPy or JAX values;
+    a Python number in ``args`` is part of the program, as a static argument of
+    ``jit``). The last 32 programs are kept; a ``fun``'s are dropped when it is
+    collected. Each call compiles a program of its own, with ``args`` as its constants,
+    where ``fun`` (or ``jac``, an event, a leaf of ``args`` that is not an array) cannot
+    be hashed or ``fun`` cannot be weakly referenced, and where ``fun`` reads an array of
+    ``args`` in Python (``float(p[0])``: as an operand it would not trace). Under the
+    caller's own ``jit`` it is traced once into the caller's program as before.
+
     ``dense_output=True`` records every accepted step's interpolating polynomial (SciPy's
     ``BdfDenseOutput``) in arrays with a slot per possible step: ``6 n`` values of ``y``'s
     dtype per step, ``48 n max_steps`` bytes in float64, allocated whole (pass
@@ -367,7 +383,8 @@ def odeint(
     ``ml`` and ``mu`` are the Jacobian's lower and upper bandwidths (``jac_offsets =
     range(-ml, mu + 1)``); without them the Jacobian is the whole matrix (small systems).
     Where the integration fails, the rows it did not reach are NaN (odeint warns and
-    returns what it has; call :func:`solve_ivp` for the status).
+    returns what it has; call :func:`solve_ivp` for the status). Eager calls with the same
+    ``func`` reuse one compiled program, as :func:`solve_ivp`'s.
 
     Example:
       >>> import jax.numpy as jnp
@@ -390,7 +407,7 @@ def odeint(
         offsets = tuple(range(-lower, upper + 1))
     span = checks.value([times[0], times[-1]])
     problem = Problem(
-        lambda s, y, *a: func(y, s, *a),
+        func,
         span,
         y0,
         times,
@@ -399,5 +416,6 @@ def odeint(
         atol=atol,
         jac_offsets=offsets,
         max_steps=max_steps,
+        swapped=True,
     )
     return problem.run(1, rows=True).ys

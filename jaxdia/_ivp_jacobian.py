@@ -126,24 +126,30 @@ def _held(evaluate: Callable[..., DiaMatrix]) -> Callable[..., DiaMatrix]:
     return held
 
 
-def _constant(jac: Any, given: Pattern | None, n: int, dtype: np.dtype) -> Jacobian:
-    """A matrix ``jac``: the Jacobian, never recomputed."""
+def constant_matrix(jac: Any, given: Pattern | None, n: int) -> DiaMatrix:
+    """A matrix ``jac`` (a ``DiaMatrix``, a dense array, a ``scipy.sparse`` matrix) as a
+    ``DiaMatrix`` of shape ``(n, n)``, in its own dtype: an operand of the program."""
     if given is not None:
         raise ValueError("solve_ivp: give jac, or jac_offsets (and jac_mask), not both")
     if isinstance(jac, DiaMatrix):
         J = jac
     elif is_scipy_sparse(jac):
-        J = DiaMatrix.from_scipy(jac.astype(dtype))
+        J = DiaMatrix.from_scipy(jac)
     elif is_traced(jac):
-        J = DiaMatrix.from_dense(jnp.asarray(jac, dtype), _whole(None, n, "jac").offsets)
+        J = DiaMatrix.from_dense(jnp.asarray(jac), _whole(None, n, "jac").offsets)
     else:
-        J = DiaMatrix.from_dense(np.asarray(jac).astype(dtype))
+        J = DiaMatrix.from_dense(np.asarray(jac))
     if J.shape != (n, n) or J.batch_shape:
         raise ValueError(
             f"solve_ivp: jac must be one matrix of shape ({n}, {n}), got shape "
             f"{J.batch_shape + J.shape}"
         )
-    J = J.astype(dtype)
+    return J
+
+
+def _constant(matrix: DiaMatrix, dtype: np.dtype) -> Jacobian:
+    """The Jacobian of :func:`constant_matrix`, never recomputed."""
+    J = matrix.astype(dtype)
 
     def evaluate(t: Array, y: Array, threshold: Array) -> DiaMatrix:
         return J
@@ -199,11 +205,12 @@ def jacobian_of(
 ) -> Jacobian:
     """The problem's :class:`Jacobian`: of ``jax_rhs`` (``fun`` in ``jax.numpy``) or of
     ``host_rhs`` (``fun`` in NumPy: SciPy's ``fun_single`` and ``fun_vectorized``), or
-    from ``jac``; ``given`` is the band of the arguments (:func:`band`)."""
+    from ``jac`` (a function, or the ``DiaMatrix`` of :func:`constant_matrix`);
+    ``given`` is the band of the arguments (:func:`band`)."""
     real = np.dtype(np.finfo(dtype).dtype)
     host_args = HostArgs(args)
-    if jac is not None and not callable(jac):
-        return _constant(jac, given, n, dtype)
+    if isinstance(jac, DiaMatrix):
+        return _constant(jac, dtype)
     if jac is None:
         stored = _whole(given, n, "the Jacobian")
         if jax_rhs is not None:

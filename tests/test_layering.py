@@ -111,6 +111,7 @@ LAYERS = {
     "_linalg.multigrid": 5,
     "_bdf": 5,
     "_ivp_checks": 5,
+    "_ivp_cache": 5,
     "_ivp_host": 5,
     "_ivp_jacobian": 5,
     "_ivp_output": 5,
