@@ -33,7 +33,7 @@ from ._linalg.incomplete import (
 )
 from ._linalg.jacobi import Jacobi as Jacobi, jacobi as jacobi
 from ._linalg.krylov import SolveInfo as SolveInfo, bicgstab as bicgstab, cg as cg
-from ._linalg.lanczos import eigsh as eigsh
+from ._linalg.eigsh import eigsh as eigsh
 from ._linalg.lstsq import lstsq_banded as lstsq_banded
 from ._linalg.multigrid import Multigrid as Multigrid, multigrid as multigrid
 from ._linalg.selected_inverse import selected_inverse as selected_inverse
