@@ -12,6 +12,7 @@ from ._ivp import OdeResult as OdeResult, odeint as odeint, solve_ivp as solve_i
 from ._jacobian import jacobian as jacobian, value_and_jacobian as value_and_jacobian
 from ._linalg.chebyshev import Chebyshev as Chebyshev, chebyshev as chebyshev
 from ._linalg.determinant import slogdet as slogdet
+from ._linalg.eigsh import eigsh as eigsh
 from ._linalg.expm import expm_multiply as expm_multiply
 from ._linalg.factor import (
     BandedCholesky as BandedCholesky,
@@ -33,7 +34,6 @@ from ._linalg.incomplete import (
 )
 from ._linalg.jacobi import Jacobi as Jacobi, jacobi as jacobi
 from ._linalg.krylov import SolveInfo as SolveInfo, bicgstab as bicgstab, cg as cg
-from ._linalg.eigsh import eigsh as eigsh
 from ._linalg.lstsq import lstsq_banded as lstsq_banded
 from ._linalg.multigrid import Multigrid as Multigrid, multigrid as multigrid
 from ._linalg.selected_inverse import selected_inverse as selected_inverse

@@ -99,6 +99,9 @@ LAYERS = {
     "_linalg.deep_halo": 5,
     "_linalg.factor": 5,
     "_linalg.lanczos": 5,
+    "_linalg.eigsh_modes": 5,
+    "_linalg.eigsh_checks": 5,
+    "_linalg.eigsh": 5,
     "_linalg.incomplete": 5,
     "_linalg.multigrid_hierarchy": 5,
     "_linalg.chebyshev": 5,
@@ -290,6 +293,8 @@ def test_the_layering_test_sees_imports():
 TESTED_IN = {
     "deep_halo": "sharded/test_sharded_precond.py",
     "determinant": "test_logdet.py",
+    "eigsh_checks": "test_eigsh.py",
+    "eigsh_modes": "test_eigsh.py",
     "incomplete": "test_ilu.py",
     "lanczos": "test_eigsh.py",
     "multigrid_hierarchy": "test_multigrid.py",

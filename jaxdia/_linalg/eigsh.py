@@ -1,14 +1,8 @@
 """The public :func:`jaxdia.eigsh`: SciPy's arguments checked and sorted into a problem of
 :mod:`.eigsh_modes`, one compiled call, and SciPy's errors.
 
-* The operators ``A``, ``M``, ``Minv``, ``OPinv`` are sorted (:func:`_operand`) into
-  the three kinds :mod:`.eigsh_modes` knows: a :class:`jaxdia.DiaMatrix` or a
-  ``scipy.sparse`` matrix as a ``DiaParts`` (banded: the factorizations run on the
-  band), a 2-D array as a dense matrix, anything else
-  :func:`jaxdia._linalg.operators.as_operator` takes as a function (a host
-  ``LinearOperator`` through ``jax.pure_callback``, a lineax operator, a JAX
-  function). Concrete matrices are checked finite and Hermitian (to 1000 rounding
-  errors of their largest entry).
+* The operators ``A``, ``M``, ``Minv``, ``OPinv`` are sorted and checked by
+  :mod:`.eigsh_checks` (:func:`.eigsh_checks.sort_operand`).
 * SciPy's rules follow: its ``ValueError``s for ``Minv``/``OPinv`` given where they
   are not used, its ``TypeError`` for ``k >= n`` with a sparse matrix or an operator
   (a dense ``A`` then gets all ``n`` eigenpairs from the dense solver, with SciPy's
@@ -16,21 +10,18 @@
 * The solve is one jitted call (:func:`_run`): a batch of DIA matrices is mapped with
   ``vmap``; the eigenvalues have a ``custom_jvp`` (:func:`_solve`) for DIA and dense
   ``A`` and ``M``.
-* Outside ``jit``, a factor that failed raises (``numpy.linalg.LinAlgError``, as
-  before: ``A - sigma M`` singular, ``M`` not positive definite), and so does
-  non-convergence, with an exception that is SciPy's ``ArpackNoConvergence``
-  (:func:`no_convergence_error`; SciPy is imported then, not with jaxdia), carrying the
-  pairs that converged. Under ``jit``, ``return_info=True``'s ``info`` says it.
+* Outside ``jit``, a factor that failed or pairs that did not converge raise
+  (:mod:`.eigsh_checks`: ``numpy.linalg.LinAlgError``, and an exception that is SciPy's
+  ``ArpackNoConvergence`` carrying the converged pairs). Under ``jit``,
+  ``return_info=True``'s ``info`` says it.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import sys
 import warnings
 from functools import partial
-from typing import Any, Literal, NamedTuple, TypeAlias, overload
+from typing import Any, Literal, TypeAlias, overload
 
 import jax
 import jax.numpy as jnp
@@ -38,18 +29,14 @@ import numpy as np
 from jax import Array, lax
 from jax.custom_derivatives import SymbolicZero
 
-from .._checks import as_array, is_scipy_sparse, is_traced, scalar, spans_processes, static_int
-from .._geometry import accumulation_dtype, in_bounds
+from .._checks import as_array, is_traced, scalar, static_int
+from .._geometry import accumulation_dtype
 from .._kernels.primitives import sddmm
-from .._matrix import DiaMatrix
-from .._ops import add, conj, transpose
 from .._parts import DiaParts
 from .._typing import ArrayLike, OperatorLike, Scalar
+from .eigsh_checks import Operand, check_matrix, raise_failure, raise_no_convergence, sort_operand
 from .eigsh_modes import (
-    BANDED,
-    DENSE,
     GIVEN,
-    ITERATIVE,
     EigshInfo,
     Operators,
     Problem,
@@ -58,7 +45,6 @@ from .eigsh_modes import (
     pairs,
 )
 from .lanczos import WHICH, Loop
-from .operators import apply as apply_stack, as_operator, operator_dtype
 
 #: Matrices up to this size are solved densely (``jnp.linalg.eigh``): exact, and faster
 #: than the Krylov loop's per-step cost at this size.
@@ -70,160 +56,6 @@ MODES = {"normal": 3, "buckling": 4, "cayley": 5}
 __all__ = ["DENSE_UP_TO", "EigshInfo", "eigsh"]
 
 
-# -- the operators -------------------------------------------------------------------------
-
-
-class _Operand(NamedTuple):
-    """One operator sorted: ``value`` (a ``DiaParts``, a 2-D array or a ``Partial``), its
-    kind, size (None: unknown, a function), dtype (None: unknown), batch shape and
-    whether its kind comes from SciPy's sparse or operator types (for ``k >= n``)."""
-
-    value: Any
-    kind: str
-    n: int | None
-    dtype: np.dtype | None
-    batch: tuple[int, ...] = ()
-
-
-def _operand(X: Any, name: str) -> _Operand | None:
-    """``X`` (the argument ``name``) sorted into one of :mod:`.eigsh_modes`' kinds."""
-    if X is None:
-        return None
-    if is_scipy_sparse(X):
-        X = DiaMatrix.from_scipy(X)
-    module = sys.modules.get("scipy.sparse.linalg")
-    if module is not None and type(X).__name__ == "MatrixLinearOperator":
-        wrapped = getattr(X, "A", None)
-        if isinstance(wrapped, np.ndarray) or is_scipy_sparse(wrapped):
-            return _operand(wrapped, name)  # aslinearoperator's matrix, as a matrix
-    if isinstance(X, DiaMatrix):
-        _square(X.shape, name)
-        dtype = np.dtype(jax.dtypes.canonicalize_dtype(X.dtype))
-        return _Operand(X._parts, BANDED, X.shape[0], dtype, X.batch_shape)
-    if isinstance(X, (np.ndarray, jax.Array)):
-        if X.ndim != 2:
-            raise ValueError(
-                f"eigsh: {name} given as an array must be a 2-D matrix, got shape {X.shape}"
-            )
-        _square(X.shape, name)
-        dtype = operator_dtype(X.dtype, "eigsh", name)
-        value = X.astype(dtype) if isinstance(X, jax.Array) else np.asarray(X, dtype)
-        return _Operand(value, DENSE, X.shape[0], dtype)
-    converted = as_operator(X, "eigsh", name)
-    if isinstance(converted.operator, DiaMatrix):  # a jaxdia.DiaLinearOperator
-        return _operand(converted.operator, name)
-    operator = converted.operator
-    if not isinstance(operator, jax.tree_util.Partial):
-        if not callable(operator):  # an object with @ and a shape
-            _square(operator.shape, name)
-            n = int(operator.shape[0])
-            if int(getattr(operator, "padded_size", n)) != n:
-                raise TypeError(
-                    f"eigsh: {name} pads its vectors (a ShardedDiaMatrix): pass its DiaMatrix"
-                )
-            return _Operand(
-                jax.tree_util.Partial(apply_stack, operator), ITERATIVE, n, np.dtype(operator.dtype)
-            )
-        operator = jax.tree_util.Partial(operator)  # the function is static
-    return _Operand(operator, ITERATIVE, converted.size, converted.dtype)
-
-
-def _square(shape: Any, name: str) -> None:
-    shape = tuple(shape)
-    if len(shape) != 2 or shape[0] != shape[1]:
-        raise ValueError(f"eigsh: {name} must be square, got shape {shape}")
-
-
-def _check_matrix(operand: _Operand, name: str) -> None:
-    """A ValueError unless a concrete matrix is finite and Hermitian."""
-    value = operand.value
-    if isinstance(value, DiaParts):
-        if not is_traced(value.data):
-            check_hermitian(value, name)
-    elif operand.kind == DENSE and not is_traced(value):
-        host = np.asarray(value)
-        bad = np.argwhere(~np.isfinite(host))
-        if len(bad):
-            i, j = (int(x) for x in bad[0])
-            raise ValueError(
-                f"eigsh: {name} must not contain infs or NaNs, but {name}[{i}, {j}] = {host[i, j]}"
-            )
-        _refuse_non_hermitian(
-            name,
-            host.dtype,
-            float(np.max(np.abs(host - host.conj().T), initial=0.0)),
-            float(np.max(np.abs(host), initial=0.0)),
-        )
-
-
-def check_hermitian(A: DiaParts, name: str = "A") -> None:
-    """A ValueError unless ``A`` (concrete data) is finite and Hermitian to 1000 rounding
-    errors of its largest entry. On the host, with NumPy: it also runs inside a trace that
-    closes over a concrete matrix. Data that spans other processes is checked by a
-    reduction on the devices instead (this host cannot fetch it; a NaN there fails the
-    Hermitian test)."""
-    work = accumulation_dtype(np.dtype(A.data.dtype))
-    if spans_processes(A.data):
-        defect, scale = (float(value) for value in _hermitian_defect(A))
-    else:
-        host = np.asarray(A.data)
-        host = np.where(in_bounds(A.offsets, A.shape, host=True), host, 0)
-        bad = np.argwhere(~np.isfinite(host))
-        if len(bad):
-            # NaN would make every Ritz value NaN (SciPy's ARPACK fails at once on it too).
-            *member, k, j = (int(i) for i in bad[0])
-            where = f" (matrix {tuple(member)} of the batch)" if member else ""
-            raise ValueError(
-                f"eigsh: {name} must not contain infs or NaNs, but "
-                f"{name}[{j - A.offsets[k]}, {j}] = {host[(*member, k, j)]}{where}"
-            )
-        defect, scale = _host_hermitian_defect(host.astype(work), A.offsets, A.shape[0])
-    _refuse_non_hermitian(name, work, defect, scale)
-
-
-def _refuse_non_hermitian(name: str, dtype: Any, defect: float, scale: float) -> None:
-    work = accumulation_dtype(np.dtype(dtype))
-    if not defect <= 1000 * float(np.finfo(work).eps) * scale:
-        kind = "Hermitian" if np.dtype(dtype).kind == "c" else "symmetric"
-        raise ValueError(
-            f"eigsh: {name} must be {kind} (eigsh solves Hermitian problems), but max|{name} "
-            f"- {name}^H| = {defect:.3g} against max|{name}| = {scale:.3g}; use {name} + "
-            f"{name}.H (or ({name} + {name}.H) / 2) if the asymmetry is rounding"
-        )
-
-
-def _host_hermitian_defect(
-    host: np.ndarray, offsets: tuple[int, ...], n: int
-) -> tuple[float, float]:
-    """``(max|A - A^H|, max|A|)`` of square DIA data on the host (``(..., n_diags, n)``,
-    zero outside the matrix): each stored diagonal against the conjugate of its mirror
-    image (zero where that is not stored), one slice of each per diagonal. Entry
-    ``(c - o, c)`` of offset ``o`` is ``data[k, c]``; its mirror ``(c, c - o)``, of offset
-    ``-o``, is ``data[k', c - o]``."""
-    stored = {offset: k for k, offset in enumerate(offsets)}
-    defect = 0.0
-    for k, offset in enumerate(offsets):
-        lo, hi = max(0, offset), min(n, n + offset)  # the columns inside the matrix
-        if lo >= hi:
-            continue
-        values = host[..., k, lo:hi]
-        mirror = stored.get(-offset)
-        if mirror is not None:
-            values = values - np.conj(host[..., mirror, lo - offset : hi - offset])
-        defect = max(defect, float(np.max(np.abs(values))))
-    return defect, float(np.max(np.abs(host), initial=0.0))
-
-
-@jax.jit
-def _hermitian_defect(A: DiaParts) -> tuple[Array, Array]:
-    """``(max|A - A^H|, max|A|)`` on the devices (the matrix stays where it is)."""
-    difference = add(A, conj(transpose(A)), subtract=True)
-    return (
-        jnp.max(jnp.abs(jnp.where(in_bounds(difference.offsets, A.shape), difference.data, 0))),
-        jnp.max(jnp.abs(jnp.where(in_bounds(A.offsets, A.shape), A.data, 0))),
-    )
-
-
 def _positive_int(value: object, name: str) -> int:
     value = static_int(value, f"eigsh: {name}")
     if value <= 0:
@@ -231,7 +63,7 @@ def _positive_int(value: object, name: str) -> int:
     return value
 
 
-def _working_dtype(operands: list[_Operand], v0: Any, n: int) -> np.dtype:
+def _working_dtype(operands: list[Operand], v0: Any, n: int) -> np.dtype:
     """The dtype the problem is solved in: ``A``'s and ``M``'s promoted (a function's
     found by tracing it on a vector), at least float32 (16-bit matrices are solved in
     float32)."""
@@ -346,7 +178,7 @@ def _solve_jvp(problem: Problem, primals, tangents):
     # (a product with the tangents, so that the tangent stays linear in them).
     moved = [jnp.sum(t) for t in _perturbed((dops.A, dops.M))]
     dV = (
-        jnp.full(V.shape, jnp.nan, V.dtype) * sum(moved).astype(V.dtype)
+        jnp.full(V.shape, jnp.nan, V.dtype) * jnp.sum(jnp.stack(moved)).astype(V.dtype)
         if moved
         else jnp.zeros_like(V)
     )
@@ -361,96 +193,6 @@ def _zero_tangent(x: Array) -> Array | np.ndarray:
     if jnp.issubdtype(x.dtype, jnp.inexact):
         return jnp.zeros_like(x)
     return np.zeros(x.shape, jax.dtypes.float0)
-
-
-# -- errors ----------------------------------------------------------------------------------
-
-
-@functools.cache
-def no_convergence_error() -> type:
-    """The exception :func:`jaxdia.eigsh` raises outside ``jit`` when pairs did not
-    converge: a subclass of SciPy's ``ArpackNoConvergence`` (SciPy is imported on the
-    first failure, not with jaxdia), whose ``eigenvalues`` and ``eigenvectors`` are the
-    pairs that did (NumPy arrays), and ``info`` the whole report."""
-    from scipy.sparse.linalg import ArpackNoConvergence
-
-    class EigshNoConvergence(ArpackNoConvergence):
-        """SciPy's ``ArpackNoConvergence``, from :func:`jaxdia.eigsh`: ``eigenvalues``
-        and ``eigenvectors`` hold the pairs that converged, ``info`` the report."""
-
-        def __init__(self, message: str, eigenvalues: Any, eigenvectors: Any, info: Any):
-            super().__init__(message, eigenvalues, eigenvectors)
-            self.info = info
-
-    EigshNoConvergence.__module__ = "jaxdia"
-    return EigshNoConvergence
-
-
-def _member(index: tuple[int, ...]) -> str:
-    return f" (matrix {index} of the batch)" if index else ""
-
-
-def _raise_failure(problem: Problem, w: np.ndarray, sigma: Any, has_m: bool) -> None:
-    """The error of a factor or an inner solve that failed, where the eigenvalues are not
-    finite (a failure makes NaN); nothing where no factor or solve is to blame."""
-    bad = ~np.all(np.isfinite(w), axis=-1)
-    if not bad.any():
-        return
-    index = tuple(int(i) for i in np.argwhere(bad)[0]) if w.ndim > 1 else ()
-    where = _member(index)
-    mode = problem.mode
-    if mode == 2 and problem.minv == ITERATIVE or mode > 2 and problem.opinv == ITERATIVE:
-        what = "M" if mode == 2 else "A - sigma M"
-        raise ValueError(
-            f"eigsh: the iterative solve with {what} did not converge{where} (SciPy: 'Error "
-            f"in inverting {'M' if mode == 2 else '[A-sigma*M]'}'); pass "
-            f"{'Minv' if mode == 2 else 'OPinv'}, or M and A as matrices"
-        )
-    if mode == 2 and problem.minv in (BANDED, DENSE, None):
-        raise np.linalg.LinAlgError(
-            f"eigsh: M is not positive definite{where} (its Cholesky factor failed); "
-            "without sigma, eigsh solves A x = lambda M x for a Hermitian positive definite M"
-        )
-    if mode < 3 or problem.opinv == GIVEN:
-        return
-    shift = np.asarray(sigma).item()
-    if not has_m and mode == 3:
-        raise np.linalg.LinAlgError(
-            f"eigsh: A - sigma I is exactly singular{where} (sigma = {shift} is an eigenvalue "
-            "of A to rounding, so (A - sigma I)^-1 does not exist; SciPy raises 'Factor is "
-            "exactly singular'): move sigma off the spectrum"
-        )
-    definite = " or A is not positive definite (buckling mode's inner product is A's)"
-    raise np.linalg.LinAlgError(
-        f"eigsh: A - sigma M is exactly singular{where}{definite if mode == 4 else ''} "
-        f"(sigma = {shift} is an eigenvalue of A x = lambda M x to rounding, so (A - sigma "
-        "M)^-1 does not exist; SciPy raises 'Factor is exactly singular'): move sigma off "
-        "the spectrum"
-    )
-
-
-def _raise_no_convergence(
-    w: np.ndarray, v: np.ndarray | None, info: EigshInfo, passed: Any
-) -> None:
-    """SciPy's ``ArpackNoConvergence`` (:func:`no_convergence_error`) for the first
-    matrix of a batch that did not converge, with its converged pairs."""
-    converged = np.asarray(info.converged)
-    if converged.all():
-        return
-    index = tuple(int(i) for i in np.argwhere(~converged)[0]) if converged.ndim else ()
-    passed = np.asarray(passed)[index]
-    k = passed.shape[-1]
-    iterations = int(np.asarray(info.iterations)[index])
-    eigenvalues = np.asarray(w)[index][passed]
-    eigenvectors = None if v is None else np.asarray(v)[index][:, passed]
-    raise no_convergence_error()(
-        f"eigsh: no convergence{_member(index)} ({iterations} restarts, {int(passed.sum())}/"
-        f"{k} eigenvectors converged); raise maxiter or ncv, or pass return_info=True for "
-        "the report instead of this error",
-        eigenvalues,
-        eigenvectors,
-        info,
-    )
 
 
 # -- the public function ------------------------------------------------------------------
@@ -730,10 +472,11 @@ def eigsh(
     for flag, name in ((return_eigenvectors, "return_eigenvectors"), (return_info, "return_info")):
         if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"eigsh: {name} must be a Python bool, got {type(flag).__name__}")
-    a = _operand(A, "A")
+    a = sort_operand(A, "A")
     if a is None:
         raise TypeError("eigsh: A must be an operator, got None")
-    m, minv, opinv = _operand(M, "M"), _operand(Minv, "Minv"), _operand(OPinv, "OPinv")
+    named = ((M, "M"), (Minv, "Minv"), (OPinv, "OPinv"))
+    m, minv, opinv = (sort_operand(X, name) for X, name in named)
     given = [o for o in (a, m, minv, opinv) if o is not None]
     if v0 is not None:
         v0 = as_array(v0, "eigsh: v0")
@@ -758,7 +501,7 @@ def eigsh(
     work = accumulation_dtype(out_dtype)
     for operand, name in zip((a, m), ("A", "M")):
         if operand is not None:
-            _check_matrix(operand, name)
+            check_matrix(operand, name)
     if k >= n:
         return _all_pairs(a, m, k, n, work, out_dtype, return_eigenvectors, return_info)
     if sigma is None:
@@ -787,26 +530,30 @@ def eigsh(
     v0 = _start(v0, rng, n, work, a.batch, m.batch if m is not None else ())
     dense = n <= DENSE_UP_TO or 2 * ncv > n
     minv_kind = opinv_kind = None
-    if number == 2 and not dense:
+    if number == 2 and m is not None and not dense:
         minv_kind = GIVEN if minv is not None else inverse_kinds(m.kind, None)
     if number > 2 and not dense:
         opinv_kind = GIVEN if opinv is not None else inverse_kinds(a.kind, m and m.kind)
     problem = Problem(
-        Loop(n, k, ncv, which.upper(), maxiter), number, dense, minv_kind, opinv_kind,
+        Loop(n, k, ncv, which.upper(), maxiter),
+        number,
+        dense,
+        minv_kind,
+        opinv_kind,
         bool(return_eigenvectors),
-    )  # fmt: skip
+    )
     ops = Operators(
         a.value,
         None if m is None else m.value,
-        None if minv_kind != GIVEN else minv.value,
-        None if opinv_kind != GIVEN else opinv.value,
+        None if minv is None or minv_kind != GIVEN else minv.value,
+        None if opinv is None or opinv_kind != GIVEN else opinv.value,
     )
     w, v, info, passed = _run(ops, v0, sigma, tol, problem=problem, dtype=work)
     w, v = w.astype(np.finfo(out_dtype).dtype), v.astype(out_dtype)
     if not is_traced(w):
-        _raise_failure(problem, np.asarray(w), sigma, m is not None)
+        raise_failure(problem, np.asarray(w), sigma, m is not None)
     if not return_info and not is_traced(info.converged):
-        _raise_no_convergence(w, v, info, passed)
+        raise_no_convergence(w, v, info, passed)
     out: tuple[Any, ...] = (w, v) if return_eigenvectors else (w,)
     if return_info:
         out += (info,)
@@ -837,8 +584,8 @@ def _start(v0: Any, rng: object, n: int, dtype: np.dtype, *batches: tuple[int, .
 
 
 def _all_pairs(
-    a: _Operand,
-    m: _Operand | None,
+    a: Operand,
+    m: Operand | None,
     k: int,
     n: int,
     dtype: np.dtype,
@@ -849,14 +596,13 @@ def _all_pairs(
     """SciPy's ``k >= n``: all ``n`` pairs from the dense solver (SciPy calls
     ``scipy.linalg.eigh(A, b=M)``), with its ``RuntimeWarning``; its ``TypeError`` for a
     sparse ``A`` (jaxdia's DiaMatrix too) or an operator."""
-    if a.kind != DENSE:
-        kind = "sparse" if a.kind == BANDED else "LinearOperator"
+    if a.given_as != "dense":
         raise TypeError(
             f"eigsh: k = {k} >= n = {n}, where SciPy calls scipy.linalg.eigh, which cannot "
-            f"take a {kind} A: k must be smaller than n; for all eigenvalues use "
-            "jnp.linalg.eigh(A.todense())"
+            f"take a {a.given_as} A: k must be smaller than n; for all eigenvalues use "
+            "jnp.linalg.eigh of the dense matrix"
         )
-    if m is not None and m.kind == ITERATIVE:
+    if m is not None and m.given_as == "LinearOperator":
         raise TypeError(
             f"eigsh: k = {k} >= n = {n}: scipy.linalg.eigh cannot take a LinearOperator M"
         )
@@ -873,7 +619,7 @@ def _all_pairs(
     w, v, info, _ = _run(ops, np.zeros(n, dtype), zero, zero, problem=problem, dtype=dtype)
     w, v = w.astype(np.finfo(out_dtype).dtype), v.astype(out_dtype)
     if not is_traced(w):
-        _raise_failure(problem, np.asarray(w), zero, m is not None)
+        raise_failure(problem, np.asarray(w), zero, m is not None)
     out: tuple[Any, ...] = (w, v) if vectors else (w,)
     if return_info:
         out += (info,)

@@ -34,10 +34,11 @@ which the banded factors do not offer (the GPU/TPU ones do not even store ``L``)
 (mode 4). The eigenvectors come back ``B``-orthonormal, as ARPACK's.
 
 Small problems (``dense``) are solved with ``jnp.linalg.eigh`` after the operators are
-made dense: without ``M`` (and not in mode 2) ``eigh(A)``; in mode 2 ``eigh`` of ``W^H
-A W`` with ``W = Q D^{-1/2}`` from ``M = Q D Q^H``; in modes 3 to 5 ``eigh`` of ``R
-(A - sigma M)^-1 R^H`` with ``B = R^H R`` (``R = D^{1/2} Q^H``, semidefinite ``B``
-allowed), whose eigenvalues are mode 3's ``theta``.
+made dense: without ``M`` (and not in mode 2) ``eigh(A)``; with a positive definite
+``M``, as LAPACK's ``?hegv``, ``eigh`` of ``L^-1 A L^-H`` with ``M = L L^H`` (the pairs
+then ranked by each mode's ``theta``); otherwise (modes 3 to 5, ``M`` semidefinite, or
+indefinite in buckling mode) ``eigh`` of ``R (A - sigma M)^-1 R^H`` with ``B = R^H R``
+(``R = D^{1/2} Q^H`` from ``B = Q D Q^H``), whose eigenvalues are mode 3's ``theta``.
 
 Every pair of a generalized problem is checked against the true residual ``||A x -
 lambda M x||`` (:func:`accurate`), on the dense path too: a wrong pair is never
@@ -307,6 +308,30 @@ def _root(B: Array) -> Array:
     return jnp.sqrt(jnp.maximum(d, 0))[:, None] * jnp.conj(Q.T)
 
 
+def _pencil(A: Array, M: Array) -> tuple[Array, Array]:
+    """All eigenpairs ``(lambda, X)`` of ``A x = lambda M x`` (columns ``M``-orthonormal)
+    as LAPACK's ``?hegv`` finds them: ``C = L^-1 A L^-H`` with ``M = L L^H``, ``eigh(C)``,
+    ``X = L^-H Y``. NaN where ``M`` is not positive definite."""
+    L = jnp.linalg.cholesky(M)
+    solve = jax.scipy.linalg.solve_triangular
+    C = solve(L, jnp.conj(solve(L, jnp.conj(A.T), lower=True).T), lower=True)
+    evals, Y = jnp.linalg.eigh((C + jnp.conj(C.T)) / 2)
+    return evals, solve(L, Y, lower=True, trans="C")
+
+
+def _transformed(mode: int, A: Array, M: Array, sigma: Array, dtype: Any):
+    """All eigenpairs of modes 3 to 5 through the operator that Lanczos would run on
+    (``B`` semidefinite allowed), its Ritz values ``theta`` for ranking: ``eigh`` of ``R
+    (A - sigma M)^-1 R^H`` with ``B = R^H R``."""
+    R = _root(A if mode == 4 else M).astype(dtype)
+    lu = jax.scipy.linalg.lu_factor(A - sigma.astype(dtype) * M)
+    Z = jax.scipy.linalg.lu_solve(lu, jnp.conj(R.T))  # (A - sigma M)^-1 R^H
+    G = jnp.matmul(R, Z, precision=_HIGHEST)
+    nu, Y = jnp.linalg.eigh((G + jnp.conj(G.T)) / 2)  # mode 3's theta
+    lam = sigma + 1 / nu if mode != 4 else sigma * nu / (nu - 1)
+    return lam, jnp.matmul(Z, Y, precision=_HIGHEST) / nu, 1 + 2 * sigma * nu if mode == 5 else nu
+
+
 def dense_pairs(problem: Problem, ops: Operators, sigma: Array, dtype: Any) -> tuple[Array, Array]:
     """``(lambda, X)``: the ``k`` wanted eigenpairs, most wanted first, eigenvectors as
     the rows of ``X`` (``B``-orthonormal), of the problem made dense in ``dtype`` (see
@@ -322,23 +347,25 @@ def dense_pairs(problem: Problem, ops: Operators, sigma: Array, dtype: Any) -> t
             X = X / jnp.sqrt(jnp.where(lam > 0, lam, jnp.nan))[:, None].astype(X.dtype)
         return lam, X
     M = dense(ops.M, n, dtype)
-    if mode == 2:
-        d, Q = jnp.linalg.eigh(M)
-        W = Q / jnp.sqrt(jnp.where(d > 0, d, jnp.nan))  # NaN: M is not positive definite
-        C = jnp.matmul(jnp.conj(W.T), jnp.matmul(A, W, precision=_HIGHEST), precision=_HIGHEST)
-        evals, Y = jnp.linalg.eigh(C)
-        wanted = rank(evals, which)[:k]
-        return evals[wanted], jnp.matmul(W, Y[:, wanted], precision=_HIGHEST).T
-    R = _root(A if mode == 4 else M).astype(dtype)
-    lu = jax.scipy.linalg.lu_factor(A - sigma.astype(dtype) * M)
-    Z = jax.scipy.linalg.lu_solve(lu, jnp.conj(R.T))  # (A - sigma M)^-1 R^H
-    G = jnp.matmul(R, Z, precision=_HIGHEST)
-    nu, Y = jnp.linalg.eigh((G + jnp.conj(G.T)) / 2)  # mode 3's theta
-    theta = 1 + 2 * sigma * nu if mode == 5 else nu
+
+    def definite(_):
+        """The pencil by ``M``'s Cholesky factor: the most accurate pairs."""
+        lam, X = _pencil(A, M)
+        if mode == 4:  # A-orthonormal: x^H A x = lambda x^H M x = lambda
+            X = X / jnp.sqrt(jnp.where(lam > 0, lam, jnp.nan)).astype(X.dtype)
+        return lam, X, keys(mode, lam, sigma)
+
+    if mode == 2:  # M must be positive definite (NaN otherwise)
+        lam, X, theta = definite(None)
+    else:  # M may be semidefinite (indefinite in buckling mode): the transformed operator
+        lam, X, theta = lax.cond(
+            jnp.all(jnp.isfinite(jnp.linalg.cholesky(M))),
+            definite,
+            lambda _: _transformed(mode, A, M, sigma, dtype),
+            None,
+        )
     wanted = rank(theta, which)[:k]
-    lam = sigma + 1 / nu[wanted] if mode != 4 else sigma * nu[wanted] / (nu[wanted] - 1)
-    X = jnp.matmul(Z, Y[:, wanted], precision=_HIGHEST) / nu[wanted]
-    return lam, X.T
+    return lam[wanted], X[:, wanted].T
 
 
 # -- one problem -------------------------------------------------------------------------------

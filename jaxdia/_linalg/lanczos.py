@@ -211,16 +211,17 @@ def lanczos(
 
     norm0 = jnp.linalg.norm(v0)
     start = jnp.where(norm0 > 0, v0, pseudo_random(n, jnp.int32(0), dtype))
+    orthogonalize = (
+        _orthogonalize_by_blas if _dispatch.gram_schmidt_by_blas(dtype) else _orthogonalize
+    )
+    basis = jnp.zeros((ncv + 1, n), dtype)
     if B is None:
-        start = start / jnp.linalg.norm(start)
-        orthogonalize = (
-            _orthogonalize_by_blas if _dispatch.gram_schmidt_by_blas(dtype) else _orthogonalize
-        )
-    else:
+        V = basis.at[0].set(start / jnp.linalg.norm(start))
+    else:  # V and P = B V, side by side
         start = op(start, B(start))
         B_start = B(start)
         norm = b_norm(start, B_start)
-        start, B_start = start / norm, B_start / norm
+        V = jnp.stack([basis.at[0].set(start / norm), basis.at[0].set(B_start / norm)])
     rows = np.arange(ncv)
 
     def step(j, state):
@@ -232,7 +233,7 @@ def lanczos(
 
         def attempt(state):
             tries, w, _, h, _ = state
-            if generalized:
+            if B is not None:
                 w, Bw, coefficients, norm = _b_orthogonalize(V[0], V[1], w[0], B)
                 w = jnp.stack([w, Bw])
             else:
@@ -316,9 +317,6 @@ def lanczos(
         first = jnp.where(done, first, kept_count)
         return V, H, beta, first, iteration + 1, matvecs, done, (theta[:k], passed)
 
-    V = jnp.zeros((ncv + 1, n), dtype).at[0].set(start)
-    if B is not None:  # V and P = B V, side by side
-        V = jnp.stack([V, jnp.zeros((ncv + 1, n), dtype).at[0].set(B_start)])
     H = jnp.zeros((ncv, ncv), dtype)
     zero = jnp.int32(0)
     # The last restart's wanted Ritz values ride along (the loop stops after restarting).
