@@ -646,34 +646,35 @@ def modes_problem(n, dtype, mode, seed):
 
 
 @pytest.mark.full
-@pytest.mark.parametrize("kind", sorted(KINDS))
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 @pytest.mark.parametrize("sigma, mode", MODES)
 @pytest.mark.parametrize("n", [2, 3, 4, 5])
-def test_small_modes_sweep(n, sigma, mode, dtype, kind):
-    """Every mode, dtype and kind of operator at n = 2..5 with k = n - 1 and k = 1, each
-    ``which``, against scipy.linalg.eigh (in float64)."""
+def test_small_modes_sweep(n, sigma, mode, dtype):
+    """Every mode and dtype at n = 2..5, against scipy.linalg.eigh (in float64): ``k = n
+    - 1`` largest in magnitude and ``k = 1`` smallest algebraic, each kind of operator in
+    turn (a DiaMatrix, a dense array, a host LinearOperator)."""
     A, M = modes_problem(n, dtype, mode, seed=n)
     oracle_a, oracle_m = A.astype(np.complex128), M.astype(np.complex128)
     rtol = 1e-4 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-9
-    for k in sorted({1, n - 1}):
-        for which in ("LM", "SM", "LA", "SA"):
-            w, v = jaxdia.eigsh(
-                KINDS[kind](A), k=k, M=KINDS[kind](M), sigma=sigma, mode=mode, which=which
-            )
-            assert w.dtype == np.finfo(dtype).dtype and v.dtype == dtype
-            expected = generalized(oracle_a, oracle_m, k, which, sigma, mode)
-            B = oracle_a if mode == "buckling" else oracle_m
-            check_generalized(oracle_a, oracle_m, w, v, expected, rtol, B=B)
+    kinds = sorted(KINDS)
+    for turn, (k, which) in enumerate(((n - 1, "LM"), (1, "SA"))):
+        kind = KINDS[kinds[(n + turn) % len(kinds)]]
+        w, v = jaxdia.eigsh(kind(A), k=k, M=kind(M), sigma=sigma, mode=mode, which=which)
+        assert w.dtype == np.finfo(dtype).dtype and v.dtype == dtype
+        expected = generalized(oracle_a, oracle_m, k, which, sigma, mode)
+        B = oracle_a if mode == "buckling" else oracle_m
+        check_generalized(oracle_a, oracle_m, w, v, expected, rtol, B=B)
 
 
 @pytest.mark.full
-@pytest.mark.parametrize("kind", ["dia", "linear_operator"])
+@pytest.mark.parametrize(
+    "kind, sigma, mode",
+    [("dia", sigma, mode) for sigma, mode in MODES] + [("linear_operator", None, "normal")],
+)
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128])
-@pytest.mark.parametrize("sigma, mode", MODES)
 def test_lanczos_modes_sweep(sigma, mode, dtype, kind):
-    """Every mode on the Lanczos path (n = 150): banded factors for DiaMatrix operands,
-    conjugate gradients and GMRES for host LinearOperators."""
+    """Every mode on the Lanczos path (n = 150) with banded factors for DiaMatrix
+    operands; mode 2 with host LinearOperators (conjugate gradients for ``M``)."""
     A, M = modes_problem(N, dtype, mode, seed=17)
     for which in ("LM", "LA", "SA"):
         w, v, info = jaxdia.eigsh(
@@ -722,3 +723,18 @@ def test_k_at_least_n_is_scipys_dense_eigh():
         jaxdia.eigsh(sp.csr_array(A), k=4)
     with pytest.raises(TypeError, match="cannot take a LinearOperator M"):
         jaxdia.eigsh(A, k=4, M=spla.aslinearoperator(Mb.toarray()))
+
+
+def test_generalized_program_factors_once():
+    """The inverses of a banded problem, read from the lowered program on CPU: mode 2
+    factors ``M`` once by banded Cholesky (LAPACK ``pbtrf``), mode 3 ``A - sigma M`` once
+    by banded LU (``gbtrf``); the loop only solves with the stored factor (the start's
+    ``op v0`` and each step's: two solve calls)."""
+    n = 300
+    A = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(n, n))
+    M = jaxdia.diags([0.5, 1.0, 4.0, 1.0, 0.5], offsets=[-2, -1, 0, 1, 2], shape=(n, n))
+    for sigma, factor, solve in ((None, "pbtrf", "pbtrs"), (0.1, "gbtrf", "gbtrs")):
+        lowered = jax.jit(lambda A, M: jaxdia.eigsh(A, k=3, M=M, sigma=sigma, which="LA"))
+        text = lowered.lower(A, M).as_text()
+        assert text.count(f"custom_call @jaxdia_lapack_{factor}") == 1
+        assert text.count(f"custom_call @jaxdia_lapack_{solve}") == 2
