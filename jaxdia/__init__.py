@@ -13,6 +13,7 @@ from ._ivp_output import OdeSolution as OdeSolution
 from ._jacobian import jacobian as jacobian, value_and_jacobian as value_and_jacobian
 from ._linalg.chebyshev import Chebyshev as Chebyshev, chebyshev as chebyshev
 from ._linalg.determinant import slogdet as slogdet
+from ._linalg.eigsh import eigsh as eigsh
 from ._linalg.expm import expm_multiply as expm_multiply
 from ._linalg.factor import (
     BandedCholesky as BandedCholesky,
@@ -34,7 +35,6 @@ from ._linalg.incomplete import (
 )
 from ._linalg.jacobi import Jacobi as Jacobi, jacobi as jacobi
 from ._linalg.krylov import SolveInfo as SolveInfo, bicgstab as bicgstab, cg as cg
-from ._linalg.lanczos import eigsh as eigsh
 from ._linalg.lstsq import lstsq_banded as lstsq_banded
 from ._linalg.multigrid import Multigrid as Multigrid, multigrid as multigrid
 from ._linalg.selected_inverse import selected_inverse as selected_inverse

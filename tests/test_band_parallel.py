@@ -26,7 +26,7 @@ import scipy.sparse as sp
 import jaxdia
 from jaxdia import _dispatch
 from jaxdia._kernels import band_layouts, band_parallel, band_primitives, band_refine
-from jaxdia._linalg.lanczos import DENSE_UP_TO
+from jaxdia._linalg.eigsh import DENSE_UP_TO
 
 from .helpers import Forced, dense_f64
 from .test_factor import _dense_solve, _zero_padding, hermitian_band, random_band, rhs, scipy_solve

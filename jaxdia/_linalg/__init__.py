@@ -8,5 +8,7 @@
   stencils on structured grids), :mod:`.multigrid_hierarchy` (hierarchies and V-cycles),
   :mod:`.sharded_multigrid` and :mod:`.deep_halo` (their sharded forms);
 * :mod:`.ilu` (array level) and :mod:`.incomplete`: ILU(0) and IC(0);
-* :mod:`.lanczos` (``eigsh``) and :mod:`.expm` (``expm_multiply``).
+* :mod:`.eigsh` (the public ``eigsh``), over :mod:`.eigsh_checks` (its operators sorted
+  and checked, its errors), :mod:`.eigsh_modes` (ARPACK's modes, the dense path) and
+  :mod:`.lanczos` (the thick-restart loop); :mod:`.expm` (``expm_multiply``).
 """
