@@ -108,9 +108,13 @@ def factor(
     "auto" (by size), "lapack" or "scan" (forced).
     """
     return factor_p.bind(
-        *operands, layout=layout, widths=widths, placement=placement, offsets=offsets,
+        *operands,
+        layout=layout,
+        widths=widths,
+        placement=placement,
+        offsets=offsets,
         method=method,
-    )  # fmt: skip
+    )
 
 
 def solve(
@@ -327,14 +331,22 @@ def _solve_on(platform: str):
     def lowering(*operands, layout, widths, trans, offsets, method):
         if layout is ONESHOT:
             return _solve_oneshot(
-                *operands, widths=widths, trans=trans, offsets=offsets, method=method,
+                *operands,
+                widths=widths,
+                trans=trans,
+                offsets=offsets,
+                method=method,
                 platform=platform,
-            )  # fmt: skip
+            )
         if not layout.lapack:
             return _solve_parallel(
-                *operands, layout=layout, widths=widths, trans=trans, offsets=offsets,
+                *operands,
+                layout=layout,
+                widths=widths,
+                trans=trans,
+                offsets=offsets,
                 platform=platform,
-            )  # fmt: skip
+            )
         return _solve_scan(*operands, layout=layout, widths=widths, trans=trans)
 
     return lowering
@@ -475,9 +487,14 @@ def _solve_oneshot(data, b, *, widths, trans, offsets, method, platform: str):
     )
     if implementation == "parallel":
         return _solve_parallel(
-            data, b, layout=ONESHOT, widths=widths, trans=trans, offsets=offsets,
+            data,
+            b,
+            layout=ONESHOT,
+            widths=widths,
+            trans=trans,
+            offsets=offsets,
             platform=platform,
-        )  # fmt: skip
+        )
     lead = b.shape[:-2]
     b = b.reshape(math.prod(lead), *b.shape[-2:])
     # Not zero-padded: ?gtsv's diagonals, ?gbtrf's fill and the scan's band arrays read the
