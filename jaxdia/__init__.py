@@ -13,6 +13,11 @@ from ._ivp_output import OdeSolution as OdeSolution
 from ._jacobian import jacobian as jacobian, value_and_jacobian as value_and_jacobian
 from ._linalg.chebyshev import Chebyshev as Chebyshev, chebyshev as chebyshev
 from ._linalg.determinant import slogdet as slogdet
+from ._linalg.direct import (
+    factorized as factorized,
+    solve_banded as solve_banded,
+    solveh_banded as solveh_banded,
+)
 from ._linalg.eigsh import eigsh as eigsh
 from ._linalg.expm import expm_multiply as expm_multiply
 from ._linalg.factor import (
@@ -20,11 +25,8 @@ from ._linalg.factor import (
     BandedLU as BandedLU,
     cho_factor as cho_factor,
     cho_solve as cho_solve,
-    factorized as factorized,
     lu_factor as lu_factor,
     lu_solve as lu_solve,
-    solve_banded as solve_banded,
-    solveh_banded as solveh_banded,
 )
 from ._linalg.gmres import gmres as gmres
 from ._linalg.incomplete import (

@@ -102,6 +102,7 @@ LAYERS = {
     "_linalg.gmres": 5,
     "_linalg.deep_halo": 5,
     "_linalg.factor": 5,
+    "_linalg.direct": 5,
     "_linalg.lanczos": 5,
     "_linalg.eigsh_modes": 5,
     "_linalg.eigsh_checks": 5,
@@ -249,6 +250,7 @@ def test_imports_within_a_layer_have_an_order():
     assert depths["_linalg.periodic"] == depths["_linalg.operators"] == 0
     assert depths["_linalg.operators"] < depths["_linalg.operands"] < depths["_linalg.krylov"]
     assert depths["_linalg.plan"] < depths["_linalg.banded"] < depths["_linalg.factor"]
+    assert depths["_linalg.factor"] < depths["_linalg.direct"]
     assert depths["_linalg.multigrid"] > depths["_linalg.multigrid_hierarchy"]
     assert depths["_kernels.band_primitives"] > depths["_kernels.band_parallel"]
     groups = ("_matrix_elementwise", "_matrix_reductions", "_matrix_structure", "_matrix_operator")
@@ -304,6 +306,7 @@ def test_the_layering_test_sees_imports():
 TESTED_IN = {
     "deep_halo": "sharded/test_sharded_precond.py",
     "determinant": "test_logdet.py",
+    "direct": "test_banded.py",
     "expm_gradients": "test_expm.py",
     "expm_taylor": "test_expm.py",
     "eigsh_checks": "test_eigsh.py",

@@ -1,7 +1,8 @@
 """Linear algebra with DIA matrices: direct, iterative and spectral solvers.
 
-* :mod:`.banded` (array level) and :mod:`.factor` (the public functions and factor
-  pytrees): banded LU and Cholesky, one-shot or factor once and solve many;
+* :mod:`.banded` (array level), :mod:`.factor` (the factor pytrees and their public
+  functions) and :mod:`.direct` (the one-call solves): banded LU and Cholesky, one-shot
+  or factor once and solve many;
 * :mod:`.krylov`: the CG and BiCGStab loops and the public solvers that report;
 * :mod:`.jacobi`, :mod:`.chebyshev` and :mod:`.multigrid`: the public preconditioners,
   over :mod:`.smoothers` (polynomials in ``D^-1 A``), :mod:`.stencil` (the geometry of
