@@ -57,6 +57,7 @@ LAYERS = {
     "_kernels.pallas_tpu": 2,
     "_kernels.lapack": 2,
     "_kernels.band_layouts": 2,
+    "_kernels.shared": 2,
     "_kernels.band_scan": 2,
     "_kernels.band_parallel": 2,
     "_kernels.band_refine": 2,

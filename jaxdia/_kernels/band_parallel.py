@@ -52,6 +52,8 @@ import jax.scipy.linalg  # noqa: F401  (cho_solve)
 import numpy as np
 from jax import Array, lax
 
+from .shared import magnitude
+
 #: The block axis of the ``(P, N, Q, m, m)`` arrays.
 AXIS = 1
 
@@ -116,12 +118,6 @@ def _mm(a: Array, b: Array) -> Array:
 def _transpose(a: Array, conj: bool) -> Array:
     a = jnp.swapaxes(a, -1, -2)
     return a.conj() if conj else a
-
-
-def _magnitude(values: Array) -> Array:
-    if jnp.iscomplexobj(values):
-        return jnp.abs(values.real) + jnp.abs(values.imag)
-    return jnp.abs(values)
 
 
 def _inverse(blocks: Array, hermitian: bool) -> tuple[Array, Array]:
@@ -330,9 +326,9 @@ def inverse_residual(
     size = D.shape[AXIS]
     above, below = _fit(upper, size, 1), _fit(lower, size, -1)  # X[k - 1, k], X[k + 1, k]
     product = _mm(L, above) + _mm(D, diagonal) + _mm(U, below)
-    residual = _magnitude(product - jnp.eye(D.shape[-1], dtype=D.dtype))
-    scale = _mm(_magnitude(L), _magnitude(above)) + _mm(_magnitude(D), _magnitude(diagonal))
-    scale = scale + _mm(_magnitude(U), _magnitude(below))
+    residual = magnitude(product - jnp.eye(D.shape[-1], dtype=D.dtype))
+    scale = _mm(magnitude(L), magnitude(above)) + _mm(magnitude(D), magnitude(diagonal))
+    scale = scale + _mm(magnitude(U), magnitude(below))
     tiny = np.finfo(residual.dtype).tiny
     ratio = residual / jnp.maximum(scale, tiny)
     ratio = jnp.where(jnp.isfinite(ratio), ratio, jnp.inf)

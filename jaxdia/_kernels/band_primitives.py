@@ -75,6 +75,7 @@ from .. import _dispatch
 from .._geometry import diagonal_bounds, in_bounds
 from . import band_parallel, band_refine, band_scan, lapack
 from .band_layouts import CR, GB, GT, ONESHOT, PB, PT, Layout
+from .shared import to_front
 
 factor_p = Primitive("jaxdia_band_factor")
 factor_p.multiple_results = True
@@ -185,15 +186,9 @@ solve_p.def_abstract_eval(_solve_abstract)
 # -- batching ------------------------------------------------------------------------------
 
 
-def _to_front(value, dim, size):
-    if dim is None:
-        return jnp.broadcast_to(value, (size, *value.shape))
-    return jnp.moveaxis(value, dim, 0)
-
-
 def _factor_batch(args, dims, **params):
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    moved = [_to_front(a, d, size) for a, d in zip(args, dims)]
+    moved = [to_front(a, d, size) for a, d in zip(args, dims)]
     results = factor_p.bind(*moved, **params)
     return results, [0] * len(results)
 
@@ -209,8 +204,8 @@ def _solve_batch(args, dims, *, layout, widths, trans, offsets, method):
         x = solve_p.bind(*factors, b.reshape(*lead, size * k, n), **params)
         return jnp.moveaxis(x.reshape(*lead, size, k, n), -3, 0), 0
     size = next(a.shape[d] for a, d in zip(factors, factor_dims) if d is not None)
-    factors = [_to_front(a, d, size) for a, d in zip(factors, factor_dims)]
-    b = _to_front(b, b_dim, size)
+    factors = [to_front(a, d, size) for a, d in zip(factors, factor_dims)]
+    b = to_front(b, b_dim, size)
     factor_batch = factors[0].ndim - layout.solve_core
     if b.ndim - 2 != factor_batch:  # the factor had no batch dims before: b's must go too
         b = jnp.broadcast_to(b, (*factors[0].shape[:factor_batch], *b.shape[-2:]))

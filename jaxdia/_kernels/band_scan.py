@@ -24,6 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from .shared import magnitude
+
 
 def shift_columns(matrix: Array, shifts) -> Array:
     """``out[j, c] = matrix[j + shifts[c], c]``, zero where that row is outside.
@@ -38,14 +40,6 @@ def shift_columns(matrix: Array, shifts) -> Array:
     inside = (rows >= 0) & (rows < n)
     taken = jnp.take_along_axis(matrix, jnp.clip(rows, 0, n - 1), axis=0)
     return jnp.where(inside, taken, 0)
-
-
-def _magnitude(values: Array) -> Array:
-    """LAPACK's pivoting magnitude: ``|re| + |im|`` for complex values (``i?amax``), so
-    that both implementations choose the same pivots."""
-    if jnp.iscomplexobj(values):
-        return jnp.abs(values.real) + jnp.abs(values.imag)
-    return jnp.abs(values)
 
 
 def _row_ids(n: int) -> Array:
@@ -182,7 +176,7 @@ def _eliminate(band: Array, *, kl: int, ku: int) -> tuple[Array, Array, Array, A
     incoming = padded[kl + 1 : kl + 1 + n]
 
     def eliminate(window, row):
-        choice = jnp.argmax(_magnitude(window[:, 0]))
+        choice = jnp.argmax(magnitude(window[:, 0]))
         window = _swap_to_top(window, choice)
         pivot = window[0, 0]
         zero = pivot == 0
@@ -379,7 +373,7 @@ def gttrf(bands: Array) -> tuple[Array, Array, Array]:
     def step(carry, xs):
         diagonal, upper = carry  # row i: U[i, i] and U[i, i + 1] before pivoting
         below, next_diagonal, next_upper = xs  # A[i + 1, i], A[i + 1, i + 1], A[i + 1, i + 2]
-        swap = _magnitude(below) > _magnitude(diagonal)
+        swap = magnitude(below) > magnitude(diagonal)
         pivot = jnp.where(swap, below, diagonal)
         zero = pivot == 0
         factor = jnp.where(zero, 0, jnp.where(swap, diagonal, below) / jnp.where(zero, 1, pivot))

@@ -41,6 +41,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import ad, batching, mlir
 
 from . import ilu as kernels
+from .shared import to_front
 
 factor_p = Primitive("jaxdia_ilu_factor")
 solve_p = Primitive("jaxdia_ilu_solve")
@@ -99,12 +100,6 @@ solve_p.def_abstract_eval(lambda *avals, **_: ShapedArray(avals[-1].shape, avals
 # -- batching -----------------------------------------------------------------------------
 
 
-def _to_front(value, dim, size):
-    if dim is None:
-        return jnp.broadcast_to(value, (size, *value.shape))
-    return jnp.moveaxis(value, dim, 0)
-
-
 def _factor_batch(args, dims, **params):
     (rows,), (dim,) = args, dims
     return factor_p.bind(jnp.moveaxis(rows, dim, 0), **params), 0
@@ -114,10 +109,10 @@ def _solve_batch(args, dims, **params):
     *factors, b = args
     *factor_dims, b_dim = dims
     size = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    b = _to_front(b, b_dim, size)
+    b = to_front(b, b_dim, size)
     if all(d is None for d in factor_dims) and factors[0].ndim == 2:
         return solve_p.bind(*factors, b, **params), 0  # one factor for all
-    factors = [_to_front(f, d, size) for f, d in zip(factors, factor_dims)]
+    factors = [to_front(f, d, size) for f, d in zip(factors, factor_dims)]
     # The factor's batch is now (size,) or (size, *b's own batch): b's batch (size, ...).
     batch = b.shape[:-1]
     core = factors[0].ndim - 2  # batch dims of the factor
