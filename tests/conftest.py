@@ -2,8 +2,7 @@
 off, Hypothesis profiles.
 
 The suite compiles a few thousand small programs, and at test sizes LLVM's optimizations
-cost more compile time than they save in run time (about 40% of the suite's time), as do
-XLA:CPU's fusion emitters (a third of what remains; the older loop emitters instead).
+cost more compile time than they save in run time (about 40% of the suite's time).
 ``JAX_DISABLE_MOST_OPTIMIZATIONS=0`` runs it fully optimized, as users compile (CI's
 ``make test-newest`` step does).
 
@@ -18,7 +17,6 @@ test-full`` runs those and every Hypothesis test again under the ``full`` profil
 """
 
 import os
-from importlib.metadata import version
 
 import jax
 from hypothesis import HealthCheck, settings
@@ -28,19 +26,6 @@ jax.config.update("jax_enable_x64", True)
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 OPTIMIZATIONS_OFF = os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"].lower() in ("1", "true")
 jax.config.update("jax_disable_most_optimizations", OPTIMIZATIONS_OFF)
-
-# With the optimizations off, XLA:CPU's loop emitters instead of its fusion emitters too:
-# they compile the suite's programs about a third faster. An XLA flag that the running
-# jaxlib does not know aborts the process, so it is set only on the jaxlib it was checked
-# on (the oldest supported, which `make test` runs); set before any backend starts, and in
-# the environment, so pytest-xdist's workers and the subprocesses get it.
-LOOP_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
-if (
-    OPTIMIZATIONS_OFF
-    and version("jaxlib").startswith("0.10.")
-    and LOOP_EMITTERS not in os.environ.get("XLA_FLAGS", "")
-):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {LOOP_EMITTERS}".strip()
 
 settings.register_profile(
     "ci",
