@@ -1,6 +1,8 @@
 """Shared test helpers: tolerances per dtype, oracle comparisons, a forced method."""
 
 import functools
+import gc
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +20,29 @@ _EXAMPLE_SCALE = settings().max_examples / 10
 def examples(count: int) -> int:
     """``count`` examples under the ``ci`` profile, scaled for ``full`` and ``dev``."""
     return max(count, round(count * _EXAMPLE_SCALE))
+
+
+_MAPS = Path("/proc/self/maps")
+_MAPPING_LIMIT = Path("/proc/sys/vm/max_map_count")
+
+
+def mappings() -> int | None:
+    """The memory mappings this process holds (Linux), else None."""
+    return _MAPS.read_bytes().count(b"\n") if _MAPS.exists() else None
+
+
+def mappings_near_limit() -> bool:
+    """Whether this process holds more than half the mappings Linux allows it."""
+    held = mappings()
+    if held is None or not _MAPPING_LIMIT.exists():
+        return False
+    return held > int(_MAPPING_LIMIT.read_text()) // 2
+
+
+def release_compiled_programs() -> None:
+    """Drops JAX's caches, and with them the code mappings of every compiled program."""
+    jax.clear_caches()
+    gc.collect()
 
 
 # Relative tolerances per dtype (scaled by the size of the sums involved).
