@@ -12,12 +12,13 @@ which CI runs too) and ``dev`` (random, 150) for local runs: ``HYPOTHESIS_PROFIL
 test``. Tests that set their own example count scale it with ``helpers.examples`` (the
 count under ``ci``, 5x under ``full``).
 
-Memory maps: each program XLA:CPU compiles maps its code into the process, and JAX's
-caches keep it mapped while the process lives. Linux refuses mappings past
-``vm.max_map_count`` (65,530 by default), and XLA's next compile then dies of a
-segmentation fault; a worker of the full tier compiles enough programs to get there. So
-between tests, where the process holds more than half of that limit, JAX's caches are
-cleared (``pytest_runtest_teardown`` below; ``tests/test_memory_maps.py``).
+Memory maps: each program XLA:CPU compiles maps its code into the process (about 30
+mappings for a program of a few dozen operations), and JAX's caches keep them while the
+process lives. Linux refuses mappings past ``vm.max_map_count`` (65,530 by default), and
+XLA's next compile then dies of a segmentation fault; a worker of the full tier compiles
+enough programs to get there. So between tests, where the process holds more than three
+quarters of that limit, JAX's caches are cleared (``pytest_runtest_teardown`` below;
+``tests/test_memory_maps.py``).
 
 Tiers: ``make test`` deselects the tests marked ``full`` (pyproject.toml's addopts); ``make
 test-full`` runs those and every Hypothesis test again under the ``full`` profile.
@@ -29,7 +30,7 @@ import jax
 import pytest
 from hypothesis import HealthCheck, settings
 
-from .helpers import mappings_near_limit, release_compiled_programs
+from .helpers import mapping_share, release_compiled_programs
 
 jax.config.update("jax_enable_x64", True)
 # In the environment too, for the subprocesses (the sharding checks, the examples).
@@ -70,16 +71,21 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # tier only: `make test-full`; importing them would slow `make test`'s collection).
 collect_ignore = ["sharded", "x64_off", "scipy_conformance"]
 
-# How often, in tests, the mappings are counted (the count of a busy worker costs ~10 ms).
+# Counting a busy worker's mappings costs milliseconds: they are counted every
+# MAPPINGS_CHECKED_EVERY tests, and after every test once a quarter of the limit is held
+# (a test compiles up to a few thousand mappings' worth of programs).
 MAPPINGS_CHECKED_EVERY = 20
-_tests_since_count = 0
+_tests_until_count = MAPPINGS_CHECKED_EVERY
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
-    global _tests_since_count
-    _tests_since_count += 1
-    if _tests_since_count >= MAPPINGS_CHECKED_EVERY:
-        _tests_since_count = 0
-        if mappings_near_limit():
-            release_compiled_programs()
+    global _tests_until_count
+    _tests_until_count -= 1
+    if _tests_until_count > 0:
+        return
+    share = mapping_share()
+    if share > 0.75:
+        release_compiled_programs()
+        share = mapping_share()
+    _tests_until_count = 1 if share > 0.25 else MAPPINGS_CHECKED_EVERY

@@ -31,12 +31,12 @@ def mappings() -> int | None:
     return _MAPS.read_bytes().count(b"\n") if _MAPS.exists() else None
 
 
-def mappings_near_limit() -> bool:
-    """Whether this process holds more than half the mappings Linux allows it."""
+def mapping_share() -> float:
+    """The share of the mappings Linux allows this process that it holds (0 elsewhere)."""
     held = mappings()
     if held is None or not _MAPPING_LIMIT.exists():
-        return False
-    return held > int(_MAPPING_LIMIT.read_text()) // 2
+        return 0.0
+    return held / int(_MAPPING_LIMIT.read_text())
 
 
 def release_compiled_programs() -> None:
