@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import functools
 import numbers
 from collections.abc import Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, TypeGuard, cast
 
 import jax
@@ -25,8 +25,9 @@ from ._checks import (
     static_int,
     warn_if_unavailable,
 )
+from ._geometry import placed_rows
 from ._matrix import DiaMatrix, as_matrix
-from ._typing import ArrayLike, DTypeLike, Offsets, Shape
+from ._typing import ArrayLike, DTypeLike, Offsets, Shape, Values
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -129,13 +130,11 @@ def diags(
     layout.sort()
     kept = tuple(offset for offset, *_ in layout)
     places = tuple((index, start, length) for _, index, start, length in layout)
-    if not _host.concrete(*diagonals):  # traced, or on an accelerator
+    if _host.concrete(*diagonals):  # built on the host and transferred once, as SciPy does
+        host = [np.asarray(diagonal) for diagonal in diagonals]
+        data = jax.device_put(_laid_out(host, places, n, dtype, xp=np))
+    else:  # traced, or on an accelerator
         data = _device_data(diagonals, places, n, dtype)
-    else:  # built on the host and transferred once, as SciPy builds it
-        data = np.zeros((len(places), n), dtype)
-        for row, (index, start, length) in enumerate(places):
-            data[row, start : start + length] = np.asarray(diagonals[index])[:length]
-        data = jax.device_put(data)
     return DiaMatrix(data, kept, (m, n))
 
 
@@ -149,17 +148,27 @@ def _as_diagonal(diagonal: ArrayLike, index: int) -> Array | np.ndarray:
     return array
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3))
-def _device_data(
-    diagonals: list[Array], places: tuple[tuple[int, int, int], ...], n: int, dtype: np.dtype
-) -> Array:
-    """``data`` from JAX diagonals, one compiled program: ``places`` lists ``(index,
-    start, length)`` of each stored diagonal in offset order."""
-    rows = []
+def _laid_out(
+    diagonals: Sequence[Values],
+    places: tuple[tuple[int, int, int], ...],
+    n: int,
+    dtype: np.dtype,
+    *,
+    xp: ModuleType = jnp,
+) -> Values:
+    """``data`` from the diagonals: ``places`` lists ``(index, start, length)`` of each
+    stored diagonal in offset order."""
+    if not places:
+        return xp.zeros((0, n), dtype)
+    pieces = []
     for index, start, length in places:
-        values = jnp.broadcast_to(diagonals[index][:length], (length,))
-        rows.append(jnp.pad(values.astype(dtype), (start, n - start - length)))
-    return jnp.stack(rows) if rows else jnp.zeros((0, n), dtype)
+        values = xp.broadcast_to(diagonals[index][:length], (length,))
+        pieces.append((values.astype(dtype, copy=False)[None], start))
+    return placed_rows(pieces, n)
+
+
+#: JAX diagonals laid out by one compiled program per structure.
+_device_data = jax.jit(_laid_out, static_argnums=(1, 2, 3))
 
 
 def _check_format(format: str | None, function: str) -> None:
@@ -250,8 +259,6 @@ def kron(
     if _is_scalar(B):
         return _kron_factor(A, "kron: A") * B
     left, right = _kron_factor(A, "kron: A")._parts, _kron_factor(B, "kron: B")._parts
-    if _host.concrete(left, right):
-        return DiaMatrix._wrap(_host.host_kron(left, right))
     return DiaMatrix._wrap(_ops.kronecker(left, right))
 
 

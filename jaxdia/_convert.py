@@ -12,6 +12,7 @@ trace under ``jit`` and ``vmap`` and are differentiable.
 from __future__ import annotations
 
 import functools
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import jax
@@ -35,7 +36,7 @@ from ._checks import (
 from ._geometry import diagonal_bounds, holds_entries, in_bounds, index_dtype, slot_indices
 from ._parts import DiaParts
 from ._sharding import on_auto_axes
-from ._typing import Offsets, Shape
+from ._typing import Offsets, Shape, Values
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -161,21 +162,27 @@ def dia_to_dense(data: Array, offsets: tuple[int, ...], shape: tuple[int, int]) 
     return dense.at[..., rows, cols].set(data, mode="drop", unique_indices=True)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
-@on_auto_axes()
-def dense_to_dia(dense: Array, offsets: tuple[int, ...], shape: tuple[int, int]) -> Array:
+def _dense_to_dia(
+    dense: Values, offsets: tuple[int, ...], shape: tuple[int, int], *, xp: ModuleType = jnp
+) -> Values:
     """DIA ``data`` ``(..., len(offsets), n)`` holding the given diagonals of ``dense``.
 
     ``dense`` is ``(..., m, n)``, or ``(..., m, 1)``: a column, standing for the matrix
     that repeats it in every column. Padding slots are zero; elements on other diagonals
     are not read.
     """
-    rows, cols, inside = slot_indices(offsets, shape)
-    rows = jnp.clip(rows, 0, max(shape[0] - 1, 0))
+    rows, cols, inside = slot_indices(offsets, shape, host=xp is np)
+    rows = xp.clip(rows, 0, max(shape[0] - 1, 0))
     if dense.shape[-1] != shape[1]:
-        cols = jnp.zeros_like(cols)
-    values = dense.at[..., rows, cols].get(mode="promise_in_bounds")
-    return jnp.where(inside, values, 0)
+        cols = xp.zeros_like(cols)
+    if isinstance(dense, np.ndarray):
+        values = dense[..., rows, cols]
+    else:
+        values = dense.at[..., rows, cols].get(mode="promise_in_bounds")
+    return xp.where(inside, values, 0)
+
+
+dense_to_dia = jax.jit(on_auto_axes()(_dense_to_dia), static_argnums=(1, 2))
 
 
 def to_host(A: DiaParts, what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -302,7 +309,7 @@ def from_dense(dense: npt.ArrayLike, offsets: Offsets | None) -> DiaParts:
     m, n = array.shape[-2:]
     offsets = tuple(sorted(k for k in check_distinct(offsets) if holds_entries(k, (m, n))))
     if array.ndim == 2 and _host.concrete(array) and array.dtype in _host.HOST_DTYPES:
-        data = _host.host_dense_to_dia(np.asarray(array), offsets, (m, n))
+        data = _dense_to_dia(np.asarray(array), offsets, (m, n), xp=np)
     else:
         data = dense_to_dia(array, offsets, (m, n))
     return checked(data, offsets, (m, n), "DiaMatrix")

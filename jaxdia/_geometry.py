@@ -19,7 +19,7 @@ import numpy as np
 from jax import Array, lax
 from jax.typing import DTypeLike
 
-#: A row of values on the host or in JAX: what ``by_rows`` gives back is of its kind.
+#: Values on the host or in JAX: what a function taking ``xp`` gives back is of their kind.
 _Row = TypeVar("_Row", Array, np.ndarray)
 
 
@@ -183,17 +183,47 @@ def pairwise_sum(parts: Sequence[Array]) -> Array:
     return parts[0]
 
 
-def place_row(values: Array, start: int, width: int) -> Array:
-    """A row of ``width`` slots holding ``values`` from ``start`` on and zeros elsewhere."""
+def place_row(values: _Row, start: int, width: int, xp: ModuleType = jnp) -> _Row:
+    """A row of ``width`` slots holding ``values`` from ``start`` on and zeros elsewhere
+    (``xp`` is ``jax.numpy`` or ``numpy``)."""
     pad = [(0, 0)] * (values.ndim - 1) + [(start, width - start - values.shape[-1])]
-    return jnp.pad(values, pad)
+    return xp.pad(values, pad)
 
 
-def stack_rows(rows: list[Array], batch: tuple[int, ...], width: int, dtype: DTypeLike) -> Array:
-    """Stacks rows of width ``width`` (broadcast to ``batch``) into ``(*batch, len, width)``."""
+def placed_rows(pieces: Sequence[tuple[_Row, int]], width: int) -> _Row:
+    """Rows of ``width`` slots stacked on axis -2, one per piece ``(values, start)``
+    (``values`` of shape ``(..., 1, length)``, at least one piece) holding ``values``
+    from ``start`` on and zeros elsewhere.
+
+    In JAX, pads joined by one ``concatenate`` with no reshape between, so that XLA folds
+    a product's slices of them into slices of the pieces' operand; in NumPy, written into
+    one array of zeros (a copy fewer).
+
+    Example:
+      >>> import numpy as np
+      >>> from jaxdia._geometry import placed_rows
+      >>> placed_rows([(np.ones((1, 2)), 1), (np.full((1, 1), 2.0), 0)], 4)
+      array([[0., 1., 1., 0.],
+             [2., 0., 0., 0.]])
+    """
+    first = pieces[0][0]
+    if isinstance(first, np.ndarray):
+        out = np.zeros((*first.shape[:-2], len(pieces), width), first.dtype)
+        for row, (values, start) in enumerate(pieces):
+            out[..., row : row + 1, start : start + values.shape[-1]] = values
+        return out
+    return jnp.concatenate([place_row(values, start, width) for values, start in pieces], -2)
+
+
+def stack_rows(
+    rows: list[_Row], batch: tuple[int, ...], width: int, dtype: DTypeLike, xp: ModuleType = jnp
+) -> _Row:
+    """Stacks rows of width ``width`` (broadcast to ``batch``) into ``(*batch, len, width)``
+    (``xp`` is ``jax.numpy`` or ``numpy``)."""
     if not rows:
-        return jnp.zeros((*batch, 0, width), dtype)
-    return jnp.stack([jnp.broadcast_to(r, (*batch, width)).astype(dtype) for r in rows], -2)
+        return xp.zeros((*batch, 0, width), dtype)
+    rows = [xp.broadcast_to(r, (*batch, width)).astype(dtype, copy=False) for r in rows]
+    return xp.stack(rows, -2)
 
 
 def by_rows(row: _Row, offset: int, xp: ModuleType = jnp) -> _Row:

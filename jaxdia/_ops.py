@@ -12,7 +12,11 @@ either.
 
 The array work runs inside ``jax.jit`` (static offsets and shapes travel as the parts'
 pytree aux data), so eager calls compile once per structure instead of once per
-primitive; checks that need concrete values stay outside the jitted cores.
+primitive; checks that need concrete values stay outside the jitted cores. The
+construction operations (sums, negation, products with a scalar or elementwise,
+``A.T``, ``kron``) are each one formula over an array namespace ``xp``: jitted with
+``jax.numpy``, or run in NumPy for concrete operands (:mod:`jaxdia._host`), compiling
+nothing.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import functools
 import numbers
 import operator
 from collections.abc import Callable, Sequence
-from types import NotImplementedType
+from types import ModuleType, NotImplementedType
 from typing import TypeAlias, TypeGuard, overload
 
 import jax
@@ -52,25 +56,25 @@ from ._geometry import (
     in_bounds,
     index_dtype,
     pairwise_sum,
-    place_row,
+    placed_rows,
     slot_indices,
 )
 from ._parts import DiaParts
 from ._products import dense_dia_product, dia_dense_product
 from ._sharding import on_auto_axes
-from ._typing import ArrayLike, DTypeLike, Offsets
+from ._typing import ArrayLike, DTypeLike, Offsets, Values
 
 # -- helpers ---------------------------------------------------------------------------------
 
 
-def _filled(A: DiaParts, fill: ArrayLike = 0) -> Array:
+def _filled(A: DiaParts, fill: ArrayLike = 0, *, xp: ModuleType = jnp) -> Array:
     """A's ``data`` with its padding slots set to ``fill``.
 
     Used wherever data meets another operand or a nonlinear map: a select (unlike a
     product with a mask) sends zero gradient to padding, so NaN or inf there cannot reach
     a gradient through ``0 * nan``.
     """
-    return jnp.where(in_bounds(A.offsets, A.shape), A.data, fill)
+    return xp.where(in_bounds(A.offsets, A.shape, host=xp is np), A.data, fill)
 
 
 def _any_nonzero_in_bounds(host: np.ndarray, A: DiaParts, k: int) -> bool:
@@ -141,42 +145,44 @@ def _as_operand(A: DiaParts, value: object, what: str) -> object:
 _MAX_UNROLLED_DIAGONALS = 64
 
 
-@jax.jit
-@on_auto_axes()
-def transpose(A: DiaParts) -> DiaParts:
+def _transpose(A: DiaParts, *, xp: ModuleType = jnp) -> DiaParts:
     """``A.T``: offsets negate, and each diagonal's in-bounds slice shifts by its offset.
 
     Row ``k`` of ``data`` (offset ``o``) holds ``A[j - o, j]`` at column ``j``; in ``A.T``
     (offset ``-o``) the same element sits at column ``j - o``.
 
     Under ``jit`` the rows are ``(1, m)`` pads of ``(1, stop - start)`` slices joined by one
-    ``concatenate``, with no reshape between: XLA then folds a product's slices of them
-    into slices of ``A.data``, so ``A.T @ x`` reads ``A.data`` in place (no transposed
-    copy; tested).
+    ``concatenate`` (:func:`jaxdia._geometry.placed_rows`), with no reshape between: XLA
+    then folds a product's slices of them into slices of ``A.data``, so ``A.T @ x`` reads
+    ``A.data`` in place (no transposed copy; tested).
     """
     m, n = A.shape
     if A.n_diags == 0:
-        return DiaParts(jnp.zeros((*A.batch_shape, 0, m), A.dtype), (), (n, m))
+        return DiaParts(xp.zeros((*A.batch_shape, 0, m), A.dtype), (), (n, m))
     offsets = tuple(-k for k in reversed(A.offsets))
-    if A.n_diags > _MAX_UNROLLED_DIAGONALS:
+    if xp is not np and A.n_diags > _MAX_UNROLLED_DIAGONALS:
         # One gather: row r of the result (offset -o) at column c is A.data[k, c + o].
-        # The unrolled slices below compile one piece per diagonal.
+        # The unrolled slices below compile one piece per diagonal (NumPy, which compiles
+        # nothing, keeps them: they copy less).
         rows, _, inside = slot_indices(offsets, (n, m))
         index = jnp.clip(rows, 0, n - 1).reshape((1,) * len(A.batch_shape) + rows.shape)
         gathered = jnp.take_along_axis(A.data[..., ::-1, :], index, axis=-1)
         return DiaParts(jnp.where(inside, gathered, 0), offsets, (n, m))
-    rows = []
+    pieces = []
     for k in reversed(range(A.n_diags)):
         offset = A.offsets[k]
         start, stop = diagonal_bounds(offset, A.shape)
-        rows.append(place_row(A.data[..., k : k + 1, start:stop], start - offset, m))
-    return DiaParts(jnp.concatenate(rows, axis=-2), offsets, (n, m))
+        pieces.append((A.data[..., k : k + 1, start:stop], start - offset))
+    return DiaParts(placed_rows(pieces, m), offsets, (n, m))
+
+
+transpose = jax.jit(on_auto_axes()(_transpose))
 
 
 def transposed(A: DiaParts) -> DiaParts:
     """``A.T``: :func:`transpose`, on the host for a concrete matrix (see
     :mod:`jaxdia._host`)."""
-    return _host.host_transpose(A) if _host.concrete(A) else transpose(A)
+    return _host.computed(_transpose, A) if _host.concrete(A) else transpose(A)
 
 
 def conj(A: DiaParts) -> DiaParts:
@@ -223,7 +229,9 @@ def add(A: DiaParts, other: object, *, subtract: bool = False, reverse: bool = F
     if isinstance(other, DiaParts):
         _same_shape(what, A, other)
         broadcast_batch(what, A.batch_shape, other.batch_shape)
-        return (_host.host_add if _host.concrete(A, other) else _add_dia)(A, other, sign_a, sign_b)
+        if _host.concrete(A, other):
+            return _host.computed(_added, A, other, sign_a=sign_a, sign_b=sign_b)
+        return _add_dia(A, other, sign_a, sign_b)
     if not _is_array_like(other):
         return NotImplemented
     if np.ndim(other) == 0:
@@ -257,17 +265,21 @@ def add(A: DiaParts, other: object, *, subtract: bool = False, reverse: bool = F
     return sign_a * dense + sign_b * jnp.asarray(other)
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3))
-def _add_dia(A: DiaParts, B: DiaParts, sign_a: int, sign_b: int) -> DiaParts:
+def _added(A: DiaParts, B: DiaParts, sign_a: int, sign_b: int, *, xp: ModuleType = jnp) -> DiaParts:
     batch = broadcast_batch("A + B", A.batch_shape, B.batch_shape)
     offsets = tuple(sorted(set(A.offsets) | set(B.offsets)))
-    dtype = jnp.result_type(A.dtype, B.dtype)
-    a, b = _data_on(A.data, A.offsets, offsets), _data_on(B.data, B.offsets, offsets)
-    data = sign_a * a.astype(dtype) + sign_b * b.astype(dtype)
-    return DiaParts(jnp.broadcast_to(data, (*batch, *data.shape[-2:])), offsets, A.shape)
+    dtype = xp.result_type(A.dtype, B.dtype)
+    a, b = _data_on(A.data, A.offsets, offsets, xp), _data_on(B.data, B.offsets, offsets, xp)
+    data = sign_a * a.astype(dtype, copy=False) + sign_b * b.astype(dtype, copy=False)
+    return DiaParts(xp.broadcast_to(data, (*batch, *data.shape[-2:])), offsets, A.shape)
 
 
-def _data_on(data: Array, offsets: tuple[int, ...], wanted: tuple[int, ...]) -> Array:
+_add_dia = jax.jit(_added, static_argnums=(2, 3))
+
+
+def _data_on(
+    data: Values, offsets: tuple[int, ...], wanted: tuple[int, ...], xp: ModuleType = jnp
+) -> Values:
     """``data``'s rows for the offsets ``wanted`` (zero rows for offsets not stored).
 
     One gather along the diagonals' axis, which XLA fuses into the elementwise op that
@@ -276,14 +288,23 @@ def _data_on(data: Array, offsets: tuple[int, ...], wanted: tuple[int, ...]) -> 
     if offsets == wanted:
         return data
     if not offsets:  # nothing to gather from
-        return jnp.zeros((*data.shape[:-2], len(wanted), data.shape[-1]), data.dtype)
+        return xp.zeros((*data.shape[:-2], len(wanted), data.shape[-1]), data.dtype)
     row = {k: i for i, k in enumerate(offsets)}
     index = np.array([row.get(k, len(offsets)) for k in wanted], np.int32)
+    if isinstance(data, np.ndarray):  # NumPy's take has no fill: zeroed after
+        rows = data[..., np.minimum(index, len(offsets) - 1), :]
+        rows[..., index == len(offsets), :] = 0
+        return rows
     return jnp.take(data, index, axis=-2, mode="fill", fill_value=0)
 
 
+def _negated(A: DiaParts, *, xp: ModuleType = jnp) -> DiaParts:
+    """``-A``: written alike in either namespace (``xp`` unused)."""
+    return A.with_data(-A.data)
+
+
 def neg(A: DiaParts) -> DiaParts:
-    return _host.host_negative(A) if _host.concrete(A) else A.with_data(-A.data)
+    return _host.computed(_negated, A) if _host.concrete(A) else _negated(A)
 
 
 def multiply(A: DiaParts, other: object, *, strict: bool = True) -> Result:
@@ -301,31 +322,42 @@ def multiply(A: DiaParts, other: object, *, strict: bool = True) -> Result:
         return NotImplemented
     if isinstance(other, DiaParts):
         _same_shape("A.multiply(B)", A, other)
-        return (_host.host_multiply if _host.concrete(A, other) else _multiply_dia)(A, other)
+        if _host.concrete(A, other):
+            return _host.computed(_multiplied, A, other)
+        return _multiply_dia(A, other)
     if np.ndim(other) == 0:
         if _host.concrete(A, other):
-            return _host.host_scaled(A, other)
+            return _host.computed(_scaled, A, other, op=operator.mul)
         return _with_scalar(A, other, op=operator.mul)
     return _with_dense(A, other, op=operator.mul)
 
 
-@functools.partial(jax.jit, static_argnames=("op", "fill"))
-def _with_scalar(
-    A: DiaParts, s: ArrayLike, *, op: Callable[[Array, ArrayLike], Array], fill: ArrayLike = 0
+def _scaled(
+    A: DiaParts,
+    s: ArrayLike,
+    *,
+    op: Callable[[Array, ArrayLike], Array],
+    fill: ArrayLike = 0,
+    xp: ModuleType = jnp,
 ) -> DiaParts:
-    """``op(data, s)`` on the in-bounds slots, padding set to ``fill`` first, in one call."""
-    return A.with_data(op(_filled(A, fill), s))
+    """``op(data, s)`` on the in-bounds slots, padding set to ``fill`` first."""
+    return A.with_data(op(_filled(A, fill, xp=xp), s))
 
 
-@jax.jit
-def _multiply_dia(A: DiaParts, B: DiaParts) -> DiaParts:
+_with_scalar = jax.jit(_scaled, static_argnames=("op", "fill"))
+
+
+def _multiplied(A: DiaParts, B: DiaParts, *, xp: ModuleType = jnp) -> DiaParts:
     _same_shape("A.multiply(B)", A, B)
     batch = broadcast_batch("A.multiply(B)", A.batch_shape, B.batch_shape)
     offsets = tuple(k for k in A.offsets if k in set(B.offsets))
-    dtype = jnp.result_type(A.dtype, B.dtype)
-    a = _data_on(_filled(A), A.offsets, offsets).astype(dtype)
-    b = _data_on(_filled(B), B.offsets, offsets).astype(dtype)
-    return DiaParts(jnp.broadcast_to(a * b, (*batch, *a.shape[-2:])), offsets, A.shape)
+    dtype = xp.result_type(A.dtype, B.dtype)
+    a = _data_on(_filled(A, xp=xp), A.offsets, offsets, xp).astype(dtype, copy=False)
+    b = _data_on(_filled(B, xp=xp), B.offsets, offsets, xp).astype(dtype, copy=False)
+    return DiaParts(xp.broadcast_to(a * b, (*batch, *a.shape[-2:])), offsets, A.shape)
+
+
+_multiply_dia = jax.jit(_multiplied)
 
 
 @functools.partial(jax.jit, static_argnames="op")
@@ -368,6 +400,8 @@ def divide(A: DiaParts, other: object) -> DiaParts | NotImplementedType:
     if not _is_array_like(other):
         return NotImplemented
     if np.ndim(other) == 0:
+        # Compiled even for concrete operands (not on the host): XLA's quotients need not
+        # be NumPy's correctly rounded ones.
         return _with_scalar(A, other, op=operator.truediv)
     return _with_dense(A, other, op=operator.truediv)
 
@@ -625,17 +659,35 @@ def _set_diagonal(A: DiaParts, values: Array, k: int) -> DiaParts:
     return DiaParts(data, offsets, A.shape)
 
 
-@jax.jit
-@on_auto_axes()
 def kronecker(A: DiaParts, B: DiaParts) -> DiaParts:
-    """The Kronecker product ``A ⊗ B`` (see :func:`jaxdia.kron`)."""
+    """The Kronecker product ``A ⊗ B`` (see :func:`jaxdia.kron`), on the host when both
+    are concrete (see :mod:`jaxdia._host`)."""
+    return _host.computed(_kron, A, B) if _host.concrete(A, B) else _kronecker(A, B)
+
+
+def _kron_offsets(A: DiaParts, B: DiaParts) -> np.ndarray:
+    """The sorted offsets of ``kron(A, B)``: ``a * nB + b + i1 * (nB - mB)`` for each row
+    ``i1`` of each diagonal ``a`` of A and each diagonal ``b`` of B."""
+    mb, nb = B.shape
+    parts = [np.zeros(0, np.int64)]
+    for a in A.offsets:
+        start, stop = diagonal_bounds(a, A.shape)
+        rows = np.arange(start - a, stop - a, dtype=np.int64)
+        spread = np.unique(a * nb + rows * (nb - mb))
+        parts.append((spread[:, None] + np.asarray(B.offsets, np.int64)[None, :]).ravel())
+    return np.unique(np.concatenate(parts))
+
+
+def _kron(A: DiaParts, B: DiaParts, *, xp: ModuleType = jnp) -> DiaParts:
     batch = broadcast_batch("kron", A.batch_shape, B.batch_shape)
     (ma, na), (mb, nb) = A.shape, B.shape
     shape = (ma * mb, na * nb)
-    dtype = jnp.result_type(A.dtype, B.dtype)
-    offsets = _host.kron_offsets(A, B)
+    dtype = xp.result_type(A.dtype, B.dtype)
+    offsets = _kron_offsets(A, B)
+    host = xp is np
     # Padding zeroed first: no NaN from padding reaches a value or a gradient.
-    a, b = _filled(A).astype(dtype), _filled(B).astype(dtype)
+    a = _filled(A, xp=xp).astype(dtype, copy=False)
+    b = _filled(B, xp=xp).astype(dtype, copy=False)
     if mb == nb:
         # Diagonals a of A and b of B fill diagonal a * nB + b: its columns j1 * nB + j2
         # hold A[j1 - a, j1] * B[j2 - b, j2], the outer product of the two rows of data
@@ -651,35 +703,45 @@ def kronecker(A: DiaParts, B: DiaParts) -> DiaParts:
         # And a select: a stored inf or NaN of one factor times a padding slot of the
         # other is 0, as in SciPy, not inf * 0.
         inside = (
-            in_bounds(A.offsets, A.shape)[pick_a, :, None]
-            & in_bounds(B.offsets, B.shape)[pick_b, None, :]
+            in_bounds(A.offsets, A.shape, host=host)[pick_a, :, None]
+            & in_bounds(B.offsets, B.shape, host=host)[pick_b, None, :]
         )
-        outer = jnp.where(inside, a[..., pick_a, :, None] * b[..., pick_b, None, :], 0)
-        outer = jnp.broadcast_to(outer, (*batch, len(pairs), na, nb)).reshape(
+        outer = xp.where(inside, a[..., pick_a, :, None] * b[..., pick_b, None, :], 0)
+        outer = xp.broadcast_to(outer, (*batch, len(pairs), na, nb)).reshape(
             *batch, len(pairs), na * nb
         )
-        if len(offsets) < len(pairs):
-            diagonal = np.searchsorted(offsets, [p[0] for p in pairs])
-            outer = (
-                jnp.zeros((*batch, len(offsets), shape[1]), dtype).at[..., diagonal, :].add(outer)
-            )
-        return DiaParts(outer, tuple(map(int, offsets)), shape)
+        if len(offsets) == len(pairs):
+            return DiaParts(outer, tuple(map(int, offsets)), shape)
+        diagonal = np.searchsorted(offsets, [p[0] for p in pairs])
+        data = xp.zeros((*batch, len(offsets), shape[1]), dtype)
+        if isinstance(data, np.ndarray):
+            np.add.at(data, diagonal, outer)
+        else:
+            data = data.at[..., diagonal, :].add(outer)
+        return DiaParts(data, tuple(map(int, offsets)), shape)
     # A rectangular B spreads each pair of diagonals over several: scatter the product
     # of every pair of slots to its place (the diagonal found by binary search), dropping
     # pairs that involve padding (sent to distinct rows past the last, so that indices
     # stay unique, as transposing the scatter needs).
     index = index_dtype(sum(shape))
-    rows_a, cols_a, inside_a = (x[:, :, None, None] for x in slot_indices(A.offsets, A.shape))
-    rows_b, cols_b, inside_b = slot_indices(B.offsets, B.shape)
+    slots_a = slot_indices(A.offsets, A.shape, host=host)
+    rows_a, cols_a, inside_a = (x[:, :, None, None] for x in slots_a)
+    rows_b, cols_b, inside_b = slot_indices(B.offsets, B.shape, host=host)
     rows = rows_a.astype(index) * mb + rows_b.astype(index)
     cols = cols_a.astype(index) * nb + cols_b.astype(index)
-    found = jnp.searchsorted(offsets.astype(index), cols - rows).astype(index)
+    found = xp.searchsorted(offsets.astype(index), cols - rows).astype(index)
     qa, qb = len(A.offsets), len(B.offsets)
-    pair = lax.broadcasted_iota(index, (qa, 1, qb, 1), 0) * qb + lax.broadcasted_iota(
-        index, (qa, 1, qb, 1), 2
-    )
-    which = jnp.where(inside_a & inside_b, found, len(offsets) + pair)
+    pair = xp.arange(qa * qb, dtype=index).reshape(qa, 1, qb, 1)
+    which = xp.where(inside_a & inside_b, found, len(offsets) + pair)
     values = a[..., :, :, None, None] * b[..., None, None, :, :]
-    data = jnp.zeros((*batch, len(offsets), shape[1]), dtype)
-    data = data.at[..., which, cols].set(values, mode="drop", unique_indices=True)
+    data = xp.zeros((*batch, len(offsets), shape[1]), dtype)
+    if isinstance(data, np.ndarray):  # NumPy has no dropping scatter: leave them out
+        which, cols = np.broadcast_arrays(which, cols)
+        kept = which < len(offsets)
+        data[which[kept], cols[kept]] = values[kept]
+    else:
+        data = data.at[..., which, cols].set(values, mode="drop", unique_indices=True)
     return DiaParts(data, tuple(map(int, offsets)), shape)
+
+
+_kronecker = jax.jit(on_auto_axes()(_kron))

@@ -17,7 +17,9 @@ another DIA matrix.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import jax
@@ -290,45 +292,50 @@ def adjoint(A: DiaParts) -> DiaParts:
     return DiaParts(jnp.where(inside, jnp.conj(gathered), 0), offsets, (n, m))
 
 
-def pair_products(A: DiaParts, B: DiaParts, keep: np.ndarray | None = None) -> DiaParts:
+def pair_products(
+    A: DiaParts, B: DiaParts, keep: np.ndarray | None = None, *, xp: ModuleType = jnp
+) -> DiaParts:
     """``A @ B`` summed over the pairs of diagonals ``keep`` (:func:`pair_table`; None:
     all): unrolled up to :data:`MAX_UNROLLED_PAIRS` pairs, else one ``fori_loop`` over
     B's diagonals (:func:`_looped_pairs`), a program of constant size doing the work of
     one product per pair. 16-bit floats accumulate in float32; padding slots of the
     operands are never read (nor reach a value or a gradient), the result's are zero.
-    Batch dims broadcast.
+    Batch dims broadcast. In NumPy (``xp``) always unrolled: the loop is there to bound
+    a program's size.
     """
     table = pair_table(A, B, keep)
     batch = broadcast_batch("A @ B", A.batch_shape, B.batch_shape)
     (m, _), p = A.shape, B.shape[1]
-    dtype = jnp.result_type(A.dtype, B.dtype)
+    dtype = xp.result_type(A.dtype, B.dtype)
     if not table.offsets:
-        return DiaParts(jnp.zeros((*batch, 0, p), dtype), (), (m, p))
-    if np.count_nonzero(table.used) <= MAX_UNROLLED_PAIRS:
-        data = _unrolled_pairs(A, B, table, batch)
+        return DiaParts(xp.zeros((*batch, 0, p), dtype), (), (m, p))
+    if xp is np or np.count_nonzero(table.used) <= MAX_UNROLLED_PAIRS:
+        data = _unrolled_pairs(A, B, table, batch, xp)
     else:
         data = _looped_pairs(A, B, table, batch)
-    return DiaParts(data.astype(dtype), table.offsets, (m, p))
+    return DiaParts(data.astype(dtype, copy=False), table.offsets, (m, p))
 
 
-def _unrolled_pairs(A: DiaParts, B: DiaParts, table: PairTable, batch: tuple[int, ...]) -> Array:
+def _unrolled_pairs(
+    A: DiaParts, B: DiaParts, table: PairTable, batch: tuple[int, ...], xp: ModuleType
+) -> Array:
     """The result's data as one static slice per pair: ``C[c, j] += A[a, j - b] *
     B[b, j]`` for ``max(0, c, b) <= j < min(p, m + c, n + b)``, the columns where both
     slots are inside their matrices (so padding is never read). Each result diagonal
     adds its terms in the loop's order (B's diagonals in turn), and XLA fuses each
     diagonal's sum into one loop."""
     (m, n), p = A.shape, B.shape[1]
-    wide = accumulation_dtype(jnp.result_type(A.dtype, B.dtype))
+    wide = accumulation_dtype(xp.result_type(A.dtype, B.dtype))
     terms: dict[int, list[Array]] = {}
     for ib, ia in zip(*np.nonzero(table.used.T)):
         a, b = A.offsets[ia], B.offsets[ib]
         c = a + b
         low, high = max(0, c, b), min(p, m + c, n + b)
-        left = A.data[..., ia, low - b : high - b].astype(wide)
-        product = left * B.data[..., ib, low:high].astype(wide)
-        terms.setdefault(c, []).append(place_row(product, low, p))
-    rows = [functools.reduce(jnp.add, terms[c]) for c in table.offsets]
-    return stack_rows(rows, batch, p, wide)
+        left = A.data[..., ia, low - b : high - b].astype(wide, copy=False)
+        product = left * B.data[..., ib, low:high].astype(wide, copy=False)
+        terms.setdefault(c, []).append(place_row(product, low, p, xp))
+    rows = [functools.reduce(operator.add, terms[c]) for c in table.offsets]
+    return stack_rows(rows, batch, p, wide, xp)
 
 
 def _looped_pairs(A: DiaParts, B: DiaParts, table: PairTable, batch: tuple[int, ...]) -> Array:
@@ -443,5 +450,5 @@ def matrix_product(A: DiaParts, B: DiaParts) -> DiaParts:
     """``A @ B`` of two DIA matrices: :func:`dia_dia_product`, on the host when both are
     concrete (see :mod:`jaxdia._host`)."""
     if A.shape[1] == B.shape[0] and _host.concrete(A, B):
-        return _host.host_matmul(A, B)
+        return _host.computed(pair_products, A, B)
     return dia_dia_product(A, B)

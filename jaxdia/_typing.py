@@ -9,7 +9,7 @@ an argument means, not only what it is:
 """
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol, TypeAlias, TypeVar
 
 import numpy as np
 from jax import Array
@@ -26,6 +26,7 @@ __all__ = [
     "Scalar",
     "Shape",
     "TypedLinearMap",
+    "Values",
 ]
 
 #: Diagonal offsets, SciPy's convention (``k > 0`` above the main diagonal).
@@ -34,6 +35,9 @@ Offsets: TypeAlias = Sequence[int] | np.ndarray | int
 Grid: TypeAlias = Sequence[int]
 #: A matrix shape ``(rows, columns)``.
 Shape: TypeAlias = tuple[int, int]
+#: Arrays in NumPy or in JAX: a function over an array namespace ``xp`` (``numpy`` or
+#: ``jax.numpy``) returns the kind it is given.
+Values = TypeVar("Values", Array, np.ndarray)
 #: One number: a Python or NumPy scalar, or a 0-d array (a tolerance, a shift, a factor).
 #: The type cannot say "0-d"; the functions that take one check it.
 Scalar: TypeAlias = ArrayLike

@@ -89,7 +89,11 @@ def both(f, *args):
 
 
 @settings(max_examples=examples(6))
-@given(st.data(), st.sampled_from([2.5, -3, np.float32(0.25), 1.5 - 2j]))
+# Python, NumPy and weakly typed JAX scalars: the host promotes each as JAX does.
+@given(
+    st.data(),
+    st.sampled_from([2.5, -3, np.float32(0.25), 1.5 - 2j, np.float64(-1 / 3), jnp.asarray(0.7)]),
+)
 def test_sums_and_scalars_match_the_compiled_path(data, scalar):
     A = data.draw(matrices())
     B = data.draw(matrices(shape=A.shape))
@@ -134,6 +138,38 @@ def test_from_dense_and_diags_match_the_compiled_path(data):
     diagonals = [jnp.asarray(np.diagonal(dense, k)) for k in A.offsets]
     if diagonals:
         assert_same(*both(lambda *d: jaxdia.diags(list(d), A.offsets, A.shape), *diagonals))
+
+
+def nan_padded(offsets, shape, dtype, seed):
+    """A DiaMatrix of random values in [-2, 2) (real and imaginary parts), NaN in its
+    padding slots."""
+    rng = np.random.default_rng(seed)
+    data = rng.uniform(-2, 2, (len(offsets), shape[1]))
+    if np.dtype(dtype).kind == "c":
+        data = data + 1j * rng.uniform(-2, 2, data.shape)
+    data = np.where(in_bounds(offsets, shape, host=True), data, np.nan).astype(dtype)
+    return jaxdia.DiaMatrix(jnp.asarray(data), offsets, shape)
+
+
+def test_past_the_compiled_thresholds_the_host_runs_the_same_formulas():
+    """Where the compiled path changes form to bound its program (a transpose of over 64
+    diagonals gathers, a product of over 64 pairs of diagonals loops) and the host keeps
+    the slices, the results are still the compiled ones; so are a square kron whose pairs
+    of diagonals meet on one, and a NumPy float64 scalar without x64 (JAX makes it
+    float32, NumPy would not)."""
+    wide = nan_padded(tuple(range(-34, 36)), (40, 40), np.float64, 0)
+    assert_same(*both(lambda A: A.T, wide))
+    band = nan_padded(tuple(range(-4, 5)), (40, 40), np.complex128, 1)
+    assert_same(*both(operator.matmul, band, band), exact=False)
+    A = nan_padded((-1, 0, 1), (4, 4), np.float32, 2)
+    B = nan_padded((-2, 1), (3, 3), np.float32, 3)  # a * 3 + 1 and (a + 1) * 3 - 2 meet
+    host, traced = both(jaxdia.kron, A, B)
+    assert_same(host, traced)
+    assert host.offsets == (-5, -2, 1, 4)
+    with jax.enable_x64(False):
+        host, traced = both(lambda A: np.float64(1 / 3) * A, A)
+        assert host.dtype == np.float32
+        assert_same(host, traced)
 
 
 def spin_chain(L, kron, eye, Sx, Sz):
