@@ -12,17 +12,15 @@ which CI runs too) and ``dev`` (random, 150) for local runs: ``HYPOTHESIS_PROFIL
 test``. Tests that set their own example count scale it with ``helpers.examples`` (the
 count under ``ci``, 5x under ``full``).
 
-Compiled programs: JAX's caches keep every compiled program while the process lives, and
-XLA:CPU's compiles slow down as they accumulate (each new program is linked among all the
-earlier ones: 130 -> 150 ms a program over 1,500 small ones, back to 110 with the caches
-cleared every 100), so the caches are cleared after each test module: four of the
-slowest files ran 8% faster in one process. Their mappings matter too: each program maps
-its code into the process (about 30 mappings for a few dozen operations), and Linux
-refuses mappings past ``vm.max_map_count`` (65,530 by default), where XLA's next compile
-dies of a segmentation fault; a module of the full tier can compile enough programs to get
-there, so within a module the caches are also cleared where the process holds more than
-three quarters of that limit (``pytest_runtest_teardown`` below;
-``tests/test_memory_maps.py``).
+Memory maps: each program XLA:CPU compiles maps its code into the process (about 30
+mappings for a program of a few dozen operations), and JAX's caches keep them while the
+process lives. Linux refuses mappings past ``vm.max_map_count`` (65,530 by default), and
+XLA's next compile then dies of a segmentation fault; a worker of the full tier compiles
+enough programs to get there. So between tests, where the process holds more than three
+quarters of that limit, JAX's caches are cleared (``pytest_runtest_teardown`` below;
+``tests/test_memory_maps.py``). (Clearing them after every test file instead ran four
+slow files 8% faster in one process, but the whole suite slower: each file then compiles
+again the programs the files share.)
 
 Tiers: ``make test`` deselects the tests marked ``full`` (pyproject.toml's addopts); ``make
 test-full`` runs those and every Hypothesis test again under the ``full`` profile.
@@ -85,10 +83,6 @@ _tests_until_count = MAPPINGS_CHECKED_EVERY
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
     global _tests_until_count
-    if nextitem is None or nextitem.path != item.path:  # the last test of its file
-        release_compiled_programs()
-        _tests_until_count = MAPPINGS_CHECKED_EVERY
-        return
     _tests_until_count -= 1
     if _tests_until_count > 0:
         return
