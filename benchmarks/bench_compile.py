@@ -88,6 +88,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -813,6 +814,19 @@ def _solve_row(case: str, diagonals: str, n: int, r: dict, lowered_only: bool) -
     )
 
 
+_PLATFORM_LINE = (
+    "import jax; print(f'platform {jax.default_backend()} ({jax.devices()[0].device_kind})')"
+)
+
+
+def _failure(stderr: str) -> str:
+    """The exception's line of a failed case's ``stderr`` (JAX's note on its filtered
+    traceback comes after it), else its last line."""
+    lines = stderr.strip().splitlines() or ["?"]
+    raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception)\b", line)]
+    return (raised or lines)[-1][:160]
+
+
 def solves_vs_n(
     cases,
     sizes,
@@ -824,10 +838,14 @@ def solves_vs_n(
 ) -> None:
     """The solves-against-n table: one fresh process per case, each row printed (and
     appended to ``markdown``) as it ends; with ``platform``, lowered for it only."""
+    # Asked in a process of its own: a TPU is held by one process at a time, so this one
+    # must not open it before the cases' processes do.
     where = (
         f"lowered for {platform} (not compiled)"
         if platform
-        else f"platform {jax.default_backend()} ({jax.devices()[0].device_kind})"
+        else subprocess.run(
+            [sys.executable, "-c", _PLATFORM_LINE], capture_output=True, text=True, check=True
+        ).stdout.strip()
     )
     header = [
         f"jax {jax.__version__}, {where}, float32, x64 off, load "
@@ -876,7 +894,7 @@ def solves_vs_n(
                     row = f"| {case} | {diagonals} | {n:.0e} | timeout (> {timeout:g} s) |{blank}"
                 else:
                     if output.returncode:
-                        reason = (output.stderr.strip().splitlines() or ["?"])[-1][:120]
+                        reason = _failure(output.stderr)
                         row = f"| {case} | {diagonals} | {n:.0e} | failed: {reason} |{blank}"
                     else:
                         r = json.loads(output.stdout.strip().splitlines()[-1])
