@@ -72,6 +72,11 @@ test: $(STAMP)
 FULL_TIER := HYPOTHESIS_PROFILE=full $(VPY) -m pytest -q $(PYTEST_PARALLEL) -m 'full or hypothesis'
 CONFORMANCE_TESTS := tests/scipy_conformance
 
+# The full tier compiles with XLA:CPU's fusion emitters (tests/conftest.py chooses the loop
+# emitters otherwise): its workers compile about twice the programs of the fast tier's, and
+# with the loop emitters each holds twice the memory mappings, so that the workers would
+# clear their caches (tests/conftest.py) several times over.
+test-full: export XLA_FLAGS := $(XLA_FLAGS) --xla_cpu_use_fusion_emitters=true
 test-full: $(STAMP)
 	@status=0; \
 	echo "pytest: the full tier on one device"; \

@@ -2,7 +2,9 @@
 off, Hypothesis profiles.
 
 The suite compiles a few thousand small programs, and at test sizes LLVM's optimizations
-cost more compile time than they save in run time (about 40% of the suite's time).
+cost more compile time than they save in run time (about 40% of the suite's time), as do
+XLA:CPU's fusion emitters (the older loop emitters instead: the same files ran in 0.8x
+the time here, and CI's fast tier in half; ``make test-full`` keeps the fusion emitters).
 ``JAX_DISABLE_MOST_OPTIMIZATIONS=0`` runs it fully optimized, as users compile (CI's
 ``make test-newest`` step does).
 
@@ -16,7 +18,8 @@ Memory maps: each program XLA:CPU compiles maps its code into the process (about
 mappings for a program of a few dozen operations), and JAX's caches keep them while the
 process lives. Linux refuses mappings past ``vm.max_map_count`` (65,530 by default), and
 XLA's next compile then dies of a segmentation fault; a worker of the full tier compiles
-enough programs to get there. So between tests, where the process holds more than three
+enough programs to get there (with the loop emitters a program holds about twice the
+mappings). So between tests, where the process holds more than three
 quarters of that limit, JAX's caches are cleared (``pytest_runtest_teardown`` below;
 ``tests/test_memory_maps.py``). (Clearing them after every test file instead ran four
 slow files 8% faster in one process, but the whole suite slower: each file then compiles
@@ -27,6 +30,7 @@ test-full`` runs those and every Hypothesis test again under the ``full`` profil
 """
 
 import os
+from importlib.metadata import version
 
 import jax
 import pytest
@@ -39,6 +43,20 @@ jax.config.update("jax_enable_x64", True)
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 OPTIMIZATIONS_OFF = os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"].lower() in ("1", "true")
 jax.config.update("jax_disable_most_optimizations", OPTIMIZATIONS_OFF)
+
+# With the optimizations off, XLA:CPU's loop emitters instead of its fusion emitters too,
+# unless XLA_FLAGS chooses (`make test-full` keeps the fusion emitters: its workers compile
+# more programs, which hold half the mappings with them). An XLA flag that the running
+# jaxlib does not know aborts the process, so it is set only on the jaxlib it was checked
+# on (the oldest supported, which `make test` runs); set before any backend starts, and in
+# the environment, so that pytest-xdist's workers and the subprocesses get it.
+LOOP_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+if (
+    OPTIMIZATIONS_OFF
+    and version("jaxlib").startswith("0.10.")
+    and "--xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", "")
+):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {LOOP_EMITTERS}".strip()
 
 settings.register_profile(
     "ci",
