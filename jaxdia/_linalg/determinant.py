@@ -40,6 +40,7 @@ import numpy as np
 from jax import Array
 
 from .._geometry import in_bounds, real_dtype
+from .._kernels import band_parallel
 from .._kernels.band_layouts import GB, GT, PB, PT
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
@@ -69,13 +70,13 @@ def _swaps(pivots: Array) -> Array:
 
 
 def _block_terms(inverses: list[Array]) -> tuple[Array, Array]:
-    """``(sign, log|det|)`` of ``prod det(E_q)^-1`` over stored block inverses ``(...,
-    blocks, m, m)``."""
+    """``(sign, log|det|)`` of ``prod det(E_q)^-1`` over stored block inverses ``(..., m,
+    m, blocks)`` (the blocks in the lanes, see :mod:`jaxdia._kernels.band_parallel`)."""
     signs, logs = [], []
     for inverse in inverses:
-        if inverse.shape[-3] == 0:
+        if inverse.shape[-1] == 0:
             continue
-        sign, logabs = jnp.linalg.slogdet(inverse)
+        sign, logabs = band_parallel.slogdet_blocks(inverse)
         signs.append(jnp.prod(sign.conj(), axis=-1))
         logs.append(-jnp.sum(logabs, axis=-1))
     dtype = inverses[-1].dtype
