@@ -93,6 +93,16 @@ def factors_by_cyclic_reduction(platform: str, method: str) -> bool:
     return method == "parallel"
 
 
+def blocks_in_lanes(platform: str) -> bool:
+    """Whether block cyclic reduction on ``platform`` keeps its blocks in the lanes
+    throughout (``jaxdia._kernels.band_parallel``'s ``lanes``: products as elementwise
+    sums, inverses by Gauss-Jordan elimination, for blocks of up to ``LANE_BLOCKS`` rows):
+    on TPU, whose tiles a block in front would waste, and on CPU, where those sums beat
+    ``dot_general`` over blocks in the lanes. GPUs take ``dot_general`` and
+    ``jnp.linalg`` for larger blocks: smaller programs, and no tiles."""
+    return platform not in ("gpu", "cuda", "rocm")
+
+
 def selected_inverse_from_host_factor(platform: str) -> bool:
     """Whether the band of the inverse of a Hermitian positive definite matrix with a
     LAPACK Cholesky factor (``PB``, ``PT``) is read from that factor by Takahashi's

@@ -116,15 +116,16 @@ def _cols(x: Array, start: int, stop: int) -> Array:
     return x[..., start:stop, :]
 
 
-#: Products contracting at most this many entries (those of blocks up to
-#: :data:`LANE_BLOCKS` rows) are written as sums of elementwise products, which XLA fuses
-#: with their neighbours; longer ones are a ``dot_general`` batched over the blocks.
-_UNROLLED = 2 * LANE_BLOCKS
+#: Products contracting at most this many entries are written as sums of elementwise
+#: products, which XLA fuses with their neighbours (a ``dot`` is a kernel of its own); with
+#: ``lanes`` up to ``2 * LANE_BLOCKS``, so that blocks of up to :data:`LANE_BLOCKS` rows
+#: never leave the lanes.
+_UNROLLED = 4
 
 
-def _mm(a: Array, b: Array) -> Array:
+def _mm(a: Array, b: Array, lanes: bool) -> Array:
     """Block products ``a @ b``: ``(..., r, j, N)`` by ``(..., j, c, N)``."""
-    if a.shape[-2] <= _UNROLLED:
+    if a.shape[-2] <= (2 * LANE_BLOCKS if lanes else _UNROLLED):
         # Column k of a (r x 1) by row k of b (1 x c), elementwise over the blocks.
         terms = [a[..., :, k : k + 1, :] * b[..., k : k + 1, :, :] for k in range(a.shape[-2])]
         return functools.reduce(operator.add, terms)
@@ -174,14 +175,14 @@ def _eliminate(blocks: Array, *, hermitian: bool, invert: bool) -> tuple[Array, 
     return inverse, jnp.stack(pivots, axis=-2), swaps
 
 
-def _inverse(blocks: Array, hermitian: bool) -> tuple[Array, Array]:
+def _inverse(blocks: Array, hermitian: bool, lanes: bool) -> tuple[Array, Array]:
     """``(blocks^-1, failed)`` of blocks ``(..., m, m, N)``: every invertible block is
     inverted (``1 x 1``: the reciprocal; ``2 x 2``: the adjugate over the determinant;
-    larger: Gauss-Jordan with partial pivoting inside the block, see :func:`_eliminate`,
-    or above :data:`LANE_BLOCKS` rows the platform's batched LU with partial pivoting,
-    or for ``hermitian`` its Cholesky factorization). ``failed`` ``(..., N)``: the block
-    is singular, or (``hermitian``) not positive definite; its inverse is then not
-    finite."""
+    larger, with ``lanes`` up to :data:`LANE_BLOCKS` rows: Gauss-Jordan with partial
+    pivoting inside the block, see :func:`_eliminate`; else the platform's batched LU with
+    partial pivoting, or for ``hermitian`` its Cholesky factorization). ``failed`` ``(...,
+    N)``: the block is singular, or (``hermitian``) not positive definite; its inverse is
+    then not finite."""
     m = blocks.shape[-2]
     if m == 1:
         pivot = blocks[..., 0, 0, :]
@@ -195,14 +196,14 @@ def _inverse(blocks: Array, hermitian: bool) -> tuple[Array, Array]:
         failed = ~positive if hermitian else determinant == 0
         adjugate = jnp.stack([jnp.stack([s, -q], -2), jnp.stack([-r, p], -2)], -3)
         return adjugate / determinant[..., None, None, :], failed
-    if m <= LANE_BLOCKS:
+    if lanes and m <= LANE_BLOCKS:
         inverse, pivots, _ = _eliminate(blocks, hermitian=hermitian, invert=True)
         failed = ~jnp.isfinite(inverse).all(axis=(-3, -2))
         if hermitian:
             failed = failed | ~(pivots.real > 0).all(axis=-2)
             inverse = jnp.where(failed[..., None, None, :], jnp.nan, inverse)
         return inverse, failed
-    # Blocks that fill a tile themselves: the platform's factorizations, blocks in front.
+    # The platform's factorizations, the blocks in front (their batch dims).
     front = jnp.moveaxis(blocks, -1, -3)
     if hermitian:
         factor = jnp.linalg.cholesky(front)  # NaN where not positive definite
@@ -214,33 +215,34 @@ def _inverse(blocks: Array, hermitian: bool) -> tuple[Array, Array]:
     return inverse, ~jnp.isfinite(inverse).all(axis=(-3, -2))
 
 
-def slogdet_blocks(blocks: Array) -> tuple[Array, Array]:
+def slogdet_blocks(blocks: Array, *, lanes: bool = True) -> tuple[Array, Array]:
     """``(sign, log|det|)`` ``(..., N)`` of each block of ``(..., m, m, N)`` (as
-    ``jnp.linalg.slogdet``: sign 0 and ``-inf`` for a singular block)."""
+    ``jnp.linalg.slogdet``: sign 0 and ``-inf`` for a singular block); ``lanes``: see
+    :func:`factor`."""
     m = blocks.shape[-2]
-    if m > LANE_BLOCKS:
+    if m > (LANE_BLOCKS if lanes else 2):
         return jnp.linalg.slogdet(jnp.moveaxis(blocks, -1, -3))
+    swaps = None
     if m == 1:
         diagonal = blocks[..., 0, :, :]
-        swaps = jnp.zeros(diagonal.shape[-1:], np.int32)
     elif m == 2:
         p, q = blocks[..., 0, 0, :], blocks[..., 0, 1, :]
         r, s = blocks[..., 1, 0, :], blocks[..., 1, 1, :]
-        diagonal, swaps = (p * s - q * r)[..., None, :], jnp.zeros(p.shape, np.int32)
+        diagonal = (p * s - q * r)[..., None, :]
     else:
         _, diagonal, swaps = _eliminate(blocks, hermitian=False, invert=False)
     size = jnp.abs(diagonal)
     logabs = jnp.sum(jnp.log(size), axis=-2)
-    unit = diagonal / jnp.where(size == 0, 1, size).astype(diagonal.dtype)
-    sign = jnp.prod(unit, axis=-2)
-    sign = jnp.where(swaps % 2 == 1, -sign, sign)
+    sign = jnp.prod(diagonal / jnp.where(size == 0, 1, size), axis=-2)
+    if swaps is not None:
+        sign = jnp.where(swaps % 2 == 1, -sign, sign)
     return jnp.where(jnp.any(size == 0, axis=-2), 0, sign).astype(blocks.dtype), logabs
 
 
 # -- factorization --------------------------------------------------------------------------
 
 
-def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool):
+def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool, lanes: bool = True):
     """``(arrays, failed_row)`` for the block tridiagonal ``(L, D, U)`` (``(S, m, m, N)``
     each; ``L[0]`` and ``U[N - 1]`` zero).
 
@@ -250,8 +252,15 @@ def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool):
     arrays (see :func:`factor_shapes`). ``failed_row`` ``(S,)``: -1, or the first row of
     the first block (in the matrix's order) whose diagonal block at its level was
     singular (``hermitian``: not positive definite, so neither is the matrix).
+
+    ``lanes`` (TPU's form): the blocks stay in the lanes up to :data:`LANE_BLOCKS` rows,
+    their products elementwise sums and their inverses Gauss-Jordan elimination. Else
+    (GPUs) products contracting more than 4 entries are ``dot_general`` and blocks of more
+    than 2 rows are inverted by ``jnp.linalg``, the blocks in front: smaller programs,
+    and a GPU's memory has no tiles.
     """
     m = diagonal.shape[-2]
+    mm = functools.partial(_mm, lanes=lanes)
     arrays = []
     failed = jnp.full(diagonal.shape[:-3], -1, np.int32)
     stride = 1  # blocks of the matrix per block of this level
@@ -268,9 +277,9 @@ def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool):
         evens = size - size // 2
         pair = jnp.concatenate([lower, upper], axis=-2)  # [L U]
         kept, coupled = _take(pair, 0, size, 2), _take(pair, 1, size, 2)  # even, odd
-        inverse, bad = _inverse(_take(diagonal, 1, size, 2), hermitian)
+        inverse, bad = _inverse(_take(diagonal, 1, size, 2), hermitian, lanes)
         failed = record(failed, bad, stride)
-        couplings = _mm(inverse, coupled)  # [alpha gamma]
+        couplings = mm(inverse, coupled)  # [alpha gamma]
         arrays += [inverse, couplings, kept]
         alpha, gamma = _cols(couplings, 0, m), _cols(couplings, m, 2 * m)
         # Even block p: odd neighbours p - 1 (through L) and p (through U), so
@@ -279,11 +288,11 @@ def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool):
             zeros = jnp.zeros((*alpha.shape[:-1], evens), alpha.dtype)
         left = jnp.concatenate([_fit(gamma, evens, 1), _fit(alpha, evens, 1), zeros], axis=-2)
         right = jnp.concatenate([_fit(alpha, evens, 0), zeros, _fit(gamma, evens, 0)], axis=-2)
-        products = _mm(kept, jnp.concatenate([left, right], axis=-3))
+        products = mm(kept, jnp.concatenate([left, right], axis=-3))
         diagonal = _take(diagonal, 0, size, 2) - _cols(products, 0, m)
         lower, upper = -_cols(products, m, 2 * m), -_cols(products, 2 * m, 3 * m)
         stride *= 2
-    inverse, bad = _inverse(diagonal, hermitian)
+    inverse, bad = _inverse(diagonal, hermitian, lanes)
     failed = record(failed, bad, 0)
     return (*arrays, inverse), failed
 
@@ -303,10 +312,11 @@ def factor_shapes(blocks: int, m: int) -> list[tuple[int, int, int]]:
 # -- solves ---------------------------------------------------------------------------------
 
 
-def solve(arrays, b: Array, *, trans: int = 0) -> Array:
+def solve(arrays, b: Array, *, trans: int = 0, lanes: bool = True) -> Array:
     """``x`` ``(S, m, k, N)`` solving ``op(A) x = b`` with :func:`factor`'s arrays
     (``trans``: 0 ``A``, 1 ``A^T``, 2 ``A^H``); the factor's ``S`` is ``b``'s or 1
-    (broadcast)."""
+    (broadcast). ``lanes``: see :func:`factor`."""
+    mm = functools.partial(_mm, lanes=lanes)
     *levels, final = arrays
     levels = [levels[i : i + 3] for i in range(0, len(levels), 3)]
     m = final.shape[-2]
@@ -317,28 +327,28 @@ def solve(arrays, b: Array, *, trans: int = 0) -> Array:
         size = b.shape[-1]
         even, odd = _take(b, 0, size, 2), _take(b, 1, size, 2)
         if trans == 0:
-            y = _mm(inverse, odd)  # b' = b_even - L y[p - 1] - U y[p]
+            y = mm(inverse, odd)  # b' = b_even - L y[p - 1] - U y[p]
             neighbours = jnp.concatenate([_fit(y, evens, 1), _fit(y, evens, 0)], axis=-3)
-            b = even - _mm(kept, neighbours)
+            b = even - mm(kept, neighbours)
             saved.append(y)
         else:  # b' = b_even - alpha[p]^T b_odd[p] - gamma[p - 1]^T b_odd[p - 1]
-            z = _mm(_transpose(couplings, conj), odd)
+            z = mm(_transpose(couplings, conj), odd)
             b = even - _fit(_rows(z, 0, m), evens, 0) - _fit(_rows(z, m, 2 * m), evens, 1)
             saved.append(odd)
-    x = _mm(_transpose(final, conj) if trans else final, b)
+    x = mm(_transpose(final, conj) if trans else final, b)
     for (inverse, couplings, kept), reduced in zip(reversed(levels), reversed(saved)):
         odds = inverse.shape[-1]
         # x[q] and x[q + 1], the even neighbours of odd block q.
         neighbours = jnp.concatenate([_take(x, 0, odds), _fit(x, odds, -1)], axis=-3)
         if trans == 0:
-            x_odd = reduced - _mm(couplings, neighbours)
+            x_odd = reduced - mm(couplings, neighbours)
         else:  # x_odd = E^T (b_odd - U[q]^T x[q] - L[q + 1]^T x[q + 1])
             transposed = jnp.concatenate(
                 [_take(_cols(kept, m, 2 * m), 0, odds), _fit(_cols(kept, 0, m), odds, -1)],
                 axis=-2,
             )
-            coupled = _mm(_transpose_blocks(transposed, m, conj), neighbours)
-            x_odd = _mm(_transpose(inverse, conj), reduced - coupled)
+            coupled = mm(_transpose_blocks(transposed, m, conj), neighbours)
+            x_odd = mm(_transpose(inverse, conj), reduced - coupled)
         x = _interleave(x, x_odd)
     return x
 
@@ -364,7 +374,7 @@ def _interleave(even: Array, odd: Array) -> Array:
 # -- the selected inverse -------------------------------------------------------------------
 
 
-def inverse_blocks(arrays) -> tuple[Array, Array, Array]:
+def inverse_blocks(arrays, *, lanes: bool = True) -> tuple[Array, Array, Array]:
     """The blocks of ``A^-1`` on ``A``'s block tridiagonal pattern, from :func:`factor`'s
     arrays: ``(lower, diagonal, upper)`` ``(S, m, m, N)``, ``lower[k] = X[k, k - 1]``,
     ``diagonal[k] = X[k, k]``, ``upper[k] = X[k, k + 1]`` for ``X = A^-1`` (zero blocks
@@ -377,8 +387,10 @@ def inverse_blocks(arrays) -> tuple[Array, Array, Array]:
     gamma]``, ``R`` the kept blocks' ``[L U]``: each odd block's entries of ``A^-1`` next to
     the band need only ``X``'s blocks on the (coarser) block tridiagonal pattern. So the
     levels are unwound from the last block up, each a few batched ``m x m`` products: O(n
-    m^2) work and O(log n) sequential steps, as the factorization.
+    m^2) work and O(log n) sequential steps, as the factorization. ``lanes``: see
+    :func:`factor`.
     """
+    mm = functools.partial(_mm, lanes=lanes)
     *levels, final = arrays
     levels = [levels[i : i + 3] for i in range(0, len(levels), 3)]
     m = final.shape[-2]
@@ -391,13 +403,13 @@ def inverse_blocks(arrays) -> tuple[Array, Array, Array]:
         d0, d1 = _take(diagonal, 0, odds), _fit(diagonal, odds, -1)
         u0, l1 = _take(upper, 0, odds), _fit(lower, odds, -1)
         # R E: even q couples to odd q through its U, even q + 1 through its L.
-        right = _mm(_take(_cols(kept, m, 2 * m), 0, odds), inverse)
-        left = _mm(_fit(_cols(kept, 0, m), odds, -1), inverse)
-        y0 = -(_mm(d0, right) + _mm(u0, left))  # X[even q, odd q]
-        y1 = -(_mm(l1, right) + _mm(d1, left))  # X[even q + 1, odd q]
-        z0 = -(_mm(alpha, d0) + _mm(gamma, l1))  # X[odd q, even q]
-        z1 = -(_mm(alpha, u0) + _mm(gamma, d1))  # X[odd q, even q + 1]
-        odd = inverse - _mm(alpha, y0) - _mm(gamma, y1)
+        right = mm(_take(_cols(kept, m, 2 * m), 0, odds), inverse)
+        left = mm(_fit(_cols(kept, 0, m), odds, -1), inverse)
+        y0 = -(mm(d0, right) + mm(u0, left))  # X[even q, odd q]
+        y1 = -(mm(l1, right) + mm(d1, left))  # X[even q + 1, odd q]
+        z0 = -(mm(alpha, d0) + mm(gamma, l1))  # X[odd q, even q]
+        z1 = -(mm(alpha, u0) + mm(gamma, d1))  # X[odd q, even q + 1]
+        odd = inverse - mm(alpha, y0) - mm(gamma, y1)
         diagonal = _interleave(diagonal, odd)
         upper = _interleave(_fit(y0, evens, 0), z1)
         lower = _interleave(_fit(y1, evens, 1), z0)
@@ -405,22 +417,23 @@ def inverse_blocks(arrays) -> tuple[Array, Array, Array]:
 
 
 def inverse_residual(
-    blocks: tuple[Array, Array, Array], inverse: tuple[Array, Array, Array]
+    blocks: tuple[Array, Array, Array], inverse: tuple[Array, Array, Array], *, lanes: bool = True
 ) -> Array:
     """Per system ``(S,)``: the largest componentwise residual of the diagonal blocks of
     ``A X = I`` (``blocks`` ``A``'s ``(L, D, U)``, ``inverse`` :func:`inverse_blocks`'
     ``X``, both ``(S, m, m, N)``): ``max |A X - I| / (|A| |X|)`` over those blocks, which
     the selected blocks of ``X`` determine. About ``eps`` where cyclic reduction is
     stable; large where the reduction grew (a matrix that needs row interchanges across
-    blocks)."""
+    blocks). ``lanes``: see :func:`factor`."""
+    mm = functools.partial(_mm, lanes=lanes)
     L, D, U = blocks
     lower, diagonal, upper = inverse
     size, m = D.shape[-1], D.shape[-2]
     above, below = _fit(upper, size, 1), _fit(lower, size, -1)  # X[k - 1, k], X[k + 1, k]
-    product = _mm(L, above) + _mm(D, diagonal) + _mm(U, below)
+    product = mm(L, above) + mm(D, diagonal) + mm(U, below)
     residual = magnitude(product - jnp.eye(m, dtype=D.dtype)[:, :, None])
-    scale = _mm(magnitude(L), magnitude(above)) + _mm(magnitude(D), magnitude(diagonal))
-    scale = scale + _mm(magnitude(U), magnitude(below))
+    scale = mm(magnitude(L), magnitude(above)) + mm(magnitude(D), magnitude(diagonal))
+    scale = scale + mm(magnitude(U), magnitude(below))
     tiny = np.finfo(residual.dtype).tiny
     ratio = residual / jnp.maximum(scale, tiny)
     ratio = jnp.where(jnp.isfinite(ratio), ratio, jnp.inf)
@@ -499,17 +512,23 @@ def from_blocks(x: Array, n: int) -> Array:
 
 
 def factor_systems(
-    data: Array, offsets: tuple[int, ...], m: int, triangle: str | None = None
+    data: Array,
+    offsets: tuple[int, ...],
+    m: int,
+    triangle: str | None = None,
+    *,
+    lanes: bool = True,
 ) -> tuple[tuple[Array, ...], Array]:
     """:func:`factor` of the systems ``data`` ``(S, nd, n)`` (padding slots zero):
     ``(arrays, failed)``, the arrays ``(S, *core)`` (see :func:`factor_shapes`) and
     ``failed`` ``(S,)`` (-1, or a row, see :func:`factor`)."""
     lower, diagonal, upper = dia_blocks(data, offsets, m, triangle)
-    arrays, failed = factor(lower, diagonal, upper, hermitian=triangle is not None)
+    hermitian = triangle is not None
+    arrays, failed = factor(lower, diagonal, upper, hermitian=hermitian, lanes=lanes)
     return tuple(arrays), failed
 
 
-def solve_systems(arrays, b: Array, *, trans: int = 0) -> Array:
+def solve_systems(arrays, b: Array, *, trans: int = 0, lanes: bool = True) -> Array:
     """:func:`solve` for :func:`factor_systems`' arrays (``(S, *core)``, or one factor
     without ``S``) and right-hand sides ``b`` ``(S, k, n)``: ``x`` of ``b``'s shape."""
     n = b.shape[-1]
@@ -517,5 +536,5 @@ def solve_systems(arrays, b: Array, *, trans: int = 0) -> Array:
         return b
     if arrays[-1].ndim == 3:  # one factor for every system
         arrays = tuple(a[None] for a in arrays)
-    x = solve(arrays, to_blocks(b, arrays[-1].shape[-2]), trans=trans)
+    x = solve(arrays, to_blocks(b, arrays[-1].shape[-2]), trans=trans, lanes=lanes)
     return from_blocks(x, n)

@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from .. import _dispatch
 from .._checks import is_traced
 from .._geometry import accumulation_dtype, band_widths, in_bounds
 from .._kernels import band_parallel, band_scan, lapack
@@ -77,10 +78,11 @@ def block_inverse(A: DiaParts, lower: bool | None) -> tuple[tuple[Array, Array, 
     data = jnp.where(in_bounds(offsets, (n, n)), data, 0)
     data = data.astype(accumulation_dtype(data.dtype))
     flat = data.reshape(-1, *data.shape[-2:])
+    lanes = _dispatch.blocks_in_lanes(_dispatch.default_platform())
     blocks = band_parallel.dia_blocks(flat, offsets, m, _triangle(lower))
-    arrays, _ = band_parallel.factor(*blocks, hermitian=lower is not None)
-    inverse = band_parallel.inverse_blocks(arrays)
-    residual = band_parallel.inverse_residual(blocks, inverse)
+    arrays, _ = band_parallel.factor(*blocks, hermitian=lower is not None, lanes=lanes)
+    inverse = band_parallel.inverse_blocks(arrays, lanes=lanes)
+    residual = band_parallel.inverse_residual(blocks, inverse, lanes=lanes)
     return inverse, residual <= max_residual(data.dtype)
 
 
