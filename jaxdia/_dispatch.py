@@ -93,14 +93,17 @@ def factors_by_cyclic_reduction(platform: str, method: str) -> bool:
     return method == "parallel"
 
 
-def blocks_in_lanes(platform: str) -> bool:
-    """Whether block cyclic reduction on ``platform`` keeps its blocks in the lanes
-    throughout (``jaxdia._kernels.band_parallel``'s ``lanes``: products as elementwise
-    sums, inverses by Gauss-Jordan elimination, for blocks of up to ``LANE_BLOCKS`` rows):
-    on TPU, whose tiles a block in front would waste, and on CPU, where those sums beat
-    ``dot_general`` over blocks in the lanes. GPUs take ``dot_general`` and
-    ``jnp.linalg`` for larger blocks: smaller programs, and no tiles."""
-    return platform not in ("gpu", "cuda", "rocm")
+def block_form(platform: str) -> str:
+    """How block cyclic reduction on ``platform`` writes its blocks' products and inverses
+    (``jaxdia._kernels.band_parallel.FORMS``, its ``form``): on TPU ``"reduce"`` (the
+    blocks kept in the lanes, whose tiles a block in front would waste; a product one
+    broadcast product reduced over a major dim), on CPU ``"sums"`` (in the lanes too,
+    products unrolled, which XLA:CPU runs faster than that reduction or ``dot_general``),
+    on GPUs ``"dot"`` (``dot_general`` and ``jnp.linalg`` for all but the smallest
+    blocks: smaller programs, and no tiles). See ``benchmarks/notes/compile.md``."""
+    if platform in ("gpu", "cuda", "rocm"):
+        return "dot"
+    return "reduce" if platform == "tpu" else "sums"
 
 
 def selected_inverse_from_host_factor(platform: str) -> bool:

@@ -60,10 +60,10 @@ from jax import Array, lax
 
 from .shared import magnitude
 
-#: Blocks of up to this many rows stay in the lanes throughout: their products are sums of
-#: elementwise products and their inverses Gauss-Jordan elimination (programs of ``O(m)``
+#: Blocks of up to this many rows stay in the lanes throughout (but in the ``"dot"`` form):
+#: their products elementwise, their inverses Gauss-Jordan elimination (``O(m)``
 #: operations). Larger blocks go through ``dot_general`` and ``jnp.linalg``, which put the
-#: blocks in front (as their batch dims), where an ``m x m`` block fills most of its TPU
+#: blocks in front (as their batch dims), where an ``m x m`` block fills much of its TPU
 #: tiles itself. See ``benchmarks/notes/compile.md``.
 LANE_BLOCKS = 16
 
@@ -116,19 +116,26 @@ def _cols(x: Array, start: int, stop: int) -> Array:
     return x[..., start:stop, :]
 
 
+#: How the blocks' products and inverses are written (:func:`factor`'s ``form``; the
+#: platform's is ``jaxdia._dispatch.block_form``'s choice).
+FORMS = ("sums", "reduce", "dot")
+
 #: Products contracting at most this many entries are written as sums of elementwise
-#: products, which XLA fuses with their neighbours (a ``dot`` is a kernel of its own); with
-#: ``lanes`` up to ``2 * LANE_BLOCKS``, so that blocks of up to :data:`LANE_BLOCKS` rows
-#: never leave the lanes.
+#: products in every form, which XLA fuses with their neighbours (a ``dot`` is a kernel of
+#: its own).
 _UNROLLED = 4
 
 
-def _mm(a: Array, b: Array, lanes: bool) -> Array:
+def _mm(a: Array, b: Array, form: str) -> Array:
     """Block products ``a @ b``: ``(..., r, j, N)`` by ``(..., j, c, N)``."""
-    if a.shape[-2] <= (2 * LANE_BLOCKS if lanes else _UNROLLED):
+    j = a.shape[-2]
+    if j <= _UNROLLED or (form == "sums" and j <= 2 * LANE_BLOCKS):
         # Column k of a (r x 1) by row k of b (1 x c), elementwise over the blocks.
-        terms = [a[..., :, k : k + 1, :] * b[..., k : k + 1, :, :] for k in range(a.shape[-2])]
+        terms = [a[..., :, k : k + 1, :] * b[..., k : k + 1, :, :] for k in range(j)]
         return functools.reduce(operator.add, terms)
+    if form == "reduce" and j <= 2 * LANE_BLOCKS:
+        # One product (r, j, c) per block, summed over j: a major dim, the lanes stay.
+        return jnp.sum(a[..., :, :, None, :] * b[..., None, :, :, :], axis=-3)
     return jnp.einsum("...rjn,...jcn->...rcn", a, b, precision=lax.Precision.HIGHEST)
 
 
@@ -175,12 +182,12 @@ def _eliminate(blocks: Array, *, hermitian: bool, invert: bool) -> tuple[Array, 
     return inverse, jnp.stack(pivots, axis=-2), swaps
 
 
-def _inverse(blocks: Array, hermitian: bool, lanes: bool) -> tuple[Array, Array]:
+def _inverse(blocks: Array, hermitian: bool, form: str) -> tuple[Array, Array]:
     """``(blocks^-1, failed)`` of blocks ``(..., m, m, N)``: every invertible block is
     inverted (``1 x 1``: the reciprocal; ``2 x 2``: the adjugate over the determinant;
-    larger, with ``lanes`` up to :data:`LANE_BLOCKS` rows: Gauss-Jordan with partial
-    pivoting inside the block, see :func:`_eliminate`; else the platform's batched LU with
-    partial pivoting, or for ``hermitian`` its Cholesky factorization). ``failed`` ``(...,
+    larger, up to :data:`LANE_BLOCKS` rows but in the ``"dot"`` form: Gauss-Jordan with
+    partial pivoting inside the block, see :func:`_eliminate`; else the platform's batched
+    LU with partial pivoting, or for ``hermitian`` its Cholesky factorization). ``failed`` ``(...,
     N)``: the block is singular, or (``hermitian``) not positive definite; its inverse is
     then not finite."""
     m = blocks.shape[-2]
@@ -196,7 +203,7 @@ def _inverse(blocks: Array, hermitian: bool, lanes: bool) -> tuple[Array, Array]
         failed = ~positive if hermitian else determinant == 0
         adjugate = jnp.stack([jnp.stack([s, -q], -2), jnp.stack([-r, p], -2)], -3)
         return adjugate / determinant[..., None, None, :], failed
-    if lanes and m <= LANE_BLOCKS:
+    if form != "dot" and m <= LANE_BLOCKS:
         inverse, pivots, _ = _eliminate(blocks, hermitian=hermitian, invert=True)
         failed = ~jnp.isfinite(inverse).all(axis=(-3, -2))
         if hermitian:
@@ -215,12 +222,12 @@ def _inverse(blocks: Array, hermitian: bool, lanes: bool) -> tuple[Array, Array]
     return inverse, ~jnp.isfinite(inverse).all(axis=(-3, -2))
 
 
-def slogdet_blocks(blocks: Array, *, lanes: bool = True) -> tuple[Array, Array]:
+def slogdet_blocks(blocks: Array, *, form: str = "sums") -> tuple[Array, Array]:
     """``(sign, log|det|)`` ``(..., N)`` of each block of ``(..., m, m, N)`` (as
-    ``jnp.linalg.slogdet``: sign 0 and ``-inf`` for a singular block); ``lanes``: see
+    ``jnp.linalg.slogdet``: sign 0 and ``-inf`` for a singular block); ``form``: see
     :func:`factor`."""
     m = blocks.shape[-2]
-    if m > (LANE_BLOCKS if lanes else 2):
+    if m > (2 if form == "dot" else LANE_BLOCKS):
         return jnp.linalg.slogdet(jnp.moveaxis(blocks, -1, -3))
     swaps = None
     if m == 1:
@@ -242,7 +249,7 @@ def slogdet_blocks(blocks: Array, *, lanes: bool = True) -> tuple[Array, Array]:
 # -- factorization --------------------------------------------------------------------------
 
 
-def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool, lanes: bool = True):
+def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool, form: str = "sums"):
     """``(arrays, failed_row)`` for the block tridiagonal ``(L, D, U)`` (``(S, m, m, N)``
     each; ``L[0]`` and ``U[N - 1]`` zero).
 
@@ -253,14 +260,17 @@ def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool, lane
     the first block (in the matrix's order) whose diagonal block at its level was
     singular (``hermitian``: not positive definite, so neither is the matrix).
 
-    ``lanes`` (TPU's form): the blocks stay in the lanes up to :data:`LANE_BLOCKS` rows,
-    their products elementwise sums and their inverses Gauss-Jordan elimination. Else
-    (GPUs) products contracting more than 4 entries are ``dot_general`` and blocks of more
-    than 2 rows are inverted by ``jnp.linalg``, the blocks in front: smaller programs,
-    and a GPU's memory has no tiles.
+    ``form`` (:data:`FORMS`): ``"sums"`` and ``"reduce"`` keep blocks of up to
+    :data:`LANE_BLOCKS` rows in the lanes throughout, inverted by Gauss-Jordan elimination
+    (:func:`_eliminate`) and multiplied as sums of elementwise products (``"sums"``, which
+    XLA:CPU runs fastest) or as one broadcast product summed over the contracted index
+    (``"reduce"``: a reduction over a major dim, one operation whatever ``m``, for TPU);
+    ``"dot"`` (GPUs, whose memory has no tiles) multiplies by ``dot_general`` past 4
+    contracted entries and inverts blocks of more than 2 rows by ``jnp.linalg``, the
+    blocks in front. Larger blocks go that way in every form.
     """
     m = diagonal.shape[-2]
-    mm = functools.partial(_mm, lanes=lanes)
+    mm = functools.partial(_mm, form=form)
     arrays = []
     failed = jnp.full(diagonal.shape[:-3], -1, np.int32)
     stride = 1  # blocks of the matrix per block of this level
@@ -277,7 +287,7 @@ def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool, lane
         evens = size - size // 2
         pair = jnp.concatenate([lower, upper], axis=-2)  # [L U]
         kept, coupled = _take(pair, 0, size, 2), _take(pair, 1, size, 2)  # even, odd
-        inverse, bad = _inverse(_take(diagonal, 1, size, 2), hermitian, lanes)
+        inverse, bad = _inverse(_take(diagonal, 1, size, 2), hermitian, form)
         failed = record(failed, bad, stride)
         couplings = mm(inverse, coupled)  # [alpha gamma]
         arrays += [inverse, couplings, kept]
@@ -292,7 +302,7 @@ def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool, lane
         diagonal = _take(diagonal, 0, size, 2) - _cols(products, 0, m)
         lower, upper = -_cols(products, m, 2 * m), -_cols(products, 2 * m, 3 * m)
         stride *= 2
-    inverse, bad = _inverse(diagonal, hermitian, lanes)
+    inverse, bad = _inverse(diagonal, hermitian, form)
     failed = record(failed, bad, 0)
     return (*arrays, inverse), failed
 
@@ -312,11 +322,11 @@ def factor_shapes(blocks: int, m: int) -> list[tuple[int, int, int]]:
 # -- solves ---------------------------------------------------------------------------------
 
 
-def solve(arrays, b: Array, *, trans: int = 0, lanes: bool = True) -> Array:
+def solve(arrays, b: Array, *, trans: int = 0, form: str = "sums") -> Array:
     """``x`` ``(S, m, k, N)`` solving ``op(A) x = b`` with :func:`factor`'s arrays
     (``trans``: 0 ``A``, 1 ``A^T``, 2 ``A^H``); the factor's ``S`` is ``b``'s or 1
-    (broadcast). ``lanes``: see :func:`factor`."""
-    mm = functools.partial(_mm, lanes=lanes)
+    (broadcast). ``form``: see :func:`factor`."""
+    mm = functools.partial(_mm, form=form)
     *levels, final = arrays
     levels = [levels[i : i + 3] for i in range(0, len(levels), 3)]
     m = final.shape[-2]
@@ -374,7 +384,7 @@ def _interleave(even: Array, odd: Array) -> Array:
 # -- the selected inverse -------------------------------------------------------------------
 
 
-def inverse_blocks(arrays, *, lanes: bool = True) -> tuple[Array, Array, Array]:
+def inverse_blocks(arrays, *, form: str = "sums") -> tuple[Array, Array, Array]:
     """The blocks of ``A^-1`` on ``A``'s block tridiagonal pattern, from :func:`factor`'s
     arrays: ``(lower, diagonal, upper)`` ``(S, m, m, N)``, ``lower[k] = X[k, k - 1]``,
     ``diagonal[k] = X[k, k]``, ``upper[k] = X[k, k + 1]`` for ``X = A^-1`` (zero blocks
@@ -387,10 +397,10 @@ def inverse_blocks(arrays, *, lanes: bool = True) -> tuple[Array, Array, Array]:
     gamma]``, ``R`` the kept blocks' ``[L U]``: each odd block's entries of ``A^-1`` next to
     the band need only ``X``'s blocks on the (coarser) block tridiagonal pattern. So the
     levels are unwound from the last block up, each a few batched ``m x m`` products: O(n
-    m^2) work and O(log n) sequential steps, as the factorization. ``lanes``: see
+    m^2) work and O(log n) sequential steps, as the factorization. ``form``: see
     :func:`factor`.
     """
-    mm = functools.partial(_mm, lanes=lanes)
+    mm = functools.partial(_mm, form=form)
     *levels, final = arrays
     levels = [levels[i : i + 3] for i in range(0, len(levels), 3)]
     m = final.shape[-2]
@@ -417,15 +427,15 @@ def inverse_blocks(arrays, *, lanes: bool = True) -> tuple[Array, Array, Array]:
 
 
 def inverse_residual(
-    blocks: tuple[Array, Array, Array], inverse: tuple[Array, Array, Array], *, lanes: bool = True
+    blocks: tuple[Array, Array, Array], inverse: tuple[Array, Array, Array], *, form: str = "sums"
 ) -> Array:
     """Per system ``(S,)``: the largest componentwise residual of the diagonal blocks of
     ``A X = I`` (``blocks`` ``A``'s ``(L, D, U)``, ``inverse`` :func:`inverse_blocks`'
     ``X``, both ``(S, m, m, N)``): ``max |A X - I| / (|A| |X|)`` over those blocks, which
     the selected blocks of ``X`` determine. About ``eps`` where cyclic reduction is
     stable; large where the reduction grew (a matrix that needs row interchanges across
-    blocks). ``lanes``: see :func:`factor`."""
-    mm = functools.partial(_mm, lanes=lanes)
+    blocks). ``form``: see :func:`factor`."""
+    mm = functools.partial(_mm, form=form)
     L, D, U = blocks
     lower, diagonal, upper = inverse
     size, m = D.shape[-1], D.shape[-2]
@@ -517,18 +527,18 @@ def factor_systems(
     m: int,
     triangle: str | None = None,
     *,
-    lanes: bool = True,
+    form: str = "sums",
 ) -> tuple[tuple[Array, ...], Array]:
     """:func:`factor` of the systems ``data`` ``(S, nd, n)`` (padding slots zero):
     ``(arrays, failed)``, the arrays ``(S, *core)`` (see :func:`factor_shapes`) and
     ``failed`` ``(S,)`` (-1, or a row, see :func:`factor`)."""
     lower, diagonal, upper = dia_blocks(data, offsets, m, triangle)
     hermitian = triangle is not None
-    arrays, failed = factor(lower, diagonal, upper, hermitian=hermitian, lanes=lanes)
+    arrays, failed = factor(lower, diagonal, upper, hermitian=hermitian, form=form)
     return tuple(arrays), failed
 
 
-def solve_systems(arrays, b: Array, *, trans: int = 0, lanes: bool = True) -> Array:
+def solve_systems(arrays, b: Array, *, trans: int = 0, form: str = "sums") -> Array:
     """:func:`solve` for :func:`factor_systems`' arrays (``(S, *core)``, or one factor
     without ``S``) and right-hand sides ``b`` ``(S, k, n)``: ``x`` of ``b``'s shape."""
     n = b.shape[-1]
@@ -536,5 +546,5 @@ def solve_systems(arrays, b: Array, *, trans: int = 0, lanes: bool = True) -> Ar
         return b
     if arrays[-1].ndim == 3:  # one factor for every system
         arrays = tuple(a[None] for a in arrays)
-    x = solve(arrays, to_blocks(b, arrays[-1].shape[-2]), trans=trans, lanes=lanes)
+    x = solve(arrays, to_blocks(b, arrays[-1].shape[-2]), trans=trans, form=form)
     return from_blocks(x, n)

@@ -388,9 +388,9 @@ def _factor_parallel(data, *, layout, widths, offsets, platform: str):
         return [*empty, jnp.zeros(batch, np.int32)]
     flat = _zero_padding(_systems(data), offsets)
     m = block_size(layout, widths)
-    lanes = _dispatch.blocks_in_lanes(platform)
+    form = _dispatch.block_form(platform)
     triangle = _triangle(layout, widths)
-    arrays, failed = band_parallel.factor_systems(flat, offsets, m, triangle, lanes=lanes)
+    arrays, failed = band_parallel.factor_systems(flat, offsets, m, triangle, form=form)
     info = jnp.where(failed >= 0, failed + 1, 0).astype(np.int32)
     if platform == "cpu" and layout is CR and offsets:
         # LAPACK says whether the matrix is singular (the reduction fails on more).
@@ -519,21 +519,21 @@ def _solve_parallel(*operands, layout, widths, trans, offsets, platform: str):
     *arrays, b = operands
     lead = b.shape[:-2]
     b = b.reshape(math.prod(lead), *b.shape[-2:])
-    lanes = _dispatch.blocks_in_lanes(platform)
+    form = _dispatch.block_form(platform)
     if layout.hermitian:
         flat = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
-        x = band_parallel.solve_systems(flat, b, trans=0, lanes=lanes)
+        x = band_parallel.solve_systems(flat, b, trans=0, form=form)
         return x.reshape(*lead, *b.shape[-2:])
     data = _zero_padding(_systems(arrays.pop()), offsets)
     m = block_size(layout, widths)
     if layout is ONESHOT:
-        arrays, failed = band_parallel.factor_systems(data, offsets, m, lanes=lanes)
+        arrays, failed = band_parallel.factor_systems(data, offsets, m, form=form)
     else:
         arrays = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
         failed = None
 
     def solve(rhs):
-        return band_parallel.solve_systems(arrays, rhs, trans=trans, lanes=lanes)
+        return band_parallel.solve_systems(arrays, rhs, trans=trans, form=form)
 
     # The factor's precision, which may be below b's (see jaxdia._linalg.banded).
     precision = arrays[-1].dtype

@@ -74,11 +74,11 @@ def _block_terms(inverses: list[Array]) -> tuple[Array, Array]:
     """``(sign, log|det|)`` of ``prod det(E_q)^-1`` over stored block inverses ``(..., m,
     m, blocks)`` (the blocks in the lanes, see :mod:`jaxdia._kernels.band_parallel`)."""
     signs, logs = [], []
-    lanes = _dispatch.blocks_in_lanes(_dispatch.default_platform())
+    form = _dispatch.block_form(_dispatch.default_platform())
     for inverse in inverses:
         if inverse.shape[-1] == 0:
             continue
-        sign, logabs = band_parallel.slogdet_blocks(inverse, lanes=lanes)
+        sign, logabs = band_parallel.slogdet_blocks(inverse, form=form)
         signs.append(jnp.prod(sign.conj(), axis=-1))
         logs.append(-jnp.sum(logabs, axis=-1))
     dtype = inverses[-1].dtype

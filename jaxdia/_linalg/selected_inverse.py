@@ -78,11 +78,11 @@ def block_inverse(A: DiaParts, lower: bool | None) -> tuple[tuple[Array, Array, 
     data = jnp.where(in_bounds(offsets, (n, n)), data, 0)
     data = data.astype(accumulation_dtype(data.dtype))
     flat = data.reshape(-1, *data.shape[-2:])
-    lanes = _dispatch.blocks_in_lanes(_dispatch.default_platform())
+    form = _dispatch.block_form(_dispatch.default_platform())
     blocks = band_parallel.dia_blocks(flat, offsets, m, _triangle(lower))
-    arrays, _ = band_parallel.factor(*blocks, hermitian=lower is not None, lanes=lanes)
-    inverse = band_parallel.inverse_blocks(arrays, lanes=lanes)
-    residual = band_parallel.inverse_residual(blocks, inverse, lanes=lanes)
+    arrays, _ = band_parallel.factor(*blocks, hermitian=lower is not None, form=form)
+    inverse = band_parallel.inverse_blocks(arrays, form=form)
+    residual = band_parallel.inverse_residual(blocks, inverse, form=form)
     return inverse, residual <= max_residual(data.dtype)
 
 
