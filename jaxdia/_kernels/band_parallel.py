@@ -30,11 +30,15 @@ for right-hand sides), then the ``N`` blocks. TPUs lay an array's two minor dims
 tiles of 8 x 128 elements; with the blocks minor a level is elementwise work over
 vectors of ``N`` lanes, where ``(S, N, m, m)`` would spend a whole tile on each small
 block (and XLA's generated code follows the tiles). So every step works along the last
-axis: the even/odd selection is a stride-2 slice, the interleave two interior pads, a
-block product a sum of ``r x 1`` by ``1 x c`` broadcasts over the contracted index, a
-block inverse Gauss-Jordan elimination over the ``m x m`` dims with the blocks in the
-lanes; only blocks of ``m > LANE_BLOCKS`` rows (tiles then filled by the block itself)
-go through ``jnp.linalg`` with the blocks moved to the front.
+axis: the even/odd selection is a stride-2 slice, the interleave two interior pads, the
+right-hand sides come in and go out by one gather each (no array with ``m`` minor). The
+blocks' products and inverses have three forms (:data:`FORMS`, chosen per platform by
+``jaxdia._dispatch.block_form``): on TPU and CPU blocks of up to :data:`LANE_BLOCKS`
+rows never leave the lanes (a product is elementwise work over the contracted index, an
+inverse Gauss-Jordan elimination over the ``m x m`` dims); on GPUs, whose memory has no
+tiles, ``dot_general`` and ``jnp.linalg`` take all but the smallest blocks, as they do
+blocks of more than :data:`LANE_BLOCKS` rows everywhere (tiles then filled much by the
+block itself).
 
 A factor is five kinds of arrays, the levels one after the other: per level ``E``
 ``(S, m, m, odds)``, ``[alpha gamma]`` ``(S, m, 2m, odds)`` of its eliminated blocks and
@@ -146,7 +150,8 @@ def _transpose(a: Array, conj: bool) -> Array:
 
 def _eliminate(blocks: Array, *, hermitian: bool, invert: bool) -> tuple[Array, Array, Array]:
     """Gauss-Jordan elimination of the blocks ``(..., m, m, N)``, the blocks in the lanes:
-    ``(inverses or None, pivots (..., m, N), interchanges (..., N))``.
+    ``(work, pivots (..., m, N), interchanges (..., N))``, ``work`` with ``invert`` ``[I
+    X]`` ``(..., m, 2m, N)``, ``X`` the inverses.
 
     Partial pivoting inside each block (the pivot of the largest :func:`magnitude` among
     the rows not yet eliminated, as LAPACK's ``?getrf``); none for ``hermitian``, whose
@@ -178,8 +183,7 @@ def _eliminate(blocks: Array, *, hermitian: bool, invert: bool) -> tuple[Array, 
         normalized = work[..., k : k + 1, :, :] / pivot[..., None, None, :]
         eliminated = work - work[..., :, k : k + 1, :] * normalized
         work = jnp.where(row == k, normalized, eliminated)
-    inverse = _cols(work, m, 2 * m) if invert else None
-    return inverse, jnp.stack(pivots, axis=-2), swaps
+    return work, jnp.stack(pivots, axis=-2), swaps
 
 
 def _inverse(blocks: Array, hermitian: bool, form: str) -> tuple[Array, Array]:
@@ -204,7 +208,8 @@ def _inverse(blocks: Array, hermitian: bool, form: str) -> tuple[Array, Array]:
         adjugate = jnp.stack([jnp.stack([s, -q], -2), jnp.stack([-r, p], -2)], -3)
         return adjugate / determinant[..., None, None, :], failed
     if form != "dot" and m <= LANE_BLOCKS:
-        inverse, pivots, _ = _eliminate(blocks, hermitian=hermitian, invert=True)
+        work, pivots, _ = _eliminate(blocks, hermitian=hermitian, invert=True)
+        inverse = _cols(work, m, 2 * m)
         failed = ~jnp.isfinite(inverse).all(axis=(-3, -2))
         if hermitian:
             failed = failed | ~(pivots.real > 0).all(axis=-2)
@@ -501,6 +506,8 @@ def dia_blocks(
 def to_blocks(b: Array, m: int) -> Array:
     """Right-hand sides ``b`` ``(S, k, n)`` as blocks ``(S, m, k, N)`` (zero rows past
     ``n``): one gather of the rows ``K m + r``, so that no array has ``m`` minor."""
+    if m == 1:
+        return b[..., None, :, :]
     n = b.shape[-1]
     blocks = -(-n // m)
     rows = lax.broadcasted_iota(np.int32, (m, blocks), 1) * m
@@ -513,6 +520,8 @@ def from_blocks(x: Array, n: int) -> Array:
     """Blocks ``x`` ``(S, m, k, N)`` as rows ``(S, k, n)`` (:func:`to_blocks` undone):
     row ``i`` is entry ``i % m`` of block ``i // m``, one gather."""
     m, blocks = x.shape[-3], x.shape[-1]
+    if m == 1:
+        return x[..., 0, :, :n]
     flat = jnp.swapaxes(x, -3, -2).reshape(*x.shape[:-3], x.shape[-2], m * blocks)
     rows = lax.iota(np.int32, n)
     return flat[..., (rows % m) * blocks + rows // m]
