@@ -95,15 +95,12 @@ def factors_by_cyclic_reduction(platform: str, method: str) -> bool:
 
 def block_form(platform: str) -> str:
     """How block cyclic reduction on ``platform`` writes its blocks' products and inverses
-    (``jaxdia._kernels.band_parallel.FORMS``, its ``form``): on TPU ``"reduce"`` (the
-    blocks kept in the lanes, whose tiles a block in front would waste; a product one
-    broadcast product reduced over a major dim), on CPU ``"sums"`` (in the lanes too,
-    products unrolled, which XLA:CPU runs faster than that reduction or ``dot_general``),
-    on GPUs ``"dot"`` (``dot_general`` and ``jnp.linalg`` for all but the smallest
-    blocks: smaller programs, and no tiles). See ``benchmarks/notes/compile.md``."""
-    if platform in ("gpu", "cuda", "rocm"):
-        return "dot"
-    return "reduce" if platform == "tpu" else "sums"
+    (``jaxdia._kernels.band_parallel.FORMS``, its ``form``): on TPU ``"lanes"`` (blocks
+    of up to 16 rows kept in the lanes, whose tiles a block in front would waste), on CPU
+    and GPUs ``"dot"`` (``dot_general`` and ``jnp.linalg`` with the blocks in front, for
+    all but the smallest blocks: smaller programs, faster on XLA:CPU, and no tiles). See
+    ``benchmarks/notes/compile.md``."""
+    return "lanes" if platform == "tpu" else "dot"
 
 
 def selected_inverse_from_host_factor(platform: str) -> bool:

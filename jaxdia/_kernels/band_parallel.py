@@ -32,13 +32,13 @@ vectors of ``N`` lanes, where ``(S, N, m, m)`` would spend a whole tile on each 
 block (and XLA's generated code follows the tiles). So every step works along the last
 axis: the even/odd selection is a stride-2 slice, the interleave two interior pads, the
 right-hand sides come in and go out by one gather each (no array with ``m`` minor). The
-blocks' products and inverses have three forms (:data:`FORMS`, chosen per platform by
-``jaxdia._dispatch.block_form``): on TPU and CPU blocks of up to :data:`LANE_BLOCKS`
-rows never leave the lanes (a product is elementwise work over the contracted index, an
-inverse Gauss-Jordan elimination over the ``m x m`` dims); on GPUs, whose memory has no
-tiles, ``dot_general`` and ``jnp.linalg`` take all but the smallest blocks, as they do
-blocks of more than :data:`LANE_BLOCKS` rows everywhere (tiles then filled much by the
-block itself).
+blocks' products and inverses have two forms (:data:`FORMS`, chosen per platform by
+``jaxdia._dispatch.block_form``): on TPU blocks of up to :data:`LANE_BLOCKS` rows never
+leave the lanes (a product is elementwise work reduced over the contracted index, an
+inverse Gauss-Jordan elimination over the ``m x m`` dims); on CPU and GPUs, whose memory
+has no tiles, ``dot_general`` and ``jnp.linalg`` take all but the smallest blocks (with
+the blocks in front, as their batch dims), as they do blocks of more than
+:data:`LANE_BLOCKS` rows everywhere (tiles then filled much by the block itself).
 
 A factor is five kinds of arrays, the levels one after the other: per level ``E``
 ``(S, m, m, odds)``, ``[alpha gamma]`` ``(S, m, 2m, odds)`` of its eliminated blocks and
@@ -64,7 +64,7 @@ from jax import Array, lax
 
 from .shared import magnitude
 
-#: Blocks of up to this many rows stay in the lanes throughout (but in the ``"dot"`` form):
+#: Blocks of up to this many rows stay in the lanes throughout in the ``"lanes"`` form:
 #: their products elementwise, their inverses Gauss-Jordan elimination (``O(m)``
 #: operations). Larger blocks go through ``dot_general`` and ``jnp.linalg``, which put the
 #: blocks in front (as their batch dims), where an ``m x m`` block fills much of its TPU
@@ -122,7 +122,7 @@ def _cols(x: Array, start: int, stop: int) -> Array:
 
 #: How the blocks' products and inverses are written (:func:`factor`'s ``form``; the
 #: platform's is ``jaxdia._dispatch.block_form``'s choice).
-FORMS = ("sums", "reduce", "dot")
+FORMS = ("lanes", "dot")
 
 #: Products contracting at most this many entries are written as sums of elementwise
 #: products in every form, which XLA fuses with their neighbours (a ``dot`` is a kernel of
@@ -133,11 +133,11 @@ _UNROLLED = 4
 def _mm(a: Array, b: Array, form: str) -> Array:
     """Block products ``a @ b``: ``(..., r, j, N)`` by ``(..., j, c, N)``."""
     j = a.shape[-2]
-    if j <= _UNROLLED or (form == "sums" and j <= 2 * LANE_BLOCKS):
+    if j <= _UNROLLED:
         # Column k of a (r x 1) by row k of b (1 x c), elementwise over the blocks.
         terms = [a[..., :, k : k + 1, :] * b[..., k : k + 1, :, :] for k in range(j)]
         return functools.reduce(operator.add, terms)
-    if form == "reduce" and j <= 2 * LANE_BLOCKS:
+    if form == "lanes" and j <= 2 * LANE_BLOCKS:
         # One product (r, j, c) per block, summed over j: a major dim, the lanes stay.
         return jnp.sum(a[..., :, :, None, :] * b[..., None, :, :, :], axis=-3)
     return jnp.einsum("...rjn,...jcn->...rcn", a, b, precision=lax.Precision.HIGHEST)
@@ -189,7 +189,7 @@ def _eliminate(blocks: Array, *, hermitian: bool, invert: bool) -> tuple[Array, 
 def _inverse(blocks: Array, hermitian: bool, form: str) -> tuple[Array, Array]:
     """``(blocks^-1, failed)`` of blocks ``(..., m, m, N)``: every invertible block is
     inverted (``1 x 1``: the reciprocal; ``2 x 2``: the adjugate over the determinant;
-    larger, up to :data:`LANE_BLOCKS` rows but in the ``"dot"`` form: Gauss-Jordan with
+    larger, up to :data:`LANE_BLOCKS` rows in the ``"lanes"`` form: Gauss-Jordan with
     partial pivoting inside the block, see :func:`_eliminate`; else the platform's batched
     LU with partial pivoting, or for ``hermitian`` its Cholesky factorization). ``failed`` ``(...,
     N)``: the block is singular, or (``hermitian``) not positive definite; its inverse is
@@ -207,7 +207,7 @@ def _inverse(blocks: Array, hermitian: bool, form: str) -> tuple[Array, Array]:
         failed = ~positive if hermitian else determinant == 0
         adjugate = jnp.stack([jnp.stack([s, -q], -2), jnp.stack([-r, p], -2)], -3)
         return adjugate / determinant[..., None, None, :], failed
-    if form != "dot" and m <= LANE_BLOCKS:
+    if form == "lanes" and m <= LANE_BLOCKS:
         work, pivots, _ = _eliminate(blocks, hermitian=hermitian, invert=True)
         inverse = _cols(work, m, 2 * m)
         failed = ~jnp.isfinite(inverse).all(axis=(-3, -2))
@@ -227,12 +227,12 @@ def _inverse(blocks: Array, hermitian: bool, form: str) -> tuple[Array, Array]:
     return inverse, ~jnp.isfinite(inverse).all(axis=(-3, -2))
 
 
-def slogdet_blocks(blocks: Array, *, form: str = "sums") -> tuple[Array, Array]:
+def slogdet_blocks(blocks: Array, *, form: str = "dot") -> tuple[Array, Array]:
     """``(sign, log|det|)`` ``(..., N)`` of each block of ``(..., m, m, N)`` (as
     ``jnp.linalg.slogdet``: sign 0 and ``-inf`` for a singular block); ``form``: see
     :func:`factor`."""
     m = blocks.shape[-2]
-    if m > (2 if form == "dot" else LANE_BLOCKS):
+    if m > (LANE_BLOCKS if form == "lanes" else 2):
         return jnp.linalg.slogdet(jnp.moveaxis(blocks, -1, -3))
     swaps = None
     if m == 1:
@@ -254,7 +254,7 @@ def slogdet_blocks(blocks: Array, *, form: str = "sums") -> tuple[Array, Array]:
 # -- factorization --------------------------------------------------------------------------
 
 
-def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool, form: str = "sums"):
+def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool, form: str = "dot"):
     """``(arrays, failed_row)`` for the block tridiagonal ``(L, D, U)`` (``(S, m, m, N)``
     each; ``L[0]`` and ``U[N - 1]`` zero).
 
@@ -265,14 +265,14 @@ def factor(lower: Array, diagonal: Array, upper: Array, *, hermitian: bool, form
     the first block (in the matrix's order) whose diagonal block at its level was
     singular (``hermitian``: not positive definite, so neither is the matrix).
 
-    ``form`` (:data:`FORMS`): ``"sums"`` and ``"reduce"`` keep blocks of up to
-    :data:`LANE_BLOCKS` rows in the lanes throughout, inverted by Gauss-Jordan elimination
-    (:func:`_eliminate`) and multiplied as sums of elementwise products (``"sums"``, which
-    XLA:CPU runs fastest) or as one broadcast product summed over the contracted index
-    (``"reduce"``: a reduction over a major dim, one operation whatever ``m``, for TPU);
-    ``"dot"`` (GPUs, whose memory has no tiles) multiplies by ``dot_general`` past 4
-    contracted entries and inverts blocks of more than 2 rows by ``jnp.linalg``, the
-    blocks in front. Larger blocks go that way in every form.
+    ``form`` (:data:`FORMS`): ``"lanes"`` (TPU) keeps blocks of up to
+    :data:`LANE_BLOCKS` rows in the lanes throughout: inverted by Gauss-Jordan elimination
+    (:func:`_eliminate`), multiplied as one broadcast product summed over the contracted
+    index (a reduction over a major dim, one operation whatever ``m``). ``"dot"`` (CPU and
+    GPUs, whose memory has no tiles) multiplies by ``dot_general`` past 4 contracted
+    entries and inverts blocks of more than 2 rows by ``jnp.linalg``, the blocks in
+    front (as their batch dims), as every form does blocks of more than
+    :data:`LANE_BLOCKS` rows.
     """
     m = diagonal.shape[-2]
     mm = functools.partial(_mm, form=form)
@@ -327,7 +327,7 @@ def factor_shapes(blocks: int, m: int) -> list[tuple[int, int, int]]:
 # -- solves ---------------------------------------------------------------------------------
 
 
-def solve(arrays, b: Array, *, trans: int = 0, form: str = "sums") -> Array:
+def solve(arrays, b: Array, *, trans: int = 0, form: str = "dot") -> Array:
     """``x`` ``(S, m, k, N)`` solving ``op(A) x = b`` with :func:`factor`'s arrays
     (``trans``: 0 ``A``, 1 ``A^T``, 2 ``A^H``); the factor's ``S`` is ``b``'s or 1
     (broadcast). ``form``: see :func:`factor`."""
@@ -389,7 +389,7 @@ def _interleave(even: Array, odd: Array) -> Array:
 # -- the selected inverse -------------------------------------------------------------------
 
 
-def inverse_blocks(arrays, *, form: str = "sums") -> tuple[Array, Array, Array]:
+def inverse_blocks(arrays, *, form: str = "dot") -> tuple[Array, Array, Array]:
     """The blocks of ``A^-1`` on ``A``'s block tridiagonal pattern, from :func:`factor`'s
     arrays: ``(lower, diagonal, upper)`` ``(S, m, m, N)``, ``lower[k] = X[k, k - 1]``,
     ``diagonal[k] = X[k, k]``, ``upper[k] = X[k, k + 1]`` for ``X = A^-1`` (zero blocks
@@ -432,7 +432,7 @@ def inverse_blocks(arrays, *, form: str = "sums") -> tuple[Array, Array, Array]:
 
 
 def inverse_residual(
-    blocks: tuple[Array, Array, Array], inverse: tuple[Array, Array, Array], *, form: str = "sums"
+    blocks: tuple[Array, Array, Array], inverse: tuple[Array, Array, Array], *, form: str = "dot"
 ) -> Array:
     """Per system ``(S,)``: the largest componentwise residual of the diagonal blocks of
     ``A X = I`` (``blocks`` ``A``'s ``(L, D, U)``, ``inverse`` :func:`inverse_blocks`'
@@ -536,7 +536,7 @@ def factor_systems(
     m: int,
     triangle: str | None = None,
     *,
-    form: str = "sums",
+    form: str = "dot",
 ) -> tuple[tuple[Array, ...], Array]:
     """:func:`factor` of the systems ``data`` ``(S, nd, n)`` (padding slots zero):
     ``(arrays, failed)``, the arrays ``(S, *core)`` (see :func:`factor_shapes`) and
@@ -547,7 +547,7 @@ def factor_systems(
     return tuple(arrays), failed
 
 
-def solve_systems(arrays, b: Array, *, trans: int = 0, form: str = "sums") -> Array:
+def solve_systems(arrays, b: Array, *, trans: int = 0, form: str = "dot") -> Array:
     """:func:`solve` for :func:`factor_systems`' arrays (``(S, *core)``, or one factor
     without ``S``) and right-hand sides ``b`` ``(S, k, n)``: ``x`` of ``b``'s shape."""
     n = b.shape[-1]
