@@ -93,6 +93,16 @@ def factors_by_cyclic_reduction(platform: str, method: str) -> bool:
     return method == "parallel"
 
 
+def block_form(platform: str) -> str:
+    """How block cyclic reduction on ``platform`` writes its blocks' products and inverses
+    (``jaxdia._kernels.band_parallel.FORMS``, its ``form``): on TPU ``"lanes"`` (blocks
+    of up to 16 rows kept in the lanes, whose tiles a block in front would waste), on CPU
+    and GPUs ``"dot"`` (``dot_general`` and ``jnp.linalg`` with the blocks in front, for
+    all but the smallest blocks: smaller programs, faster on XLA:CPU, and no tiles). See
+    ``benchmarks/notes/compile.md``."""
+    return "lanes" if platform == "tpu" else "dot"
+
+
 def selected_inverse_from_host_factor(platform: str) -> bool:
     """Whether the band of the inverse of a Hermitian positive definite matrix with a
     LAPACK Cholesky factor (``PB``, ``PT``) is read from that factor by Takahashi's

@@ -25,6 +25,7 @@ import scipy.sparse as sp
 
 import jaxdia
 from jaxdia import _dispatch
+from jaxdia._geometry import in_bounds
 from jaxdia._kernels import band_layouts, band_parallel, band_primitives, band_refine
 from jaxdia._linalg.eigsh import DENSE_UP_TO
 
@@ -436,3 +437,100 @@ def test_shift_invert_eigsh_with_parallel_factor(monkeypatch):
     got = np.sort(np.asarray(jaxdia.eigsh(S, k=3, sigma=sigma)[0]))
     expected = np.sort(eigenvalues[np.argsort(np.abs(eigenvalues - sigma))[:3]])
     np.testing.assert_allclose(got, expected, rtol=1e-9)
+
+
+# -- the forms of the block operations: TPU's lanes and the dot form, run on CPU -------------
+
+
+def _systems(kl, ku, n, dtype, seed, systems=2, zero_diagonal=False):
+    """DIA data ``(systems, nd, n)`` (padding slots zero), its dense matrices and offsets."""
+    rng = np.random.default_rng(seed)
+    offsets = tuple(range(-kl, ku + 1))
+    data = rng.standard_normal((systems, len(offsets), n))
+    if np.dtype(dtype).kind == "c":
+        data = data + 1j * rng.standard_normal(data.shape)
+    if not zero_diagonal:
+        data[:, offsets.index(0)] += 3 * len(offsets)
+    else:
+        data[:, offsets.index(0)] = 0
+    data = np.where(in_bounds(offsets, (n, n)), data, 0).astype(dtype)
+    dense = np.stack([dense_f64(jaxdia.DiaMatrix(d, offsets, (n, n))) for d in data])
+    return data, dense, offsets
+
+
+@pytest.mark.parametrize("form", band_parallel.FORMS)
+@pytest.mark.parametrize(
+    "kl, ku, n, dtype, zero_diagonal",
+    [
+        (1, 1, 37, np.complex128, False),  # 1 x 1 blocks
+        (2, 1, 21, np.float64, False),  # 2 x 2
+        (3, 3, 50, np.complex128, False),  # Gauss-Jordan in the lanes
+        (3, 2, 30, np.float64, True),  # a zero diagonal: pivoting inside the blocks
+        pytest.param(10, 10, 64, np.float32, False, marks=pytest.mark.full),  # m = 10
+        (5, 2, 4, np.float64, False),  # blocks wider than n: one block
+        (1, 2, 1, np.float64, False),  # n = 1
+    ],
+)
+def test_forms_match_numpy(form, kl, ku, n, dtype, zero_diagonal):
+    """Both forms (:data:`band_parallel.FORMS`) factor, solve (``A``, ``A^T``, ``A^H``),
+    give ``log |det|`` and the selected inverse as NumPy does, for a batch of two."""
+    data, dense, offsets = _systems(kl, ku, n, dtype, seed=kl + 7 * ku, zero_diagonal=zero_diagonal)
+    m = band_parallel.block_size(kl, ku)
+    tolerance = 2e-4 if dtype == np.float32 else 1e-9
+    arrays, failed = jax.jit(lambda d: band_parallel.factor_systems(d, offsets, m, form=form))(
+        jnp.asarray(data)
+    )
+    assert (np.asarray(failed) == -1).all()
+    b = np.random.default_rng(n).standard_normal((2, 3, n)).astype(dtype)
+    for trans in (0, 1, 2):
+        x = jax.jit(
+            lambda a, b, trans=trans: band_parallel.solve_systems(a, b, trans=trans, form=form)
+        )(arrays, jnp.asarray(b))
+        ops = [d if trans == 0 else (d.T if trans == 1 else d.conj().T) for d in dense]
+        expected = np.stack([np.linalg.solve(o, r.T).T for o, r in zip(ops, b)])
+        scale = tolerance * abs(expected).max()
+        np.testing.assert_allclose(x, expected, rtol=tolerance, atol=scale)
+    inverses = [a for a in (*arrays[:-1:3], arrays[-1]) if a.shape[-1]]
+    joined = jnp.concatenate(inverses, axis=-1)
+    _, logabs = band_parallel.slogdet_blocks(joined, form=form)
+    np.testing.assert_allclose(
+        -np.sum(logabs, axis=-1), np.linalg.slogdet(dense)[1], rtol=tolerance, atol=tolerance
+    )
+    blocks = band_parallel.dia_blocks(jnp.asarray(data), offsets, m)
+    factors, _ = band_parallel.factor(*blocks, hermitian=False, form=form)
+    inverse = band_parallel.inverse_blocks(factors, form=form)
+    residual = band_parallel.inverse_residual(blocks, inverse, form=form)
+    assert (np.asarray(residual) < 100 * np.finfo(dtype).eps).all(), residual
+    diagonal = np.stack([np.diag(np.linalg.inv(d)) for d in dense])
+    got = np.diagonal(inverse[1], axis1=-3, axis2=-2).reshape(2, -1)[:, :n]  # (S, N, m)
+    np.testing.assert_allclose(got, diagonal, rtol=tolerance, atol=tolerance * abs(diagonal).max())
+
+
+@pytest.mark.parametrize("form", band_parallel.FORMS)
+@pytest.mark.parametrize(
+    "kd, dtype",
+    [(1, np.float64), (3, np.complex128), pytest.param(10, np.float32, marks=pytest.mark.full)],
+)
+def test_forms_cholesky_and_its_failures(form, kd, dtype):
+    """The Hermitian factor in both forms: solves as NumPy; a block that is not positive
+    definite reports the first row of its block (the lanes' Gauss-Jordan checks its
+    pivots as Cholesky does)."""
+    n = 40
+    H = hermitian_band(n, kd, dtype, seed=kd)
+    data = jnp.asarray(_zero_padding(H))[None]
+    arrays, failed = band_parallel.factor_systems(data, H.offsets, kd, "upper", form=form)
+    assert int(failed[0]) == -1
+    b = np.random.default_rng(kd).standard_normal((1, 2, n)).astype(dtype)
+    x = band_parallel.solve_systems(arrays, jnp.asarray(b), form=form)
+    expected = np.linalg.solve(dense_f64(H), b[0].T).T
+    tolerance = 2e-4 if dtype == np.float32 else 1e-9
+    np.testing.assert_allclose(x[0], expected, rtol=tolerance, atol=tolerance * abs(expected).max())
+    # Indefinite: the diagonal entry of row kd (block 1's first) made negative. Block 1
+    # fails at the first level; block 0's later Schur complement may fail too (row 0).
+    indefinite = np.array(_zero_padding(H))
+    indefinite[H.offsets.index(0), kd] = -abs(indefinite[H.offsets.index(0), kd])
+    assert np.linalg.eigvalsh(dense_f64(jaxdia.DiaMatrix(indefinite, H.offsets, (n, n))))[0] < 0
+    _, failed = band_parallel.factor_systems(
+        jnp.asarray(indefinite)[None], H.offsets, kd, "upper", form=form
+    )
+    assert int(failed[0]) in (0, kd)

@@ -456,7 +456,8 @@ def _expm_multiply_of_a_function(M, b):
 
 def _dense_products_cases():
     """Programs with dense block products on the solve side, sized to take their
-    accelerator paths: cyclic reduction's blocks (one-shot, LU and Cholesky factors),
+    accelerator paths: cyclic reduction's blocks (one-shot, LU and Cholesky factors; past
+    ``band_parallel.LANE_BLOCKS`` rows, which TPU multiplies elementwise below),
     the periodic correction, multigrid's coarse inverse, Lanczos' reorthogonalization,
     ``expm_multiply``'s norm estimate, GMRES' Gram-Schmidt and BDF's difference tables."""
     rng = np.random.default_rng(0)
@@ -467,7 +468,8 @@ def _dense_products_cases():
         data[offsets.index(0)] += 4 * width + 4
         return jaxdia.DiaMatrix(jnp.asarray(data), offsets, (n, n))
 
-    small, large = band(64, 5), band(4096, 5)
+    small = band(64, 5)
+    wide, large_wide = band(64, 17), band(4096, 17)  # blocks of 17 rows
     laplacian = jaxdia.diags([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(16, 16))
     identity = jaxdia.eye(16)
     poisson = (jaxdia.kron(laplacian, identity) + jaxdia.kron(identity, laplacian)).astype(
@@ -475,14 +477,14 @@ def _dense_products_cases():
     )
     tridiagonal = jaxdia.diags([-1.0, 4.0, -1.5], offsets=[-1, 0, 1], shape=(400, 400))
     return {
-        "solve_banded": (jaxdia.solve_banded, (small, jnp.ones(64, jnp.float32))),
+        "solve_banded": (jaxdia.solve_banded, (wide, jnp.ones(64, jnp.float32))),
         "lu_factor": (
             lambda A, b: jaxdia.lu_factor(A).solve(b),
-            (large, jnp.ones(4096, jnp.float32)),
+            (large_wide, jnp.ones(4096, jnp.float32)),
         ),
         "cho_factor": (
             lambda A, b: jaxdia.cho_factor(A).solve(b),
-            ((large + large.T) * 0.5, jnp.ones(4096, jnp.float32)),
+            ((large_wide + large_wide.T) * 0.5, jnp.ones(4096, jnp.float32)),
         ),
         "periodic": (jaxdia.solve_banded, (band(64, 1, corners=True), jnp.ones(64, jnp.float32))),
         "multigrid": (

@@ -23,6 +23,17 @@ level; LAPACK-layout masks, one per diagonal). Two rules hold that out:
   slots); the factorizations' (:data:`LEVEL_SIZES`) are smaller, their lowering taking
   longer with the levels.
 
+A third rule is TPU's: it lays an array's two minor dims out in tiles of 8 x 128 elements
+(1, 2 or 4 rows where the second-minor dim is that small), so an array of many small
+blocks with the blocks major, ``(N, m, m)``, spends a tile on each block (the measured
+TPU programs above: ``f32[1,50000,1,1,1]`` took 24 MiB, 512 bytes a number, and XLA's
+generated code followed the tiles). Lowered for ``tpu`` at ``n = 2^18``, no array of the
+programs that run cyclic reduction may have tiles holding more than :data:`TILE_WASTE`
+times its elements and more than ``4 n`` elements beyond them (:func:`wasteful_arrays`):
+blocks with the blocks major waste tens of ``n``; the deepest levels, whose few blocks
+leave lanes empty, a fixed amount (``m^3`` tiles of 128 lanes, below ``4 n`` for the
+bands tested).
+
 A factorization's layout is chosen when it is traced, for the default platform: each
 case traces as that platform does (``_dispatch.default_platform`` patched).
 """
@@ -30,6 +41,7 @@ case traces as that platform does (``_dispatch.default_platform`` patched).
 from __future__ import annotations
 
 import math
+import re
 
 import jax
 import jax.numpy as jnp
@@ -301,3 +313,104 @@ def test_the_rules_catch_tables_and_growth():
 
     with pytest.raises(AssertionError, match="affine in log n"):
         check_sizes(unrolled, SIZES, "cpu", "unrolled")
+
+
+# -- TPU tiles ------------------------------------------------------------------------------------
+
+#: The ratio of an array's TPU tiles to its elements above which it is wasteful (where the
+#: waste is also more than ``4 n`` elements): an ``m x m`` block with the blocks major wastes
+#: 20x at ``m = 10`` and 64x at ``m = 2``; blocks of ``m > 16`` rows (which cyclic
+#: reduction keeps in front, see ``band_parallel.LANE_BLOCKS``) waste 2x to 10x.
+TILE_WASTE = 8
+TILE_N = 1 << 18
+#: A tensor type's dims and element type (``f32``, ``complex<f32>``, ``i32``, ``i1``, ...).
+_TENSOR = re.compile(r"tensor<((?:\d+x)+)([a-z]+)")
+
+
+def tpu_tiles(shape: tuple[int, ...]) -> int:
+    """The elements TPU's tiles of ``shape`` hold: the last dim in lanes of 128, the
+    second-minor in rows of 8 (or the power of two up to 8 that holds it)."""
+    if not shape:
+        return 1
+    lanes = -(-shape[-1] // 128) * 128
+    if len(shape) == 1:
+        return lanes
+    rows = min(8, 1 << max(shape[-2] - 1, 0).bit_length())
+    return math.prod(shape[:-2]) * -(-shape[-2] // rows) * rows * lanes
+
+
+def wasteful_arrays(text: str, n: int) -> list[tuple[tuple[int, ...], int]]:
+    """``(shape, tiles)`` of every floating-point ``tensor<...>`` type in StableHLO
+    ``text`` whose TPU tiles (:func:`tpu_tiles`) hold more than :data:`TILE_WASTE` times
+    its elements and more than ``4 n`` elements beyond them. Integer and boolean tensors
+    are left out: a gather's indices (a trailing index vector of one or two) and the
+    masks are computed from iotas inside the fusion that reads them."""
+    found = set()
+    for match in _TENSOR.finditer(text):
+        if match.group(2)[0] not in "fbc":  # f32, bf16, complex<...>
+            continue
+        # Dims of one left out: moving them is a reshape XLA makes a bitcast (a vector
+        # as a (1, n) row or an (n, 1) column on its way to the solves).
+        shape = tuple(int(d) for d in match.group(1).split("x")[:-1] if d != "1")
+        elements, tiles = math.prod(shape), tpu_tiles(shape)
+        if tiles > TILE_WASTE * elements and tiles - elements > 4 * n:
+            found.add((shape, tiles))
+    return sorted(found)
+
+
+CYCLIC_REDUCTION = (
+    "solve_banded",
+    "periodic solve_banded",
+    "lu_factor + solve",
+    "cho_factor + solve",
+    "slogdet",
+    "selected_inverse",
+)
+FAST_TILES = {("solve_banded", 3), ("lu_factor + solve", 21), ("selected_inverse", 3)}
+#: Not cyclic reduction's: the periodic split keeps ``U`` and ``Z = B^-1 U`` as ``(n, r)``
+#: (``jaxdia._linalg.periodic``), the corner rank ``r = 2`` in the lanes.
+PERIODIC_COLUMNS = pytest.mark.xfail(
+    strict=True, reason="periodic.py's corrections Z = B^-1 U are (n, r), r in the lanes"
+)
+
+
+def _tile_marks(name: str, count: int) -> list:
+    marks = [] if (name, count) in FAST_TILES else [FULL]
+    return [*marks, PERIODIC_COLUMNS] if name.startswith("periodic") else marks
+
+
+@pytest.mark.parametrize(
+    "name, count",
+    [
+        pytest.param(name, count, marks=_tile_marks(name, count))
+        for name in CYCLIC_REDUCTION
+        for count in DIAGONALS
+    ],
+)
+def test_cyclic_reduction_fills_tpu_tiles(name, count, traced_for):
+    """Cyclic reduction's arrays keep the blocks in the lanes (see
+    :mod:`jaxdia._kernels.band_parallel`): no array wastes TPU's tiles."""
+    traced_for("tpu")
+    f, args = banded_program(name, TILE_N, count)
+    bad = wasteful_arrays(lowered(f, *args, platform="tpu").as_text(), TILE_N)
+    assert not bad, (
+        f"{name}, {count} diagonals, lowered for tpu at n = {TILE_N}: arrays whose TPU tiles "
+        f"hold more than {TILE_WASTE}x their elements (shape, tiled elements): {bad[:4]}"
+    )
+
+
+def test_the_tile_rule_catches_blocks_in_front():
+    def blocks(shape):
+        return (lambda x: 2 * x.reshape(shape)), (vector(TILE_N),)
+
+    for shape, wasteful in [
+        ((TILE_N // 4, 2, 2), True),  # the blocks major: a tile each
+        ((TILE_N // 2, 2), True),  # pairs as columns: two lanes of 128 used
+        ((TILE_N, 1), False),  # a column: its dim of one is a bitcast away
+        ((2, 2, TILE_N // 4), False),  # the blocks in the lanes
+        ((1, TILE_N), False),  # a row: tiles of one row
+        ((TILE_N // 1024, 32, 32), False),  # blocks large enough to fill their tiles
+    ]:
+        f, args = blocks(shape)
+        found = wasteful_arrays(lowered(f, *args, platform="tpu").as_text(), TILE_N)
+        assert bool(found) == wasteful, (shape, found)

@@ -287,7 +287,9 @@ def _solve_host(*operands, layout, widths, trans):
 
 def _factor_cpu(*operands, layout, widths, placement, offsets, method):
     if layout.parallel:
-        return _factor_parallel(*operands, layout=layout, widths=widths, offsets=offsets, cpu=True)
+        return _factor_parallel(
+            *operands, layout=layout, widths=widths, offsets=offsets, platform="cpu"
+        )
     first = operands[0]
     core = layout.operand_core[0]
     n = first.shape[-1]
@@ -315,11 +317,16 @@ def _solve_cpu(*operands, layout, widths, trans, offsets, method):
     return _solve_scan(*operands, layout=layout, widths=widths, trans=trans)
 
 
-def _factor_default(*operands, layout, widths, placement, offsets, method):
-    del method
-    if layout.parallel:
-        return _factor_parallel(*operands, layout=layout, widths=widths, offsets=offsets, cpu=False)
-    return _factor_scan(*operands, layout=layout, widths=widths, placement=placement)
+def _factor_on(platform: str):
+    def lowering(*operands, layout, widths, placement, offsets, method):
+        del method
+        if layout.parallel:
+            return _factor_parallel(
+                *operands, layout=layout, widths=widths, offsets=offsets, platform=platform
+            )
+        return _factor_scan(*operands, layout=layout, widths=widths, placement=placement)
+
+    return lowering
 
 
 def _solve_on(platform: str):
@@ -373,7 +380,7 @@ def _triangle(layout: Layout, widths: tuple[int, ...]) -> str | None:
     return "lower" if widths[1] else "upper"
 
 
-def _factor_parallel(data, *, layout, widths, offsets, cpu: bool):
+def _factor_parallel(data, *, layout, widths, offsets, platform: str):
     batch = data.shape[:-2]
     if data.shape[-1] == 0:
         shapes = parallel_shapes(layout, widths, 0)
@@ -381,9 +388,11 @@ def _factor_parallel(data, *, layout, widths, offsets, cpu: bool):
         return [*empty, jnp.zeros(batch, np.int32)]
     flat = _zero_padding(_systems(data), offsets)
     m = block_size(layout, widths)
-    arrays, failed = band_parallel.factor_systems(flat, offsets, m, _triangle(layout, widths))
+    form = _dispatch.block_form(platform)
+    triangle = _triangle(layout, widths)
+    arrays, failed = band_parallel.factor_systems(flat, offsets, m, triangle, form=form)
     info = jnp.where(failed >= 0, failed + 1, 0).astype(np.int32)
-    if cpu and layout is CR and offsets:
+    if platform == "cpu" and layout is CR and offsets:
         # LAPACK says whether the matrix is singular (the reduction fails on more).
         def lapack_info():
             placement = _gb_placement(offsets, widths)
@@ -510,19 +519,21 @@ def _solve_parallel(*operands, layout, widths, trans, offsets, platform: str):
     *arrays, b = operands
     lead = b.shape[:-2]
     b = b.reshape(math.prod(lead), *b.shape[-2:])
+    form = _dispatch.block_form(platform)
     if layout.hermitian:
         flat = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
-        return band_parallel.solve_systems(flat, b, trans=0).reshape(*lead, *b.shape[-2:])
+        x = band_parallel.solve_systems(flat, b, trans=0, form=form)
+        return x.reshape(*lead, *b.shape[-2:])
     data = _zero_padding(_systems(arrays.pop()), offsets)
     m = block_size(layout, widths)
     if layout is ONESHOT:
-        arrays, failed = band_parallel.factor_systems(data, offsets, m)
+        arrays, failed = band_parallel.factor_systems(data, offsets, m, form=form)
     else:
         arrays = [a.reshape(-1, *a.shape[-3:]) if a.ndim > 3 else a for a in arrays]
         failed = None
 
     def solve(rhs):
-        return band_parallel.solve_systems(arrays, rhs, trans=trans)
+        return band_parallel.solve_systems(arrays, rhs, trans=trans, form=form)
 
     # The factor's precision, which may be below b's (see jaxdia._linalg.banded).
     precision = arrays[-1].dtype
@@ -544,11 +555,14 @@ def _solve_parallel(*operands, layout, widths, trans, offsets, platform: str):
 
 factor_p.def_impl(partial(dispatch.apply_primitive, factor_p))
 solve_p.def_impl(partial(dispatch.apply_primitive, solve_p))
-mlir.register_lowering(factor_p, mlir.lower_fun(_factor_default, multiple_results=True))
+mlir.register_lowering(factor_p, mlir.lower_fun(_factor_on("tpu"), multiple_results=True))
 mlir.register_lowering(solve_p, mlir.lower_fun(_solve_on("tpu"), multiple_results=False))
 mlir.register_lowering(factor_p, mlir.lower_fun(_factor_cpu, multiple_results=True), platform="cpu")
 mlir.register_lowering(solve_p, mlir.lower_fun(_solve_cpu, multiple_results=False), platform="cpu")
 for _gpu in ("cuda", "rocm"):
+    mlir.register_lowering(
+        factor_p, mlir.lower_fun(_factor_on("gpu"), multiple_results=True), platform=_gpu
+    )
     mlir.register_lowering(
         solve_p, mlir.lower_fun(_solve_on("gpu"), multiple_results=False), platform=_gpu
     )

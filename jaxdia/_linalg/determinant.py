@@ -39,7 +39,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from .. import _dispatch
 from .._geometry import in_bounds, real_dtype
+from .._kernels import band_parallel
 from .._kernels.band_layouts import GB, GT, PB, PT
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
@@ -69,20 +71,17 @@ def _swaps(pivots: Array) -> Array:
 
 
 def _block_terms(inverses: list[Array]) -> tuple[Array, Array]:
-    """``(sign, log|det|)`` of ``prod det(E_q)^-1`` over stored block inverses ``(...,
-    blocks, m, m)``."""
-    signs, logs = [], []
-    for inverse in inverses:
-        if inverse.shape[-3] == 0:
-            continue
-        sign, logabs = jnp.linalg.slogdet(inverse)
-        signs.append(jnp.prod(sign.conj(), axis=-1))
-        logs.append(-jnp.sum(logabs, axis=-1))
+    """``(sign, log|det|)`` of ``prod det(E_q)^-1`` over stored block inverses ``(..., m,
+    m, blocks)``: every level's blocks side by side along the block axis (the lanes, see
+    :mod:`jaxdia._kernels.band_parallel`), their determinants in one pass."""
     dtype = inverses[-1].dtype
     shape = inverses[-1].shape[:-3]
-    sign = jnp.prod(jnp.stack(signs), axis=0) if signs else jnp.ones(shape, dtype)
-    logabs = jnp.sum(jnp.stack(logs), axis=0) if logs else jnp.zeros(shape, real_dtype(dtype))
-    return sign, logabs
+    blocks = [inverse for inverse in inverses if inverse.shape[-1]]
+    if not blocks:
+        return jnp.ones(shape, dtype), jnp.zeros(shape, real_dtype(dtype))
+    form = _dispatch.block_form(_dispatch.default_platform())
+    sign, logabs = band_parallel.slogdet_blocks(jnp.concatenate(blocks, axis=-1), form=form)
+    return jnp.prod(sign.conj(), axis=-1), -jnp.sum(logabs, axis=-1)
 
 
 def band_slogdet(factor: banded.Factor) -> tuple[Array, Array]:

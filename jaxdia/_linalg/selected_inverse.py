@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
+from .. import _dispatch
 from .._checks import is_traced
 from .._geometry import accumulation_dtype, band_widths, in_bounds
 from .._kernels import band_parallel, band_scan, lapack
@@ -66,7 +67,7 @@ def _triangle(lower: bool | None) -> str | None:
 
 
 def block_inverse(A: DiaParts, lower: bool | None) -> tuple[tuple[Array, Array, Array], Array]:
-    """``((lower, diagonal, upper), ok)``: the blocks ``(S, N, m, m)`` of ``A^-1`` on
+    """``((lower, diagonal, upper), ok)``: the blocks ``(S, m, m, N)`` of ``A^-1`` on
     ``A``'s block tridiagonal pattern, ``A``'s batch flattened to ``S`` systems (``lower``
     given: of the Hermitian matrix that triangle defines), and ``ok`` ``(S,)``: whether
     the residual check passed."""
@@ -77,10 +78,11 @@ def block_inverse(A: DiaParts, lower: bool | None) -> tuple[tuple[Array, Array, 
     data = jnp.where(in_bounds(offsets, (n, n)), data, 0)
     data = data.astype(accumulation_dtype(data.dtype))
     flat = data.reshape(-1, *data.shape[-2:])
+    form = _dispatch.block_form(_dispatch.default_platform())
     blocks = band_parallel.dia_blocks(flat, offsets, m, _triangle(lower))
-    arrays, _ = band_parallel.factor(*(x[:, :, None] for x in blocks), hermitian=lower is not None)
-    inverse = band_parallel.inverse_blocks(tuple(a[:, :, 0] for a in arrays))
-    residual = band_parallel.inverse_residual(blocks, inverse)
+    arrays, _ = band_parallel.factor(*blocks, hermitian=lower is not None, form=form)
+    inverse = band_parallel.inverse_blocks(arrays, form=form)
+    residual = band_parallel.inverse_residual(blocks, inverse, form=form)
     return inverse, residual <= max_residual(data.dtype)
 
 
@@ -98,10 +100,10 @@ def gather(
     transpose: bool = False,
 ) -> Array:
     """DIA ``data`` ``(S, nd, n)`` holding ``X[i, j]`` at the slot of ``A[i, j]`` (or
-    ``X[j, i]`` with ``transpose``: ``X^T`` on ``A``'s pattern), from the blocks ``(S, N,
-    m, m)`` of :func:`block_inverse`; zero in the padding slots."""
+    ``X[j, i]`` with ``transpose``: ``X^T`` on ``A``'s pattern), from the blocks ``(S, m,
+    m, N)`` of :func:`block_inverse`; zero in the padding slots."""
     lower, diagonal, upper = inverse
-    m = diagonal.shape[-1]
+    m = diagonal.shape[-2]
     # Indices computed in the program (iota), not folded in as (nd, n) constants.
     slots = lax.broadcasted_iota(np.int32, (len(offsets), n), 1)
     rows = slots - jnp.asarray(offsets, np.int32)[:, None]  # A[rows, slots] sits here
@@ -112,8 +114,8 @@ def gather(
     rows, cols = jnp.where(inside, rows, 0), jnp.where(inside, cols, 0)
     block = rows // m
     local = jnp.clip(cols - (block - 1) * m, 0, 3 * m - 1)  # [0, 3 m) for |rows - cols| <= m
-    joined = jnp.concatenate([lower, diagonal, upper], axis=-1)  # (S, N, m, 3 m)
-    values = joined[:, block, rows % m, local]
+    joined = jnp.concatenate([lower, diagonal, upper], axis=-2)  # (S, m, 3 m, N)
+    values = joined[:, rows % m, local, block]
     return jnp.where(inside, values, 0)
 
 
