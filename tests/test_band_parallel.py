@@ -38,6 +38,7 @@ PLATFORMS = ["cuda", "tpu"]
 
 #: jaxdia's banded functions with cyclic reduction forced (on CPU).
 PARALLEL = Forced("parallel")
+FULL = pytest.mark.full
 
 
 def on_platform(monkeypatch, platform):
@@ -458,58 +459,72 @@ def _systems(kl, ku, n, dtype, seed, systems=2, zero_diagonal=False):
     return data, dense, offsets
 
 
-@pytest.mark.parametrize("form", band_parallel.FORMS)
-@pytest.mark.parametrize(
-    "kl, ku, n, dtype, zero_diagonal",
-    [
+#: The fast tier runs the lanes form (TPU's, which nothing else runs on CPU) on blocks that
+#: need Gauss-Jordan's pivoting; the rest in the full tier.
+FAST_FORMS = {(3, 2, "lanes"), (1, 1, "lanes")}
+
+
+def _form_cases():
+    cases = [
         (1, 1, 37, np.complex128, False),  # 1 x 1 blocks
         (2, 1, 21, np.float64, False),  # 2 x 2
         (3, 3, 50, np.complex128, False),  # Gauss-Jordan in the lanes
         (3, 2, 30, np.float64, True),  # a zero diagonal: pivoting inside the blocks
-        pytest.param(10, 10, 64, np.float32, False, marks=pytest.mark.full),  # m = 10
+        (10, 10, 64, np.float32, False),
         (5, 2, 4, np.float64, False),  # blocks wider than n: one block
         (1, 2, 1, np.float64, False),  # n = 1
-    ],
-)
+    ]
+    return [
+        pytest.param(*case, form, marks=() if (*case[:2], form) in FAST_FORMS else FULL)
+        for case in cases
+        for form in band_parallel.FORMS
+    ]
+
+
+@pytest.mark.parametrize("kl, ku, n, dtype, zero_diagonal, form", _form_cases())
 def test_forms_match_numpy(form, kl, ku, n, dtype, zero_diagonal):
     """Both forms (:data:`band_parallel.FORMS`) factor, solve (``A``, ``A^T``, ``A^H``),
     give ``log |det|`` and the selected inverse as NumPy does, for a batch of two."""
     data, dense, offsets = _systems(kl, ku, n, dtype, seed=kl + 7 * ku, zero_diagonal=zero_diagonal)
     m = band_parallel.block_size(kl, ku)
     tolerance = 2e-4 if dtype == np.float32 else 1e-9
-    arrays, failed = jax.jit(lambda d: band_parallel.factor_systems(d, offsets, m, form=form))(
-        jnp.asarray(data)
-    )
-    assert (np.asarray(failed) == -1).all()
     b = np.random.default_rng(n).standard_normal((2, 3, n)).astype(dtype)
-    for trans in (0, 1, 2):
-        x = jax.jit(
-            lambda a, b, trans=trans: band_parallel.solve_systems(a, b, trans=trans, form=form)
-        )(arrays, jnp.asarray(b))
+
+    @jax.jit  # one program: eagerly, every operation of the unrolled levels compiles alone
+    def run(data, b):
+        arrays, failed = band_parallel.factor_systems(data, offsets, m, form=form)
+        xs = [band_parallel.solve_systems(arrays, b, trans=t, form=form) for t in (0, 1, 2)]
+        inverses = [a for a in (*arrays[:-1:3], arrays[-1]) if a.shape[-1]]
+        joined = jnp.concatenate(inverses, axis=-1)
+        logabs = -jnp.sum(band_parallel.slogdet_blocks(joined, form=form)[1], axis=-1)
+        blocks = band_parallel.dia_blocks(data, offsets, m)
+        factors, _ = band_parallel.factor(*blocks, hermitian=False, form=form)
+        inverse = band_parallel.inverse_blocks(factors, form=form)
+        residual = band_parallel.inverse_residual(blocks, inverse, form=form)
+        return failed, xs, logabs, residual, inverse[1]
+
+    failed, xs, logabs, residual, diagonal_blocks = run(jnp.asarray(data), jnp.asarray(b))
+    assert (np.asarray(failed) == -1).all()
+    for trans, x in enumerate(xs):
         ops = [d if trans == 0 else (d.T if trans == 1 else d.conj().T) for d in dense]
         expected = np.stack([np.linalg.solve(o, r.T).T for o, r in zip(ops, b)])
         scale = tolerance * abs(expected).max()
         np.testing.assert_allclose(x, expected, rtol=tolerance, atol=scale)
-    inverses = [a for a in (*arrays[:-1:3], arrays[-1]) if a.shape[-1]]
-    joined = jnp.concatenate(inverses, axis=-1)
-    _, logabs = band_parallel.slogdet_blocks(joined, form=form)
-    np.testing.assert_allclose(
-        -np.sum(logabs, axis=-1), np.linalg.slogdet(dense)[1], rtol=tolerance, atol=tolerance
-    )
-    blocks = band_parallel.dia_blocks(jnp.asarray(data), offsets, m)
-    factors, _ = band_parallel.factor(*blocks, hermitian=False, form=form)
-    inverse = band_parallel.inverse_blocks(factors, form=form)
-    residual = band_parallel.inverse_residual(blocks, inverse, form=form)
+    np.testing.assert_allclose(logabs, np.linalg.slogdet(dense)[1], rtol=tolerance, atol=tolerance)
     assert (np.asarray(residual) < 100 * np.finfo(dtype).eps).all(), residual
     diagonal = np.stack([np.diag(np.linalg.inv(d)) for d in dense])
-    got = np.diagonal(inverse[1], axis1=-3, axis2=-2).reshape(2, -1)[:, :n]  # (S, N, m)
+    got = np.diagonal(diagonal_blocks, axis1=-3, axis2=-2).reshape(2, -1)[:, :n]  # (S, N, m)
     np.testing.assert_allclose(got, diagonal, rtol=tolerance, atol=tolerance * abs(diagonal).max())
 
 
-@pytest.mark.parametrize("form", band_parallel.FORMS)
 @pytest.mark.parametrize(
-    "kd, dtype",
-    [(1, np.float64), (3, np.complex128), pytest.param(10, np.float32, marks=pytest.mark.full)],
+    "kd, dtype, form",
+    [
+        (3, np.complex128, "lanes"),
+        pytest.param(1, np.float64, "lanes", marks=FULL),
+        pytest.param(10, np.float32, "lanes", marks=FULL),
+        pytest.param(3, np.complex128, "dot", marks=FULL),
+    ],
 )
 def test_forms_cholesky_and_its_failures(form, kd, dtype):
     """The Hermitian factor in both forms: solves as NumPy; a block that is not positive
@@ -517,20 +532,21 @@ def test_forms_cholesky_and_its_failures(form, kd, dtype):
     pivots as Cholesky does)."""
     n = 40
     H = hermitian_band(n, kd, dtype, seed=kd)
-    data = jnp.asarray(_zero_padding(H))[None]
-    arrays, failed = band_parallel.factor_systems(data, H.offsets, kd, "upper", form=form)
-    assert int(failed[0]) == -1
-    b = np.random.default_rng(kd).standard_normal((1, 2, n)).astype(dtype)
-    x = band_parallel.solve_systems(arrays, jnp.asarray(b), form=form)
-    expected = np.linalg.solve(dense_f64(H), b[0].T).T
-    tolerance = 2e-4 if dtype == np.float32 else 1e-9
-    np.testing.assert_allclose(x[0], expected, rtol=tolerance, atol=tolerance * abs(expected).max())
     # Indefinite: the diagonal entry of row kd (block 1's first) made negative. Block 1
     # fails at the first level; block 0's later Schur complement may fail too (row 0).
     indefinite = np.array(_zero_padding(H))
     indefinite[H.offsets.index(0), kd] = -abs(indefinite[H.offsets.index(0), kd])
     assert np.linalg.eigvalsh(dense_f64(jaxdia.DiaMatrix(indefinite, H.offsets, (n, n))))[0] < 0
-    _, failed = band_parallel.factor_systems(
-        jnp.asarray(indefinite)[None], H.offsets, kd, "upper", form=form
-    )
-    assert int(failed[0]) in (0, kd)
+    data = jnp.stack([jnp.asarray(_zero_padding(H)), jnp.asarray(indefinite)])
+    b = np.random.default_rng(kd).standard_normal((2, 2, n)).astype(dtype)
+
+    @jax.jit
+    def run(data, b):
+        arrays, failed = band_parallel.factor_systems(data, H.offsets, kd, "upper", form=form)
+        return failed, band_parallel.solve_systems(arrays, b, form=form)
+
+    failed, x = run(data, jnp.asarray(b))
+    assert int(failed[0]) == -1 and int(failed[1]) in (0, kd)
+    expected = np.linalg.solve(dense_f64(H), b[0].T).T
+    tolerance = 2e-4 if dtype == np.float32 else 1e-9
+    np.testing.assert_allclose(x[0], expected, rtol=tolerance, atol=tolerance * abs(expected).max())
