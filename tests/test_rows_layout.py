@@ -134,7 +134,13 @@ def test_tpu_kernel_takes_rows(name, transpose, batch_d, batch_x):
     offsets, shape = CASES[name]
     data, x = _case(name, 2, np.float32, batch_d, batch_x, transpose=transpose, seed=3)
     got = pallas_tpu.spmm(
-        data, x, offsets=offsets, shape=shape, transpose=transpose, rows=True, interpret=True
+        jnp.asarray(data),
+        jnp.asarray(x),
+        offsets=offsets,
+        shape=shape,
+        transpose=transpose,
+        rows=True,
+        interpret=True,
     )
     _check(got, data, x, name, transpose)
 
