@@ -100,15 +100,21 @@ def _align_batch(data: Array, x: Array) -> tuple[Array, Array]:
     return data, x
 
 
-def _spmm(data: Array, x: Array, *, transpose: bool = False, **params: Any) -> Array:
+def _spmm(
+    data: Array, x: Array, *, transpose: bool = False, rows: bool = False, **params: Any
+) -> Array:
     """The ``dia_spmm`` primitive, or, when the matrix's columns (or ``x``'s contracted
     rows) are split over Explicit mesh axes, the halo-exchanging product of
     :mod:`jaxdia._sharded_products`. Which one is a static property of the operands'
-    types: unsharded operands are traced exactly as the primitive alone."""
-    axes = contracted_axes(data, x, transpose)
+    types: unsharded operands are traced exactly as the primitive alone. ``rows``: ``x``
+    and the result as rows ``(*B, c, n)`` (the sharded product takes columns)."""
+    axes = contracted_axes(data, x, transpose, rows=rows)
+    if axes and rows:
+        y = sharded_spmm(data, jnp.swapaxes(x, -1, -2), axes=axes, transpose=transpose, **params)
+        return jnp.swapaxes(y, -1, -2)
     if axes:
         return sharded_spmm(data, x, axes=axes, transpose=transpose, **params)
-    return spmm(data, x, transpose=transpose, **params)
+    return spmm(data, x, transpose=transpose, rows=rows, **params)
 
 
 @functools.partial(jax.jit, static_argnames=("offsets", "shape", "transpose", "implementation"))
@@ -121,16 +127,22 @@ def _product(data, x, *, offsets, shape, transpose, implementation) -> Array:
     """
     data, x = _promote(data, x)
     vector = x.ndim == 1
-    if vector:
-        x = x[:, None]
+    if vector:  # a row (1, n): TPU tiles an (n, 1) column one row per element
+        x = x[None, :]
     elif transpose:
         x = jnp.swapaxes(x, -1, -2)
     data, x = _align_batch(data, x)
     y = _spmm(
-        data, x, offsets=offsets, shape=shape, transpose=transpose, implementation=implementation
+        data,
+        x,
+        offsets=offsets,
+        shape=shape,
+        transpose=transpose,
+        implementation=implementation,
+        rows=vector,
     )
     if vector:
-        return y[..., 0]
+        return y[..., 0, :]
     return jnp.swapaxes(y, -1, -2) if transpose else y
 
 
@@ -162,19 +174,16 @@ def matvec(A: DiaParts, transpose: bool = False) -> Callable[[Array], Array]:
     checks, for the inner loops of the solvers (Lanczos, multigrid, ``expm_multiply``).
 
     A vector stays 1-D around the product: XLA CPU reduces an ``(n, 1)`` array (the
-    loops' norms) several times slower than a vector.
+    loops' norms) several times slower than a vector. It enters the product as a row
+    ``(1, n)``, which TPU tiles as one (an ``(n, 1)`` column takes a tile row per element).
     """
 
     def product(x: Array) -> Array:
-        column = x.ndim == 1
-        y = spmm(
-            A.data,
-            x[:, None] if column else x,
-            offsets=A.offsets,
-            shape=A.shape,
-            transpose=transpose,
-        )
-        return y[:, 0] if column else y
+        if x.ndim == 1:
+            row = x[None, :]
+            y = spmm(A.data, row, offsets=A.offsets, shape=A.shape, transpose=transpose, rows=True)
+            return y[0]
+        return spmm(A.data, x, offsets=A.offsets, shape=A.shape, transpose=transpose)
 
     return product
 

@@ -110,14 +110,15 @@ def fold_halos(
     return block
 
 
-def contracted_axes(data: ArrayLike, x: ArrayLike, transpose: bool) -> Axes:
+def contracted_axes(data: ArrayLike, x: ArrayLike, transpose: bool, rows: bool = False) -> Axes:
     """The Explicit axes a product is sharded over: those of ``data``'s columns, else
-    those of ``x``'s rows (the dim ``A`` contracts or, transposed, its rows); none when
-    neither is sharded over an Explicit axis (then the product is the plain one)."""
+    those of ``x``'s rows (the dim ``A`` contracts or, transposed, its rows; ``rows``:
+    ``x`` is rows ``(*B, c, n)``, that dim its last); none when neither is sharded over
+    an Explicit axis (then the product is the plain one)."""
     columns = explicit_spec(data)[-1]
     if columns:
         return columns
-    return explicit_spec(x)[-2]
+    return explicit_spec(x)[-1 if rows else -2]
 
 
 def _unify_batch(data: Array, x: Array, skip: set[Any]) -> tuple[Axes, ...]:

@@ -550,3 +550,63 @@ def test_forms_cholesky_and_its_failures(form, kd, dtype):
     expected = np.linalg.solve(dense_f64(H), b[0].T).T
     tolerance = 2e-4 if dtype == np.float32 else 1e-9
     np.testing.assert_allclose(x[0], expected, rtol=tolerance, atol=tolerance * abs(expected).max())
+
+
+@pytest.mark.parametrize(
+    "m, dtype", [(5, np.float64), (7, np.complex128), pytest.param(16, np.float32, marks=FULL)]
+)
+@pytest.mark.parametrize("hermitian", [False, True])
+def test_rolled_pivot_steps_match_unrolled_and_numpy(m, dtype, hermitian, monkeypatch):
+    """Past ``UNROLLED_PIVOTS`` rows Gauss-Jordan's steps are one ``fori_loop``: the same
+    inverses, pivots and interchanges as the unrolled steps, NumPy's inverses and
+    determinants; zero diagonals make it pivot (none for ``hermitian``, positive definite)."""
+    assert m > band_parallel.UNROLLED_PIVOTS
+    rng = np.random.default_rng(m)
+    blocks = rng.standard_normal((2, 6, m, m)) + (
+        1j * rng.standard_normal((2, 6, m, m)) if dtype == np.complex128 else 0
+    )
+    if hermitian:
+        blocks = blocks @ np.conj(np.swapaxes(blocks, -1, -2)) + m * np.eye(m)
+    else:
+        blocks[..., np.arange(m), np.arange(m)] = 0  # every step needs an interchange
+    blocks = blocks.astype(dtype)
+    lanes = jnp.asarray(np.moveaxis(blocks, 1, -1))  # (S, m, m, N)
+
+    def eliminate(x):
+        work, pivots, swaps = band_parallel._eliminate(x, hermitian=hermitian, invert=True)
+        return work[..., m:, :], pivots, swaps
+
+    rolled = jax.jit(eliminate)(lanes)
+    monkeypatch.setattr(band_parallel, "UNROLLED_PIVOTS", m)
+    unrolled = jax.jit(eliminate)(lanes)
+    for got, want in zip(rolled, unrolled):
+        np.testing.assert_array_equal(got, want)
+    tolerance = 1e-3 if dtype == np.float32 else 1e-9
+    inverse, pivots, swaps = rolled
+    expected = np.linalg.inv(blocks.astype(np.complex128))
+    np.testing.assert_allclose(
+        np.moveaxis(np.asarray(inverse), -1, 1),
+        expected,
+        rtol=tolerance,
+        atol=tolerance * abs(expected).max(),
+    )
+    determinant = np.prod(np.asarray(pivots), axis=-2) * np.where(np.asarray(swaps) % 2, -1, 1)
+    np.testing.assert_allclose(
+        determinant, np.linalg.det(blocks.astype(np.complex128)), rtol=tolerance
+    )
+    if hermitian:
+        assert (np.asarray(swaps) == 0).all()
+
+
+def test_pivot_steps_roll_past_a_few_rows():
+    """The lowered lanes factor: a loop per level for 21 diagonals (``m = 10``), none for 7
+    (``m = 3``)."""
+    for count, looped in [(7, False), (21, True)]:
+        kl = count // 2
+        data = jax.ShapeDtypeStruct((1, count, 1 << 10), np.float32)
+        offsets = tuple(range(-kl, kl + 1))
+        factor = functools.partial(
+            band_parallel.factor_systems, offsets=offsets, m=kl, form="lanes"
+        )
+        loops = while_loops(factor, data, platform="tpu")
+        assert bool(loops) == looped, (count, loops)

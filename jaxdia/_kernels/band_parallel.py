@@ -35,7 +35,8 @@ right-hand sides come in and go out by one gather each (no array with ``m`` mino
 blocks' products and inverses have two forms (:data:`FORMS`, chosen per platform by
 ``jaxdia._dispatch.block_form``): on TPU blocks of up to :data:`LANE_BLOCKS` rows never
 leave the lanes (a product is elementwise work reduced over the contracted index, an
-inverse Gauss-Jordan elimination over the ``m x m`` dims); on CPU and GPUs, whose memory
+inverse Gauss-Jordan elimination over the ``m x m`` dims, its pivot steps one loop past
+:data:`UNROLLED_PIVOTS` rows); on CPU and GPUs, whose memory
 has no tiles, ``dot_general`` and ``jnp.linalg`` take all but the smallest blocks (with
 the blocks in front, as their batch dims), as they do blocks of more than
 :data:`LANE_BLOCKS` rows everywhere (tiles then filled much by the block itself).
@@ -70,6 +71,12 @@ from .shared import magnitude
 #: blocks in front (as their batch dims), where an ``m x m`` block fills much of its TPU
 #: tiles itself. See ``benchmarks/notes/compile.md``.
 LANE_BLOCKS = 16
+
+#: Gauss-Jordan elimination of blocks of more than this many rows runs its pivot steps
+#: as one ``fori_loop`` (the step a dynamic index), where smaller blocks unroll them: a
+#: step is about 34 lines of program, so 21 diagonals (``m = 10``) unrolled made each
+#: level's inverse 340 lines, 2-3x the program the blocks-major layout had.
+UNROLLED_PIVOTS = 4
 
 
 def level_sizes(blocks: int) -> list[int]:
@@ -157,7 +164,9 @@ def _eliminate(blocks: Array, *, hermitian: bool, invert: bool) -> tuple[Array, 
     the rows not yet eliminated, as LAPACK's ``?getrf``); none for ``hermitian``, whose
     pivots stay positive exactly where the block is positive definite. Each step is a
     handful of operations over the whole set of blocks: ``O(m)`` operations in all,
-    ``O(m^3)`` work per block. A zero pivot makes the inverse not finite."""
+    ``O(m^3)`` work per block; past :data:`UNROLLED_PIVOTS` rows the steps are one
+    ``fori_loop``, the same operations with the step's row and column taken by dynamic
+    index. A zero pivot makes the inverse not finite."""
     m = blocks.shape[-2]
     index = lax.broadcasted_iota(np.int32, (m, 1), 0)  # a block's rows (..., m, N)
     row = index[:, :, None]  # and (..., m, c, N)
@@ -165,25 +174,50 @@ def _eliminate(blocks: Array, *, hermitian: bool, invert: bool) -> tuple[Array, 
     if invert:
         eye = (index == lax.broadcasted_iota(np.int32, (1, m), 1)).astype(blocks.dtype)
         work = jnp.concatenate([blocks, jnp.broadcast_to(eye[:, :, None], blocks.shape)], -2)
-    pivots = []
     swaps = jnp.zeros((*blocks.shape[:-3], blocks.shape[-1]), np.int32)
-    for k in range(m):
+
+    def step(k, work: Array, swaps: Array, eliminate: bool) -> tuple[Array, Array, Array]:
+        """Pivot step ``k`` (an int, or traced in the loop): ``(work, swaps, pivot)``."""
         if not hermitian:
-            column = magnitude(work[..., :, k, :])
+            column = magnitude(_line(work, k, -2)[..., 0, :])
             chosen = jnp.argmax(jnp.where(index >= k, column, -1), axis=-2)  # (..., N)
             swaps = swaps + (chosen != k)
             is_chosen = (index == chosen[..., None, :])[..., None, :]  # (..., m, 1, N)
             pivot_row = jnp.sum(jnp.where(is_chosen, work, 0), axis=-3)
-            work = jnp.where(is_chosen, work[..., k : k + 1, :, :], work)  # row k to chosen
+            work = jnp.where(is_chosen, _line(work, k, -3), work)  # row k to chosen
             work = jnp.where(row == k, pivot_row[..., None, :, :], work)
-        pivot = work[..., k, k, :]
-        pivots.append(pivot)
-        if not invert and k == m - 1:
-            break
-        normalized = work[..., k : k + 1, :, :] / pivot[..., None, None, :]
-        eliminated = work - work[..., :, k : k + 1, :] * normalized
-        work = jnp.where(row == k, normalized, eliminated)
-    return work, jnp.stack(pivots, axis=-2), swaps
+        current = _line(work, k, -3)  # (..., 1, c, N)
+        pivot = _line(current, k, -2)[..., 0, 0, :]
+        if not eliminate:
+            return work, swaps, pivot
+        normalized = current / pivot[..., None, None, :]
+        eliminated = work - _line(work, k, -2) * normalized
+        return jnp.where(row == k, normalized, eliminated), swaps, pivot
+
+    if m <= UNROLLED_PIVOTS:
+        pivots = []
+        for k in range(m):
+            # The last step's elimination is the inverse's only (its pivot is known).
+            work, swaps, pivot = step(k, work, swaps, invert or k < m - 1)
+            pivots.append(pivot)
+        return work, jnp.stack(pivots, axis=-2), swaps
+
+    def looped(k, carry):
+        work, swaps, pivots = carry
+        work, swaps, pivot = step(k, work, swaps, True)
+        return work, swaps, lax.dynamic_update_index_in_dim(pivots, pivot, k, -2)
+
+    pivots = jnp.zeros((*blocks.shape[:-3], m, blocks.shape[-1]), blocks.dtype)
+    work, swaps, pivots = lax.fori_loop(0, m, looped, (work, swaps, pivots))
+    return work, pivots, swaps
+
+
+def _line(x: Array, k, axis: int) -> Array:
+    """Row or column ``k`` of blocks ``(..., r, c, N)`` (``axis`` -3 or -2), kept as a
+    dim of one: a static slice for an int ``k``, a dynamic one for a traced ``k``."""
+    if isinstance(k, int):
+        return lax.slice_in_dim(x, k, k + 1, axis=x.ndim + axis)
+    return lax.dynamic_slice_in_dim(x, k, 1, x.ndim + axis, allow_negative_indices=False)
 
 
 def _inverse(blocks: Array, hermitian: bool, form: str) -> tuple[Array, Array]:

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array, lax
 
-from .xla import spmm_xla
+from .xla import spmv_xla
 
 #: Refinement steps at most per solve.
 STEPS = 3
@@ -40,12 +40,12 @@ def limit(dtype) -> float:
 
 
 def _product(data: Array, offsets: tuple[int, ...], x: Array, trans: int) -> Array:
-    """``op(A) x`` for ``x`` ``(S, k, n)`` (the systems' columns, as the solves take them)."""
+    """``op(A) x`` for ``x`` ``(S, k, n)`` (the systems' columns, as the solves take them):
+    ``k`` vectors of ``n`` in the lanes, no ``(n, k)`` transpose."""
     n = x.shape[-1]
     if trans == 2:
         data = data.conj()
-    y = spmm_xla(data, jnp.swapaxes(x, -1, -2), offsets=offsets, shape=(n, n), transpose=trans > 0)
-    return jnp.swapaxes(y, -1, -2)
+    return spmv_xla(data[..., None, :, :], x, offsets=offsets, shape=(n, n), transpose=trans > 0)
 
 
 def _norm(data: Array, offsets: tuple[int, ...], n: int, trans: int) -> Array:

@@ -255,6 +255,7 @@ def spmm(
     transpose: bool = False,
     block_sizes: BlockSizes | None = None,
     interpret: bool = False,
+    rows: bool = False,
 ) -> Array:
     """``A @ x`` (or ``A^T @ x``, no conjugation) with a Pallas TPU kernel.
 
@@ -267,9 +268,12 @@ def spmm(
         transpose: compute ``A^T @ x`` instead.
         block_sizes: tile sizes; ``BlockSizes.default(...)`` when ``None``.
         interpret: run the kernel in Pallas' interpreter (any backend, for tests).
+        rows: ``x`` and the result as rows ``(*B, c, rows)``, the layout the kernel
+            computes in (no transposes around it).
 
     Returns:
-        ``(*B, m, c)`` (or ``(*B, n, c)``) of the inputs' dtype.
+        ``(*B, m, c)`` (or ``(*B, n, c)``, or with ``rows`` ``(*B, c, m)``) of the
+        inputs' dtype.
 
     Raises:
         TypeError: for a dtype other than float32 and bfloat16.
@@ -284,11 +288,13 @@ def spmm(
         [6.0, 8.0, 3.0]
     """
     data, x, dtype, batch, n_cols = product_operands(data, x)
+    if rows:
+        n_cols = x.shape[-2]
     if not supports(dtype):
         raise TypeError(f"the TPU kernel handles float32 and bfloat16, not {dtype}")
     m, n = shape
     x_rows, out_rows = (m, n) if transpose else (n, m)
-    out_shape = (*batch, out_rows, n_cols)
+    out_shape = (*batch, n_cols, out_rows) if rows else (*batch, out_rows, n_cols)
     offsets = tuple(offsets)
     if math.prod(out_shape) == 0 or not any(holds_entries(o, shape) for o in offsets):
         return jnp.zeros(out_shape, dtype)
@@ -302,7 +308,8 @@ def spmm(
 
     # Matrix dimension on lanes. Lane dimensions shorter than one block are zero-padded
     # to it (cheap: under 2048 entries), so that every block lies within its array.
-    xt = jnp.swapaxes(x.astype(dtype), -1, -2).reshape(-1, n_cols, x_rows)
+    xt = x if rows else jnp.swapaxes(x, -1, -2)
+    xt = xt.astype(dtype).reshape(-1, n_cols, x_rows)
     xt = _pad_lanes(xt, block)
     data3 = _pad_lanes(data.astype(dtype).reshape(-1, len(offsets), 1, n), block)
     n_batch = math.prod(batch)
@@ -362,7 +369,7 @@ def spmm(
         name="jaxdia_spmm_t" if transpose else "jaxdia_spmm",
     )(*([xt] * len(x_shifts)), *([data3] * len(data_specs)))
     yt = yt[..., :out_rows]
-    return jnp.swapaxes(yt, -1, -2).reshape(out_shape)
+    return yt.reshape(out_shape) if rows else jnp.swapaxes(yt, -1, -2).reshape(out_shape)
 
 
 def _pad_lanes(array: Array, block: int) -> Array:

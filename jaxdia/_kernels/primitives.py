@@ -1,8 +1,11 @@
 """The JAX primitives of jaxdia: two bilinear ones behind every product, one linear one
 behind traces and diagonals.
 
-* ``dia_spmm(data, x; offsets, shape, transpose)``: ``A @ x``, or ``A^T @ x`` reading the
-  same ``data`` (plain transpose, no conjugation).
+* ``dia_spmm(data, x; offsets, shape, transpose, rows)``: ``A @ x``, or ``A^T @ x`` reading
+  the same ``data`` (plain transpose, no conjugation); ``x`` columns ``(*B, n, c)``, or
+  with ``rows`` its ``c`` vectors as rows ``(*B, c, n)``, and the result alike. Rows keep
+  a vector's entries minor: TPU tiles an ``(n, 1)`` column one row per element, so its
+  kernel takes rows (the layout it computes in) and the other implementations columns.
 * ``dia_sddmm(g, x; offsets, shape)``: ``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]``
   in bounds, 0 in padding slots: the cotangent of ``data``.
 * ``jaxdia_run_sums(x; runs)``: sums of *runs* of the flattened ``x`` (see
@@ -29,6 +32,7 @@ batch to the kernel as leading dims, so the kernel's strategy sees the whole bat
 
 from __future__ import annotations
 
+import inspect
 from functools import partial
 from types import ModuleType
 
@@ -73,14 +77,16 @@ def _vary_alike(*operands):
     return cast
 
 
-def spmm(data, x, *, offsets, shape, transpose=False, implementation=None):
-    """``A @ x`` (``transpose=False``) or ``A^T @ x`` through the ``dia_spmm`` primitive."""
+def spmm(data, x, *, offsets, shape, transpose=False, implementation=None, rows=False):
+    """``A @ x`` (``transpose=False``) or ``A^T @ x`` through the ``dia_spmm`` primitive;
+    ``rows``: ``x`` and the result as rows ``(*B, c, n)`` (see the module docstring)."""
     return spmm_p.bind(
         *_vary_alike(data, x),
         offsets=offsets,
         shape=shape,
         transpose=transpose,
         implementation=implementation,
+        rows=rows,
     )
 
 
@@ -147,20 +153,26 @@ def output_aval(
     return ShapedArray(out_shape, dtype, sharding=sharding, manual_axis_type=mat)
 
 
-def _spmm_abstract_eval(data, x, *, offsets, shape, transpose, implementation):
+def _spmm_abstract_eval(data, x, *, offsets, shape, transpose, implementation, rows):
     m, n = shape
     if data.shape[-2:] != (len(offsets), n):
         raise ValueError(f"dia_spmm: data shape {data.shape} does not match {offsets}, {shape}")
-    if x.shape[-2] != (m if transpose else n):
+    length, columns = (-1, -2) if rows else (-2, -1)
+    if x.shape[length] != (m if transpose else n):
         raise ValueError(
-            f"dia_spmm: x shape {x.shape} does not match {shape} (transpose={transpose})"
+            f"dia_spmm: x shape {x.shape} does not match {shape} (transpose={transpose}, "
+            f"rows={rows})"
         )
     if data.dtype != x.dtype:
         raise TypeError(f"dia_spmm: dtypes differ: {data.dtype} and {x.dtype}")
     batch = _batch_shape(data, x, "dia_spmm")
-    out_shape = (*batch, n if transpose else m, x.shape[-1])
+    out_rows, spec = n if transpose else m, _spec_entries(x)[columns]
+    if rows:
+        out_shape, tail = (*batch, x.shape[-2], out_rows), (spec, None)
+    else:
+        out_shape, tail = (*batch, out_rows, x.shape[-1]), (None, spec)
     # The rows are never split here (sharded products run per device); x's columns are.
-    return output_aval(out_shape, x.dtype, data, x, tail=(None, _spec_entries(x)[-1]))
+    return output_aval(out_shape, x.dtype, data, x, tail=tail)
 
 
 def _sddmm_abstract_eval(g, x, *, offsets, shape, implementation):
@@ -190,13 +202,15 @@ def _unbroadcast(value, aval):
     return value.sum(axis=axes, keepdims=True) if axes else value
 
 
-def _spmm_transpose_data(ct, data, x, *, offsets, shape, transpose, implementation):
+def _spmm_transpose_data(ct, data, x, *, offsets, shape, transpose, implementation, rows):
     g, y = (x, ct) if transpose else (ct, x)
+    if rows:  # the data cotangent's primitive takes columns
+        g, y = jnp.swapaxes(g, -1, -2), jnp.swapaxes(y, -1, -2)
     d = sddmm(g, y, offsets=offsets, shape=shape, implementation=implementation)
     return _unbroadcast(d, data.aval)
 
 
-def _spmm_transpose_x(ct, data, x, *, offsets, shape, transpose, implementation):
+def _spmm_transpose_x(ct, data, x, *, offsets, shape, transpose, implementation, rows):
     y = spmm(
         data,
         ct,
@@ -204,6 +218,7 @@ def _spmm_transpose_x(ct, data, x, *, offsets, shape, transpose, implementation)
         shape=shape,
         transpose=not transpose,
         implementation=implementation,
+        rows=rows,
     )
     return _unbroadcast(y, x.aval)
 
@@ -235,6 +250,13 @@ def _leading_batch(args, dims):
 def _spmm_batch(args, dims, **params):
     data, x = args
     data_dim, x_dim = dims
+    if data_dim is None and params["rows"]:
+        # A batch of right-hand sides alone is just more rows.
+        x = jnp.moveaxis(x, x_dim, -3)
+        batch_size, count = x.shape[-3:-1]
+        x = x.reshape(*x.shape[:-3], batch_size * count, x.shape[-1])
+        y = spmm_p.bind(data, x, **params)
+        return y.reshape(*y.shape[:-2], batch_size, count, y.shape[-1]), y.ndim - 2
     if data_dim is None:
         # A batch of right-hand sides alone is just more columns.
         x = jnp.moveaxis(x, x_dim, -2)
@@ -345,10 +367,30 @@ def choose_implementation(name: str, platform: str | None, avals, params, implem
 
 def _lowering_rule(name, platform):
     def rule(ctx, *args, implementation, **params):
-        fn = choose_implementation(name, platform, ctx.avals_in, params, implementation)
+        rows = params.pop("rows", False)
+        avals = ctx.avals_in
+        if rows:  # the kernels' feasibility is stated for columns
+            data, x = avals
+            avals = (data, x.update(shape=(*x.shape[:-2], x.shape[-1], x.shape[-2])))
+        fn = choose_implementation(name, platform, avals, params, implementation)
+        if rows:
+            fn = _on_rows(fn)
         return mlir.lower_fun(partial(fn, **params), multiple_results=False)(ctx, *args)
 
     return rule
+
+
+def _on_rows(fn):
+    """``fn`` (a product of columns) for rows: the implementations that take rows take
+    them (the XLA one, on vectors; TPU's kernel, which computes in rows); the others
+    get columns."""
+    if "rows" in inspect.signature(fn).parameters:
+        return partial(fn, rows=True)
+
+    def on_columns(data, x, **params):
+        return jnp.swapaxes(fn(data, jnp.swapaxes(x, -1, -2), **params), -1, -2)
+
+    return on_columns
 
 
 for _name, _prim in (("spmm", spmm_p), ("sddmm", sddmm_p)):

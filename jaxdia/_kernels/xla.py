@@ -9,6 +9,9 @@ Shapes (``B`` are batch dimensions of equal rank that broadcast against each oth
 * ``spmm_xla(data, x)``: ``data`` ``(*B, n_diags, n)``, ``x`` ``(*B, rows, c)``; returns
   ``A @ x`` of shape ``(*B, m, c)`` (``rows == n``), or ``A^T @ x`` of shape ``(*B, n, c)``
   with ``transpose=True`` (``rows == m``).
+* ``spmv_xla(data, x)``: the same for vectors, ``x`` ``(*B, rows)``, returning ``(*B, m)``
+  (or ``(*B, n)``): no ``(rows, 1)`` array anywhere, which TPU would tile one row per
+  element (cyclic reduction's refinement takes its right-hand sides as rows this way).
 * ``sddmm_xla(g, x)``: ``g`` ``(*B, m, c)``, ``x`` ``(*B, n, c)``; returns ``D`` of shape
   ``(*B, n_diags, n)`` with ``D[k, j] = sum_c g[j - offsets[k], c] * x[j, c]`` in bounds
   and 0 in padding slots: the cotangent of ``data`` in ``y = A @ x``.
@@ -177,20 +180,21 @@ def _looped(data, x, offsets, shape, transpose, batch, acc):
     table = jnp.asarray(np.array(offsets, index))
     column = lax.iota(index, n)
     axis = data.ndim - 2  # the rows of x and of the output
-    columns = x.shape[-1]
+    trailing = () if x.ndim < data.ndim else (x.shape[-1],)  # vectors, or columns
     if transpose:
         x = _pad_axis(x, axis, shift, length - shift - m)
-        out = _zeros_like_results((*batch, n, columns), acc, data, x)
+        out = _zeros_like_results((*batch, n, *trailing), acc, data, x)
     else:
-        out = _zeros_like_results((*batch, length, columns), acc, data, x)
+        out = _zeros_like_results((*batch, length, *trailing), acc, data, x)
+    expand = (slice(None), *(None for _ in trailing))
 
     def add_diagonal(k, out):
         offset = table[k]
         diagonal = lax.dynamic_index_in_dim(data, k, axis=axis, keepdims=False)
-        inside = ((column >= offset) & (column < m + offset))[:, None]
+        inside = ((column >= offset) & (column < m + offset))[expand]
         start = shift - offset
         xs = lax.dynamic_slice_in_dim(x, start, n, axis=axis) if transpose else x
-        term = jnp.where(inside, diagonal[..., None].astype(acc) * xs.astype(acc), 0)
+        term = jnp.where(inside, diagonal[(..., *expand)].astype(acc) * xs.astype(acc), 0)
         if transpose:
             return out + term
         window = lax.dynamic_slice_in_dim(out, start, n, axis=axis)
@@ -218,6 +222,7 @@ def spmm_xla(
     offsets: tuple[int, ...],
     shape: tuple[int, int],
     transpose: bool = False,
+    rows: bool = False,
 ) -> Array:
     """``A @ x`` (or ``A^T @ x``) as a sum of statically sliced, shifted diagonals.
 
@@ -228,23 +233,62 @@ def spmm_xla(
       offsets: static, distinct offsets, one per row of ``data``.
       shape: static ``(m, n)`` of ``A``.
       transpose: compute ``A^T @ x`` (no conjugation) from the same ``data``.
+      rows: ``x`` and the result as rows ``(*B, c, rows)``: one large enough vector runs
+        as :func:`spmv_xla`, the rest as columns (as the primitive takes them on CPU).
 
     Returns:
       ``(*B, m, c)`` (or ``(*B, n, c)``) in the result dtype of ``data`` and ``x``;
       16-bit floats are accumulated in float32.
     """
+    if rows:
+        count = x.shape[-2]
+        batch = _broadcast_batch(data.shape[:-2], x.shape[:-2])
+        size = math.prod(batch) * (shape[1] if transpose else shape[0])
+        if count == 1 and (not isinstance(size, int) or size >= _VECTOR_MIN_SIZE):
+            # As for columns: the reshapes around the vector cancel with the caller's.
+            vector = x[..., 0, :]
+            y = spmv_xla(data, vector, offsets=offsets, shape=shape, transpose=transpose)
+            return y[..., None, :]
+        columns = jnp.swapaxes(x, -1, -2)
+        y = spmm_xla(data, columns, offsets=offsets, shape=shape, transpose=transpose)
+        return jnp.swapaxes(y, -1, -2)
+    columns = x.shape[-1]
+    # Shapes are ints, or symbolic dims under jax.export (taken as several columns and
+    # a large batch; they may not be compared with ints).
+    several = not isinstance(columns, int) or columns > 1
+    batch = _broadcast_batch(data.shape[:-2], x.shape[:-2])
+    size = math.prod(batch) * (shape[1] if transpose else shape[0])
+    vector = not several and (not isinstance(size, int) or size >= _VECTOR_MIN_SIZE)
+    return _product(data, x, offsets, shape, transpose, several, vector)
+
+
+def spmv_xla(
+    data: Array,
+    x: Array,
+    *,
+    offsets: tuple[int, ...],
+    shape: tuple[int, int],
+    transpose: bool = False,
+) -> Array:
+    """``A @ x`` (or ``A^T @ x``) for vectors ``x`` ``(*B, rows)``: :func:`spmm_xla` of one
+    column, with the rows minor throughout (no ``(rows, 1)`` array, which TPU would tile
+    one row per element). Returns ``(*B, m)`` (or ``(*B, n)``)."""
+    return _product(data, x, offsets, shape, transpose, several=False, vector=True)
+
+
+def _product(data, x, offsets, shape, transpose: bool, several: bool, vector: bool) -> Array:
+    """:func:`spmm_xla` (``x`` columns ``(*B, rows, c)``; ``vector``: its interior on
+    vectors) or :func:`spmv_xla` (``x`` vectors ``(*B, rows)``, every path on them)."""
     m, n = shape
     out_rows = n if transpose else m
     out_dtype = jnp.result_type(data, x)
     acc = accumulation_dtype(out_dtype)
-    batch = _broadcast_batch(data.shape[:-2], x.shape[:-2])
-    columns = x.shape[-1]
+    vectors = x.ndim < data.ndim
+    batch = _broadcast_batch(data.shape[:-2], x.shape[: x.ndim - (1 if vectors else 2)])
+    columns = () if vectors else (x.shape[-1],)
     terms = live_terms(offsets, shape, transpose)
     if not terms or out_rows == 0:
-        return jnp.zeros((*batch, out_rows, columns), out_dtype)
-    # Shapes are ints, or symbolic dims under jax.export (taken as several columns and
-    # a large batch; they may not be compared with ints).
-    several = not isinstance(columns, int) or columns > 1
+        return jnp.zeros((*batch, out_rows, *columns), out_dtype)
     if len(terms) > (_MAX_UNROLLED_TERMS_SEVERAL_COLUMNS if several else _MAX_UNROLLED_TERMS):
         return _looped(data, x, offsets, shape, transpose, batch, acc).astype(out_dtype)
     lo = max(term.lo for term in terms)
@@ -252,16 +296,14 @@ def spmm_xla(
     if hi - lo < _MIN_INTERIOR_FRACTION * out_rows:
         if len(terms) > _MAX_BOUNDED_TERMS:
             return _looped(data, x, offsets, shape, transpose, batch, acc).astype(out_dtype)
-        out = _bounded(data, x, terms, 0, out_rows, (*batch, out_rows, columns), acc)
+        out = _bounded(data, x, terms, 0, out_rows, (*batch, out_rows, *columns), acc)
         return out.astype(out_dtype)
-    size = math.prod(batch) * out_rows
-    vector = not several and (not isinstance(size, int) or size >= _VECTOR_MIN_SIZE)
-    if vector:
+    if vector and not vectors:
         # A matrix-vector product runs on vectors: ``A @ v`` reshapes ``v`` to ``(n, 1)``
         # and the product back, and those reshapes then cancel with these. A reshape
         # left after the in-place edge updates below makes XLA copy the whole output.
         x = x[..., 0]
-    trailing = () if vector else (columns,)
+    trailing = () if vector else columns
     axis = len(batch)  # the rows
     # Each piece is cast before it is placed, so that no pass over the output follows.
     interior = _interior(data, x, terms, lo, hi, acc, pairwise=several).astype(out_dtype)
@@ -287,7 +329,7 @@ def spmm_xla(
     for start, stop in ((0, lo), (hi, out_rows)):
         if stop > start:
             out = lax.dynamic_update_slice_in_dim(out, edge(start, stop), start, axis)
-    return out[..., None] if vector else out
+    return out[..., None] if vector and not vectors else out
 
 
 def sddmm_xla(

@@ -348,8 +348,10 @@ def _solve(
     dtype = result_dtype(data.dtype, b)
     work = accumulation_dtype(dtype)
     vector = b.ndim == 1
-    b = (b[:, None] if vector else b).astype(work)
-    b = jnp.broadcast_to(b, (*batch, *b.shape[-2:]))
+    # The right-hand sides as rows (*batch, k, n), n minor, as the band solves take them:
+    # TPU tiles an (n, 1) column one row per element (see jaxdia._kernels.band_parallel).
+    rows = (b[None, :] if vector else jnp.swapaxes(b, -1, -2)).astype(work)
+    rows = jnp.broadcast_to(rows, (*batch, *rows.shape[-2:]))
     if data.shape[:-2] and data.shape[:-2] != batch:
         # The factor's batch dims must be the solution's (or absent): broadcast them.
         data, arrays, correction, info = _broadcast_factor(batch, data, arrays, correction, info)
@@ -371,13 +373,19 @@ def _solve(
     nan_where = failed if nan_on_failure else None
     inverse = _band_solve(arrays, plan, band_offsets, precision, real_factor, nan_where)
     if correction is not None and where is not None:  # periodic: correct for the corners
-        inverse = periodic.corrected(inverse, correction, where, precision)
+        # Its corrections Z are columns (n, r): the corrected solve takes columns.
+        inverse = _swapped(periodic.corrected(_swapped(inverse), correction, where, precision))
     if shape[0] == 0:
-        x = b
+        x = rows
     else:
-        x = _implicit_solve(matrix, offsets, shape, plan.lower, inverse, b, trans, work)
+        x = _implicit_solve(matrix, offsets, shape, plan.lower, inverse, rows, trans, work)
     x = x.astype(dtype)
-    return x[..., 0] if vector else x
+    return x[..., 0, :] if vector else jnp.swapaxes(x, -1, -2)
+
+
+def _swapped(solve: Callable[[Array, int], Array]) -> Callable[[Array, int], Array]:
+    """A solve of rows ``(..., k, n)`` as one of columns ``(..., n, k)``, or the reverse."""
+    return lambda rhs, t: jnp.swapaxes(solve(jnp.swapaxes(rhs, -1, -2), t), -1, -2)
 
 
 def _broadcast_factor(
@@ -436,13 +444,11 @@ def _band_solve(
     real_factor: bool,
     failed: Array | None,
 ) -> Callable[[Array, int], Array]:
-    """``solve(rhs, t)``: ``op_t(B)^-1 rhs`` for ``rhs`` ``(*batch, n, k)``, ``B`` the band
-    (with ``offsets``) that the factor's ``arrays`` factor (``A`` itself, or its band
-    without the corners); NaN where ``failed``."""
+    """``solve(rhs, t)``: ``op_t(B)^-1 rhs`` for rows ``rhs`` ``(*batch, k, n)`` (LAPACK's
+    column-major ``B``), ``B`` the band (with ``offsets``) that the factor's ``arrays``
+    factor (``A`` itself, or its band without the corners); NaN where ``failed``."""
 
     def solve(rhs: Array, t: int) -> Array:
-        columns = jnp.swapaxes(rhs, -1, -2)  # (*batch, k, n): LAPACK's column-major B
-
         def primitive(columns: Array) -> Array:
             return prims.solve(
                 *arrays,
@@ -454,10 +460,10 @@ def _band_solve(
                 method=plan.method,
             )
 
-        x = _complex_on_real(primitive, columns) if real_factor else primitive(columns)
+        x = _complex_on_real(primitive, rhs) if real_factor else primitive(rhs)
         if failed is not None:
             x = jnp.where(failed, jnp.nan, x)
-        return jnp.swapaxes(x, -1, -2)
+        return x
 
     return solve
 
@@ -480,10 +486,10 @@ def _implicit_solve(
     trans: int,
     work: np.dtype,
 ) -> Array:
-    """``op(A)^-1 b`` by ``lax.custom_linear_solve``: its ``matvec`` the product with the
-    matrix (``lower`` given: the Hermitian matrix that triangle defines), its solves
-    ``inverse(rhs, t)`` (``op_t(A)^-1 rhs``), so that derivatives come from products and
-    solves with the stored factor."""
+    """``op(A)^-1 b`` for rows ``b`` ``(..., k, n)`` by ``lax.custom_linear_solve``: its
+    ``matvec`` the product with the matrix (``lower`` given: the Hermitian matrix that
+    triangle defines), its solves ``inverse(rhs, t)`` (``op_t(A)^-1 rhs``), so that
+    derivatives come from products and solves with the stored factor."""
     complex_ = jnp.issubdtype(work, jnp.complexfloating)
     if lower is not None:  # Hermitian: A^T = conj(A), and A^H = A
 
@@ -502,8 +508,8 @@ def _implicit_solve(
 
     def product(x: Array) -> Array:
         if trans == 2:
-            return spmm(matrix.conj(), x, offsets=offsets, shape=shape, transpose=True)
-        return spmm(matrix, x, offsets=offsets, shape=shape, transpose=trans == 1)
+            return _rows_product(matrix.conj(), x, offsets, shape, transpose=True)
+        return _rows_product(matrix, x, offsets, shape, transpose=trans == 1)
 
     # The transpose of op_t(A): t = 0 <-> 1; A^H's transpose is conj(A).
     if trans == 2:
@@ -513,16 +519,24 @@ def _implicit_solve(
     return lax.custom_linear_solve(product, b, lambda _, r: inverse(r, trans), transpose_solve)
 
 
+def _rows_product(data, x, offsets, shape, transpose: bool = False):
+    """``op(A) x`` for rows ``x`` ``(..., k, n)`` (the product primitive takes columns;
+    only derivatives of a solve run it)."""
+    columns = jnp.swapaxes(x, -1, -2)
+    y = spmm(data, columns, offsets=offsets, shape=shape, transpose=transpose)
+    return jnp.swapaxes(y, -1, -2)
+
+
 def _hermitian_matvec(data, x, offsets, shape, lower: bool):
-    """``H x`` for the Hermitian ``H`` the upper (``lower``: lower) triangle defines (the
-    diagonal's real part, as LAPACK reads it)."""
+    """``H x`` for rows ``x`` ``(..., k, n)``, ``H`` the Hermitian matrix the upper
+    (``lower``: lower) triangle defines (the diagonal's real part, as LAPACK reads it)."""
     strict = [i for i, k in enumerate(offsets) if (k < 0 if lower else k > 0)]
-    y = _diagonal(data, offsets, 0).real.astype(x.dtype)[..., None] * x
+    y = _diagonal(data, offsets, 0).real.astype(x.dtype)[..., None, :] * x
     if strict:
         part = data[..., strict, :]
         part_offsets = tuple(offsets[i] for i in strict)
-        y = y + spmm(part, x, offsets=part_offsets, shape=shape)
-        y = y + spmm(part.conj(), x, offsets=part_offsets, shape=shape, transpose=True)
+        y = y + _rows_product(part, x, part_offsets, shape)
+        y = y + _rows_product(part.conj(), x, part_offsets, shape, transpose=True)
     return y
 
 

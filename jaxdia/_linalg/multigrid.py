@@ -196,7 +196,11 @@ def _apply(hierarchy: Hierarchy, v: Array, *, batch: tuple[int, ...]) -> Array:
         cycle = jax.vmap(vcycle, in_axes=(None, 0))  # (h, (2, n)) -> (2, n)
     v = v.astype(dtype)
     own = hierarchy.operators[-1].data.shape[:-2]
-    if not own:
+    if not own and v.shape[0] == 1:
+        # One vector stays one: vmap over a batch of one would carry (n, 1, 1) arrays
+        # through the products' batching, which TPU tiles one row per element.
+        out = cycle(hierarchy, v[0])[None]
+    elif not own:
         out = jax.vmap(lambda u: cycle(hierarchy, u))(v)
     else:
         if own != batch:

@@ -158,14 +158,20 @@ def interpolate(xc: Array, axes: Sequence[int], grid: Grid) -> Array:
         padded = jnp.pad(xc, [(1, 1) if a == axis else (0, 0) for a in range(xc.ndim)])
         # mean[J] = (xc[J - 1] + xc[J]) / 2 for J = 0 .. nc: the even fine points 2J.
         mean = 0.5 * (_index(padded, axis, slice(0, nc + 1)) + _index(padded, axis, slice(1, None)))
-        pairs = jnp.stack([_index(mean, axis, slice(0, nc)), xc], axis=axis + 1)
-        shape = list(xc.shape)
-        shape[axis] = 2 * nc
-        fine = pairs.reshape(shape)
-        if n > 2 * nc:  # odd n: the last fine point lies between xc[nc - 1] and the boundary
-            fine = jnp.concatenate([fine, _index(mean, axis, slice(nc, nc + 1))], axis)
-        xc = fine
+        # Interleaved by two interior pads along the axis (odd n: the last fine point lies
+        # between xc[nc - 1] and the boundary), not as pairs on a new minor axis of two,
+        # which TPU would tile a row per pair.
+        evens = _index(mean, axis, slice(0, n - nc))
+        zero = np.zeros((), xc.dtype)
+        keep = [(0, 0, 0)] * xc.ndim
+        spread_even = lax.pad(evens, zero, _at(keep, axis, (0, 1 + n - 2 * (n - nc), 1)))
+        spread_odd = lax.pad(xc, zero, _at(keep, axis, (1, n - 2 * nc, 1)))
+        xc = spread_even + spread_odd
     return xc
+
+
+def _at(config: list, axis: int, entry: tuple) -> list:
+    return [entry if a == axis else c for a, c in enumerate(config)]
 
 
 def _galerkin_terms(step: int) -> list[tuple[int, int, float]]:
