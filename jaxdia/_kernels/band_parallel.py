@@ -469,26 +469,39 @@ def inverse_residual(
     blocks: tuple[Array, Array, Array], inverse: tuple[Array, Array, Array], *, form: str = "dot"
 ) -> Array:
     """Per system ``(S,)``: the largest componentwise residual of the diagonal blocks of
-    ``A X = I`` (``blocks`` ``A``'s ``(L, D, U)``, ``inverse`` :func:`inverse_blocks`'
-    ``X``, both ``(S, m, m, N)``): ``max |A X - I| / (|A| |X|)`` over those blocks, which
-    the selected blocks of ``X`` determine. About ``eps`` where cyclic reduction is
-    stable; large where the reduction grew (a matrix that needs row interchanges across
-    blocks). ``form``: see :func:`factor`."""
+    ``A X = I`` and of ``X A = I`` (``blocks`` ``A``'s ``(L, D, U)``, ``inverse``
+    :func:`inverse_blocks`' ``X``, both ``(S, m, m, N)``): ``max |A X - I| / (|A| |X|)``
+    and ``max |X A - I| / (|X| |A|)`` over those blocks, which the selected blocks of
+    ``X`` determine. About ``eps`` where cyclic reduction is stable; large where the
+    reduction grew (a matrix that needs row interchanges across blocks).
+
+    Both sides: :func:`inverse_blocks` computes each odd block's ``X[odd, odd]`` from the
+    rows of ``A X = I`` (``E - alpha X[even, odd] - gamma X[even', odd]``), so those rows'
+    diagonal blocks hold to rounding whatever the growth was; the columns of ``X A = I``
+    are not built in and show it (a tridiagonal permutation plus noise: ``A X`` exact,
+    ``X A`` and the entries of ``X`` off by the growth). ``form``: see :func:`factor`."""
     mm = functools.partial(_mm, form=form)
     L, D, U = blocks
     lower, diagonal, upper = inverse
     size, m = D.shape[-1], D.shape[-2]
-    above, below = _fit(upper, size, 1), _fit(lower, size, -1)  # X[k - 1, k], X[k + 1, k]
-    product = mm(L, above) + mm(D, diagonal) + mm(U, below)
-    residual = magnitude(product - jnp.eye(m, dtype=D.dtype)[:, :, None])
-    scale = mm(magnitude(L), magnitude(above)) + mm(magnitude(D), magnitude(diagonal))
-    scale = scale + mm(magnitude(U), magnitude(below))
-    tiny = np.finfo(residual.dtype).tiny
-    ratio = residual / jnp.maximum(scale, tiny)
-    ratio = jnp.where(jnp.isfinite(ratio), ratio, jnp.inf)
     if not size:
-        return jnp.zeros(D.shape[:-3], ratio.dtype)
-    return jnp.max(ratio, axis=(-3, -2, -1))
+        return jnp.zeros(D.shape[:-3], np.finfo(D.dtype).dtype)
+    above, below = _fit(upper, size, 1), _fit(lower, size, -1)  # X[k - 1, k], X[k + 1, k]
+    # A[k - 1, k] and A[k + 1, k]: the blocks X[k, k - 1] and X[k, k + 1] meet in X A.
+    coupled_above, coupled_below = _fit(U, size, 1), _fit(L, size, -1)
+    eye = jnp.eye(m, dtype=D.dtype)[:, :, None]
+    tiny = np.finfo(D.dtype).tiny
+
+    def ratio(terms: list[tuple[Array, Array]]) -> Array:
+        product = functools.reduce(operator.add, [mm(a, b) for a, b in terms])
+        scale = functools.reduce(operator.add, [mm(magnitude(a), magnitude(b)) for a, b in terms])
+        ratio = magnitude(product - eye) / jnp.maximum(scale, tiny)
+        ratio = jnp.where(jnp.isfinite(ratio), ratio, jnp.inf)
+        return jnp.max(ratio, axis=(-3, -2, -1))
+
+    rows = ratio([(L, above), (D, diagonal), (U, below)])
+    columns = ratio([(lower, coupled_above), (diagonal, D), (upper, coupled_below)])
+    return jnp.maximum(rows, columns)
 
 
 # -- from the band and back -------------------------------------------------------------------
