@@ -3,8 +3,9 @@
 Interpret mode compiles once per shape, so the Hypothesis tests keep sizes small
 (sides <= 40, up to 5 columns) and example counts modest, and each case runs its kernel
 and the XLA reference as one jitted program each, as jaxdia calls them (called eagerly,
-their wrappers compiled an operation at a time: four times the programs). Every drawn case puts NaN in
-all padding slots of ``data``: a kernel that reads padding as an entry fails. What
+their wrappers compiled an operation at a time: four times the programs). Every drawn
+case puts NaN in all padding slots of ``data``: a kernel that reads padding as an entry
+fails. What
 interpret mode cannot see (the compiled Mosaic TPU program) is read from the lowering.
 """
 
