@@ -9,14 +9,10 @@ the time here, and CI's fast tier in half; ``make test-full`` keeps the fusion e
 ``make test-newest`` step does).
 
 Profiles: ``ci`` (default; derandomized, no example database, 10 examples a property so
-``make test`` stays fast on 2 cores), ``full`` (40, 4x: ``make test-full``, which CI runs
-too) and ``dev`` (random, 150) for local runs: ``HYPOTHESIS_PROFILE=dev make test``. Tests
-that set their own example count scale it with ``helpers.examples`` (the count under
-``ci``, 4x under ``full``). The ``full`` profile draws from a fixed seed that ``make
-test-full`` passes (``--hypothesis-seed``), not from each test's name as ``ci`` does:
-derandomized, its first examples were the fast tier's again (a run of 50 repeats the 10
-of a run of 10), so the two tiers now test 50 different examples a property where they
-tested 50 with 10 of them twice. Without the seed, ``full``'s examples are random.
+``make test`` stays fast on 2 cores), ``full`` (derandomized, 50, 5x: ``make test-full``,
+which CI runs too) and ``dev`` (random, 150) for local runs: ``HYPOTHESIS_PROFILE=dev make
+test``. Tests that set their own example count scale it with ``helpers.examples`` (the
+count under ``ci``, 5x under ``full``).
 
 Memory maps: each program XLA:CPU compiles maps its code into the process (about 30
 mappings for a program of a few dozen operations), and JAX's caches keep them while the
@@ -83,10 +79,10 @@ settings.register_profile(
 )
 settings.register_profile(
     "full",
-    derandomize=False,
+    derandomize=True,
     database=None,
     deadline=None,
-    max_examples=40,
+    max_examples=50,
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
