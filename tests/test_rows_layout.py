@@ -18,6 +18,7 @@ from jaxdia._kernels.primitives import spmm
 
 from .helpers import spmm_oracle, tolerance, wide
 from .test_lowering import lowered
+from .test_xla import vector_path  # noqa: F401  (the fixture: products on vectors and on columns)
 
 #: (offsets, shape): each reaches one branch of the XLA product.
 CASES = {
@@ -62,18 +63,12 @@ def _check(got, data, x, name, transpose):
     assert np.all(error <= tolerance(got.dtype) * (len(offsets) + 1) * (scale + 1.0))
 
 
-@pytest.fixture(params=["vector", "column"])
-def vector_path(request, monkeypatch):
-    """Products of one row on 1-D vectors, and through ``(rows, 1)`` columns."""
-    monkeypatch.setattr(xla, "_VECTOR_MIN_SIZE", 0 if request.param == "vector" else 10**9)
-    return request.param
-
-
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("transpose", [False, True])
 @pytest.mark.parametrize("count", [1, 3])
 @pytest.mark.parametrize("dtype", [np.float32, np.complex128], ids=["float32", "complex128"])
-def test_rows_on_every_branch(name, transpose, count, dtype, vector_path):
+@pytest.mark.usefixtures("vector_path")
+def test_rows_on_every_branch(name, transpose, count, dtype):
     offsets, shape = CASES[name]
     data, x = _case(name, count, dtype, transpose=transpose)
     product = jax.jit(
@@ -91,7 +86,8 @@ def test_rows_on_every_branch(name, transpose, count, dtype, vector_path):
     "batch_d, batch_x", [((3,), (3,)), ((3,), (1,)), ((1,), (4,)), ((2, 1), (1, 3))]
 )
 @pytest.mark.parametrize("name", ["tridiagonal", "wide", "many"])
-def test_rows_batched(batch_d, batch_x, name, vector_path):
+@pytest.mark.usefixtures("vector_path")
+def test_rows_batched(batch_d, batch_x, name):
     offsets, shape = CASES[name]
     data, x = _case(name, 1, np.float32, batch_d, batch_x, seed=1)
     got = jax.jit(lambda d, v: spmm(d, v, offsets=offsets, shape=shape, rows=True))(data, x)

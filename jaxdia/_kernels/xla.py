@@ -241,10 +241,7 @@ def spmm_xla(
       16-bit floats are accumulated in float32.
     """
     if rows:
-        count = x.shape[-2]
-        batch = _broadcast_batch(data.shape[:-2], x.shape[:-2])
-        size = math.prod(batch) * (shape[1] if transpose else shape[0])
-        if count == 1 and (not isinstance(size, int) or size >= _VECTOR_MIN_SIZE):
+        if x.shape[-2] == 1 and _large(data, x, shape, transpose):
             # As for columns: the reshapes around the vector cancel with the caller's.
             vector = x[..., 0, :]
             y = spmv_xla(data, vector, offsets=offsets, shape=shape, transpose=transpose)
@@ -256,10 +253,16 @@ def spmm_xla(
     # Shapes are ints, or symbolic dims under jax.export (taken as several columns and
     # a large batch; they may not be compared with ints).
     several = not isinstance(columns, int) or columns > 1
+    vector = not several and _large(data, x, shape, transpose)
+    return _product(data, x, offsets, shape, transpose, several, vector)
+
+
+def _large(data, x, shape, transpose: bool) -> bool:
+    """Whether a product of one vector (a column or a row of ``x``) has outputs enough to
+    run on 1-D vectors (:data:`_VECTOR_MIN_SIZE`; a symbolic size counts as large)."""
     batch = _broadcast_batch(data.shape[:-2], x.shape[:-2])
     size = math.prod(batch) * (shape[1] if transpose else shape[0])
-    vector = not several and (not isinstance(size, int) or size >= _VECTOR_MIN_SIZE)
-    return _product(data, x, offsets, shape, transpose, several, vector)
+    return not isinstance(size, int) or size >= _VECTOR_MIN_SIZE
 
 
 def spmv_xla(
