@@ -8,6 +8,7 @@ small, and few distinct ones, since each grid and coarsening compiles its own pr
 
 import math
 import re
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -18,6 +19,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 import jaxdia
+from jaxdia import _dispatch
 from jaxdia._linalg import multigrid_hierarchy, smoothers, stencil
 
 from .grids import (
@@ -146,12 +148,10 @@ def test_galerkin_paths_agree_with_scipy(grid):
         P.T @ x,
     )
     xc = rhs(P.shape[1])
-    np.testing.assert_allclose(
-        np.asarray(
-            multigrid_hierarchy.interpolate(jnp.asarray(xc).reshape(coarse), axes, grid)
-        ).ravel(),
-        P @ xc,
-    )
+    for scatter in (False, True):  # the interleave's two forms (TPU's: scatters)
+        with mock.patch.object(_dispatch, "interleave_by_scatter", lambda platform: scatter):
+            fine = multigrid_hierarchy.interpolate(jnp.asarray(xc).reshape(coarse), axes, grid)
+        np.testing.assert_allclose(np.asarray(fine).ravel(), P @ xc)
 
 
 # -- the V-cycle is symmetric positive definite for SPD matrices ----------------------------

@@ -393,14 +393,17 @@ def _tile_marks(name: str, count: int) -> list:
 )
 def test_cyclic_reduction_fills_tpu_tiles(name, count, traced_for):
     """Cyclic reduction's arrays keep the blocks in the lanes (see
-    :mod:`jaxdia._kernels.band_parallel`): no array wastes TPU's tiles."""
+    :mod:`jaxdia._kernels.band_parallel`): no array wastes TPU's tiles, and no interleave
+    is an interior pad."""
     traced_for("tpu")
     f, args = banded_program(name, TILE_N, count)
-    bad = wasteful_arrays(lowered(f, *args, platform="tpu").as_text(), TILE_N)
+    text = lowered(f, *args, platform="tpu").as_text()
+    bad = wasteful_arrays(text, TILE_N)
     assert not bad, (
         f"{name}, {count} diagonals, lowered for tpu at n = {TILE_N}: arrays whose TPU tiles "
         f"hold more than {TILE_WASTE}x their elements (shape, tiled elements): {bad[:4]}"
     )
+    assert not interior_pads(text), f"{name}, {count} diagonals: {interior_pads(text)[:4]}"
 
 
 #: multigrid-CG with its setup in the program: the Galerkin products build the coarse
@@ -423,7 +426,9 @@ def test_multigrid_fills_tpu_tiles(name, traced_for):
     traced_for("tpu")
     side = math.isqrt(TILE_N)
     f, args = multigrid_program(name, side)
-    bad = wasteful_arrays(lowered(f, *args, platform="tpu").as_text(), TILE_N)
+    text = lowered(f, *args, platform="tpu").as_text()
+    assert not interior_pads(text), f"{name}: {interior_pads(text)[:4]}"
+    bad = wasteful_arrays(text, TILE_N)
     assert not bad, (
         f"{name}, lowered for tpu at {side}^2: arrays whose TPU tiles hold more than "
         f"{TILE_WASTE}x their elements (shape, tiled elements): {bad[:4]}"
@@ -436,6 +441,31 @@ def test_products_of_a_vector_fill_tpu_tiles(name, traced_for):
     f, args = banded_program(name, TILE_N, 3)
     bad = wasteful_arrays(lowered(f, *args, platform="tpu").as_text(), TILE_N)
     assert not bad, f"{name} lowered for tpu: {bad[:4]}"
+
+
+def interior_pads(text: str) -> list[str]:
+    """The ``interior`` of every ``stablehlo.pad`` in ``text`` that spreads its operand
+    out (a nonzero interior). On TPU such a pad along the lanes is code proportional to
+    its length (``jaxdia._dispatch.interleave_by_scatter``): the interleaves there are
+    scatters."""
+    found = re.findall(r"stablehlo\.pad .*?interior = (?:array<i64: |\[)([\d, ]+)", text)
+    return [f for f in found if any(int(v) for v in f.split(","))]
+
+
+@pytest.mark.parametrize("platform, scatter", [("tpu", True), ("cpu", False)])
+def test_interleaves_scatter_on_tpu_only(platform, scatter, traced_for):
+    """The interleave's form is the platform's: multigrid-CG (its interpolation) and
+    cyclic reduction (its back-substitution, forced on CPU) lowered for ``platform``
+    interleave by scatters on TPU, by interior pads elsewhere."""
+    traced_for(platform)
+    f, args = multigrid_program("multigrid-CG, M built before", 32)
+    texts = [lowered(f, *args, platform=platform).as_text()]
+    f, args = banded_program("solve_banded", 64, 3)
+    forced = lambda A, b: jaxdia.solve_banded(A, b, method="parallel")  # noqa: E731
+    texts.append(lowered(forced, *args, platform=platform).as_text())
+    for text in texts:
+        assert ("stablehlo.scatter" in text) == scatter
+        assert bool(interior_pads(text)) != scatter
 
 
 def test_the_tile_rule_catches_blocks_in_front():

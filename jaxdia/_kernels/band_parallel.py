@@ -30,8 +30,9 @@ for right-hand sides), then the ``N`` blocks. TPUs lay an array's two minor dims
 tiles of 8 x 128 elements; with the blocks minor a level is elementwise work over
 vectors of ``N`` lanes, where ``(S, N, m, m)`` would spend a whole tile on each small
 block (and XLA's generated code follows the tiles). So every step works along the last
-axis: the even/odd selection is a stride-2 slice, the interleave two interior pads, the
-right-hand sides come in and go out by one gather each (no array with ``m`` minor). The
+axis: the even/odd selection is a stride-2 slice, the interleave two interior pads (two
+stride-2 scatters on TPU), the right-hand sides come in and go out by one gather each
+(no array with ``m`` minor). The
 blocks' products and inverses have two forms (:data:`FORMS`, chosen per platform by
 ``jaxdia._dispatch.block_form``): on TPU blocks of up to :data:`LANE_BLOCKS` rows never
 leave the lanes (a product is elementwise work reduced over the contracted index, an
@@ -63,7 +64,7 @@ import jax.scipy.linalg  # noqa: F401  (cho_solve)
 import numpy as np
 from jax import Array, lax
 
-from .shared import magnitude
+from .shared import interleave, magnitude
 
 #: Blocks of up to this many rows stay in the lanes throughout in the ``"lanes"`` form:
 #: their products elementwise, their inverses Gauss-Jordan elimination (``O(m)``
@@ -398,7 +399,7 @@ def solve(arrays, b: Array, *, trans: int = 0, form: str = "dot") -> Array:
             )
             coupled = mm(_transpose_blocks(transposed, m, conj), neighbours)
             x_odd = mm(_transpose(inverse, conj), reduced - coupled)
-        x = _interleave(x, x_odd)
+        x = _interleave(x, x_odd, form)
     return x
 
 
@@ -409,15 +410,12 @@ def _transpose_blocks(pair: Array, m: int, conj: bool) -> Array:
     )
 
 
-def _interleave(even: Array, odd: Array) -> Array:
+def _interleave(even: Array, odd: Array, form: str) -> Array:
     """Blocks ``even[0], odd[0], even[1], ...`` (``even`` has as many blocks as ``odd``
-    or one more): two interior pads along the lanes, no axis of two."""
-    evens, odds = even.shape[-1], odd.shape[-1]
-    keep = [(0, 0, 0)] * (even.ndim - 1)
-    zero = np.zeros((), even.dtype)
-    spread_even = lax.pad(even, zero, [*keep, (0, odds - evens + 1, 1)])
-    spread_odd = lax.pad(odd, zero, [*keep, (1, evens - odds, 1)])
-    return spread_even + spread_odd
+    or one more) along the lanes, no axis of two; in the ``"lanes"`` form (TPU) by
+    scatters (see :func:`jaxdia._kernels.shared.interleave`)."""
+    length = even.shape[-1] + odd.shape[-1]
+    return interleave(even, odd, -1, length, scatter=form == "lanes")
 
 
 # -- the selected inverse -------------------------------------------------------------------
@@ -459,9 +457,9 @@ def inverse_blocks(arrays, *, form: str = "dot") -> tuple[Array, Array, Array]:
         z0 = -(mm(alpha, d0) + mm(gamma, l1))  # X[odd q, even q]
         z1 = -(mm(alpha, u0) + mm(gamma, d1))  # X[odd q, even q + 1]
         odd = inverse - mm(alpha, y0) - mm(gamma, y1)
-        diagonal = _interleave(diagonal, odd)
-        upper = _interleave(_fit(y0, evens, 0), z1)
-        lower = _interleave(_fit(y1, evens, 1), z0)
+        diagonal = _interleave(diagonal, odd, form)
+        upper = _interleave(_fit(y0, evens, 0), z1, form)
+        lower = _interleave(_fit(y1, evens, 1), z0, form)
     return lower, diagonal, upper
 
 

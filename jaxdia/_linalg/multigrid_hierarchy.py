@@ -46,6 +46,7 @@ from .. import _dispatch
 from .._convert import dia_to_dense
 from .._geometry import accumulation_dtype, by_rows
 from .._kernels.primitives import spmm
+from .._kernels.shared import interleave
 from .._parts import DiaParts
 from .._products import looped_matvec, matvec
 from .._pytree import Immutable
@@ -153,25 +154,18 @@ def restrict(x: Array, axes: Sequence[int]) -> Array:
 def interpolate(xc: Array, axes: Sequence[int], grid: Grid) -> Array:
     """``P xc`` onto ``grid``: along each axis of ``axes``, fine ``2I + 1`` gets ``xc[I]`` and
     fine ``2I`` the mean of ``xc[I - 1]`` and ``xc[I]`` (0 beyond the boundary)."""
+    scatter = _dispatch.interleave_by_scatter(_dispatch.default_platform())
     for axis in axes:
         n, nc = grid[axis], xc.shape[axis]
         padded = jnp.pad(xc, [(1, 1) if a == axis else (0, 0) for a in range(xc.ndim)])
         # mean[J] = (xc[J - 1] + xc[J]) / 2 for J = 0 .. nc: the even fine points 2J.
         mean = 0.5 * (_index(padded, axis, slice(0, nc + 1)) + _index(padded, axis, slice(1, None)))
-        # Interleaved by two interior pads along the axis (odd n: the last fine point lies
+        # The even fine points interleaved with xc (odd n: the last fine point lies
         # between xc[nc - 1] and the boundary), not as pairs on a new minor axis of two,
         # which TPU would tile a row per pair.
         evens = _index(mean, axis, slice(0, n - nc))
-        zero = np.zeros((), xc.dtype)
-        keep = [(0, 0, 0)] * xc.ndim
-        spread_even = lax.pad(evens, zero, _at(keep, axis, (0, 1 + n - 2 * (n - nc), 1)))
-        spread_odd = lax.pad(xc, zero, _at(keep, axis, (1, n - 2 * nc, 1)))
-        xc = spread_even + spread_odd
+        xc = interleave(evens, xc, axis, n, scatter=scatter)
     return xc
-
-
-def _at(config: list, axis: int, entry: tuple) -> list:
-    return [entry if a == axis else c for a, c in enumerate(config)]
 
 
 def _galerkin_terms(step: int) -> list[tuple[int, int, float]]:
