@@ -35,6 +35,8 @@ def interleave(even: Array, odd: Array, axis: int, length: int, *, scatter: bool
     length, 148 MB and 41 s of compilation for three pads of 2^20; the scatters' stays
     about 1 MB). See ``benchmarks/notes/compile.md``.
 
+    >>> import jax.numpy as jnp
+    >>> from jaxdia._kernels.shared import interleave
     >>> interleave(jnp.array([1, 2, 3]), jnp.array([10, 20]), 0, 6, scatter=True)
     Array([ 1, 10,  2, 20,  3,  0], dtype=int32)
     """
