@@ -12,7 +12,7 @@ from hypothesis import settings
 
 import jaxdia
 
-#: The loaded Hypothesis profile's examples against ``ci``'s 10 (``full``: 5x, ``dev``:
+#: The loaded Hypothesis profile's examples against ``ci``'s 10 (``full``: 4x, ``dev``:
 #: 15x): tests that set their own count scale it with :func:`examples`.
 _EXAMPLE_SCALE = settings().max_examples / 10
 
