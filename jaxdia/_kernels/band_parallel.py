@@ -32,14 +32,13 @@ vectors of ``N`` lanes, where ``(S, N, m, m)`` would spend a whole tile on each 
 block (and XLA's generated code follows the tiles). So every step works along the last
 axis: the even/odd selection is a stride-2 slice, the interleave two interior pads (two
 stride-2 scatters on TPU), the right-hand sides come in and go out by one gather each
-(no array with ``m`` minor). The
-blocks' products and inverses have two forms (:data:`FORMS`, chosen per platform by
-``jaxdia._dispatch.block_form``): on TPU blocks of up to :data:`LANE_BLOCKS` rows never
-leave the lanes (a product is elementwise work reduced over the contracted index, an
-inverse Gauss-Jordan elimination over the ``m x m`` dims, its pivot steps one loop past
-:data:`UNROLLED_PIVOTS` rows); on CPU and GPUs, whose memory
-has no tiles, ``dot_general`` and ``jnp.linalg`` take all but the smallest blocks (with
-the blocks in front, as their batch dims), as they do blocks of more than
+(no array with ``m`` minor). The blocks' products and inverses have two forms
+(:data:`FORMS`, chosen per platform by ``jaxdia._dispatch.block_form``): on TPU blocks of
+up to :data:`LANE_BLOCKS` rows never leave the lanes (a product is elementwise work
+reduced over the contracted index, an inverse Gauss-Jordan elimination over the ``m x
+m`` dims, its pivot steps one loop past :data:`UNROLLED_PIVOTS` rows); on CPU and GPUs,
+whose memory has no tiles, ``dot_general`` and ``jnp.linalg`` take all but the smallest
+blocks (with the blocks in front, as their batch dims), as they do blocks of more than
 :data:`LANE_BLOCKS` rows everywhere (tiles then filled much by the block itself).
 
 A factor is five kinds of arrays, the levels one after the other: per level ``E``

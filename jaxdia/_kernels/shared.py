@@ -1,5 +1,6 @@
-"""Helpers that the banded and ILU kernels share: the backends (``band_scan``,
-``band_parallel``) never import each other, and the primitives' batching rules are alike."""
+"""Helpers that the banded and ILU kernels share (the backends, ``band_scan`` and
+``band_parallel``, never import each other, and the primitives' batching rules are
+alike), and the interleave that cyclic reduction and multigrid's interpolation share."""
 
 from __future__ import annotations
 
