@@ -69,8 +69,8 @@ test: $(STAMP)
 	exit $$status
 
 # The full tier: the tests marked `full` (trimmed from `make test` for time) and every
-# Hypothesis test again with 4x the examples (the `full` profile), other examples than the
-# fast tier's, drawn from HYPOTHESIS_SEED (reproducible; another seed draws others); then,
+# Hypothesis test again with 44 examples (the `full` profile), other examples than the
+# fast tier's 6, drawn from HYPOTHESIS_SEED (reproducible; another seed draws others); then,
 # in a fourth process, SciPy's own tests of the functions jaxdia replaces, run against
 # jaxdia (tests/scipy_conformance/conftest.py; its expected failures are strict: one that
 # passes fails the run).

@@ -85,23 +85,30 @@ CASES = [
 ]
 
 
-FAST = {(1, np.float64), (3, np.complex128), (12, np.float32)}
-
-
-def grid(cases, dtypes):
-    """Every case in every dtype: the fast tier runs those in :data:`FAST`, the full tier
-    all."""
+def all_pairs(cases, dtypes, fast_sizes):
+    """``(method, *case, dtype)``: every case with every method, the dtype turning with
+    both (``dtypes[(case + method) % len(dtypes)]``), so every pair of case and method,
+    case and dtype, method and dtype meets (all pairs, a third of the whole crossing); the
+    fast tier runs the cases of ``fast_sizes`` (every method and dtype), the full tier the
+    rest."""
     return [
-        pytest.param(*case, dtype, marks=() if (case[0], dtype) in FAST else pytest.mark.full)
-        for case in cases
-        for dtype in dtypes
+        pytest.param(
+            name,
+            *case,
+            dtypes[(i + j) % len(dtypes)],
+            marks=() if case[0] in fast_sizes else pytest.mark.full,
+        )
+        for i, case in enumerate(cases)
+        for j, name in enumerate(METHODS)
     ]
 
 
 @pytest.mark.parametrize(
-    "n, lower, upper, dtype", grid(CASES, [np.float64, np.complex128, np.float32])
+    "method_name, n, lower, upper, dtype",
+    all_pairs(CASES, [np.float64, np.complex128, np.float32], fast_sizes={3, 12}),
 )
-def test_slogdet_matches_numpy(method, n, lower, upper, dtype):
+def test_slogdet_matches_numpy(method_name, n, lower, upper, dtype):
+    method = Forced(method_name)
     A = random_band(n, lower, upper, dtype, batch=(2,), seed=n, dominant=False)
     dense = dense_f64(A)
     assert_slogdet(method.slogdet(A), dense, dtype)
