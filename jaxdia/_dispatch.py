@@ -98,20 +98,19 @@ def block_form(platform: str) -> str:
     (``jaxdia._kernels.band_parallel.FORMS``, its ``form``): on TPU ``"lanes"`` (blocks
     of up to 16 rows kept in the lanes, whose tiles a block in front would waste), on CPU
     and GPUs ``"dot"`` (``dot_general`` and ``jnp.linalg`` with the blocks in front, for
-    all but the smallest blocks: smaller programs, faster on XLA:CPU, and no tiles). The
-    ``"lanes"`` form also interleaves by scatters (:func:`interleave_by_scatter`). See
+    all but the smallest blocks: smaller programs, faster on XLA:CPU, and no tiles). See
     ``benchmarks/notes/compile.md``."""
-    return "lanes" if interleave_by_scatter(platform) else "dot"
+    return "lanes" if platform == "tpu" else "dot"
 
 
 def interleave_by_scatter(platform: str) -> bool:
     """Whether two sequences are interleaved along an axis (multigrid's interpolation;
-    cyclic reduction's back-substitution, through :func:`block_form`'s ``"lanes"``) by two
-    stride-2 scatters into zeros rather than two interior pads: on TPU, whose generated
-    code for an interior pad along the lanes grows with the axis (three of length 2^20:
-    148 MB of code, 41 s of compilation; scatters about 1 MB, under a second). See
-    ``jaxdia._kernels.shared.interleave``."""
-    return platform == "tpu"
+    cyclic reduction's back-substitution, whose ``"lanes"`` form does) by two stride-2
+    scatters into zeros rather than two interior pads: where :func:`block_form` keeps the
+    blocks in the lanes, on TPU, whose generated code for an interior pad along the lanes
+    grows with the axis (three of length 2^20: 148 MB of code, 41 s of compilation;
+    scatters about 1 MB, under a second). See ``jaxdia._kernels.shared.interleave``."""
+    return block_form(platform) == "lanes"
 
 
 def selected_inverse_from_host_factor(platform: str) -> bool:
