@@ -299,6 +299,22 @@ def integers_as(value: _T, dtype: DTypeLike) -> _T | np.ndarray:
     return value
 
 
+def converted(value: Any, dtype: DTypeLike) -> Any:
+    """``value`` as a strongly typed array of ``dtype``: NumPy arrays and Python scalars
+    converted on the host, JAX arrays (tracers too) by JAX where their dtype or weak type
+    differs.
+
+    Converted before a jitted call, operands make its program depend on ``dtype`` alone,
+    not on each operand's own dtype (one program where every pair of input dtypes would
+    compile one)."""
+    dtype = np.dtype(dtype)
+    if isinstance(value, jax.Array):  # tracers too
+        if value.dtype == dtype and not value.weak_type:
+            return value
+        return jax.lax.convert_element_type(value, dtype)
+    return np.asarray(value, dtype)
+
+
 #: The ``implementation`` choices of the products.
 IMPLEMENTATIONS = (None, "xla", "pallas", "mosaic", "triton")
 

@@ -15,7 +15,7 @@ import jaxdia
 from jaxdia._geometry import in_bounds
 from jaxdia._linalg import expm_gradients, expm_norms
 
-from .helpers import examples
+from .helpers import Compiles, examples
 
 # -- problems --------------------------------------------------------------------------------
 
@@ -126,6 +126,28 @@ def test_float32_and_16_bit():
     assert X.dtype == np.float32 and relative_error(X, expected) < 1e-5
     X16 = jaxdia.expm_multiply(A32.astype(jnp.bfloat16), B.astype(np.float32))
     assert X16.dtype == np.float32 and relative_error(X16, expected) < 3e-2
+
+
+def test_one_program_for_every_operand_dtype_of_the_same_work():
+    """The operands are converted to the dtype of the work before the compiled call: a B
+    of another dtype (or a trace) that promotes to the same work compiles nothing more,
+    for a DiaMatrix and for any other operator (a LinearOperator of float64 here)."""
+    S = band(16, seed=2, scale=0.5)
+    B = vectors(16, (2,))
+    expected = sla.expm(S.toarray()) @ B
+    for operator in (jaxdia.DiaMatrix.from_scipy(S), spla.aslinearoperator(S.toarray())):
+        reference = jaxdia.expm_multiply(operator, B, traceA=S.trace())
+        with Compiles() as compiles:
+            others = [
+                jaxdia.expm_multiply(operator, B.astype(np.float32), traceA=np.float32(S.trace())),
+                jaxdia.expm_multiply(operator, np.round(B).astype(np.int32), traceA=int(S.trace())),
+            ]
+        assert compiles.count == 0
+        assert all(X.dtype == np.float64 for X in others)
+        np.testing.assert_allclose(others[0], reference, rtol=1e-6, atol=1e-6)
+        exact = jaxdia.expm_multiply(operator, np.round(B), traceA=S.trace())
+        np.testing.assert_allclose(others[1], exact, rtol=1e-12, atol=1e-12)
+        assert relative_error(reference, expected) < 1e-12
 
 
 def test_complex64_forward_and_grid():

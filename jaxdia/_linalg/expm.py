@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from .._checks import as_array, check_rhs, is_scipy_sparse, scalar, static_int
+from .._checks import as_array, check_rhs, converted, is_scipy_sparse, scalar, static_int
 from .._geometry import accumulation_dtype
 from .._matrix import DiaMatrix, as_square_matrix
 from .._parts import DiaParts
@@ -126,28 +126,27 @@ def _exponential_action(
     if not jnp.issubdtype(dtype, jnp.inexact):
         dtype = jnp.result_type(float)
     config = Config(A.offsets, n, grid, num)
-    return _run(
-        A.data,
-        B,
-        traceA,
-        start,
-        stop,
-        divisions,
+    work = accumulation_dtype(dtype)
+    real = np.finfo(work).dtype
+    X = _run(
+        converted(A.data, work),
+        converted(B, work),
+        converted(traceA, work),
+        *(converted(x, real) for x in (start, stop, divisions)),
         config=config,
         batch=batch,
-        dtype=np.dtype(dtype),
         trace_given=given,
     )
+    return converted(X, dtype)
 
 
-@partial(jax.jit, static_argnames=("config", "batch", "dtype", "trace_given"))
-def _run(data, B, trace, start, stop, divisions, *, config: Config, batch, dtype, trace_given):
-    """:func:`expm_multiply` for checked operands, as one compiled call; a batch is
-    flattened and mapped with ``vmap``."""
-    work = accumulation_dtype(dtype)
-    real = np.dtype(np.finfo(work).dtype)
+@partial(jax.jit, static_argnames=("config", "batch", "trace_given"))
+def _run(data, B, trace, start, stop, divisions, *, config: Config, batch, trace_given):
+    """:func:`expm_multiply` for checked operands, converted to the dtype of the work
+    (``B``'s; times real), as one compiled call; a batch is flattened and mapped with
+    ``vmap``."""
+    work = B.dtype
     vector = B.ndim == 1
-    data, B = data.astype(work), B.astype(work)
     if vector:
         B = B[:, None]
     if not trace_given:
@@ -156,8 +155,6 @@ def _run(data, B, trace, start, stop, divisions, *, config: Config, batch, dtype
             if 0 in config.offsets
             else jnp.zeros(data.shape[:-2], work)
         )
-    trace = jnp.asarray(trace).astype(work)
-    start, stop, divisions = (jnp.asarray(x).astype(real) for x in (start, stop, divisions))
     size = math.prod(batch)
     data = jnp.broadcast_to(data, (*batch, *data.shape[-2:])).reshape(size, *data.shape[-2:])
     B = jnp.broadcast_to(B, (*batch, *B.shape[-2:])).reshape(size, *B.shape[-2:])
@@ -175,7 +172,7 @@ def _run(data, B, trace, start, stop, divisions, *, config: Config, batch, dtype
         X = jnp.asarray(evolve(config, data[0], B[0], trace[0], start, stop, divisions))[None]
     if one_column:
         X = X[..., None]
-    X = X.reshape(*batch, *X.shape[1:]).astype(dtype)
+    X = X.reshape(*batch, *X.shape[1:])
     return X[..., 0] if vector else X
 
 
@@ -251,17 +248,17 @@ def _operator_action(
     if not jnp.issubdtype(dtype, jnp.inexact):
         dtype = jnp.result_type(float)
     config = expm_operators.Config(n, grid, num, stacked, samples, None)
-    return expm_operators.run(
+    work = accumulation_dtype(dtype)
+    real = np.finfo(work).dtype
+    X = expm_operators.run(
         operator,
-        B,
-        traceA,
-        start,
-        stop,
-        divisions,
+        converted(B, work),
+        converted(traceA, work),
+        *(converted(x, real) for x in (start, stop, divisions)),
         config=config,
         batch=batch,
-        dtype=np.dtype(dtype),
     )
+    return converted(X, dtype)
 
 
 def _function(f: Any, B: ArrayLike) -> tuple[Any, int, np.dtype]:

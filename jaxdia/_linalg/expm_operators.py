@@ -45,7 +45,6 @@ import numpy as np
 from jax import Array, lax
 from jax.custom_derivatives import SymbolicZero
 
-from .._geometry import accumulation_dtype
 from .expm_norms import (
     LazyOperatorNormInfo,
     Product,
@@ -299,19 +298,16 @@ def _closed(converted: Any, arrays: list[Any], v: Array) -> Array:
     return converted(v, *arrays)
 
 
-@partial(jax.jit, static_argnames=("config", "batch", "dtype"))
-def run(operator, B, trace, start, stop, divisions, *, config: Config, batch, dtype: np.dtype):
-    """:func:`jaxdia.expm_multiply` of an operator for checked operands, as one compiled
-    call (``config.treedef`` is filled in here); a batch of ``B`` is flattened and
-    mapped with ``vmap``."""
-    work = accumulation_dtype(dtype)
-    real = np.dtype(np.finfo(work).dtype)
+@partial(jax.jit, static_argnames=("config", "batch"))
+def run(operator, B, trace, start, stop, divisions, *, config: Config, batch):
+    """:func:`jaxdia.expm_multiply` of an operator for checked operands, converted to the
+    dtype of the work (``B``'s and the trace's; times real), as one compiled call
+    (``config.treedef`` is filled in here); a batch of ``B`` is flattened and mapped
+    with ``vmap``."""
+    work = B.dtype
     vector = B.ndim == 1
-    B = B.astype(work)
     if vector:
         B = B[:, None]
-    trace = jnp.asarray(trace).astype(work)
-    start, stop, divisions = (jnp.asarray(x).astype(real) for x in (start, stop, divisions))
     size = math.prod(batch)
     B = jnp.broadcast_to(B, (*batch, *B.shape[-2:])).reshape(size, *B.shape[-2:])
     trace = jnp.broadcast_to(trace, batch).reshape(size)
@@ -335,7 +331,7 @@ def run(operator, B, trace, start, stop, divisions, *, config: Config, batch, dt
         X = jnp.asarray(evolve_one(B[0], trace[0]))[None]
     if one_column:
         X = X[..., None]
-    X = X.reshape(*batch, *X.shape[1:]).astype(dtype)
+    X = X.reshape(*batch, *X.shape[1:])
     return X[..., 0] if vector else X
 
 
