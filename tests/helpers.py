@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 from hypothesis import settings
+from jax import monitoring
 
 import jaxdia
 
@@ -38,6 +39,30 @@ def mapping_share() -> float:
     if held is None or not _MAPPING_LIMIT.exists():
         return 0.0
     return held / int(_MAPPING_LIMIT.read_text())
+
+
+class Compiles:
+    """Counts XLA's compilations in a ``with`` block (a listener on JAX's compile events;
+    a program loaded from the persistent compilation cache counts too)::
+
+        with Compiles() as compiles:
+            f(x)
+        assert compiles.count == 0
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def _listener(self, event: str, duration: float, **kwargs: object) -> None:
+        if event == "/jax/core/compile/backend_compile_duration":
+            self.count += 1
+
+    def __enter__(self) -> "Compiles":
+        monitoring.register_event_duration_secs_listener(self._listener)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        monitoring.unregister_event_duration_listener(self._listener)
 
 
 def release_compiled_programs() -> None:

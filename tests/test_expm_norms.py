@@ -7,11 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import scipy.sparse as sp
 import scipy.sparse.linalg as spla
-from jax import monitoring
 
 import jaxdia
 from jaxdia._linalg import expm_norms
 from jaxdia._parts import DiaParts
+
+from .helpers import Compiles
 
 
 def ising_chain(sites, field=0.7):
@@ -111,20 +112,11 @@ def test_one_program_per_grid_size_whatever_the_times():
     """Other start/stop values and endpoint compile nothing new."""
     A = jaxdia.diags([1.0, -2.0, 1.0], offsets=[-1, 0, 1], shape=(20, 20))
     b = jnp.ones(20)
-    compiles = []
-
-    def listener(event, duration, **kwargs):
-        if "backend_compile" in event:
-            compiles.append(event)
-
     jaxdia.expm_multiply(A, b, start=0.0, stop=1.0, num=5)
-    monitoring.register_event_duration_secs_listener(listener)
-    try:
+    with Compiles() as compiles:
         X = jaxdia.expm_multiply(A, b, start=-0.5, stop=2.0, num=5, endpoint=False)
         Y = jaxdia.expm_multiply(A, b, start=1.0, stop=0.0, num=5)
-    finally:
-        monitoring.unregister_event_duration_listener(listener)
-    assert not compiles
+    assert compiles.count == 0
     dense = A.todense()
     for k, t in enumerate(np.linspace(-0.5, 2.0, 5, endpoint=False)):
         np.testing.assert_allclose(X[k], jax.scipy.linalg.expm(t * dense) @ b, rtol=1e-11)

@@ -10,39 +10,16 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from hypothesis import given, settings, strategies as st
-from jax import monitoring
 
 import jaxdia
 from jaxdia._geometry import in_bounds
 
-from .helpers import examples
+from .helpers import Compiles, examples
 
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 # Values of a normal range: subnormal numbers are flushed to zero by XLA CPU's arithmetic
 # and kept by NumPy (the one documented difference besides fused multiply-adds).
 VALUES = st.floats(-1e3, 1e3, allow_subnormal=False, width=32).filter(lambda v: abs(v) > 1e-3)
-
-
-class Compiles:
-    """Counts XLA compilations while active (a listener on JAX's compile events)."""
-
-    count = 0
-    active = False
-
-    @classmethod
-    def listener(cls, event, duration, **kwargs):
-        if cls.active and "backend_compile" in event:
-            cls.count += 1
-
-    def __enter__(self):
-        type(self).count, type(self).active = 0, True
-        return self
-
-    def __exit__(self, *exc):
-        type(self).active = False
-
-
-monitoring.register_event_duration_secs_listener(Compiles.listener)
 
 
 @st.composite

@@ -8,40 +8,13 @@ import weakref
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 import scipy.integrate as si
-from jax import monitoring
 
 import jaxdia
 from jaxdia._ivp_cache import PROGRAMS, Programs
 from jaxdia._ivp_problem import Problem
 
-
-class Compiles:
-    """Counts the backend compilations in a ``with`` block."""
-
-    count = 0
-    active = False
-
-    @classmethod
-    def listener(cls, event: str, duration_secs: float, **kwargs: str | int) -> None:
-        if cls.active and event == "/jax/core/compile/backend_compile_duration":
-            cls.count += 1
-
-    def __enter__(self):
-        type(self).count, type(self).active = 0, True
-        return self
-
-    def __exit__(self, *exc):
-        type(self).active = False
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _listener():
-    monitoring.register_event_duration_secs_listener(Compiles.listener)
-    yield
-    monitoring.unregister_event_duration_listener(Compiles.listener)
-
+from .helpers import Compiles
 
 TRACES = {"chain": 0}
 

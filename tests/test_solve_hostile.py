@@ -4,9 +4,7 @@ float64 operands with x64 off, mixed precisions in ``solve_banded``, singular sh
 NaN entries in ``eigsh`` and the factorizations, eager Chebyshev compiles; then a
 Hypothesis sweep over the solve side's inputs."""
 
-import logging
 import warnings
-from contextlib import contextmanager
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +21,7 @@ from jaxdia._linalg.factor import lu_unchecked
 from jaxdia._matrix import DiaMatrix
 from jaxdia._parts import DiaParts
 
-from .helpers import dense_f64, examples
+from .helpers import Compiles, dense_f64, examples
 
 
 def tridiagonal(n, lower, diagonal, upper, dtype=np.float64):
@@ -258,26 +256,6 @@ def test_eigsh_nan_entries_fail_at_once():
 # -- one compile per eager preconditioner ---------------------------------------------------------
 
 
-@contextmanager
-def counting_compiles():
-    """The XLA compilations run inside the block (JAX logs each with log_compiles)."""
-    compiled = []
-
-    class Handler(logging.Handler):
-        def emit(self, record):
-            if record.getMessage().startswith("Compiling "):
-                compiled.append(record.getMessage())
-
-    handler = Handler()
-    logger = logging.getLogger("jax")
-    logger.addHandler(handler)
-    try:
-        with jax.log_compiles():
-            yield compiled
-    finally:
-        logger.removeHandler(handler)
-
-
 def test_eager_preconditioners_compile_once():
     A = tridiagonal(64, -1.0, 2.0, -1.0)
     v = jnp.ones(64)
@@ -285,10 +263,10 @@ def test_eager_preconditioners_compile_once():
     assert not krylov.large_program(chebyshev, v)  # BiCGStab applies it at two sites
     for M in (chebyshev, jaxdia.jacobi(A)):
         first = M(v)
-        with counting_compiles() as compiled:
+        with Compiles() as compiles:
             for _ in range(3):
                 np.testing.assert_array_equal(M(v), first)
-        assert not compiled, compiled
+        assert compiles.count == 0
 
 
 # -- a sweep over the solve side's inputs ------------------------------------------------------
