@@ -24,7 +24,6 @@ import pytest
 import scipy.sparse as sp
 
 import jaxdia
-from jaxdia import _dispatch
 from jaxdia._geometry import in_bounds
 from jaxdia._kernels import band_layouts, band_parallel, band_primitives, band_refine
 from jaxdia._linalg.eigsh import DENSE_UP_TO
@@ -39,14 +38,6 @@ PLATFORMS = ["cuda", "tpu"]
 #: jaxdia's banded functions with cyclic reduction forced (on CPU).
 PARALLEL = Forced("parallel")
 FULL = pytest.mark.full
-
-
-def on_platform(monkeypatch, platform):
-    """Factorizations are traced as on ``platform``'s machine (its default backend)."""
-    jax.clear_caches()
-    monkeypatch.setattr(
-        _dispatch, "default_platform", lambda: "gpu" if platform == "cuda" else platform
-    )
 
 
 # -- structure: no loop over the rows -------------------------------------------------------
@@ -93,8 +84,8 @@ BANDS = {
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("band", BANDS)
-def test_solve_banded_has_no_loop_over_the_rows(monkeypatch, platform, band):
-    on_platform(monkeypatch, platform)
+def test_solve_banded_has_no_loop_over_the_rows(traced_as, platform, band):
+    traced_as(platform)
 
     def make(n):
         return jaxdia.solve_banded, (_band(n, BANDS[band]), jnp.ones(n, jnp.float32))
@@ -107,8 +98,8 @@ def test_solve_banded_has_no_loop_over_the_rows(monkeypatch, platform, band):
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("band", ["pentadiagonal", "band of 50"])
-def test_lu_factor_and_solves_have_no_loop_over_the_rows(monkeypatch, platform, band):
-    on_platform(monkeypatch, platform)
+def test_lu_factor_and_solves_have_no_loop_over_the_rows(traced_as, platform, band):
+    traced_as(platform)
 
     def factor_and_solve(A, b):
         lu = jaxdia.lu_factor(A)
@@ -123,8 +114,8 @@ def test_lu_factor_and_solves_have_no_loop_over_the_rows(monkeypatch, platform, 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("kd", [1, 3])
-def test_cho_factor_and_solve_have_no_loop(monkeypatch, platform, kd):
-    on_platform(monkeypatch, platform)
+def test_cho_factor_and_solve_have_no_loop(traced_as, platform, kd):
+    traced_as(platform)
 
     def factor_and_solve(A, b):
         c = jaxdia.cho_factor(A)
@@ -138,12 +129,12 @@ def test_cho_factor_and_solve_have_no_loop(monkeypatch, platform, kd):
 
 
 @pytest.mark.parametrize("platform", PLATFORMS)
-def test_multigrid_cg_has_no_loop_over_the_rows(monkeypatch, platform):
+def test_multigrid_cg_has_no_loop_over_the_rows(traced_as, platform):
     """The multigrid-CG program's only loop is CG's (``maxiter``); its coarsest level is
     a dense inverse applied as one product. Both sizes coarsen to the same 15 x 15 grid
     (``max_coarse``), so the dense inverse's setup (on TPU a loop over its columns) is
     the same program."""
-    on_platform(monkeypatch, platform)
+    traced_as(platform)
 
     def make(n):
         side = round(np.sqrt(n))
@@ -158,8 +149,8 @@ def test_multigrid_cg_has_no_loop_over_the_rows(monkeypatch, platform):
 
 @pytest.mark.parametrize("platform", PLATFORMS)
 @pytest.mark.parametrize("band", ["pentadiagonal"])
-def test_shift_invert_eigsh_has_no_loop_over_the_rows(monkeypatch, platform, band):
-    on_platform(monkeypatch, platform)
+def test_shift_invert_eigsh_has_no_loop_over_the_rows(traced_as, platform, band):
+    traced_as(platform)
 
     def eigenvalues(A):
         return jaxdia.eigsh(A, k=2, sigma=0.5, ncv=8, maxiter=30)[0]
@@ -415,22 +406,22 @@ def test_singular_and_indefinite():
 # -- multigrid's coarsest level and eigsh on accelerators, run on CPU -------------------------
 
 
-def test_multigrid_dense_coarse_level_matches_the_banded_one(monkeypatch):
+def test_multigrid_dense_coarse_level_matches_the_banded_one(traced_as):
     grid = (15, 15)
     A = poisson(15, np.float64)
     b = jnp.asarray(rhs(A.shape[0], seed=18))
     x_cpu, info_cpu = jaxdia.cg(A, b, M=jaxdia.multigrid(A, grid, max_coarse=60), rtol=1e-10)
-    on_platform(monkeypatch, "gpu")
+    traced_as("gpu", runs=True)
     M = jaxdia.multigrid(A, grid, max_coarse=60)
     x_gpu, info_gpu = jaxdia.cg(A, b, M=M, rtol=1e-10)
     assert int(info_gpu.iterations) == int(info_cpu.iterations)
     np.testing.assert_allclose(x_gpu, x_cpu, rtol=1e-9)
 
 
-def test_shift_invert_eigsh_with_parallel_factor(monkeypatch):
+def test_shift_invert_eigsh_with_parallel_factor(traced_as):
     """A - sigma I indefinite (sigma inside the spectrum): the parallel factor's refined
     solves give SciPy's eigenvalues nearest sigma."""
-    on_platform(monkeypatch, "tpu")
+    traced_as("tpu", runs=True)
     S = hermitian_band(40, 2, seed=19)
     dense = dense_f64(S)
     eigenvalues = np.linalg.eigvalsh(dense)
@@ -579,11 +570,20 @@ def test_rolled_pivot_steps_match_unrolled_and_numpy(m, dtype, hermitian, monkey
         work, pivots, swaps = band_parallel._eliminate(x, hermitian=hermitian, invert=True)
         return work[..., m:, :], pivots, swaps
 
+    rolled_text = jax.jit(eliminate).lower(lanes).as_text()
     rolled = jax.jit(eliminate)(lanes)
     monkeypatch.setattr(band_parallel, "UNROLLED_PIVOTS", m)
-    unrolled = jax.jit(eliminate)(lanes)
-    for got, want in zip(rolled, unrolled):
-        np.testing.assert_array_equal(got, want)
+    # Another function: JAX would reuse the trace of eliminate made before the patch.
+    unrolled_fn = jax.jit(lambda x: eliminate(x))
+    assert unrolled_fn.lower(lanes).as_text().count("stablehlo.while") < rolled_text.count(
+        "stablehlo.while"
+    )
+    unrolled = unrolled_fn(lanes)
+    # The same steps, fused differently: equal to rounding; the same interchanges.
+    rounding = 10 * m * np.finfo(dtype).eps
+    for got, want in zip(rolled[:2], unrolled[:2]):
+        np.testing.assert_allclose(got, want, rtol=rounding, atol=rounding * abs(want).max())
+    np.testing.assert_array_equal(rolled[2], unrolled[2])
     tolerance = 1e-3 if dtype == np.float32 else 1e-9
     inverse, pivots, swaps = rolled
     expected = np.linalg.inv(blocks.astype(np.complex128))
