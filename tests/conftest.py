@@ -121,3 +121,44 @@ def pytest_runtest_teardown(item, nextitem):
         release_compiled_programs()
         share = mapping_share()
     _tests_until_count = 1 if share > 0.25 else MAPPINGS_CHECKED_EVERY
+
+
+#: A value in JAX's trace context that does not change a program: the regex JAX strips
+#: from the source paths in HLO metadata (``traced_as`` sets one that matches nothing).
+_TRACE_TAG = "jax_hlo_source_file_canonicalization_regex"
+
+
+@pytest.fixture
+def traced_as(monkeypatch):
+    """``traced_as(platform)``: for the rest of the test, jaxdia traces its programs as on
+    ``platform``'s machine (``"cpu"``, ``"tpu"``, ``"cuda"`` or ``"gpu"``: the
+    ``_dispatch.default_platform`` that chooses factor layouts, coarse solves,
+    Gram-Schmidt, ...), to lower them for that platform.
+
+    JAX reuses a trace made from the same arguments in the same trace context, so each
+    platform's traces are kept apart by a value of that context that does not change the
+    programs (``_TRACE_TAG``, one per platform); clearing JAX's caches instead would make
+    every later test of the worker compile again what it shares with the earlier ones.
+    That keeps lowered programs apart; a jitted function *called* again still runs what it
+    compiled (JAX's dispatch does not read that value), so a test that runs programs as
+    on another platform passes ``runs=True``: JAX's caches are cleared then, and again
+    after the test.
+    """
+    from jaxdia import _dispatch
+
+    previous = getattr(jax.config, _TRACE_TAG)
+    cleared = False
+
+    def trace_as(platform: str, *, runs: bool = False) -> None:
+        nonlocal cleared
+        name = "gpu" if platform == "cuda" else platform
+        monkeypatch.setattr(_dispatch, "default_platform", lambda: name)
+        jax.config.update(_TRACE_TAG, None if name == "cpu" else f"(?!){name}")
+        if runs:
+            jax.clear_caches()
+            cleared = True
+
+    yield trace_as
+    jax.config.update(_TRACE_TAG, previous)
+    if cleared:
+        jax.clear_caches()

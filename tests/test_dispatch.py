@@ -276,12 +276,10 @@ def test_stored_factors_call_lapack_on_cpu(kind, offsets, routines):
 @pytest.mark.parametrize("platform", ACCELERATORS)
 @pytest.mark.parametrize("kind, offsets, routines", STORED[:2] + STORED[3:4])
 def test_stored_factors_are_cyclic_reduction_on_accelerators(
-    platform, kind, offsets, routines, monkeypatch
+    platform, kind, offsets, routines, traced_as
 ):
     # A factor's layout is chosen when it is traced, for the default device's platform.
-    monkeypatch.setattr(
-        _dispatch, "default_platform", lambda: "gpu" if platform == "cuda" else platform
-    )
+    traced_as(platform)
 
     def make_args(n):
         A = _spd(n, offsets) if kind == "cho" else banded(n, offsets)
@@ -341,7 +339,7 @@ def test_one_system_on_accelerators(platform):
 # -- gmres's Gram-Schmidt ---------------------------------------------------------------------
 
 
-def test_gmres_gram_schmidt(monkeypatch):
+def test_gmres_gram_schmidt(traced_as):
     """CPU: each Arnoldi step orthogonalizes in one BLAS host call; cuda and TPU: XLA's
     block Gram-Schmidt, no host call. The choice is made when gmres is traced."""
     A, b = banded(64, [-1, 0, 1]), jnp.ones(64)
@@ -349,32 +347,25 @@ def test_gmres_gram_schmidt(monkeypatch):
     def solve(A, b):
         return jaxdia.gmres(A, b, rtol=1e-8)
 
-    jax.clear_caches()
     for dtype in (np.float64, np.complex64):
         text = lowered_text(solve, A.astype(dtype), b.astype(dtype), platform="cpu")
         assert lapack_calls(text) == {"gram_schmidt"}
     for platform in ACCELERATORS:
-        jax.clear_caches()
-        monkeypatch.setattr(
-            _dispatch, "default_platform", lambda: "gpu" if platform == "cuda" else platform
-        )
+        traced_as(platform)
         text = lowered_text(solve, A, b, platform=platform)
         assert not lapack_calls(text)
-    jax.clear_caches()
 
 
 # -- the selected inverse of a general matrix ------------------------------------------------------
 
 
 @pytest.mark.parametrize("platform", ["cpu", "tpu", pytest.param("cuda", marks=pytest.mark.full)])
-def test_pivoted_selected_inverse_only_on_cpu(platform, monkeypatch):
+def test_pivoted_selected_inverse_only_on_cpu(platform, traced_as):
     """``selected_inverse`` and ``slogdet``'s gradient of a general matrix: cyclic
     reduction backwards (no loop over the rows) everywhere; on CPU, behind a ``case`` on
     its residual check, the pivoted LU's reverse mode (two scans over the rows) for the
     systems it refuses; on GPU/TPU no such loop (those systems stay NaN)."""
-    monkeypatch.setattr(
-        _dispatch, "default_platform", lambda: {"cuda": "gpu"}.get(platform, platform)
-    )
+    traced_as(platform)
     offsets = (-2, -1, 0, 1, 2)
 
     def variances_and_gradient(data):
@@ -396,7 +387,7 @@ def test_pivoted_selected_inverse_only_on_cpu(platform, monkeypatch):
 # -- multigrid's level products ------------------------------------------------------------------
 
 
-def test_multigrid_level_products(monkeypatch):
+def test_multigrid_level_products(traced_as):
     """On CPU a small level with more than 9 diagonals (3-D coarse levels) multiplies as
     one loop over its diagonals; larger or narrower levels, and every level on GPU/TPU,
     use the product primitive (no loop)."""
@@ -415,5 +406,5 @@ def test_multigrid_level_products(monkeypatch):
     assert large.shape[0] > _dispatch.LOOPED_UP_TO
     assert not while_loops(product, large, jnp.ones(large.shape[0]), platform="cpu")
     # The choice is made when the cycle is traced, for the default device's platform.
-    monkeypatch.setattr(_dispatch, "default_platform", lambda: "gpu")
+    traced_as("cuda")
     assert not while_loops(product, small, x, platform="cuda")

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 import jaxdia
-from jaxdia import _dispatch
 from jaxdia._kernels import (
     band_refine,
     pallas_mosaic_gpu,
@@ -516,12 +515,12 @@ def _dense_products_cases():
 
 @pytest.mark.parametrize("platform", ["tpu", pytest.param("cuda", marks=pytest.mark.full)])
 @pytest.mark.parametrize("case", sorted(_dense_products_cases()))
-def test_dense_products_on_accelerators_run_at_full_precision(platform, case, monkeypatch):
+def test_dense_products_on_accelerators_run_at_full_precision(platform, case, traced_as):
     """A float32 ``dot`` at its default precision rounds its operands to bfloat16 on a
     TPU (and to TF32 on recent NVIDIA GPUs): block cyclic reduction then solved a
     21-diagonal SPD system on a TPU v5e to a residual of 2e-4 with no error reported.
     Every dense product jaxdia writes asks for full precision."""
-    monkeypatch.setattr(_dispatch, "default_platform", lambda: platform)
+    traced_as(platform)
     fn, args = _dense_products_cases()[case]
     text = lowered_text(fn, *args, platform=platform)
     products = [line for line in text.splitlines() if "stablehlo.dot" in line]

@@ -11,7 +11,6 @@ import scipy.optimize
 import scipy.sparse as sp
 
 import jaxdia
-from jaxdia import _dispatch
 from jaxdia._geometry import in_bounds
 from jaxdia._linalg import lstsq
 
@@ -257,10 +256,8 @@ def test_cpu_calls_lapack_cholesky():
 
 
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
-def test_no_loop_over_rows_on_accelerators(platform, monkeypatch):
-    monkeypatch.setattr(
-        _dispatch, "default_platform", lambda: "gpu" if platform == "cuda" else platform
-    )
+def test_no_loop_over_rows_on_accelerators(platform, traced_as):
+    traced_as(platform)
 
     def make_args(n):
         return tall(n + 8, n, (-8, -1, 0, 1)), jnp.ones(n + 8)

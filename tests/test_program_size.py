@@ -53,7 +53,6 @@ import pytest
 from jax.interpreters.mlir import ir
 
 import jaxdia
-from jaxdia import _dispatch
 
 from .test_lowering import lowered
 
@@ -196,22 +195,6 @@ def check_sizes(build, sizes, platform: str, label: str) -> None:
         )
 
 
-@pytest.fixture
-def traced_for(monkeypatch):
-    """Makes tracing choose implementations as ``platform`` does (the layouts of stored
-    factors, multigrid's coarse solve); JAX's caches are cleared so that no trace for
-    another platform is reused."""
-
-    def set_platform(platform: str) -> None:
-        monkeypatch.setattr(
-            _dispatch, "default_platform", lambda: "gpu" if platform == "cuda" else platform
-        )
-        jax.clear_caches()
-
-    yield set_platform
-    jax.clear_caches()
-
-
 # -- the programs ------------------------------------------------------------------------------
 
 PRODUCTS = ("A @ x", "A.T @ x", "traces", "grad wrt data")
@@ -252,8 +235,8 @@ FAST_FACTORIZATIONS = {
 @pytest.mark.parametrize(
     "name, count, platform", cases(PRODUCTS, PLATFORMS, DIAGONALS, FAST_PRODUCTS)
 )
-def test_products_do_not_grow_with_n(name, count, platform, traced_for):
-    traced_for(platform)
+def test_products_do_not_grow_with_n(name, count, platform, traced_as):
+    traced_as(platform)
     check_sizes(
         lambda n: banded_program(name, n, count), SIZES, platform, f"{name}, {count} diagonals"
     )
@@ -262,8 +245,8 @@ def test_products_do_not_grow_with_n(name, count, platform, traced_for):
 @pytest.mark.parametrize(
     "name, count, platform", cases(FACTORIZATIONS, PLATFORMS, (3, 5, 21), FAST_FACTORIZATIONS)
 )
-def test_factorizations_grow_by_levels_only(name, count, platform, traced_for):
-    traced_for(platform)
+def test_factorizations_grow_by_levels_only(name, count, platform, traced_as):
+    traced_as(platform)
     check_sizes(
         lambda n: banded_program(name, n, count),
         LEVEL_SIZES,
@@ -276,8 +259,8 @@ def test_factorizations_grow_by_levels_only(name, count, platform, traced_for):
     "name, count, platform",
     cases(["solve_ivp (BDF)"], PLATFORMS, DIAGONALS, set()),
 )
-def test_bdf_integration_does_not_grow_with_n(name, count, platform, traced_for):
-    traced_for(platform)
+def test_bdf_integration_does_not_grow_with_n(name, count, platform, traced_as):
+    traced_as(platform)
     check_sizes(
         lambda n: banded_program(name, n, count),
         LEVEL_SIZES,
@@ -293,8 +276,8 @@ MULTIGRID = ("multigrid-CG", "multigrid-CG, M built before")
     "name, count, platform",
     cases(MULTIGRID, PLATFORMS, (5,), set()),
 )
-def test_multigrid_grows_by_levels_only(name, count, platform, traced_for):
-    traced_for(platform)
+def test_multigrid_grows_by_levels_only(name, count, platform, traced_as):
+    traced_as(platform)
     check_sizes(lambda side: multigrid_program(name, side), SIDES, platform, name)
 
 
@@ -391,11 +374,11 @@ def _tile_marks(name: str, count: int) -> list:
         for count in DIAGONALS
     ],
 )
-def test_cyclic_reduction_fills_tpu_tiles(name, count, traced_for):
+def test_cyclic_reduction_fills_tpu_tiles(name, count, traced_as):
     """Cyclic reduction's arrays keep the blocks in the lanes (see
     :mod:`jaxdia._kernels.band_parallel`): no array wastes TPU's tiles, and no interleave
     is an interior pad."""
-    traced_for("tpu")
+    traced_as("tpu")
     f, args = banded_program(name, TILE_N, count)
     text = lowered(f, *args, platform="tpu").as_text()
     bad = wasteful_arrays(text, TILE_N)
@@ -420,11 +403,11 @@ STENCIL_CELLS = pytest.mark.xfail(
         pytest.param("multigrid-CG", marks=[FULL, STENCIL_CELLS]),
     ],
 )
-def test_multigrid_fills_tpu_tiles(name, traced_for):
+def test_multigrid_fills_tpu_tiles(name, traced_as):
     """multigrid-CG's vectors stay 1-D, or rows where they meet a product (see
     :mod:`jaxdia._kernels.primitives`): no ``(n, 1)`` column, no batch of one, and no
     interleave is an interior pad."""
-    traced_for("tpu")
+    traced_as("tpu")
     side = math.isqrt(TILE_N)
     f, args = multigrid_program(name, side)
     text = lowered(f, *args, platform="tpu").as_text()
@@ -437,8 +420,8 @@ def test_multigrid_fills_tpu_tiles(name, traced_for):
 
 
 @pytest.mark.parametrize("name", [pytest.param("A @ x"), pytest.param("A.T @ x", marks=FULL)])
-def test_products_of_a_vector_fill_tpu_tiles(name, traced_for):
-    traced_for("tpu")
+def test_products_of_a_vector_fill_tpu_tiles(name, traced_as):
+    traced_as("tpu")
     f, args = banded_program(name, TILE_N, 3)
     bad = wasteful_arrays(lowered(f, *args, platform="tpu").as_text(), TILE_N)
     assert not bad, f"{name} lowered for tpu: {bad[:4]}"
@@ -453,20 +436,25 @@ def interior_pads(text: str) -> list[str]:
     return [f for f in found if any(int(v) for v in f.split(","))]
 
 
-@pytest.mark.parametrize("platform, scatter", [("tpu", True), ("cpu", False)])
-def test_interleaves_scatter_on_tpu_only(platform, scatter, traced_for):
+def test_interleaves_scatter_on_tpu_only(traced_as):
     """The interleave's form is the platform's: multigrid-CG (its interpolation) and
     cyclic reduction (its back-substitution, forced on CPU) lowered for ``platform``
-    interleave by scatters on TPU, by interior pads elsewhere."""
-    traced_for(platform)
+    interleave by scatters on TPU, by interior pads elsewhere. The same programs are
+    lowered for cpu, tpu and cpu again in one test: ``traced_as`` keeps each platform's
+    traces apart (no trace made for one is lowered for another)."""
     f, args = multigrid_program("multigrid-CG, M built before", 32)
-    texts = [lowered(f, *args, platform=platform).as_text()]
-    f, args = banded_program("solve_banded", 64, 3)
+    _, (A, b) = banded_program("solve_banded", 64, 3)
     forced = lambda A, b: jaxdia.solve_banded(A, b, method="parallel")  # noqa: E731
-    texts.append(lowered(forced, *args, platform=platform).as_text())
-    for text in texts:
-        assert ("stablehlo.scatter" in text) == scatter
-        assert bool(interior_pads(text)) != scatter
+    for platform in ("cpu", "tpu", "cpu"):
+        traced_as(platform)
+        scatter = platform == "tpu"
+        texts = [
+            lowered(f, *args, platform=platform).as_text(),
+            lowered(forced, A, b, platform=platform).as_text(),
+        ]
+        for text in texts:
+            assert ("stablehlo.scatter" in text) == scatter
+            assert bool(interior_pads(text)) != scatter
 
 
 def test_the_tile_rule_catches_blocks_in_front():

@@ -12,7 +12,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxdia import _dispatch
 from jaxdia._kernels import pallas_tpu, xla
 from jaxdia._kernels.primitives import spmm
 
@@ -142,14 +141,12 @@ def test_tpu_kernel_takes_rows(name, transpose, batch_d, batch_x):
 
 
 @pytest.mark.parametrize("platform", ["tpu", "cuda"])
-def test_a_vector_enters_the_product_as_a_row(platform, monkeypatch):
+def test_a_vector_enters_the_product_as_a_row(platform, traced_as):
     """``A @ x`` of a vector lowered: on TPU no ``(n, 1)`` column and no transpose (its
     kernel takes rows); the GPU kernels take columns, so the row becomes one there."""
     import jaxdia
 
-    monkeypatch.setattr(
-        _dispatch, "default_platform", lambda: "gpu" if platform == "cuda" else platform
-    )
+    traced_as(platform)
     n = 1 << 12
     A = jax.eval_shape(
         lambda d: jaxdia.DiaMatrix(d, (-1, 0, 1), (n, n)),
