@@ -21,7 +21,7 @@ from jaxdia._linalg import periodic
 from jaxdia._linalg.plan import periodic_split
 
 from .helpers import assert_close, dense_f64, examples
-from .test_band_parallel import assert_no_loop_grows, on_platform
+from .test_band_parallel import assert_no_loop_grows
 
 
 def periodic_matrix(n, half, dtype=np.float64, batch=(), seed=0, dominant=True):
@@ -181,8 +181,8 @@ def test_pytree_names_and_attributes():
 
 
 @pytest.mark.parametrize("platform", ["cuda", "tpu"])
-def test_no_loop_over_the_rows_on_accelerators(monkeypatch, platform):
-    on_platform(monkeypatch, platform)
+def test_no_loop_over_the_rows_on_accelerators(traced_as, platform):
+    traced_as(platform)
 
     def factor_and_solve(A, b):
         lu = jaxdia.lu_factor(A)
