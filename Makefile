@@ -51,12 +51,15 @@ PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist worksteal
 # fixes the device count when it starts; tests/sharded/conftest.py); tests/x64_off/ with
 # 64-bit types off, JAX's default, which the rest of the suite turns on
 # (tests/x64_off/conftest.py). All run, and the target fails if any does. They share one
-# persistent compilation cache, fresh for the run (tests/conftest.py), removed after in the
-# background (deleting its ~20,000 files takes half a minute here).
+# persistent compilation cache (tests/conftest.py): the directory JAXDIA_TEST_COMPILATION_CACHE
+# names if the caller set it (.ci/run, so that `make test-full` loads what `make test`
+# compiled), else a fresh one for the run, removed after in the background (deleting its
+# ~20,000 files takes half a minute here).
 SHARDED_TESTS := tests/sharded
 X64_OFF_TESTS := tests/x64_off
-FRESH_CACHE := export JAXDIA_TEST_COMPILATION_CACHE=$$(mktemp -d); \
-	trap '(rm -rf "$$JAXDIA_TEST_COMPILATION_CACHE" >/dev/null 2>&1 &)' EXIT
+FRESH_CACHE := if [ -z "$$JAXDIA_TEST_COMPILATION_CACHE" ]; then \
+	export JAXDIA_TEST_COMPILATION_CACHE=$$(mktemp -d); \
+	trap '(rm -rf "$$JAXDIA_TEST_COMPILATION_CACHE" >/dev/null 2>&1 &)' EXIT; fi
 
 test: $(STAMP)
 	@status=0; $(FRESH_CACHE); \
@@ -79,11 +82,6 @@ FULL_TIER := HYPOTHESIS_PROFILE=full $(VPY) -m pytest -q $(PYTEST_PARALLEL) \
 	--hypothesis-seed=$(HYPOTHESIS_SEED) -m 'full or hypothesis'
 CONFORMANCE_TESTS := tests/scipy_conformance
 
-# The full tier compiles with XLA:CPU's fusion emitters (tests/conftest.py chooses the loop
-# emitters otherwise): its workers compile about twice the programs of the fast tier's, and
-# with the loop emitters each holds twice the memory mappings, so that the workers would
-# clear their caches (tests/conftest.py) several times over.
-test-full: export XLA_FLAGS := $(XLA_FLAGS) --xla_cpu_use_fusion_emitters=true
 test-full: $(STAMP)
 	@status=0; $(FRESH_CACHE); \
 	echo "pytest: the full tier on one device"; \

@@ -4,7 +4,7 @@ off, Hypothesis profiles.
 The suite compiles a few thousand small programs, and at test sizes LLVM's optimizations
 cost more compile time than they save in run time (about 40% of the suite's time), as do
 XLA:CPU's fusion emitters (the older loop emitters instead: the same files ran in 0.8x
-the time here, and CI's fast tier in half; ``make test-full`` keeps the fusion emitters).
+the time here, CI's fast tier in half, the full tier in 0.64x).
 ``JAX_DISABLE_MOST_OPTIMIZATIONS=0`` runs it fully optimized, as users compile (CI's
 ``make test-newest`` step does).
 
@@ -48,8 +48,9 @@ OPTIMIZATIONS_OFF = os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"].lower() in ("1"
 jax.config.update("jax_disable_most_optimizations", OPTIMIZATIONS_OFF)
 
 # With the optimizations off, XLA:CPU's loop emitters instead of its fusion emitters too,
-# unless XLA_FLAGS chooses (`make test-full` keeps the fusion emitters: its workers compile
-# more programs, which hold half the mappings with them). An XLA flag that the running
+# unless XLA_FLAGS chooses (a program then holds about twice the mappings: the workers
+# clear their caches more often, below, and load again from the persistent cache what
+# they compiled before). An XLA flag that the running
 # jaxlib does not know aborts the process, so it is set only on the jaxlib it was checked
 # on (the oldest supported, which `make test` runs); set before any backend starts, and in
 # the environment, so that pytest-xdist's workers and the subprocesses get it.
