@@ -128,6 +128,24 @@ def test_float32_and_16_bit():
     assert X16.dtype == np.float32 and relative_error(X16, expected) < 3e-2
 
 
+def test_result_dtype_is_the_promoted_one_for_every_pair_of_dtypes():
+    """16-bit, single and complex operands in every pairing: the result has the promoted
+    dtype (JAX's promotion; the work runs in at least single precision) and the values of
+    the work's precision."""
+    S = band(12, seed=6, scale=0.3)
+    B = vectors(12)
+    expected = sla.expm(S.toarray()) @ B
+    dtypes = (jnp.bfloat16, np.float16, np.float32, np.complex64)
+    for a_dtype in dtypes:
+        A = jaxdia.DiaMatrix.from_scipy(S).astype(a_dtype)
+        for b_dtype in dtypes:
+            X = jaxdia.expm_multiply(A, B.astype(b_dtype))
+            promoted = jnp.result_type(a_dtype, b_dtype)
+            assert X.dtype == promoted, (a_dtype, b_dtype)
+            tolerance = 3e-2 if {a_dtype, b_dtype} & {jnp.bfloat16, np.float16} else 1e-5
+            assert relative_error(X, expected) < tolerance, (a_dtype, b_dtype)
+
+
 def test_one_program_for_every_operand_dtype_of_the_same_work():
     """The operands are converted to the dtype of the work before the compiled call: a B
     of another dtype (or a trace) that promotes to the same work compiles nothing more,
