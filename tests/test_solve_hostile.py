@@ -269,6 +269,32 @@ def test_eager_preconditioners_compile_once():
         assert compiles.count == 0
 
 
+def test_a_right_hand_side_of_another_dtype_compiles_no_other_solve():
+    """``b`` (and ``x0``) are converted to the solution's dtype before the compiled call:
+    after a float64 solve, float32, int32 and bfloat16 right-hand sides of a float64
+    matrix compile nothing (each compiled a whole solver), with the same solutions."""
+    A = tridiagonal(32, -1.0, 3.0, -1.2)
+    b = np.random.default_rng(5).standard_normal(32)
+    lu = jaxdia.lu_factor(A)
+    solves = {
+        "solve_banded": lambda b: jaxdia.solve_banded(A, b),
+        "lu.solve": lambda b: lu.solve(b, trans=1),
+        "cg": lambda b: jaxdia.cg(A + A.T, b, x0=np.zeros(32, np.float32))[0],
+        "bicgstab": lambda b: jaxdia.bicgstab(A, b, rtol=1e-12)[0],
+        "gmres": lambda b: jaxdia.gmres(A, b, rtol=1e-12)[0],
+    }
+    others = (b.astype(np.float32), np.round(4 * b).astype(np.int32), jnp.asarray(b, jnp.bfloat16))
+    for name, solve in solves.items():
+        exact = [solve(np.asarray(other, np.float64)) for other in others]
+        with Compiles() as compiles:
+            solutions = [solve(other) for other in others]
+        # The eager conversion of the bfloat16 array: one small program, not a solver.
+        assert compiles.count <= 1, name
+        for x, expected in zip(solutions, exact):
+            assert x.dtype == np.float64, name
+            np.testing.assert_allclose(x, expected, rtol=1e-12, atol=1e-12)
+
+
 # -- a sweep over the solve side's inputs ------------------------------------------------------
 
 SWEEP_N = 8

@@ -40,7 +40,7 @@ import numpy as np
 from jax import Array, lax
 from jax.typing import ArrayLike
 
-from .._checks import check_rhs, is_traced, result_dtype
+from .._checks import check_rhs, converted, is_traced, result_dtype
 from .._geometry import accumulation_dtype, in_bounds, real_dtype
 from .._kernels import band_primitives as prims
 from .._kernels.band_layouts import GT, PT, Layout
@@ -298,6 +298,8 @@ def solve(
     failed factor gives (for a caller that reads ``factor.info`` itself: one pass less).
     """
     solve_with = _compiled_solve(A.offsets, A.shape, factor.plan, trans, function, nan_on_failure)
+    # b in the solution's dtype: one program per dtype of the solution, not per b's own.
+    b = converted(b, result_dtype(A.data.dtype, b))
     return solve_with(A.data, factor.arrays, factor.correction, factor.info, b)
 
 

@@ -513,8 +513,7 @@ def gmres(
     n = operands.b.shape[-1]
     return _run_gmres(
         operands.A,
-        operands.b,
-        operands.x0,
+        *operands.vectors_in_dtype(),
         operands.M,
         operands.rtol,
         operands.atol,

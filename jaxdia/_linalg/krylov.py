@@ -727,8 +727,7 @@ def _solve(method, A, b, x0, M, rtol, atol, maxiter, callback, variant):
     operands = solve_operands(method, A, b, M, x0, rtol, atol, maxiter)
     return _run_krylov(
         operands.A,
-        operands.b,
-        operands.x0,
+        *operands.vectors_in_dtype(),
         operands.M,
         operands.rtol,
         operands.atol,

@@ -22,7 +22,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
-from .._checks import as_array, broadcast_batch, check_square, is_traced, scalar, static_int
+from .._checks import (
+    as_array,
+    broadcast_batch,
+    check_square,
+    converted,
+    is_traced,
+    scalar,
+    static_int,
+)
 from .._matrix import DiaMatrix, as_square_matrix
 from .._typing import ArrayLike, Operator, Scalar, TypedLinearMap
 from .operators import apply, as_operator
@@ -196,6 +204,12 @@ class SolveOperands(NamedTuple):
     batch: tuple[int, ...]
     dtype: np.dtype
     x0_is_Mb: bool
+
+    def vectors_in_dtype(self) -> tuple[Any, Any]:
+        """``(b, x0)`` in the working dtype, converted before the compiled call: its
+        program then depends on that dtype, not on ``b``'s and ``x0``'s own."""
+        x0 = None if self.x0 is None else converted(self.x0, self.dtype)
+        return converted(self.b, self.dtype), x0
 
 
 def solve_operands(
