@@ -270,9 +270,10 @@ def test_eager_preconditioners_compile_once():
 
 
 def test_a_right_hand_side_of_another_dtype_compiles_no_other_solve():
-    """``b`` (and ``x0``) are converted to the solution's dtype before the compiled call:
-    after a float64 solve, float32, int32 and bfloat16 right-hand sides of a float64
-    matrix compile nothing (each compiled a whole solver), with the same solutions."""
+    """``b`` (and ``x0``, and ``eigsh``'s ``v0``) are converted to the solution's dtype
+    before the compiled call: after a float64 solve, float32, int32 and bfloat16
+    right-hand sides of a float64 matrix compile nothing (each compiled a whole solver),
+    with the same solutions."""
     A = tridiagonal(32, -1.0, 3.0, -1.2)
     b = np.random.default_rng(5).standard_normal(32)
     lu = jaxdia.lu_factor(A)
@@ -282,6 +283,7 @@ def test_a_right_hand_side_of_another_dtype_compiles_no_other_solve():
         "cg": lambda b: jaxdia.cg(A + A.T, b, x0=np.zeros(32, np.float32))[0],
         "bicgstab": lambda b: jaxdia.bicgstab(A, b, rtol=1e-12)[0],
         "gmres": lambda b: jaxdia.gmres(A, b, rtol=1e-12)[0],
+        "eigsh's start": lambda v0: jaxdia.eigsh(A + A.T, k=2, v0=v0)[0],
     }
     others = (b.astype(np.float32), np.round(4 * b).astype(np.int32), jnp.asarray(b, jnp.bfloat16))
     for name, solve in solves.items():

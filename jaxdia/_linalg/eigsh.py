@@ -29,7 +29,7 @@ import numpy as np
 from jax import Array, lax
 from jax.custom_derivatives import SymbolicZero
 
-from .._checks import as_array, is_traced, scalar, static_int
+from .._checks import as_array, converted, is_traced, scalar, static_int
 from .._geometry import accumulation_dtype
 from .._kernels.primitives import sddmm
 from .._parts import DiaParts
@@ -580,7 +580,7 @@ def _start(v0: Any, rng: object, n: int, dtype: np.dtype, *batches: tuple[int, .
             f"eigsh: v0's batch shape {v0.shape[:-1]} does not broadcast with A's batch "
             f"shape {batches[0]}"
         ) from None
-    return v0
+    return converted(v0, dtype)  # the program then depends on the work's dtype only
 
 
 def _all_pairs(
