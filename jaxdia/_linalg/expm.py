@@ -102,6 +102,22 @@ def _trace(traceA: ArrayLike | None, batch: tuple[int, ...]) -> Any:
     return traceA
 
 
+def _in_work_dtype(
+    matrix: Any, B: Any, traceA: Any, start: Any, stop: Any, divisions: Any
+) -> tuple[np.dtype, np.dtype, tuple[Any, ...]]:
+    """``(dtype, work, operands)``: the result's dtype (``matrix``'s, an array or a dtype,
+    promoted with ``B``'s; at least a float), the dtype of the work, and ``B``,
+    ``traceA``, ``start``, ``stop``, ``divisions`` converted to it (the times to its real
+    dtype) before the compiled call, whose program then depends on the work's dtype only."""
+    dtype = jnp.result_type(matrix, B, float)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = jnp.result_type(float)
+    work = accumulation_dtype(dtype)
+    real = np.finfo(work).dtype
+    times = tuple(converted(x, real) for x in (start, stop, divisions))
+    return np.dtype(dtype), work, (converted(B, work), converted(traceA, work), *times)
+
+
 # -- a DiaMatrix -----------------------------------------------------------------------------
 
 
@@ -122,17 +138,11 @@ def _exponential_action(
     grid, start, stop, num, divisions = _time_grid(start, stop, num, endpoint)
     given = traceA is not None
     traceA = _trace(traceA, batch)
-    dtype = jnp.result_type(A.data, B, float)
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        dtype = jnp.result_type(float)
+    dtype, work, operands = _in_work_dtype(A.data, B, traceA, start, stop, divisions)
     config = Config(A.offsets, n, grid, num)
-    work = accumulation_dtype(dtype)
-    real = np.finfo(work).dtype
     X = _run(
         converted(A.data, work),
-        converted(B, work),
-        converted(traceA, work),
-        *(converted(x, real) for x in (start, stop, divisions)),
+        *operands,
         config=config,
         batch=batch,
         trace_given=given,
@@ -244,17 +254,11 @@ def _operator_action(
                 stacklevel=3,
             )
     traceA = _trace(traceA, batch)
-    dtype = jnp.result_type(operator_dtype, B, float)
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        dtype = jnp.result_type(float)
+    dtype, _, operands = _in_work_dtype(operator_dtype, B, traceA, start, stop, divisions)
     config = expm_operators.Config(n, grid, num, stacked, samples, None)
-    work = accumulation_dtype(dtype)
-    real = np.finfo(work).dtype
     X = expm_operators.run(
         operator,
-        converted(B, work),
-        converted(traceA, work),
-        *(converted(x, real) for x in (start, stop, divisions)),
+        *operands,
         config=config,
         batch=batch,
     )
