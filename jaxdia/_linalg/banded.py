@@ -298,8 +298,8 @@ def solve(
     failed factor gives (for a caller that reads ``factor.info`` itself: one pass less).
     """
     solve_with = _compiled_solve(A.offsets, A.shape, factor.plan, trans, function, nan_on_failure)
-    # b in the solution's dtype: one program per dtype of the solution, not per b's own.
-    b = converted(b, result_dtype(A.data.dtype, b))
+    if b.dtype != A.data.dtype:  # b in the solution's dtype: one program per solution dtype
+        b = converted(b, result_dtype(A.data.dtype, b))
     return solve_with(A.data, factor.arrays, factor.correction, factor.info, b)
 
 
