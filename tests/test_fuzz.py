@@ -240,6 +240,27 @@ REGRESSIONS = {
         },
         None,
     ),
+    # eigsh without eigenvectors or shift returns SciPy's (ARPACK's) order, here SM by
+    # decreasing magnitude: the judge had wanted them ascending
+    "eigsh-scipy-order-without-vectors": (
+        "eigsh",
+        {
+            "dtype": "float64",
+            "half": 0,
+            "k": 2,
+            "kind": "random",
+            "mode": "jit",
+            "n": 3,
+            "ncv": "small",
+            "sigma": "none",
+            "tol": 0.0,
+            "v0": False,
+            "values": 1825394910,
+            "vectors": False,
+            "which": "SM",
+        },
+        None,
+    ),
     # eigsh with sigma an eigenvalue to rounding: pairs away from sigma reported converged
     # with true residuals of 1e-3 (the Krylov relation's rounding, eps ||(A - sigma I)^-1||)
     "eigsh-shift-at-an-eigenvalue": (
@@ -341,7 +362,9 @@ def test_the_oracles_catch_wrong_answers():
 
 def test_the_new_families_catch_wrong_answers(monkeypatch):
     """The expm and eigsh judges fail an answer off by a relative 1e-8 (expm, float64) or
-    eigenvalues off by 1e-6 (eigsh, float64, the dense path)."""
+    eigenvalues off by 1e-6 (eigsh, float64, the dense path), or not in SciPy's order."""
+    import jax.numpy as jnp
+
     import jaxdia
 
     expm_multiply, eigsh = jaxdia.expm_multiply, jaxdia.eigsh
@@ -356,3 +379,11 @@ def test_the_new_families_catch_wrong_answers(monkeypatch):
 
     monkeypatch.setattr(jaxdia, "eigsh", shifted_eigenvalues)
     assert fuzz.run_case(fuzz.generate("eigsh", 0, 14)).verdict == fuzz.FAIL
+
+    def ascending_eigenvalues(*args, **kwargs):
+        w, *rest = eigsh(*args, **kwargs)
+        return (jnp.sort(w), *rest)
+
+    # SM without eigenvectors: SciPy's order is by decreasing magnitude
+    monkeypatch.setattr(jaxdia, "eigsh", ascending_eigenvalues)
+    assert fuzz.run_case(fuzz.generate("eigsh", 11, 23)).verdict == fuzz.FAIL

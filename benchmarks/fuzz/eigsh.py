@@ -241,10 +241,19 @@ def _judge(outcome, params, M, spectrum, out, sigma, dtype, scale):
     if not np.all(np.isfinite(w)):
         outcome.add(FAIL, "converged reported, eigenvalues not finite")
         return
-    if np.any(np.diff(w) < 0):
-        outcome.add(FAIL, f"eigenvalues not ascending: {w}")
+    # SciPy's order (ascending, except without eigenvectors and shift: ARPACK's order,
+    # from the least wanted to the most for LM, SM and SA); then compared ascending
+    key = w
+    if v is None and sigma is None:
+        key = {"LM": np.abs(w), "SM": -np.abs(w), "SA": -w}.get(params["which"], w)
+    if np.any(np.diff(key) < 0):
+        outcome.add(FAIL, f"eigenvalues not in SciPy's order for which={params['which']}: {w}")
+    ascending = np.argsort(w, kind="stable")
+    w = w[ascending]
+    if v is not None:
+        v = v[:, ascending]
     tol = params["tol"] if params["tol"] > 0 else eps
-    reported = np.asarray(info.residuals).astype(float)
+    reported = np.asarray(info.residuals).astype(float)[ascending]
     if v is not None:
         if not np.all(np.isfinite(v)):
             outcome.add(FAIL, "converged reported, eigenvectors not finite")
