@@ -13,15 +13,12 @@ from jax import monitoring
 
 import jaxdia
 
-#: The loaded Hypothesis profile's examples against a reference of 10 (``ci``: 0.6x,
-#: ``full``: 4.4x, ``dev``: 15x): tests that set their own count scale it with
-#: :func:`examples`.
-_EXAMPLE_SCALE = settings().max_examples / 10
-
-
 def examples(count: int) -> int:
-    """``count`` examples for a profile of 10, scaled for the loaded one (at least 2)."""
-    return max(2, round(count * _EXAMPLE_SCALE))
+    """``count`` examples for a profile of 10, scaled for the loaded one (at least 2):
+    ``ci`` 0.6x, ``full`` 4.4x, ``dev`` 15x. Read when a test module is imported, after
+    tests/conftest.py has loaded the profile (read when this module was imported, the
+    scale was Hypothesis's default profile's, 10x, in every profile)."""
+    return max(2, round(count * settings().max_examples / 10))
 
 
 _MAPS = Path("/proc/self/maps")
