@@ -99,7 +99,7 @@ def jitted(kernel, dtype, **static):
     run an op at a time instead: XLA:CPU of jax 0.12.1, fully optimized, aborts the
     process compiling an interpreted kernel's bfloat16 transposes ("LLVM ERROR: Cannot
     select: v8bf16 = X86ISD::VBROADCAST" in a ``transpose_copy_fusion``; `make
-    test-newest`, ``test_tpu_spmm[True]``, the case ``((31, 34), (-15, 13), 5, (3,), (3,),
+    test-newest`, ``test_tpu_spmm`` transposed, the case ``((31, 34), (-15, 13), 5, (3,), (3,),
     bfloat16, 0)``)."""
     bound = functools.partial(kernel, **static)
     return bound if np.dtype(dtype) == jnp.bfloat16 else jax.jit(bound)
@@ -133,9 +133,8 @@ def _check_sddmm(sddmm, case, **kwargs):
     assert np.all(np.asarray(d)[padding] == 0)
 
 
-@pytest.mark.parametrize("transpose", [False, True])
-@settings(max_examples=examples(6))
-@given(case=_cases(TRITON_DTYPES))
+@settings(max_examples=examples(8))  # transposed or not, drawn with the case
+@given(case=_cases(TRITON_DTYPES), transpose=st.booleans())
 def test_triton_spmm(case, transpose):
     _check_spmm(pallas_triton.spmm, case, transpose)
 
@@ -146,9 +145,8 @@ def test_triton_sddmm(case):
     _check_sddmm(pallas_triton.sddmm, case)
 
 
-@pytest.mark.parametrize("transpose", [False, True])
-@settings(max_examples=examples(6))
-@given(case=_cases(TPU_DTYPES))
+@settings(max_examples=examples(8))  # transposed or not, drawn with the case
+@given(case=_cases(TPU_DTYPES), transpose=st.booleans())
 def test_tpu_spmm(case, transpose):
     _check_spmm(pallas_tpu.spmm, case, transpose)
 

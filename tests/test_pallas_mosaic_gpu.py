@@ -11,7 +11,7 @@ ways of addressing an operand (2-D lines and flat), and tall, wide and batched s
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given, settings, strategies as st
 
 from jaxdia._kernels import pallas_mosaic_gpu as mgpu, xla
 
@@ -22,9 +22,8 @@ MOSAIC_DTYPES = [np.float32, np.float64, jnp.bfloat16, np.float16]
 SMALL = mgpu.BlockSizes(rows=128, cols=2)
 
 
-@pytest.mark.parametrize("transpose", [False, True])
-@settings(max_examples=examples(3))
-@given(case=_cases(MOSAIC_DTYPES))
+@settings(max_examples=examples(4))  # transposed or not, drawn with the case
+@given(case=_cases(MOSAIC_DTYPES), transpose=st.booleans())
 def test_mosaic_spmm(case, transpose):
     _check_spmm(mgpu.spmm, case, transpose)
 
