@@ -8,13 +8,15 @@ Usage (the shares in ``benchmarks/notes/compile.md``, "The test suite's compile 
 
 At the end of the session it prints the seconds and counts of each phase summed over the
 workers (pytest-xdist's workers send theirs to the controller) and the tests that
-compiled the longest.
+compiled the longest; with ``SUITE_COMPILE_STATS_JSON=path`` it also writes every test's
+seconds of each phase there (a JSON object: test id -> phase -> seconds).
 """
 
 from __future__ import annotations
 
 import collections
 import json
+import os
 
 from jax import monitoring
 
@@ -65,6 +67,9 @@ def pytest_testnodedown(node, error) -> None:
 def pytest_terminal_summary(terminalreporter) -> None:
     if not counts:
         return
+    if path := os.environ.get("SUITE_COMPILE_STATS_JSON"):
+        with open(path, "w") as file:
+            json.dump(per_test, file)
     write = terminalreporter.write_line
     terminalreporter.section("JAX: trace, lower, compile")
     for phase in PHASES.values():
