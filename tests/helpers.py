@@ -13,6 +13,7 @@ from jax import monitoring
 
 import jaxdia
 
+
 def examples(count: int) -> int:
     """``count`` examples for a profile of 10, scaled for the loaded one (at least 2):
     ``ci`` 0.6x, ``full`` 4.4x, ``dev`` 15x. Read when a test module is imported, after
