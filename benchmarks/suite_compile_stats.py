@@ -9,7 +9,9 @@ Usage (the shares in ``benchmarks/notes/compile.md``, "The test suite's compile 
 At the end of the session it prints the seconds and counts of each phase summed over the
 workers (pytest-xdist's workers send theirs to the controller) and the tests that
 compiled the longest; with ``SUITE_COMPILE_STATS_JSON=path`` it also writes every test's
-seconds of each phase there (a JSON object: test id -> phase -> seconds).
+seconds of each phase there (a JSON object: test id -> phase -> seconds; each pytest
+process writes its own, so give `make test`'s three processes the file in turn, or run
+pytest alone).
 """
 
 from __future__ import annotations
