@@ -126,7 +126,7 @@ def _cholesky_operands(
         return (data,), ()
     if layout is PT:
         data = _clean(data, offsets)
-        d = _diagonal(data, offsets, 0).real.astype(real_dtype(data.dtype))
+        d = _diagonal(data, offsets, 0).real  # of the real dtype of data's precision
         if lower:
             e = _diagonal(data, offsets, -1)  # A[i + 1, i], column i
         else:  # A[i + 1, i] = conj(A[i, i + 1]), column i + 1
@@ -564,4 +564,5 @@ def solve_once(A: DiaParts, b: ArrayLike, plan: Plan, *, check_finite: bool = Tr
     precision = np.dtype(jnp.result_type(A.dtype, jnp.finfo(dtype).dtype))
     if precision != A.dtype:
         A = A.with_data(A.data.astype(precision))
-    return solve(A, factor(A, plan), b, function="solve_banded")
+    made = factor(A, plan)
+    return solve(A, made, b, function="solve_banded")
