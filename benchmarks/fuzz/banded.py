@@ -148,7 +148,9 @@ def solve_params(rng, n, offsets, api, matrix, dtype) -> dict:
     rhs = pick(rng, {"vector": 5, "matrix": 3, "stack": 1})
     if api.startswith("lineax") or mode.startswith("vmap"):
         rhs = pick(rng, {"vector": 3, "matrix": 1}) if not api.startswith("lineax") else "vector"
-    rhs_dtype = pick(rng, {"same": 17, "complex": 2, "wider": 1})
+    # "precision": b in the other precision of its kind (float64 for a float32 or 16-bit
+    # matrix, float32 for a float64 one; complex likewise)
+    rhs_dtype = pick(rng, {"same": 17, "complex": 2, "precision": 1})
     if api.startswith("lineax"):
         # lineax refuses a vector whose dtype differs from the operator's (its own
         # "structures do not match" ValueError, before the solver runs).
@@ -328,8 +330,10 @@ def check_solve(params: dict, dense=None, expected=None, stored=None) -> Result:
     rhs_dtype = dtype
     if params["rhs_dtype"] == "complex" and dtype.kind == "f":
         rhs_dtype = np.dtype(np.complex64 if dtype.itemsize <= 4 else np.complex128)
-    elif params["rhs_dtype"] == "wider":
-        rhs_dtype = np.dtype(np.complex128 if dtype.kind == "c" else np.float64)
+    elif params["rhs_dtype"] == "precision":
+        wide = np.dtype(np.complex128 if dtype.kind == "c" else np.float64)
+        narrow = np.dtype(np.complex64 if dtype.kind == "c" else np.float32)
+        rhs_dtype = narrow if dtype == wide else wide
     k = params["columns"]
     rhs = params["rhs"]
     batched = mode != "eager" and mode != "jit"
