@@ -261,6 +261,27 @@ REGRESSIONS = {
         },
         None,
     ),
+    # eigsh with sigma exactly an eigenvalue (nu = +-inf, either side is right): the judge
+    # divided by its distance to sigma squared, zero, and crashed
+    "eigsh-shift-exactly-at-an-eigenvalue": (
+        "eigsh",
+        {
+            "dtype": "float64",
+            "half": 1,
+            "k": 297,
+            "kind": "random",
+            "mode": "jit",
+            "n": 300,
+            "ncv": "default",
+            "sigma": "eigenvalue",
+            "tol": 0.001,
+            "v0": False,
+            "values": 1556720881,
+            "vectors": True,
+            "which": "LA",
+        },
+        None,
+    ),
     # eigsh with sigma an eigenvalue to rounding: pairs away from sigma reported converged
     # with true residuals of 1e-3 (the Krylov relation's rounding, eps ||(A - sigma I)^-1||)
     "eigsh-shift-at-an-eigenvalue": (

@@ -121,10 +121,13 @@ def _sigma(params: dict, spectrum: np.ndarray, rng) -> float | None:
     return float(spectrum[i] + (spectrum[j] - spectrum[i]) * rng.uniform(0.2, 0.8) + 1e-3)
 
 
-def wanted(spectrum: np.ndarray, k: int, which: str, sigma: float | None) -> np.ndarray:
+def wanted(
+    spectrum: np.ndarray, k: int, which: str, sigma: float | None, key: np.ndarray | None = None
+) -> np.ndarray:
     """The ``k`` eigenvalues ``which`` selects (of ``nu = 1 / (lambda - sigma)`` with a
-    shift), ascending."""
-    key = spectrum if sigma is None else 1 / (spectrum - sigma)
+    shift, or of the values ``key`` given), ascending."""
+    if key is None:
+        key = spectrum if sigma is None else 1 / (spectrum - sigma)
     order = {
         "LM": np.argsort(-np.abs(key), kind="stable"),
         "SM": np.argsort(np.abs(key), kind="stable"),
@@ -327,13 +330,26 @@ def _tie(spectrum, expected, w, radius, which: str, sigma: float | None) -> bool
         for moved in (sigma - delta, sigma + delta):
             if np.all(np.abs(w - wanted(spectrum, len(w), which, moved)) <= radius):
                 return True
+        # the eigenvalue at sigma (the nearest, within 10 radii) as nu = +inf or -inf, the
+        # others' nu kept (a move of 10 radii can cross a neighbour too)
+        apart = np.abs(spectrum - sigma)
+        at = (apart == apart.min(initial=np.inf)) & (apart <= delta)
+        if at.any():
+            with np.errstate(divide="ignore"):
+                nu = 1 / (spectrum - sigma)
+            for side in (np.inf, -np.inf):
+                key = np.where(at, side, nu)
+                if np.all(np.abs(w - wanted(spectrum, len(w), which, sigma, key)) <= radius):
+                    return True
     if which == "BE":
         return False
     if sigma is None:
         delta = 10 * float(np.max(radius))
     else:
         nearest = float(np.min(np.abs(np.concatenate([expected, w]) - sigma)))
-        delta = 10 * float(np.max(radius)) / max(nearest, 1e-300) ** 2
+        if nearest**2 == 0:  # nu = +-inf (or past a float): only the moved shifts decide
+            return False
+        delta = 10 * float(np.max(radius)) / nearest**2
     threshold = float(np.min(_preference(expected, which, sigma)))
     return bool(np.all(_preference(w, which, sigma) >= threshold - delta))
 
