@@ -936,10 +936,13 @@ def test_periodic_selected_inverse(n, offsets, dtype, monkeypatch):
 @pytest.mark.parametrize(
     "n, offsets, method",
     # each method once and each periodic band once (crossed, 9 cases took 141 s of the
-    # full tier's 1,774 test-seconds)
-    # (and parallel on the tridiagonal band too: its 1 x 1 blocks take paths of their own)
+    # full tier's 1,774 test-seconds), and parallel on the tridiagonal band too: its 1 x 1
+    # blocks take paths of their own
     [
-        *((*case, method) for case, method in zip(PERIODIC[:2] + PERIODIC[3:], METHODS)),
+        *(
+            (*case, method)
+            for case, method in zip(PERIODIC[:2] + PERIODIC[3:], METHODS, strict=True)
+        ),
         (*PERIODIC[0], "parallel"),
     ],
 )

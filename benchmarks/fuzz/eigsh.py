@@ -347,7 +347,7 @@ def _tie(spectrum, expected, w, radius, which: str, sigma: float | None) -> bool
         delta = 10 * float(np.max(radius))
     else:
         nearest = float(np.min(np.abs(np.concatenate([expected, w]) - sigma)))
-        if nearest**2 == 0:  # nu = +-inf (or past a float): only the moved shifts decide
+        if nearest**2 == 0:  # nu = +-inf, or its square underflows: the shifts above decide
             return False
         delta = 10 * float(np.max(radius)) / nearest**2
     threshold = float(np.min(_preference(expected, which, sigma)))

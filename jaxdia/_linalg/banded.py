@@ -564,5 +564,5 @@ def solve_once(A: DiaParts, b: ArrayLike, plan: Plan, *, check_finite: bool = Tr
     precision = np.dtype(jnp.result_type(A.dtype, jnp.finfo(dtype).dtype))
     if precision != A.dtype:
         A = A.with_data(A.data.astype(precision))
-    made = factor(A, plan)
-    return solve(A, made, b, function="solve_banded")
+    factored = factor(A, plan)
+    return solve(A, factored, b, function="solve_banded")
